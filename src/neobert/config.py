@@ -1,0 +1,245 @@
+"""The one source of truth for a NeoBERT architecture: a plain dataclass.
+
+It accepts exactly the fields of the released ``config.json`` (see ``docs/architecture.md``) plus our
+architecture switches. The transformers config (:class:`neobert.model.NeoBERTConfig`) is a thin view of it,
+and training YAML files map onto it 1:1. This module imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+POSITION_EMBEDDINGS = ("rope", "learned")
+FFN_TYPES = ("swiglu", "gelu")
+NORM_TYPES = ("rmsnorm", "layernorm")
+ROPE_SCALINGS = ("none", "linear", "ntk", "yarn")
+ATTN_BACKENDS = ("auto", "sdpa", "flash_attn")
+POOLINGS = ("cls", "mean")
+
+
+class ConfigError(ValueError):
+    """A configuration value or key is invalid."""
+
+
+@dataclass
+class ModelConfig:
+    """Architecture of a NeoBERT encoder.
+
+    The first block of fields are those of the released ``config.json``; the rest are switches for the
+    ablation variants, context extension and runtime choices. Defaults are the released NeoBERT (28 x 768,
+    4096 positions).
+    """
+
+    # --- fields of the released config.json ---
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 28
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072  # SwiGLU uses 2/3 of it, rounded up to a multiple of 8
+    max_length: int = 4096  # largest sequence the model accepts (RoPE table / learned table size)
+    norm_eps: float = 1e-5
+    pad_token_id: int = 0
+    embedding_init_range: float = 0.02
+    decoder_init_range: float = 0.02
+    classifier_init_range: float = 0.02
+    dim_head: int | None = None  # derived: hidden_size // num_attention_heads; checked when given
+
+    # --- architecture switches (ablation variants) ---
+    position_embedding: str = "rope"  # rope | learned (RoBERTa-style table, BERT baseline)
+    ffn: str = "swiglu"  # swiglu | gelu (no gating, BERT baseline)
+    norm: str = "rmsnorm"  # rmsnorm | layernorm (always pre-norm)
+    rope_theta: float = 10000.0
+
+    # --- RoPE context extension ---
+    rope_scaling_type: str = "none"  # none | linear | ntk | yarn
+    rope_scaling_factor: float = 1.0
+    rope_original_max_length: int | None = None  # the trained length; defaults to max_length
+    yarn_beta_fast: float = 32.0
+    yarn_beta_slow: float = 1.0
+
+    # --- runtime ---
+    attn_backend: str = (
+        "auto"  # auto (flash-attn varlen on CUDA when installed, else SDPA) | sdpa | flash_attn
+    )
+    unpad: bool = False  # run the encoder on real tokens only (cu_seqlens) when a padding mask is given
+
+    # --- heads ---
+    classifier_pooling: str = "cls"  # cls (released dense+tanh head on [CLS]) | mean
+    classifier_dropout: float = 0.1
+    hidden_dropout: float = 0.0  # on each residual branch; 0 in pretraining
+
+    def __post_init__(self) -> None:
+        self._check_choice("position_embedding", POSITION_EMBEDDINGS)
+        self._check_choice("ffn", FFN_TYPES)
+        self._check_choice("norm", NORM_TYPES)
+        self._check_choice("rope_scaling_type", ROPE_SCALINGS)
+        self._check_choice("attn_backend", ATTN_BACKENDS)
+        self._check_choice("classifier_pooling", POOLINGS)
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_length",
+        ):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
+                f"{self.num_attention_heads}"
+            )
+        head_dim = self.hidden_size // self.num_attention_heads
+        if self.dim_head is None:
+            self.dim_head = head_dim
+        elif self.dim_head != head_dim:
+            raise ConfigError(f"dim_head {self.dim_head} != hidden_size / num_attention_heads = {head_dim}")
+        if self.position_embedding == "rope" and head_dim % 2:
+            raise ConfigError(f"RoPE needs an even head dimension, got {head_dim}")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise ConfigError(
+                f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})"
+            )
+        if self.rope_scaling_factor <= 0:
+            raise ConfigError(f"rope_scaling_factor must be positive, got {self.rope_scaling_factor}")
+        if self.rope_scaling_type != "none" and self.position_embedding != "rope":
+            raise ConfigError("rope_scaling_type needs position_embedding='rope'")
+        if self.rope_original_max_length is None:
+            self.rope_original_max_length = self.max_length
+        for name in ("classifier_dropout", "hidden_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+
+    def _check_choice(self, name: str, choices: tuple[str, ...]) -> None:
+        value = getattr(self, name)
+        if value not in choices:
+            raise ConfigError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+
+    # --- derived quantities ---
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def ffn_hidden_size(self) -> int:
+        """Width of the FFN's hidden layer. SwiGLU keeps the parameter count of a 4x GELU MLP."""
+        if self.ffn == "gelu":
+            return self.intermediate_size
+        return _round_up(int(2 * self.intermediate_size / 3), 8)
+
+    # --- construction ---
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        """Build from a mapping, raising :class:`ConfigError` naming any unknown key."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown model config key(s): {', '.join(unknown)}; known keys: {', '.join(sorted(known))}"
+            )
+        return cls(**data)
+
+    @classmethod
+    def from_name(cls, name: str, **overrides: Any) -> ModelConfig:
+        """A named preset (see :data:`PRESETS`), optionally with some fields changed."""
+        if name not in PRESETS:
+            raise ConfigError(f"unknown preset {name!r}; available: {', '.join(PRESETS)}")
+        return cls.from_dict({**PRESETS[name], **overrides})
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ModelConfig:
+        """Read a YAML or JSON file holding the fields (unknown keys raise)."""
+        path = Path(path)
+        text = path.read_text(encoding="utf-8")
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        else:
+            data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping of config fields, got {type(data).__name__}")
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        return ModelConfig.from_dict({**self.to_dict(), **changes})
+
+    def with_context(self, length: int, method: str = "yarn") -> ModelConfig:
+        """This architecture extended by RoPE scaling to accept ``length`` tokens.
+
+        The scaling factor is ``length / trained length``; with ``length`` at or below the trained length
+        the factor is 1 and the result computes exactly what the original does.
+        """
+        if self.position_embedding != "rope":
+            raise ConfigError("context extension needs RoPE positions")
+        original = self.rope_original_max_length if self.rope_scaling_type != "none" else self.max_length
+        factor = max(1.0, length / original)
+        return self.replace(
+            max_length=max(length, self.max_length),
+            rope_scaling_type=method,
+            rope_scaling_factor=factor,
+            rope_original_max_length=original,
+        )
+
+    def num_parameters(self, mlm_head: bool = False) -> int:
+        """Exact parameter count, computed from the shapes (no allocation)."""
+        c, f, v = self.hidden_size, self.ffn_hidden_size, self.vocab_size
+        norm = c if self.norm == "rmsnorm" else 2 * c
+        ffn = 3 * c * f if self.ffn == "swiglu" else 2 * c * f
+        block = 2 * norm + 3 * c * c + c * c + ffn
+        total = v * c + self.num_hidden_layers * block + norm
+        if self.position_embedding == "learned":
+            total += self.max_length * c
+        if mlm_head:
+            total += v * c + v
+        return total
+
+
+def _round_up(x: int, multiple: int) -> int:
+    return int(math.ceil(x / multiple) * multiple)
+
+
+# Named architectures. `neobert` is the released model; the others are the paper's ablation shapes and
+# a tiny model for tests.
+PRESETS: dict[str, dict[str, Any]] = {
+    "neobert": {},
+    "neobert-1024": {"max_length": 1024},
+    "120m": {"num_hidden_layers": 12, "max_length": 1024},
+    "250m-wide": {
+        "num_hidden_layers": 16,
+        "hidden_size": 1008,
+        "intermediate_size": 4032,
+        "max_length": 1024,
+    },
+    "bert-baseline": {
+        "num_hidden_layers": 12,
+        "max_length": 512,
+        "position_embedding": "learned",
+        "ffn": "gelu",
+        "norm": "layernorm",
+    },
+    "small": {
+        "hidden_size": 256,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "intermediate_size": 1024,
+        "max_length": 512,
+    },
+    "tiny": {
+        "vocab_size": 128,
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 192,
+        "max_length": 128,
+    },
+}

@@ -1,0 +1,117 @@
+"""Attention over padded batches or packed variable-length sequences.
+
+The public mask convention is transformers' 0/1 ``attention_mask`` (1 = real token). It is converted once per
+forward, at the top of the model, into an :class:`AttentionContext`; layers never look at the raw mask.
+
+Two layouts:
+- padded: activations (B, L, C); SDPA with a boolean key mask (B, 1, 1, L) that broadcasts over heads and
+  queries (nothing of size (B, H, L, L) is built by us).
+- packed: activations (T, C) holding only real tokens, sequences delimited by ``cu_seqlens`` (the layout of
+  flash-attn's varlen kernels). On CUDA with flash-attn installed that kernel runs; otherwise each layer
+  scatters q, k, v into a (N, max_seqlen) grid, runs SDPA with a key mask and gathers back. Both compute the
+  same function as the padded path. Packed rows of several documents (pretraining) use the same layout, so a
+  token only sees its own document.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+def flash_attn_available() -> bool:
+    return importlib.util.find_spec("flash_attn") is not None
+
+
+@dataclass
+class AttentionContext:
+    """Everything attention needs about the batch layout, built once per forward."""
+
+    key_mask: torch.Tensor | None = None  # padded: (B, 1, 1, L) bool, True = attend; None = no padding
+    cu_seqlens: torch.Tensor | None = None  # packed: (N + 1,) int32 offsets of each sequence
+    max_seqlen: int = 0  # packed: longest sequence
+    grid_index: torch.Tensor | None = (
+        None  # packed: (T,) flat slot of each token in the (N * max_seqlen) grid
+    )
+    grid_mask: torch.Tensor | None = None  # packed: (N, 1, 1, max_seqlen) bool key mask of that grid
+    use_flash: bool = False
+
+    @property
+    def packed(self) -> bool:
+        return self.cu_seqlens is not None
+
+
+def padded_context(attention_mask: torch.Tensor | None) -> AttentionContext:
+    """Context for (B, L) inputs. A mask is kept even when it has no zeros, to avoid a host sync."""
+    if attention_mask is None:
+        return AttentionContext()
+    return AttentionContext(key_mask=attention_mask.bool()[:, None, None, :])
+
+
+def packed_context(cu_seqlens: torch.Tensor, max_seqlen: int, use_flash: bool = False) -> AttentionContext:
+    """Context for packed (T, C) inputs with sequence offsets ``cu_seqlens`` (int32, starts at 0)."""
+    cu_seqlens = cu_seqlens.to(torch.int32)
+    if use_flash:
+        return AttentionContext(cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, use_flash=True)
+    lengths = cu_seqlens[1:] - cu_seqlens[:-1]  # (N,)
+    n = lengths.shape[0]
+    grid_mask = torch.arange(max_seqlen, device=cu_seqlens.device)[None, :] < lengths[:, None]  # (N, S)
+    grid_index = grid_mask.flatten().nonzero().squeeze(-1)  # (T,) slots of real tokens, in packed order
+    return AttentionContext(
+        cu_seqlens=cu_seqlens,
+        max_seqlen=max_seqlen,
+        grid_index=grid_index,
+        grid_mask=grid_mask.view(n, 1, 1, max_seqlen),
+    )
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
+    """Scaled dot-product attention. q, k, v: (B, L, H, D) padded or (T, H, D) packed; returns the same shape."""
+    if not ctx.packed:
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=ctx.key_mask
+        )  # (B, H, L, D)
+        return out.transpose(1, 2)
+    if ctx.use_flash and q.is_cuda:
+        from flash_attn import flash_attn_varlen_func
+
+        return flash_attn_varlen_func(q, k, v, ctx.cu_seqlens, ctx.cu_seqlens, ctx.max_seqlen, ctx.max_seqlen)
+    return _attend_packed_sdpa(q, k, v, ctx)
+
+
+def _attend_packed_sdpa(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttentionContext
+) -> torch.Tensor:
+    n, s = ctx.grid_mask.shape[0], ctx.max_seqlen
+    t, h, d = q.shape
+
+    def to_grid(x: torch.Tensor) -> torch.Tensor:
+        grid = x.new_zeros(n * s, h, d)
+        grid.index_copy_(0, ctx.grid_index, x)
+        return grid.view(n, s, h, d).transpose(1, 2)  # (N, H, S, D)
+
+    out = F.scaled_dot_product_attention(to_grid(q), to_grid(k), to_grid(v), attn_mask=ctx.grid_mask)
+    out = out.transpose(1, 2).reshape(n * s, h, d)
+    return out.index_select(0, ctx.grid_index)  # (T, H, D)
+
+
+def unpad(attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Indices of real tokens in the flattened (B * L) batch, cu_seqlens and the longest length.
+
+    Assumes each row's real tokens are contiguous (right or left padding); one host sync for max_seqlen.
+    """
+    lengths = attention_mask.sum(dim=-1, dtype=torch.int32)  # (B,)
+    indices = attention_mask.flatten().nonzero().squeeze(-1)  # (T,)
+    cu_seqlens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
+    return indices, cu_seqlens, int(lengths.max())
+
+
+def positions_from_cu_seqlens(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
+    """Position of each packed token inside its own sequence: restarts at 0 for every sequence. (T,)"""
+    starts = cu_seqlens[:-1].long()
+    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+    seq_start = torch.repeat_interleave(starts, lengths, output_size=total)
+    return torch.arange(total, device=cu_seqlens.device) - seq_start

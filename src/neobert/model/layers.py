@@ -1,0 +1,84 @@
+"""Building blocks of the NeoBERT encoder, bottom-up: norm, FFN, block (with its attention).
+
+Attribute names match the released checkpoint (``qkv``, ``wo``, ``ffn.w12``, ``ffn.w3``, ``attention_norm``,
+``ffn_norm``), so its tensors load without any renaming.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import ModelConfig
+from .attention import AttentionContext, attend
+from .rope import apply_rope
+
+
+def make_norm(config: ModelConfig) -> nn.Module:
+    if config.norm == "rmsnorm":
+        return nn.RMSNorm(config.hidden_size, eps=config.norm_eps)
+    return nn.LayerNorm(config.hidden_size, eps=config.norm_eps)
+
+
+class SwiGLU(nn.Module):
+    """out = w3(silu(gate) * up) with [gate | up] = chunk(w12(x), 2): gate rows first in w12."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.w12 = nn.Linear(config.hidden_size, 2 * config.ffn_hidden_size, bias=False)
+        self.w3 = nn.Linear(config.ffn_hidden_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.w12(x).chunk(2, dim=-1)
+        return self.w3(F.silu(gate) * up)
+
+
+class GeluMLP(nn.Module):
+    """The BERT-baseline FFN: w3(gelu(w1(x))), no gating."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.w1 = nn.Linear(config.hidden_size, config.ffn_hidden_size, bias=False)
+        self.w3 = nn.Linear(config.ffn_hidden_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w3(F.gelu(self.w1(x)))
+
+
+class EncoderBlock(nn.Module):
+    """Pre-norm transformer block: x + attention(norm(x)), then x + ffn(norm(x)).
+
+    The attention projections live on the block itself (``qkv``, ``wo``), as in the released checkpoint.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        self.use_rope = config.position_embedding == "rope"
+        self.attention_norm = make_norm(config)
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=False)
+        self.wo = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
+        self.ffn_norm = make_norm(config)
+        self.ffn = SwiGLU(config) if config.ffn == "swiglu" else GeluMLP(config)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def attention(
+        self, x: torch.Tensor, ctx: AttentionContext, cos: torch.Tensor | None, sin: torch.Tensor | None
+    ) -> torch.Tensor:
+        # x: (B, L, C) padded or (T, C) packed
+        qkv = self.qkv(x).unflatten(-1, (self.num_heads, 3 * self.head_dim))  # (..., H, 3D)
+        # The released layout splits *inside* each head: rows [h*3D, h*3D + D) are q of head h, the next D
+        # are k, the next D are v. It is not [all q | all k | all v].
+        q, k, v = qkv.chunk(3, dim=-1)  # each (..., H, D)
+        if self.use_rope:
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        out = attend(q, k, v, ctx)  # (..., H, D)
+        return self.wo(out.flatten(-2))  # (..., C)
+
+    def forward(
+        self, x: torch.Tensor, ctx: AttentionContext, cos: torch.Tensor | None, sin: torch.Tensor | None
+    ) -> torch.Tensor:
+        x = x + self.dropout(self.attention(self.attention_norm(x), ctx, cos, sin))
+        return x + self.dropout(self.ffn(self.ffn_norm(x)))

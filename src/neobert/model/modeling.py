@@ -1,0 +1,404 @@
+"""NeoBERT as transformers models: the encoder and its heads, in the released checkpoint's layout.
+
+Tensor names are the released ones (``model.encoder.weight``, ``model.transformer_encoder.{i}.qkv.weight``,
+``decoder.weight`` ...), so a released directory loads with the Auto classes and no remote code, and what we
+save can be read by the original code too.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    MaskedLMOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+
+from ..config import ModelConfig
+from .attention import (
+    AttentionContext,
+    flash_attn_available,
+    packed_context,
+    padded_context,
+    positions_from_cu_seqlens,
+    unpad,
+)
+from .configuration import NeoBERTConfig
+from .layers import EncoderBlock, make_norm
+from .pooling import pool
+from .rope import rope_tables
+
+
+class SequenceTooLongError(ValueError):
+    """An input is longer than the positions the model has."""
+
+
+class RotaryTables(nn.Module):
+    """cos/sin tables for every position, computed once (non-persistent buffers, not in checkpoints)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        cos, sin = rope_tables(config)
+        self.register_buffer("cos", cos, persistent=False)  # (max_length, D/2)
+        self.register_buffer("sin", sin, persistent=False)
+
+    @torch.no_grad()
+    def reset(self) -> None:
+        cos, sin = rope_tables(self.config, device=self.cos.device)
+        init.copy_(self.cos, cos)
+        init.copy_(self.sin, sin)
+
+
+class NeoBERTPreTrainedModel(PreTrainedModel):
+    config_class = NeoBERTConfig
+    config: NeoBERTConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["EncoderBlock"]
+    _supports_sdpa = True
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """Uniform init in [-r, r] for linears and embeddings (the paper's scheme), ones/zeros for norms."""
+        cfg = self.config
+        if isinstance(module, nn.Embedding):
+            init.uniform_(module.weight, -cfg.embedding_init_range, cfg.embedding_init_range)
+        elif isinstance(module, nn.Linear):
+            r = (
+                cfg.decoder_init_range
+                if module is getattr(self, "decoder", None)
+                else cfg.embedding_init_range
+            )
+            if module is getattr(self, "classifier", None) or module is getattr(self, "dense", None):
+                r = cfg.classifier_init_range
+            init.uniform_(module.weight, -r, r)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, (nn.RMSNorm, nn.LayerNorm)):
+            init.ones_(module.weight)
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, RotaryTables):
+            module.reset()
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """transformers' loader, made strict: missing, unexpected or wrongly shaped tensors raise, listed.
+
+        A new task head (classifier) is the only thing allowed to be missing.
+        """
+        from .checkpoint import check_loading_info
+
+        want_info = kwargs.pop("output_loading_info", False)
+        ignore_sizes = kwargs.pop("ignore_mismatched_sizes", False)
+        model, info = super().from_pretrained(
+            pretrained_model_name_or_path,
+            *model_args,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,
+            **kwargs,
+        )
+        check_loading_info(model, info, str(pretrained_model_name_or_path), ignore_sizes)
+        return (model, info) if want_info else model
+
+
+class NeoBERTModel(NeoBERTPreTrainedModel):
+    """The bare encoder: token embedding, pre-norm blocks, final norm. Returns the last hidden state."""
+
+    def __init__(self, config: NeoBERTConfig):
+        super().__init__(config)
+        cfg = config.to_model_config()
+        self.model_config = cfg
+        self.encoder = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
+        if cfg.position_embedding == "learned":
+            self.positional_embedding = nn.Embedding(cfg.max_length, cfg.hidden_size)
+        else:
+            self.rotary = RotaryTables(cfg)
+        self.transformer_encoder = nn.ModuleList(EncoderBlock(cfg) for _ in range(cfg.num_hidden_layers))
+        self.layer_norm = make_norm(cfg)
+        # Chosen once: flash-attn's varlen kernel for packed inputs on CUDA, else SDPA.
+        self.use_flash = cfg.attn_backend == "flash_attn" or (
+            cfg.attn_backend == "auto" and flash_attn_available()
+        )
+        if cfg.attn_backend == "flash_attn" and not flash_attn_available():
+            raise ImportError(
+                "attn_backend='flash_attn' needs the flash-attn package: pip install 'neobert[flash]'"
+            )
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.encoder = value
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        max_seqlen: int | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutput | tuple:
+        """Encode token ids.
+
+        input_ids: (B, L) right-padded with ``attention_mask`` (B, L) 0/1, or packed sequences: any shape
+        holding T tokens with ``cu_seqlens`` (N + 1,) offsets and ``max_seqlen`` (positions then restart at
+        each sequence, and no token attends outside its own sequence).
+        Returns ``last_hidden_state`` of shape input_ids.shape + (C,) (zeros at padding when unpadded) and, on
+        request, ``hidden_states``: the embedding output and each block's output.
+        """
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        shape = input_ids.shape
+        cfg = self.model_config
+
+        indices = None  # positions of real tokens when we unpad a padded batch
+        if cu_seqlens is None and attention_mask is not None and cfg.unpad and input_ids.dim() == 2:
+            indices, cu_seqlens, max_seqlen = unpad(attention_mask)
+            input_ids = input_ids.flatten()[indices]
+            if position_ids is not None:
+                position_ids = position_ids.flatten()[indices]
+        if cu_seqlens is not None:
+            if max_seqlen is None:
+                max_seqlen = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+            self._check_length(max_seqlen)
+            input_ids = input_ids.flatten()  # (T,)
+            if position_ids is None:
+                position_ids = positions_from_cu_seqlens(cu_seqlens, input_ids.shape[0])
+            else:
+                position_ids = position_ids.flatten()
+            ctx = packed_context(cu_seqlens, max_seqlen, use_flash=self.use_flash and input_ids.is_cuda)
+        else:
+            self._check_length(shape[-1])
+            ctx = padded_context(attention_mask)
+
+        x, cos, sin = self._embed(input_ids, position_ids, ctx)
+        hidden_states = [x] if output_hidden_states else None
+        for block in self.transformer_encoder:
+            if self.gradient_checkpointing and self.training:
+                x = checkpoint(block, x, ctx, cos, sin, use_reentrant=False)
+            else:
+                x = block(x, ctx, cos, sin)
+            if hidden_states is not None:
+                hidden_states.append(x)
+        x = self.layer_norm(x)
+
+        if indices is not None:  # back to the caller's padded layout
+            x = _repad(x, indices, shape)
+            hidden_states = [_repad(h, indices, shape) for h in hidden_states] if hidden_states else None
+        elif ctx.packed:
+            x = x.view(*shape, -1)
+            hidden_states = [h.view(*shape, -1) for h in hidden_states] if hidden_states else None
+        hidden_states = tuple(hidden_states) if hidden_states is not None else None
+        if not return_dict:
+            return tuple(v for v in (x, hidden_states) if v is not None)
+        return BaseModelOutput(last_hidden_state=x, hidden_states=hidden_states)
+
+    def _check_length(self, length: int) -> None:
+        cfg = self.model_config
+        if length > cfg.max_length:
+            hint = (
+                "extend the context with RoPE scaling, e.g. ModelConfig.with_context(length, 'yarn') or "
+                "`rope_scaling_type`/`rope_scaling_factor` in config.json"
+                if cfg.position_embedding == "rope"
+                else "a learned position table cannot be extended; truncate the input"
+            )
+            raise SequenceTooLongError(
+                f"input of {length} tokens is longer than the model's max_length {cfg.max_length}: {hint}"
+            )
+
+    def _embed(
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor | None, ctx: AttentionContext
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Token embedding (+ learned positions), and the RoPE cos/sin for these positions, shaped to broadcast
+        against (..., L, H, D/2)."""
+        x = self.encoder(input_ids)
+        cos = sin = None
+        if self.model_config.position_embedding == "learned":
+            if position_ids is None:
+                position_ids = torch.arange(input_ids.shape[-1], device=input_ids.device)
+            x = x + self.positional_embedding(position_ids)
+        elif position_ids is None:  # padded, positions 0..L-1: a view of the table, no gather
+            length = input_ids.shape[-1]
+            cos, sin = self.rotary.cos[:length, None, :], self.rotary.sin[:length, None, :]  # (L, 1, D/2)
+        else:
+            cos, sin = (
+                self.rotary.cos[position_ids].unsqueeze(-2),
+                self.rotary.sin[position_ids].unsqueeze(-2),
+            )
+        return x, cos, sin
+
+
+def _repad(x: torch.Tensor, indices: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """(T, C) real tokens -> (B, L, C) with zeros at padding."""
+    out = x.new_zeros(shape.numel(), x.shape[-1])
+    out.index_copy_(0, indices, x)
+    return out.view(*shape, -1)
+
+
+class NeoBERTForMaskedLM(NeoBERTPreTrainedModel):
+    """Encoder + untied MLM decoder with bias (``decoder.weight``, ``decoder.bias``)."""
+
+    def __init__(self, config: NeoBERTConfig):
+        super().__init__(config)
+        self.model = NeoBERTModel(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=True)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.decoder
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.decoder = value
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        max_seqlen: int | None = None,
+        masked_only: bool = False,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> MaskedLMOutput | tuple:
+        """MLM logits (..., V); with ``labels`` (-100 = ignore) also the mean cross-entropy over labelled tokens.
+
+        ``masked_only=True`` (with labels) decodes only the labelled positions: logits are (N, V) for the N
+        labelled tokens in row-major order, which saves the full-vocabulary projection of every other token.
+        """
+        out = self.model(
+            input_ids,
+            attention_mask,
+            position_ids,
+            cu_seqlens,
+            max_seqlen,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        h = out.last_hidden_state
+        loss = None
+        if labels is not None and masked_only:
+            selected = labels != -100
+            logits = self.decoder(h[selected])  # (N, V)
+            loss = F.cross_entropy(logits.float(), labels[selected])
+        else:
+            logits = self.decoder(h)  # (..., V)
+            if labels is not None:
+                loss = F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), ignore_index=-100)
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if not return_dict:
+            return tuple(v for v in (loss, logits, out.hidden_states) if v is not None)
+        return MaskedLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+
+
+class NeoBERTForSequenceClassification(NeoBERTPreTrainedModel):
+    """The released head: pooled -> dropout -> dense -> tanh -> dropout -> classifier.
+
+    Pooling is ``classifier_pooling``: the first token ([CLS], released) or the masked mean.
+    """
+
+    def __init__(self, config: NeoBERTConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = NeoBERTModel(config)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput | tuple:
+        out = self.model(
+            input_ids,
+            attention_mask,
+            position_ids,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        pooled = pool(out.last_hidden_state, attention_mask, self.config.classifier_pooling)  # (B, C)
+        x = torch.tanh(self.dense(self.dropout(pooled)))
+        logits = self.classifier(self.dropout(x))  # (B, num_labels)
+        loss = self._loss(logits, labels) if labels is not None else None
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if not return_dict:
+            return tuple(v for v in (loss, logits, out.hidden_states) if v is not None)
+        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+
+    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        problem = self.config.problem_type
+        if problem is None:
+            if self.num_labels == 1:
+                problem = "regression"
+            elif labels.dtype in (torch.long, torch.int):
+                problem = "single_label_classification"
+            else:
+                problem = "multi_label_classification"
+        if problem == "regression":
+            return F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1))
+        if problem == "single_label_classification":
+            return F.cross_entropy(logits.float(), labels.view(-1))
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+class NeoBERTForTokenClassification(NeoBERTPreTrainedModel):
+    """Encoder -> dropout -> per-token classifier."""
+
+    def __init__(self, config: NeoBERTConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = NeoBERTModel(config)
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> TokenClassifierOutput | tuple:
+        out = self.model(
+            input_ids,
+            attention_mask,
+            position_ids,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits = self.classifier(self.dropout(out.last_hidden_state))  # (B, L, num_labels)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if not return_dict:
+            return tuple(v for v in (loss, logits, out.hidden_states) if v is not None)
+        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)

@@ -1,0 +1,87 @@
+"""Rotary position embeddings in NeoBERT's convention, with context-extension scalings.
+
+NeoBERT rotates *adjacent* pairs of each head's dimensions, (2j, 2j+1), by the angle
+``pos * inv_freq[j]`` with ``inv_freq[j] = theta ** (-2j / head_dim)`` (the complex-number form). This is
+not the "rotate half" pairing (j, j + head_dim/2) that LLaMA-style code uses; mixing them up silently
+breaks a released checkpoint. We use real arithmetic (no complex tensors) so the same code runs in bf16.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..config import ModelConfig
+
+
+def inverse_frequencies(
+    head_dim: int,
+    theta: float = 10000.0,
+    scaling: str = "none",
+    factor: float = 1.0,
+    original_max_length: int = 4096,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+) -> tuple[torch.Tensor, float]:
+    """Per-pair rotation frequencies (float64, shape (head_dim/2,)) and the attention scale for cos/sin.
+
+    - ``none``: plain RoPE.
+    - ``linear``: position interpolation, every frequency divided by ``factor``.
+    - ``ntk``: NTK-aware scaling, the base raised to ``theta * factor ** (d / (d - 2))``: the highest
+      frequency is untouched and the lowest is interpolated by ``factor``.
+    - ``yarn``: YaRN: dimensions whose wavelength fits many times in the original context keep their
+      frequency, those whose wavelength exceeds it are interpolated, with a linear ramp between
+      ``beta_slow`` and ``beta_fast`` rotations; cos and sin are scaled by ``0.1 ln(factor) + 1``.
+    With ``factor == 1`` every scaling returns exactly the plain frequencies and scale 1.
+    """
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim  # 2j / d
+    if scaling == "ntk" and factor != 1.0:
+        theta = theta * factor ** (head_dim / (head_dim - 2))
+    inv_freq = theta**-exponents
+    scale = 1.0
+    if factor == 1.0 or scaling in ("none", "ntk"):
+        return inv_freq, scale
+    if scaling == "linear":
+        return inv_freq / factor, scale
+    if scaling == "yarn":
+        # number of full rotations each pair makes over the original context
+        rotations = original_max_length * inv_freq / (2 * math.pi)
+        # 1 -> keep the original frequency (fast-rotating pairs), 0 -> interpolate (slow pairs)
+        keep = ((rotations - beta_slow) / (beta_fast - beta_slow)).clamp(0.0, 1.0)
+        inv_freq = keep * inv_freq + (1.0 - keep) * inv_freq / factor
+        scale = 0.1 * math.log(factor) + 1.0
+        return inv_freq, scale
+    raise ValueError(f"unknown RoPE scaling {scaling!r}")
+
+
+def rope_tables(config: ModelConfig, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin tables of shape (max_length, head_dim/2), float32, for every position the model accepts."""
+    inv_freq, scale = inverse_frequencies(
+        config.head_dim,
+        config.rope_theta,
+        config.rope_scaling_type,
+        config.rope_scaling_factor,
+        config.rope_original_max_length,
+        config.yarn_beta_fast,
+        config.yarn_beta_slow,
+    )
+    positions = torch.arange(config.max_length, dtype=torch.float64)
+    angles = torch.outer(positions, inv_freq)  # (L, D/2), float64 so long positions stay exact
+    cos = (angles.cos() * scale).float()
+    sin = (angles.sin() * scale).float()
+    if device is not None:
+        cos, sin = cos.to(device), sin.to(device)
+    return cos, sin
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate adjacent pairs of the last dimension.
+
+    x: (..., L, H, D) or (T, H, D); cos, sin: broadcastable to (..., L, 1, D/2).
+    """
+    pairs = x.unflatten(-1, (-1, 2))  # (..., H, D/2, 2)
+    x0, x1 = pairs[..., 0], pairs[..., 1]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    out = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
+    return out.flatten(-2)

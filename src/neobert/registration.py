@@ -1,0 +1,31 @@
+"""Registration of model type ``neobert`` with transformers' Auto classes."""
+
+from __future__ import annotations
+
+
+def register() -> None:
+    """Make AutoConfig / AutoModel* resolve ``model_type: neobert`` to this package (idempotent)."""
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoModelForMaskedLM,
+        AutoModelForSequenceClassification,
+        AutoModelForTokenClassification,
+    )
+
+    from .model import (
+        NeoBERTConfig,
+        NeoBERTForMaskedLM,
+        NeoBERTForSequenceClassification,
+        NeoBERTForTokenClassification,
+        NeoBERTModel,
+    )
+
+    AutoConfig.register("neobert", NeoBERTConfig, exist_ok=True)
+    for auto, cls in (
+        (AutoModel, NeoBERTModel),
+        (AutoModelForMaskedLM, NeoBERTForMaskedLM),
+        (AutoModelForSequenceClassification, NeoBERTForSequenceClassification),
+        (AutoModelForTokenClassification, NeoBERTForTokenClassification),
+    ):
+        auto.register(NeoBERTConfig, cls, exist_ok=True)
