@@ -86,7 +86,7 @@ def _attend_packed_sdpa(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttentionContext
 ) -> torch.Tensor:
     n, s = ctx.grid_mask.shape[0], ctx.max_seqlen
-    t, h, d = q.shape
+    h, d = q.shape[1:]
 
     def to_grid(x: torch.Tensor) -> torch.Tensor:
         grid = x.new_zeros(n * s, h, d)
