@@ -63,6 +63,9 @@ class NeoBERTPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _no_split_modules = ["EncoderBlock"]
+    # Another task's head in the checkpoint (e.g. the MLM decoder when loading the bare encoder from the
+    # released checkpoint) is expected: skip it quietly instead of printing transformers' load report.
+    _keys_to_ignore_on_load_unexpected = [r"^decoder\.", r"^dense\.", r"^classifier\."]
     _supports_sdpa = True
 
     @torch.no_grad()
@@ -167,6 +170,17 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
         shape = input_ids.shape
         cfg = self.model_config
 
+        if (
+            cfg.position_embedding == "learned"
+            and position_ids is None
+            and cu_seqlens is None
+            and attention_mask is not None
+        ):
+            # RoBERTa-style learned positions count real tokens only (padding gets 0), so a left-padded row
+            # gets the positions it has alone, and the padded and unpadded paths agree. RoPE needs no such
+            # ids: its scores depend on relative positions only.
+            mask = attention_mask.long()
+            position_ids = (mask.cumsum(-1) - 1).clamp(min=0) * mask
         indices = None  # positions of real tokens when we unpad a padded batch
         if cu_seqlens is None and attention_mask is not None and cfg.unpad and input_ids.dim() == 2:
             indices, cu_seqlens, max_seqlen = unpad(attention_mask)
