@@ -1,0 +1,1 @@
+"""The ``neobert`` command line: a thin layer over ``run(...)`` functions that tests call directly."""

@@ -1,0 +1,66 @@
+"""Pieces shared by the CLI commands: the error type, the console, model and tokenizer resolution."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
+
+
+class CLIError(Exception):
+    """A problem with the user's input, reported as one line without a traceback."""
+
+
+def make_console(console: Console | None = None) -> Console:
+    return console if console is not None else Console()
+
+
+def quiet_transformers() -> None:
+    """Hide transformers' per-file progress bars and info chatter: the commands report what matters."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()
+
+
+def is_preset(name_or_path: str) -> bool:
+    from ..config import PRESETS
+
+    return name_or_path in PRESETS and not Path(name_or_path).is_dir()
+
+
+def resolve_tokenizer(model: str, tokenizer: str | None) -> Any:
+    """The tokenizer given, else the model directory's own, else the default NeoBERT tokenizer (presets).
+
+    A hub id is asked for its own tokenizer.
+    """
+    from ..inference import load_tokenizer
+
+    if tokenizer is not None:
+        if not Path(tokenizer).is_dir():
+            raise CLIError(f"tokenizer directory {tokenizer} does not exist")
+        return load_tokenizer(tokenizer)
+    path = Path(model)
+    if path.is_dir():
+        if any((path / name).is_file() for name in TOKENIZER_FILES):
+            return load_tokenizer(path)
+        raise CLIError(
+            f"{model} holds no tokenizer files ({', '.join(TOKENIZER_FILES)}); pass --tokenizer DIR"
+        )
+    if is_preset(model):
+        return load_tokenizer(None)
+    return load_tokenizer(model)
+
+
+def add_model_arguments(parser: Any) -> None:
+    parser.add_argument(
+        "--model", required=True, help="model directory, preset name (random weights) or hub id"
+    )
+    parser.add_argument(
+        "--tokenizer",
+        metavar="DIR",
+        help="tokenizer directory (default: the model directory's, or bert-base-uncased for presets)",
+    )

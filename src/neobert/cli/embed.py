@@ -1,0 +1,139 @@
+"""``neobert embed``: one vector per line of a text file, written to a .npy file."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from rich.markup import escape
+
+from .common import CLIError, add_model_arguments, make_console, quiet_transformers, resolve_tokenizer
+
+
+@dataclass
+class EmbedResult:
+    output: Path
+    shape: tuple[int, int]
+    pooling: str
+    normalized: bool
+    seconds: float
+
+
+def read_texts(path: str | os.PathLike) -> list[str]:
+    """One text per line (line i -> row i, blank lines kept as empty texts); errors name the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise CLIError(f"input file {path} does not exist" if not path.exists() else f"{path} is not a file")
+    texts = []
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise CLIError(
+                    f"{path}, line {number}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at column "
+                    f"{err.start + 1}); re-encode the file as UTF-8"
+                ) from None
+            if number == 1:
+                line = line.removeprefix("\ufeff")  # a byte-order mark is not part of the text
+            texts.append(line.rstrip("\r\n"))
+    if not any(text.strip() for text in texts):
+        raise CLIError(f"input file {path} is empty: expected one text per line")
+    return texts
+
+
+def save_npy_atomic(path: str | os.PathLike, array: np.ndarray) -> Path:
+    """Write ``array`` to a temporary file beside ``path``, then rename: no half-written output on failure."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, array)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def run(
+    model: str,
+    input: str | os.PathLike,
+    output: str | os.PathLike,
+    batch_size: int = 32,
+    pooling: str = "mean",
+    normalize: bool = True,
+    max_length: int | None = None,
+    tokenizer: str | None = None,
+    show_progress: bool = True,
+) -> EmbedResult:
+    """Embed every line of ``input`` with ``model`` and save the (lines, hidden) float32 array to ``output``."""
+    from ..inference import encode, load_model
+
+    texts = read_texts(input)  # validate the input before paying for the model
+    start = time.perf_counter()
+    tok = resolve_tokenizer(model, tokenizer)
+    encoder = load_model(model, task="base")
+    vectors = encode(
+        encoder,
+        tok,
+        texts,
+        batch_size=batch_size,
+        pooling=pooling,
+        normalize=normalize,
+        max_length=max_length,
+        show_progress=show_progress,
+    )
+    path = save_npy_atomic(output, vectors)
+    return EmbedResult(path, vectors.shape, pooling, normalize, time.perf_counter() - start)
+
+
+def _main(args: argparse.Namespace) -> int:
+    quiet_transformers()
+    result = run(
+        args.model,
+        args.input,
+        args.output,
+        batch_size=args.batch_size,
+        pooling=args.pooling,
+        normalize=not args.no_normalize,
+        max_length=args.max_length,
+        tokenizer=args.tokenizer,
+    )
+    n, dim = result.shape
+    norm = "L2-normalized" if result.normalized else "not normalized"
+    make_console().print(
+        f"wrote {n:,} x {dim} float32 vectors ({result.pooling} pooling, {norm}) to "
+        f"{escape(str(result.output))} in {result.seconds:.1f}s",
+        highlight=False,
+        soft_wrap=True,
+    )
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "embed",
+        help="embed a text file (one text per line) into a .npy array",
+        description="Embed each line of a UTF-8 text file; row i of the output is line i.",
+    )
+    add_model_arguments(parser)
+    parser.add_argument("--input", required=True, help="UTF-8 text file, one text per line")
+    parser.add_argument("--output", required=True, help="where to write the .npy array (lines x hidden)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--pooling", choices=["mean", "cls"], default="mean")
+    parser.add_argument(
+        "--no-normalize", action="store_true", help="keep raw vectors (default: unit L2 norm)"
+    )
+    parser.add_argument(
+        "--max-length", type=int, help="truncate texts to this many tokens (default: the model's max_length)"
+    )
+    parser.set_defaults(func=_main)

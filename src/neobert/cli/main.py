@@ -1,0 +1,53 @@
+"""``neobert`` entry point: one subcommand per module listed in :data:`COMMAND_MODULES`.
+
+Each module ``neobert.cli.<name>`` defines ``register(subparsers)``, which adds its subparser and sets
+``func`` (called with the parsed arguments, returning an exit code) via ``set_defaults``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.markup import escape
+
+from .. import __version__
+from .common import CLIError
+
+COMMAND_MODULES = ["pretrain", "data", "tokenizer", "info", "embed", "fill_mask", "demo"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="neobert",
+        description="NeoBERT: inspect, run and showcase NeoBERT encoders.",
+    )
+    parser.add_argument("--version", action="version", version=f"neobert {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    subparsers = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"{__package__}.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (CLIError, ValueError, OSError, ImportError) as err:
+        # Bad input, missing files and missing extras: one readable line. --debug shows the traceback.
+        if args.debug:
+            raise
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

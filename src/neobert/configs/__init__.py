@@ -1,0 +1,1 @@
+"""Shipped pretraining configurations (YAML files mapping 1:1 onto PretrainConfig)."""

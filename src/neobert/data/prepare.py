@@ -1,0 +1,409 @@
+"""Tokenize whole documents into compact, memory-mapped shards for pretraining.
+
+Documents are read in a background thread, tokenized in batches by the Rust tokenizer (which spreads each
+batch over all cores) and appended to the shard files of their split. Shard k holds documents
+``k * shard_size`` to ``(k + 1) * shard_size - 1`` of the input stream (counted before short documents are
+dropped). Whether a document is held out depends only on a hash of its text, so the split does not move
+when the sharding or the input order changes, and duplicates never straddle it.
+
+The format of the output is described in :mod:`neobert.data.shards`. A re-run with the same settings
+re-reads the inputs but skips the tokenization of shards already recorded; an interrupted shard is redone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import itertools
+import json
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config import ConfigError
+from .readers import ON_ERROR, TXT_MODES, DataError, ReadStats, expand_inputs, iter_documents
+from .shards import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    SPLITS,
+    ShardWriter,
+    read_manifest,
+    remove_prepared,
+    save_json,
+    token_dtype,
+    totals,
+)
+
+# Settings that change the shards' content; a resume under other values would mix two data sets.
+_CONTENT_KEYS = (
+    "inputs",
+    "text_column",
+    "txt_mode",
+    "on_error",
+    "validation_fraction",
+    "shard_size",
+    "min_tokens",
+    "max_tokens",
+    "split_seed",
+)
+
+
+@dataclass
+class PrepareConfig:
+    """Settings of ``neobert data prepare``; a YAML/JSON file maps onto it 1:1 (unknown keys raise)."""
+
+    inputs: list[str] = field(default_factory=list)  # files, directories, hf:NAME[:CONFIG[:SPLIT]], stdlib:
+    tokenizer: str = ""  # a tokenizer directory (or hub name when online)
+    output: str = ""
+    text_column: str = "text"  # for .jsonl, .csv, .parquet and hf: inputs
+    txt_mode: str = "paragraph"  # .txt documents: blank-line separated (paragraph) or one per line
+    on_error: str = "raise"  # bad records / empty files: raise naming file and line, or skip and count
+    validation_fraction: float = 0.01
+    shard_size: int = 100_000  # input documents per shard
+    batch_size: int = 1_000  # documents per tokenizer call (the tokenizer parallelizes within a batch)
+    min_tokens: int = 2  # documents with fewer tokens (not counting [CLS]/[SEP]) are dropped and counted
+    max_tokens: int | None = None  # truncate documents (special tokens included); None keeps them whole
+    length_thresholds: list[int] = field(default_factory=lambda: [1024, 2048])  # stage-2 sub-set counts
+    split_seed: int = 0  # salt of the validation hash: another seed draws another held-out set
+    overwrite: bool = False  # delete shards prepared earlier with other settings instead of refusing
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.inputs, (str, os.PathLike)):
+            self.inputs = [self.inputs]
+        self.inputs = [str(i) for i in self.inputs]
+        self.tokenizer, self.output = str(self.tokenizer), str(self.output)
+        if self.txt_mode not in TXT_MODES:
+            raise ConfigError(f"txt_mode must be one of {', '.join(TXT_MODES)}; got {self.txt_mode!r}")
+        if self.on_error not in ON_ERROR:
+            raise ConfigError(f"on_error must be one of {', '.join(ON_ERROR)}; got {self.on_error!r}")
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise ConfigError(f"validation_fraction must be in [0, 1), got {self.validation_fraction}")
+        for name in ("shard_size", "batch_size"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.max_tokens is not None and self.max_tokens < 2 + self.min_tokens:
+            raise ConfigError(f"max_tokens {self.max_tokens} leaves no room for min_tokens {self.min_tokens}")
+        self.length_thresholds = sorted(int(t) for t in self.length_thresholds)
+
+    def check_required(self) -> None:
+        missing = [n for n in ("inputs", "tokenizer", "output") if not getattr(self, n)]
+        if missing:
+            raise ConfigError(f"prepare needs {', '.join(missing)}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PrepareConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown prepare config key(s): {', '.join(unknown)}; known keys: {', '.join(sorted(known))}"
+            )
+        return cls(**data)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> PrepareConfig:
+        return cls.from_dict(_load_mapping(path))
+
+
+@dataclass
+class PrepareResult:
+    output: Path
+    shards_written: int  # by this run
+    shards_resumed: int  # finished by an earlier run and skipped
+    documents: int  # read from the inputs
+    train_documents: int
+    train_tokens: int
+    validation_documents: int
+    validation_tokens: int
+    dropped_short: int
+    skipped_records: int
+    empty_files: int
+    long_documents: dict[int, dict[str, int]]  # threshold -> split -> documents longer than it
+    dtype: str
+    vocab_size: int
+    seconds: float
+    tokens_per_second: float  # tokens written by this run per second of this run
+
+
+def prepare(config: PrepareConfig) -> PrepareResult:
+    """Tokenize ``config.inputs`` into shards under ``config.output``, resuming a previous run."""
+    from tqdm.auto import tqdm
+
+    config.check_required()
+    expand_inputs(config.inputs)  # a missing file fails before anything is written
+    start = time.perf_counter()
+    hf_tokenizer, encoder = load_tokenizer(config.tokenizer)
+    if config.max_tokens is not None:
+        encoder.enable_truncation(config.max_tokens)
+    out = Path(config.output)
+    manifest = _open_manifest(out, config, hf_tokenizer, encoder)
+    dtype = np.dtype(manifest["dtype"])
+    n_special = len(encoder.encode("").ids)  # what the post-processor adds around one document
+    finished = {s["index"]: s for s in manifest["shards"]}
+    stats = ReadStats()
+    docs = _read_ahead(
+        iter_documents(
+            config.inputs,
+            text_column=config.text_column,
+            txt_mode=config.txt_mode,
+            on_error=config.on_error,
+            stats=stats,
+        )
+    )
+    written = resumed = new_tokens = 0
+    bar = tqdm(desc="tokenizing", unit="doc", disable=not config.progress, dynamic_ncols=True)
+    with bar, contextlib.closing(docs):  # closing stops the reader thread if tokenization fails
+        for index in itertools.count():
+            chunk = itertools.islice(docs, config.shard_size)
+            if index in finished:
+                n = _skip_finished(chunk, finished[index], bar)
+                resumed += 1
+                if n < config.shard_size:
+                    break
+                continue
+            shard = _write_shard(out, index, chunk, encoder, config, dtype, n_special, bar)
+            if shard is None:
+                break
+            manifest["shards"].append(shard)
+            save_json(out / MANIFEST, manifest)
+            written += 1
+            new_tokens += sum(shard[s]["tokens"] for s in SPLITS)
+            if shard["input_documents"] < config.shard_size:
+                break
+    manifest["complete"] = True
+    manifest["reader"] = dataclasses.asdict(stats)
+    manifest["totals"] = totals(manifest["shards"])
+    save_json(out / MANIFEST, manifest)
+    seconds = time.perf_counter() - start
+    return _result(out, manifest, written, resumed, stats, seconds, new_tokens)
+
+
+def load_tokenizer(name_or_path: str):
+    """The transformers tokenizer and a private copy of its Rust tokenizer without padding or truncation.
+
+    A copy, because saved tokenizers (e.g. sentence-transformers ones) often carry fixed padding and
+    truncation settings that would cut documents short.
+    """
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    try:
+        hf_tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    except Exception as e:  # a missing directory, a broken file or an unreachable hub name
+        raise DataError(f"cannot load tokenizer {name_or_path!r}: {e}") from e
+    backend = getattr(hf_tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise DataError(f"tokenizer {name_or_path!r} has no fast (tokenizers) backend; need tokenizer.json")
+    encoder = Tokenizer.from_str(backend.to_str())
+    encoder.no_padding()
+    encoder.no_truncation()
+    return hf_tokenizer, encoder
+
+
+def is_validation(text: str, fraction: float, seed: int = 0) -> bool:
+    """Deterministic held-out membership: a 64-bit hash of the text, compared with ``fraction``."""
+    if fraction <= 0.0:
+        return False
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8, salt=_salt(seed)).digest()
+    return int.from_bytes(digest, "little") < fraction * 2**64
+
+
+def _salt(seed: int) -> bytes:
+    return seed.to_bytes(8, "little", signed=True)
+
+
+def _encode_batch(encoder, texts: list[str]) -> list[list[int]]:
+    # encode_batch releases the GIL and spreads the batch over all cores (Rust, rayon).
+    return [e.ids for e in encoder.encode_batch(texts, add_special_tokens=True)]
+
+
+def _batches(items: Iterable[str], size: int) -> Iterator[list[str]]:
+    it = iter(items)
+    while batch := list(itertools.islice(it, size)):
+        yield batch
+
+
+def _read_ahead(items: Iterator[str], block: int = 256, depth: int = 16) -> Iterator[str]:
+    """The same items, read in a thread so that parsing the inputs overlaps tokenization (Rust, no GIL).
+
+    Order is kept, and an error of the reader surfaces after the items read before it.
+    """
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item) -> None:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def work() -> None:
+        part: list[str] = []
+        try:
+            for item in items:
+                part.append(item)
+                if len(part) == block:
+                    put(part)
+                    part = []
+            put(part)
+            put(_END)
+        except BaseException as e:  # handed to the consumer, after the items read before it
+            put(part)
+            put(e)
+
+    threading.Thread(target=work, name="neobert-read-ahead", daemon=True).start()
+    try:
+        while (part := q.get()) is not _END:
+            if isinstance(part, BaseException):
+                raise part
+            yield from part
+    finally:
+        stop.set()  # the consumer stopped early: let the reader thread exit
+
+
+_END = object()
+
+
+def _skip_finished(chunk: Iterator[str], shard: dict, bar) -> int:
+    n = sum(1 for _ in chunk)
+    if n != shard["input_documents"]:
+        raise DataError(
+            f"shard {shard['index']} was prepared from {shard['input_documents']} input documents but the "
+            f"inputs now give {n}: the inputs changed; prepare into a new directory or set overwrite"
+        )
+    bar.update(n)
+    return n
+
+
+def _write_shard(out, index, chunk, encoder, config, dtype, n_special, bar) -> dict | None:
+    """Tokenize one shard's documents and write its files; None when the input stream is exhausted."""
+    first = next(chunk, None)
+    if first is None:
+        return None
+    writers = {s: ShardWriter(out, s, index, dtype) for s in SPLITS}
+    n_in = dropped = 0
+    try:
+        for batch in _batches(itertools.chain([first], chunk), config.batch_size):
+            n_in += len(batch)
+            kept: dict[str, list[list[int]]] = {s: [] for s in SPLITS}
+            for text, ids in zip(batch, _encode_batch(encoder, batch)):
+                if len(ids) - n_special < config.min_tokens:
+                    dropped += 1
+                    continue
+                held_out = is_validation(text, config.validation_fraction, config.split_seed)
+                kept["validation" if held_out else "train"].append(ids)
+            for s in SPLITS:
+                writers[s].add(kept[s])
+            bar.update(len(batch))
+        info = {s: writers[s].finish(config.length_thresholds) for s in SPLITS}
+    except BaseException:  # KeyboardInterrupt too: leave no partial file behind
+        for w in writers.values():
+            w.abort()
+        raise
+    return {"index": index, "input_documents": n_in, "dropped_short": dropped, **info}
+
+
+def _fingerprint(config: PrepareConfig, encoder) -> dict:
+    fp = {k: getattr(config, k) for k in _CONTENT_KEYS}
+    fp["tokenizer_sha256"] = hashlib.sha256(encoder.to_str().encode()).hexdigest()
+    return fp
+
+
+def _open_manifest(out: Path, config: PrepareConfig, hf_tokenizer, encoder) -> dict:
+    """Load the manifest of an earlier run with the same settings, or start a new output directory."""
+    path = out / MANIFEST
+    fingerprint = _fingerprint(config, encoder)
+    if path.exists() and config.overwrite:
+        remove_prepared(out)
+    if path.exists():
+        manifest = read_manifest(out)
+        changed = sorted(k for k in fingerprint if manifest["fingerprint"].get(k) != fingerprint[k])
+        if changed:
+            raise DataError(
+                f"{out} was prepared with other settings ({', '.join(changed)}); use another output "
+                "directory or set overwrite"
+            )
+        for stale in out.glob("*.tmp"):  # debris of an interrupted run
+            stale.unlink()
+        return manifest
+    if out.exists() and any(out.iterdir()):
+        raise DataError(f"{out} is not empty and holds no {MANIFEST}; refusing to write into it")
+    out.mkdir(parents=True, exist_ok=True)
+    # Saved without the fixed padding/truncation some tokenizer files carry (MiniLM's pads to 128).
+    hf_tokenizer.backend_tokenizer.no_padding()
+    hf_tokenizer.backend_tokenizer.no_truncation()
+    hf_tokenizer.save_pretrained(out / "tokenizer")
+    vocab_size = len(hf_tokenizer)
+    manifest = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "dtype": token_dtype(vocab_size).name,
+        "vocab_size": vocab_size,
+        "special_token_ids": {
+            name: getattr(hf_tokenizer, f"{name}_token_id", None)
+            for name in ("pad", "unk", "cls", "sep", "mask")
+        },
+        "fingerprint": fingerprint,
+        "config": {k: v for k, v in dataclasses.asdict(config).items() if k not in ("overwrite", "progress")},
+        "complete": False,
+        "shards": [],
+    }
+    save_json(path, manifest)
+    return manifest
+
+
+def _result(out, manifest, written, resumed, stats, seconds, new_tokens) -> PrepareResult:
+    t = manifest["totals"]
+    empty = {"documents": 0, "tokens": 0, "long_documents": {}}
+    train, val = t.get("train", empty), t.get("validation", empty)
+    thresholds = manifest["config"]["length_thresholds"]
+    return PrepareResult(
+        output=out,
+        shards_written=written,
+        shards_resumed=resumed,
+        documents=stats.documents,
+        train_documents=train["documents"],
+        train_tokens=train["tokens"],
+        validation_documents=val["documents"],
+        validation_tokens=val["tokens"],
+        dropped_short=t["dropped_short"],
+        skipped_records=stats.skipped_records,
+        empty_files=stats.empty_files,
+        long_documents={
+            th: {
+                "train": train["long_documents"].get(str(th), 0),
+                "validation": val["long_documents"].get(str(th), 0),
+            }
+            for th in thresholds
+        },
+        dtype=manifest["dtype"],
+        vocab_size=manifest["vocab_size"],
+        seconds=seconds,
+        tokens_per_second=new_tokens / seconds if seconds > 0 else 0.0,
+    )
+
+
+def _load_mapping(path: str | Path) -> dict:
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        data = yaml.safe_load(text) or {}
+    else:
+        data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
+    return data

@@ -1,0 +1,121 @@
+"""Train a WordPiece (the paper's choice, as bert-base-uncased) or byte-level BPE (the tokenizer ablation).
+
+Both get the BERT special tokens at fixed ids, [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4, and add
+[CLS] ... [SEP] around each text, so the rest of the pipeline treats them alike. The result is saved as a
+transformers fast-tokenizer directory that ``AutoTokenizer.from_pretrained`` loads with those tokens set.
+Any existing tokenizer directory (e.g. the bert-base-uncased files) can be used instead of training one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .readers import DataError, ReadStats, iter_documents
+
+KINDS = ("wordpiece", "bpe")
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+@dataclass
+class TokenizerResult:
+    output_dir: Path
+    kind: str
+    vocab_size: int  # as trained; below the request when the corpus is too small to fill it
+    special_token_ids: dict[str, int]
+    documents: int
+
+
+def train_tokenizer(
+    inputs: Iterable[str | os.PathLike],
+    kind: str = "wordpiece",
+    vocab_size: int = 30522,
+    output_dir: str | Path = "tokenizer",
+    min_frequency: int = 2,
+    *,
+    text_column: str = "text",
+    txt_mode: str = "paragraph",
+    on_error: str = "raise",
+    model_max_length: int | None = None,
+) -> TokenizerResult:
+    """Train a tokenizer on the documents of ``inputs`` (any input that ``neobert data prepare`` reads)."""
+    from tokenizers import pre_tokenizers, trainers
+
+    if kind not in KINDS:
+        raise DataError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
+    floor = len(SPECIAL_TOKENS) + (256 if kind == "bpe" else 0)  # byte-level BPE starts from 256 bytes
+    if vocab_size <= floor:
+        raise DataError(f"vocab_size {vocab_size} is too small for {kind}: needs more than {floor}")
+    tokenizer = _wordpiece() if kind == "wordpiece" else _byte_level_bpe()
+    common = {
+        "vocab_size": vocab_size,
+        "min_frequency": min_frequency,
+        "special_tokens": list(SPECIAL_TOKENS),
+    }
+    if kind == "wordpiece":
+        trainer = trainers.WordPieceTrainer(continuing_subword_prefix="##", **common)
+    else:
+        trainer = trainers.BpeTrainer(initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), **common)
+    stats = ReadStats()
+    docs = iter_documents(inputs, text_column=text_column, txt_mode=txt_mode, on_error=on_error, stats=stats)
+    tokenizer.train_from_iterator(docs, trainer=trainer)
+    if stats.documents == 0:
+        raise DataError("no documents to train the tokenizer on")
+    _add_bert_template(tokenizer)
+    ids = {t: tokenizer.token_to_id(t) for t in SPECIAL_TOKENS}
+    if list(ids.values()) != list(range(len(SPECIAL_TOKENS))):  # the trainer puts them first
+        raise RuntimeError(f"special tokens got unexpected ids {ids}")
+    _save(tokenizer, Path(output_dir), model_max_length)
+    return TokenizerResult(Path(output_dir), kind, tokenizer.get_vocab_size(), ids, stats.documents)
+
+
+def _wordpiece():
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
+    # bert-base-uncased normalisation: clean control characters, split CJK, lowercase, strip accents.
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    return tok
+
+
+def _byte_level_bpe():
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    # Case-preserving and lossless, like the LLaMA-2 tokenizer of the ablation; no [UNK] is ever needed.
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def _add_bert_template(tok) -> None:
+    from tokenizers import processors
+
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+    )
+
+
+def _save(tok, output_dir: Path, model_max_length: int | None) -> None:
+    from transformers import PreTrainedTokenizerFast
+
+    extra = {} if model_max_length is None else {"model_max_length": model_max_length}
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        **extra,
+    )
+    output_dir.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(output_dir)

@@ -1,0 +1,39 @@
+"""Pure pieces of pretraining: MLM masking, batching and packing, learning-rate schedule, optimizer and loss.
+
+Each is a function of its inputs only (randomness comes from an explicit generator or seed), so each is
+tested alone; the trainer composes them.
+"""
+
+from .batching import (
+    PackedRow,
+    collate_packed,
+    collate_padded,
+    iter_packed_rows,
+    micro_batches_for,
+    pack_documents,
+    token_budget_batches,
+)
+from .loss import global_masked_count, masked_lm_loss_sum, normalize_loss
+from .masking import IGNORE_INDEX, generator_for, mask_tokens
+from .optim import build_optimizer, parameter_groups
+from .schedule import lr_at, make_scheduler
+
+__all__ = [
+    "IGNORE_INDEX",
+    "PackedRow",
+    "build_optimizer",
+    "collate_packed",
+    "collate_padded",
+    "generator_for",
+    "global_masked_count",
+    "iter_packed_rows",
+    "lr_at",
+    "make_scheduler",
+    "mask_tokens",
+    "masked_lm_loss_sum",
+    "micro_batches_for",
+    "normalize_loss",
+    "pack_documents",
+    "parameter_groups",
+    "token_budget_batches",
+]

@@ -1,0 +1,131 @@
+"""From the ``data`` section of a pretraining config to documents, tokenizer facts and a model."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config import ConfigError, ModelConfig
+from ..data.dataset import TokenDataset
+from ..data.prepare import MANIFEST, PrepareConfig, prepare
+from .config import PretrainConfig
+
+
+class ConcatDocuments:
+    """Several prepared data sets seen as one sequence of documents."""
+
+    def __init__(self, parts: list[TokenDataset]):
+        self.parts = [p for p in parts if len(p)]
+        self._starts = np.cumsum([0] + [len(p) for p in self.parts]).tolist()
+        self.lengths = np.concatenate([p.lengths for p in self.parts]) if self.parts else np.zeros(0, np.int64)
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        part = bisect.bisect_right(self._starts, int(i)) - 1
+        return self.parts[part][int(i) - self._starts[part]]
+
+
+@dataclass
+class TrainingData:
+    train: Any  # documents: __len__, __getitem__ -> np.ndarray, .lengths
+    validation: Any | None
+    tokenizer: Any
+    pad_id: int
+    mask_id: int
+    special_ids: list[int]
+    vocab_size: int
+    unigram_entropy: float | None
+
+    def build_model(self, config: PretrainConfig):
+        """A fresh MLM model for this tokenizer (or ``init_from``'s weights, e.g. stage 2 from stage 1)."""
+        from ..model import NeoBERTConfig, NeoBERTForMaskedLM
+
+        overrides = dict(config.model)
+        if config.init_from:
+            model = NeoBERTForMaskedLM.from_pretrained(config.init_from, **overrides)
+        else:
+            overrides.setdefault("vocab_size", self.vocab_size)
+            overrides.setdefault("pad_token_id", self.pad_id)
+            model_config = ModelConfig.from_name(config.preset, **overrides)
+            model = NeoBERTForMaskedLM(NeoBERTConfig.from_model_config(model_config))
+        if model.config.vocab_size < self.vocab_size:
+            raise ConfigError(
+                f"model vocab_size {model.config.vocab_size} is smaller than the tokenizer's {self.vocab_size}"
+            )
+        if model.config.max_length < config.data.seq_len:
+            raise ConfigError(
+                f"data.seq_len {config.data.seq_len} exceeds the model's max_length {model.config.max_length}; "
+                "raise model.max_length"
+            )
+        return model
+
+
+def open_training_data(config: PretrainConfig, accelerator) -> TrainingData:
+    """Open (preparing raw files first, on the main process) the data sets named in ``config.data.paths``."""
+    from transformers import AutoTokenizer
+
+    paths = [Path(p) for p in config.data.paths]
+    if not paths:
+        raise ConfigError("no training data: give --data PATH (prepared directories or text files)")
+    missing = [str(p) for p in paths if not p.exists() and not str(p).startswith("hf:")]
+    if missing:
+        raise FileNotFoundError(f"training data not found: {', '.join(missing)}")
+    prepared = [p for p in paths if (p / MANIFEST).is_file()]
+    raw = [str(p) for p in paths if p not in prepared]
+    if raw:
+        if not config.data.tokenizer:
+            raise ConfigError("raw text inputs need a tokenizer: give --tokenizer DIR (or `neobert tokenizer train`)")
+        target = Path(config.output) / "data"
+        if accelerator.is_main_process:
+            prepare(PrepareConfig(inputs=raw, tokenizer=config.data.tokenizer, output=str(target),
+                                  text_column=config.data.text_column,
+                                  validation_fraction=config.data.validation_fraction))
+        accelerator.wait_for_everyone()
+        prepared.append(target)
+    train_parts = [TokenDataset(p, "train") for p in prepared]
+    vocab_sizes = {part.vocab_size for part in train_parts}
+    if len(vocab_sizes) > 1:
+        raise ConfigError(f"the data sets were tokenized with different vocabularies (sizes {sorted(vocab_sizes)})")
+    tokenizer = AutoTokenizer.from_pretrained(str(config.data.tokenizer or train_parts[0].tokenizer_path))
+    if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
+        raise ConfigError("the tokenizer needs a [MASK] and a [PAD] token for masked-language modelling")
+    train = train_parts[0] if len(train_parts) == 1 else ConcatDocuments(train_parts)
+    validation = ConcatDocuments([TokenDataset(p, "validation") for p in prepared])
+    return TrainingData(
+        train=train,
+        validation=validation if len(validation) else None,
+        tokenizer=tokenizer,
+        pad_id=tokenizer.pad_token_id,
+        mask_id=tokenizer.mask_token_id,
+        special_ids=sorted(set(tokenizer.all_special_ids)),
+        vocab_size=len(tokenizer),
+        unigram_entropy=unigram_entropy(train, tokenizer.all_special_ids, len(tokenizer)),
+    )
+
+
+def unigram_entropy(docs, special_ids: list[int], vocab_size: int, max_tokens: int = 20_000_000) -> float | None:
+    """Entropy (nats) of the training tokens' unigram distribution, specials excluded.
+
+    It is the MLM loss of a model that ignores context and always predicts token frequencies: the bar a
+    trained encoder must clear.
+    """
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    seen = 0
+    for i in range(len(docs)):
+        doc = np.asarray(docs[i])
+        counts += np.bincount(doc, minlength=vocab_size)[:vocab_size]
+        seen += len(doc)
+        if seen >= max_tokens:
+            break
+    counts[list(special_ids)] = 0
+    total = counts.sum()
+    if total == 0:
+        return None
+    p = counts[counts > 0] / total
+    return float(-(p * np.log(p)).sum())

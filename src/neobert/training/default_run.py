@@ -1,0 +1,110 @@
+"""The embedded default run: stdlib docstrings -> WordPiece tokenizer -> shards -> a small NeoBERT -> report.
+
+Everything it needs is on any machine with Python: the corpus is the docstrings of the running
+interpreter's standard library. Each stage is skipped when its output already exists, so an interrupted run
+picks up where it stopped (with ``resume=True`` for the training itself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from .checkpointing import write_atomic_dir
+from .config import PretrainConfig
+from .pretrain import PretrainResult, pretrain
+
+FILL_MASK_EXAMPLES = (
+    "Return a new [MASK] containing the items of the iterable.",
+    "If the argument is omitted, it defaults to [MASK].",
+    "This function is [MASK] and will be removed in a future version.",
+    "Raise an [MASK] if the file does not exist.",
+    "The optional [MASK] argument specifies the encoding of the file.",
+)
+
+
+@dataclass
+class DefaultRunResult:
+    pretrain: PretrainResult
+    corpus_documents: int
+    tokenizer_vocab: int
+    examples: list[tuple[str, list[tuple[str, float]]]]
+    report: Path
+
+
+def default_config() -> PretrainConfig:
+    text = resources.files("neobert.configs").joinpath("default.yaml").read_text(encoding="utf-8")
+    import yaml
+
+    return PretrainConfig.from_dict(yaml.safe_load(text))
+
+
+def run_default(output: str | Path = "runs/default", resume: bool = False, max_minutes: float | None = None,
+                progress_bar: bool = True, vocab_size: int = 8192) -> DefaultRunResult:
+    from ..data import PrepareConfig, prepare, train_tokenizer, write_stdlib_corpus
+
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    corpus = out / "corpus.txt"
+    if not corpus.is_file():
+        tmp = out / "corpus.txt.tmp"
+        write_stdlib_corpus(tmp)
+        tmp.replace(corpus)
+    tokenizer_dir = out / "tokenizer"
+    if not (tokenizer_dir / "tokenizer.json").is_file():
+        write_atomic_dir(lambda tmp: train_tokenizer([corpus], "wordpiece", vocab_size, tmp), tokenizer_dir)
+    config = default_config()
+    prepared = prepare(PrepareConfig(inputs=[str(corpus)], tokenizer=str(tokenizer_dir), output=str(out / "data"),
+                                     validation_fraction=config.data.validation_fraction, progress=progress_bar))
+    changes = {"data.paths": [str(out / "data")], "output": str(out)}
+    if max_minutes is not None:
+        changes["max_minutes"] = max_minutes
+    config = config.override(**changes)
+    result = pretrain(config, resume=resume, progress_bar=progress_bar)
+    examples = _fill_mask_examples(result.final_model)
+    report = write_report(out, result, prepared.documents, examples)
+    return DefaultRunResult(result, prepared.documents, prepared.vocab_size, examples, report)
+
+
+def _fill_mask_examples(model_dir: Path | None) -> list[tuple[str, list[tuple[str, float]]]]:
+    if model_dir is None:
+        return []
+    from ..inference import fill_mask, load_model, load_tokenizer
+
+    model = load_model(model_dir, task="mlm")
+    tokenizer = load_tokenizer(model_dir)
+    return [(text, fill_mask(model, tokenizer, text, top_k=3)[0]) for text in FILL_MASK_EXAMPLES]
+
+
+def write_report(out: Path, result: PretrainResult, documents: int, examples) -> Path:
+    lines = [
+        "# Embedded default run",
+        "",
+        f"A small NeoBERT pretrained on {documents:,} Python standard-library docstrings "
+        f"({result.tokens_seen:,} tokens seen in {result.steps} steps, {result.seconds / 60:.1f} minutes).",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        f"| validation MLM loss | {_fmt(result.val_loss)} |",
+        f"| unigram baseline (entropy of token frequencies) | {_fmt(result.unigram_entropy)} |",
+        f"| validation masked-token accuracy | {_fmt(result.val_accuracy)} |",
+        f"| last training loss | {_fmt(result.train_loss)} |",
+        "",
+        "![loss curve](loss_curve.png)",
+        "",
+        "## Fill-mask (top 3)",
+        "",
+        "| text | predictions |",
+        "|---|---|",
+    ]
+    for text, predictions in examples:
+        shown = ", ".join(f"{token} ({prob:.2f})" for token, prob in predictions)
+        lines.append(f"| {text} | {shown} |")
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"

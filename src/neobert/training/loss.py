@@ -1,0 +1,80 @@
+"""The MLM loss under gradient accumulation and data parallelism.
+
+A step's loss is the mean cross-entropy over every masked token of the step: all micro-batches on all
+processes. Averaging per-micro-batch means instead would weight a token by how many others shared its
+micro-batch (a micro-batch with 10 masked tokens would count as much as one with 10,000). So each
+micro-batch contributes its *sum* divided by the global count, which is known before the first backward
+because the count depends only on the labels:
+
+    count = global_masked_count([mb["labels"] for mb in micro_batches])   # one all_reduce per step
+    for mb in micro_batches:
+        logits = model(..., labels=mb["labels"], masked_only=True).logits   # (N, V)
+        loss = normalize_loss(masked_lm_loss_sum(logits, mb["labels"][mb["labels"] != -100]), count)
+        loss.backward()
+
+Summed over micro-batches and averaged by the data-parallel wrapper over processes, these gradients are
+those of the global mean. The sum of the ``loss`` values, all-reduced with AVG, is that global mean too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from .masking import IGNORE_INDEX
+
+
+def masked_lm_loss_sum(logits_masked: torch.Tensor, labels_masked: torch.Tensor) -> torch.Tensor:
+    """Summed cross-entropy, in fp32, of logits (N, V) against labels (N,); -100 labels are skipped,
+    so full (..., V) logits with (...) labels work too."""
+    return F.cross_entropy(
+        logits_masked.flatten(0, -2).float(),  # (N, V)
+        labels_masked.flatten(),
+        ignore_index=IGNORE_INDEX,
+        reduction="sum",
+    )
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def global_masked_count(
+    labels: torch.Tensor | Iterable[torch.Tensor],
+    *,
+    device: torch.device | str | None = None,
+    group: dist.ProcessGroup | None = None,
+) -> torch.Tensor:
+    """Number of labelled tokens (label != -100) in all the given micro-batches of this process, summed
+    over every process of ``group`` when torch.distributed is initialised. A 0-d int64 tensor on ``device``
+    (default: that of the labels; NCCL needs it on the GPU). No host sync."""
+    if isinstance(labels, torch.Tensor):
+        labels = [labels]
+    counts = [(lab != IGNORE_INDEX).sum() for lab in labels]
+    if not counts:
+        raise ValueError("no labels given")
+    total = torch.stack([c.to(device or counts[0].device) for c in counts]).sum()
+    if _distributed():
+        dist.all_reduce(total, op=dist.ReduceOp.SUM, group=group)
+    return total
+
+
+def normalize_loss(
+    loss_sum: torch.Tensor, global_count: torch.Tensor | int, *, world_size: int | None = None
+) -> torch.Tensor:
+    """``loss_sum * world_size / global_count``: the share of the global mean owed by this micro-batch.
+
+    ``world_size`` undoes the averaging of gradients over processes that DDP, FSDP and DeepSpeed apply
+    (default: the distributed world size, 1 when not distributed); pass 1 if gradients are summed instead.
+    A step without any masked token gives 0 rather than NaN.
+    """
+    if world_size is None:
+        world_size = dist.get_world_size() if _distributed() else 1
+    if isinstance(global_count, torch.Tensor):
+        denominator = global_count.clamp(min=1).to(loss_sum.dtype)
+    else:
+        denominator = max(int(global_count), 1)
+    return loss_sum * world_size / denominator
