@@ -122,6 +122,11 @@ def pretrain(
 
     world = accelerator.num_processes
     accumulation = micro_batches_for(config.tokens_per_step, config.data.seq_len, config.micro_batch_size, world)
+    if accelerator.distributed_type.value == "DEEPSPEED" and accumulation > 1:
+        # DeepSpeed's engine steps the optimizer inside every backward; our exact global-count loss needs
+        # all micro-batches of a step in one backward per process.
+        raise ValueError(f"with DeepSpeed, micro_batch_size x processes must hold the whole step "
+                         f"({accumulation} accumulation micro-batches requested)")
     rows_per_step = config.tokens_per_step // config.data.seq_len
     logger = RunLogger(output, tuple(config.report_to), config.to_dict()) if accelerator.is_main_process else None
     bar = tqdm(total=config.max_steps, initial=progress.step, desc="pretrain", unit="step",
@@ -140,15 +145,16 @@ def pretrain(
             for key in ("loss", "correct", "count", "tokens"):
                 window[key] += stats[key]
             bar.update(1)
-            if progress.step % config.log_every == 0 or progress.step == config.max_steps:
-                last = _log_window(progress.step, window, scheduler, stats, logger, bar)
-            if progress.step % config.eval_every == 0 or progress.step == config.max_steps:
+            stop = _time_is_up(started, config, accelerator)
+            final = stop or progress.step == config.max_steps
+            if progress.step % config.log_every == 0 or final:
+                last.update(_log_window(progress.step, window, scheduler, stats, logger, bar))
+            if progress.step % config.eval_every == 0 or final:
                 evaluation = evaluate(model, accelerator, data, config)
                 last.update(evaluation)
                 if logger and evaluation:
                     logger.log(progress.step, evaluation)
-            stop = _time_is_up(started, config, accelerator)
-            if progress.step % config.save_every == 0 or progress.step == config.max_steps or stop:
+            if progress.step % config.save_every == 0 or final:
                 save_checkpoint(accelerator, output / "checkpoints", progress.step,
                                 {"step": progress.step, "config": config.to_dict()}, config.keep_last)
             if on_step_end is not None:
@@ -159,7 +165,7 @@ def pretrain(
         bar.close()
         if logger:
             logger.close()
-    if "val/loss" not in last:  # stopped by the clock between evaluations
+    if "val/loss" not in last:  # nothing left to train (a finished run resumed): evaluate for the result
         last.update(evaluate(model, accelerator, data, config))
     return _finish(accelerator, model, data, config, progress, last, started)
 
@@ -227,7 +233,8 @@ def _train_step(model, optimizer, accelerator, batches, config: PretrainConfig, 
     loss_total = accelerator.reduce(loss_total, "sum")
     correct = accelerator.reduce(correct, "sum")
     count = float(global_count)
-    loss_value, grad_value = float(loss_total) / max(count, 1.0), float(grad_norm)
+    # DeepSpeed clips inside its engine and returns no norm here
+    loss_value, grad_value = float(loss_total) / max(count, 1.0), float(grad_norm) if grad_norm is not None else 0.0
     if not (math.isfinite(loss_value) and math.isfinite(grad_value)):
         optimizer.zero_grad(set_to_none=True)
         raise NonFiniteLossError(
@@ -300,12 +307,13 @@ def _finish(accelerator, model, data: TrainingData, config: PretrainConfig, prog
     output = Path(config.output)
     final_dir, curve = None, None
     accelerator.wait_for_everyone()
+    state_dict = accelerator.get_state_dict(model)  # gathers sharded (FSDP / ZeRO-3) weights; every rank calls
     if accelerator.is_main_process:
         unwrapped = accelerator.unwrap_model(model)
         unwrapped = getattr(unwrapped, "_orig_mod", unwrapped)  # torch.compile wrapper
 
         def build(tmp: Path) -> None:
-            unwrapped.save_pretrained(tmp, safe_serialization=True)
+            unwrapped.save_pretrained(tmp, state_dict=state_dict, safe_serialization=True)
             data.tokenizer.save_pretrained(tmp)
 
         final_dir = write_atomic_dir(build, output / "final")
