@@ -168,6 +168,34 @@ def test_two_processes_equal_one_process(prepared, tmp_path):
         torch.testing.assert_close(got[key], ref[key], rtol=1e-4, atol=1e-5)
 
 
+def test_fsdp_shipped_config_on_two_cpu_processes(prepared, tmp_path):
+    """The shipped FSDP2 accelerate config (forced onto 2 CPU processes) trains the same run as 1 process."""
+    from importlib import resources
+
+    script = tmp_path / "ddp.py"
+    script.write_text(textwrap.dedent(DDP_SCRIPT))
+    pretrain(tiny_config(prepared, tmp_path / "one", max_steps=4), progress_bar=False)
+    config_file = tmp_path / "fsdp.json"
+    config_file.write_text(json.dumps(tiny_config(prepared, tmp_path / "fsdp", max_steps=4).to_dict()))
+    fsdp_yaml = resources.files("neobert.configs").joinpath("accelerate/fsdp.yaml")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
+    run = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(fsdp_yaml), "--cpu",
+         "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", "29562", str(script),
+         str(config_file)],
+        env=env, capture_output=True, timeout=600,
+    )
+    assert run.returncode == 0, run.stderr.decode()[-3000:]
+    one, two = losses(tmp_path / "one"), losses(tmp_path / "fsdp")
+    for step in one:
+        assert two[step] == pytest.approx(one[step], rel=1e-5, abs=1e-5)
+    ref = load_file(tmp_path / "one" / "final" / "model.safetensors")
+    got = load_file(tmp_path / "fsdp" / "final" / "model.safetensors")  # gathered from the shards
+    assert sorted(got) == sorted(ref)
+    for key in ref:
+        torch.testing.assert_close(got[key], ref[key], rtol=1e-4, atol=1e-5)
+
+
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(prepared, tmp_path, monkeypatch):
     real = pretrain_module.masked_lm_loss_sum
     calls = {"n": 0}
