@@ -23,10 +23,10 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 import neobert
 from neobert.data import PrepareConfig, prepare, train_tokenizer, write_stdlib_corpus
-from neobert.training import pretrain as pretrain_module
+from neobert.training import trainer as pretrain_module
 from neobert.training.checkpointing import list_checkpoints
 from neobert.training.config import PretrainConfig
-from neobert.training.pretrain import NonFiniteLossError, pretrain
+from neobert.training.trainer import NonFiniteLossError, pretrain
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +97,7 @@ def test_gradient_accumulation_equals_one_big_micro_batch(prepared, tmp_path):
 KILL_SCRIPT = """
 import os, signal, sys
 from neobert.training.config import PretrainConfig
-from neobert.training.pretrain import pretrain
+from neobert.training.trainer import pretrain
 config = PretrainConfig.from_file(sys.argv[1])
 def kill_after(step, metrics):
     if step == int(sys.argv[2]):
@@ -136,7 +136,7 @@ def test_sigkill_and_resume_continue_exactly(prepared, tmp_path):
 DDP_SCRIPT = """
 import json, sys
 from neobert.training.config import PretrainConfig
-from neobert.training.pretrain import pretrain
+from neobert.training.trainer import pretrain
 pretrain(PretrainConfig.from_dict(json.loads(open(sys.argv[1]).read())), progress_bar=False)
 """
 

@@ -1,4 +1,5 @@
-"""Pure pieces of pretraining: MLM masking, batching and packing, learning-rate schedule, optimizer and loss.
+"""Pretraining: the loop (:func:`pretrain`) and its pure pieces (MLM masking, batching and packing,
+learning-rate schedule, optimizer groups, loss normalisation).
 
 Each is a function of its inputs only (randomness comes from an explicit generator or seed), so each is
 tested alone; the trainer composes them.
@@ -13,17 +14,26 @@ from .batching import (
     pack_documents,
     token_budget_batches,
 )
+from .config import DataConfig, OptimConfig, PretrainConfig, ScheduleConfig
 from .loss import global_masked_count, masked_lm_loss_sum, normalize_loss
 from .masking import IGNORE_INDEX, generator_for, mask_tokens
 from .optim import build_optimizer, parameter_groups
 from .schedule import lr_at, make_scheduler
+from .trainer import NonFiniteLossError, PretrainResult, evaluate, pretrain
 
 __all__ = [
     "IGNORE_INDEX",
+    "DataConfig",
+    "NonFiniteLossError",
+    "OptimConfig",
     "PackedRow",
+    "PretrainConfig",
+    "PretrainResult",
+    "ScheduleConfig",
     "build_optimizer",
     "collate_packed",
     "collate_padded",
+    "evaluate",
     "generator_for",
     "global_masked_count",
     "iter_packed_rows",
@@ -35,5 +45,6 @@ __all__ = [
     "normalize_loss",
     "pack_documents",
     "parameter_groups",
+    "pretrain",
     "token_budget_batches",
 ]

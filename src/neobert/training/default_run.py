@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .checkpointing import write_atomic_dir
 from .config import PretrainConfig
-from .pretrain import PretrainResult, pretrain
+from .trainer import PretrainResult, pretrain
 
 FILL_MASK_EXAMPLES = (
     "Return a new [MASK] containing the items of the iterable.",
