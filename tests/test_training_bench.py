@@ -30,6 +30,6 @@ def test_smoke_run_writes_table_and_json(tmp_path):
                              peak_sizes=[256], output=str(tmp_path))
     results = run(bench)
     row = results["results"][0]
-    assert row["tokens_per_second"] > 0 and 0 < row["fraction_of_peak"]
+    assert row["tokens_per_second"] > 0 and row["fraction_of_peak"] > 0
     assert json.loads((tmp_path / "results.json").read_text())["results"][0]["preset"] == "tiny"
     assert "| tiny | fp32 |" in (tmp_path / "results.md").read_text()

@@ -56,7 +56,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         return _run_default(args, console)
     config = PretrainConfig.from_file(args.config) if args.config else PretrainConfig()
     config = config.override(**_overrides(args))
-    from ..training.pretrain import pretrain
+    from ..training.trainer import pretrain
 
     result = pretrain(config, resume=args.resume, progress_bar=not args.no_progress)
     _print_summary(console, result)
