@@ -1,0 +1,179 @@
+"""``neobert finetune classify``: fine-tune any encoder on the user's own table.
+
+Classification (string or integer labels), regression, single texts or text pairs, from CSV, TSV, JSONL or
+parquet. Writes ``OUTPUT/model`` (the best checkpoint, loadable with ``AutoModelForSequenceClassification``
+and ``AutoTokenizer``), ``OUTPUT/metrics.json`` and ``OUTPUT/predictions.jsonl`` (the best model's
+validation predictions).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..evaluation.metrics import MetricResult
+from .config import ClassifyConfig
+from .data import (
+    DataError,
+    EncodedDataset,
+    LabelMap,
+    class_labels,
+    read_table,
+    regression_targets,
+    require_columns,
+    text_column,
+)
+from .models import check_vocabulary, load_classifier, load_tokenizer_for, max_positions
+from .reporting import write_json_atomic
+from .trainer import EvalSpec, fit
+
+CLASSIFICATION_METRICS = ("accuracy", "macro_f1")
+REGRESSION_METRICS = ("pearson", "spearman")
+
+
+@dataclass
+class ClassifyResult:
+    metrics: dict[str, float]  # NaN where undefined; see notes
+    notes: list[str]
+    model_dir: Path
+    metrics_file: Path
+    predictions_file: Path
+    best_step: int
+    steps: int
+    labels: list[str] | None  # class names by id; None for regression
+
+
+def selection_score(results: dict[str, MetricResult]) -> float:
+    """Macro-F1 for classes (accuracy rewards collapsing onto the majority class); the mean of Pearson
+    and Spearman for regression, as GLUE does for STS-B. NaN if any part is undefined."""
+    (result,) = results.values()
+    if "macro_f1" in result.values:
+        return result.values["macro_f1"]
+    parts = [result.values["pearson"], result.values["spearman"]]
+    return math.nan if any(math.isnan(v) for v in parts) else statistics.fmean(parts)
+
+
+def _read_split(config: ClassifyConfig, path: str, limit: int | None) -> tuple[list, list | None, list]:
+    frame = read_table(path)
+    require_columns(frame, [config.text_column, config.text_pair_column, config.label_column], path)
+    if limit is not None:
+        frame = frame.iloc[:limit]
+    texts = text_column(frame, config.text_column, path)
+    pairs = text_column(frame, config.text_pair_column, path) if config.text_pair_column else None
+    if config.task_type == "regression":
+        labels = regression_targets(frame, config.label_column, path)
+    else:
+        labels = class_labels(frame, config.label_column, path)
+    return texts, pairs, labels
+
+
+def _encode_labels(
+    config: ClassifyConfig, train: list, validation: list
+) -> tuple[list, list, LabelMap | None]:
+    if config.task_type == "regression":
+        return train, validation, None
+    label_map = LabelMap.from_labels(train)
+    if len(label_map.names) < 2:
+        raise DataError(
+            f"{config.train}: the training labels hold a single class ({label_map.names[0]!r}); "
+            "classification needs at least two"
+        )
+    return label_map.encode(train, config.train), label_map.encode(validation, config.validation), label_map
+
+
+def run_classify(config: ClassifyConfig | dict[str, Any]) -> ClassifyResult:
+    """Fine-tune ``config.model`` on ``config.train``, select on ``config.validation``, write the outputs."""
+    if isinstance(config, dict):
+        config = ClassifyConfig.from_dict(config)
+    # Read and check both files before paying for the model.
+    train_texts, train_pairs, train_raw = _read_split(config, config.train, config.max_train_samples)
+    val_texts, val_pairs, val_raw = _read_split(config, config.validation, config.max_eval_samples)
+    train_labels, val_labels, label_map = _encode_labels(config, train_raw, val_raw)
+
+    torch.manual_seed(config.seed)  # the new head's initialisation
+    tokenizer = load_tokenizer_for(config.model, config.tokenizer)
+    num_labels = len(label_map.names) if label_map else 1
+    model = load_classifier(
+        config.model, num_labels, label_map.id2label if label_map else None, config.preset_overrides
+    )
+    check_vocabulary(model, tokenizer)
+    max_length = min(config.max_length, max_positions(model) or config.max_length)
+    train = EncodedDataset(
+        tokenizer, train_texts, train_pairs, train_labels, max_length, config.show_progress
+    )
+    validation = EncodedDataset(tokenizer, val_texts, val_pairs, val_labels, max_length, config.show_progress)
+
+    output = Path(config.output)
+    regression = label_map is None
+    spec = EvalSpec(REGRESSION_METRICS if regression else CLASSIFICATION_METRICS, selection_score, regression)
+    fitted = fit(
+        model,
+        tokenizer,
+        train,
+        {"validation": validation},
+        spec,
+        config.train_settings(),
+        output / "model",
+        log_dir=output / "tensorboard" if config.tensorboard else None,
+        device=config.device,
+        precision=config.precision,
+        show_progress=config.show_progress,
+        description=f"classify {Path(config.train).name}",
+    )
+    predictions_file = _write_predictions(
+        output, val_texts, val_pairs, val_raw, fitted.best.predictions["validation"], label_map
+    )
+    metrics_file = _write_report(config, fitted, model, label_map, len(train), len(validation))
+    best = fitted.best.results["validation"]
+    return ClassifyResult(
+        best.values,
+        best.notes,
+        output / "model",
+        metrics_file,
+        predictions_file,
+        fitted.best.step,
+        fitted.steps,
+        label_map.names if label_map else None,
+    )
+
+
+def _write_report(config, fitted, model, label_map, num_train: int, num_validation: int) -> Path:
+    best = fitted.best.results["validation"]
+    report = {
+        "task_type": config.task_type,
+        "metrics": best.to_dict()["values"],  # null where undefined; "notes" says why
+        "notes": best.notes,
+        "selection_score": fitted.best.to_dict()["score"],
+        "best_step": fitted.best.step,
+        "steps": fitted.steps,
+        "stopped_early": fitted.stopped_early,
+        "num_train": num_train,
+        "num_validation": num_validation,
+        "labels": label_map.names if label_map else None,
+        "model": config.model,
+        "model_type": model.config.model_type,
+        "seconds": round(fitted.seconds, 2),
+        "config": config.to_dict(),
+        "history": [e.to_dict() for e in fitted.history],
+    }
+    return write_json_atomic(Path(config.output) / "metrics.json", report)
+
+
+def _write_predictions(output, texts, pairs, labels, predictions, label_map) -> Path:
+    path = output / "predictions.jsonl"
+    with path.open("w", encoding="utf-8") as f:
+        for i, text in enumerate(texts):
+            row = {"text": text}
+            if pairs is not None:
+                row["text_pair"] = pairs[i]
+            label = labels[i]
+            row["label"] = label.item() if hasattr(label, "item") else label
+            row["prediction"] = label_map.values[int(predictions[i])] if label_map else float(predictions[i])
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path

@@ -1,0 +1,158 @@
+"""Settings of the fine-tuning entry points: plain dataclasses that reject unknown keys.
+
+:class:`TrainSettings` holds the optimisation knobs shared by every fine-tuning run; :class:`GlueConfig`
+and :class:`ClassifyConfig` add what their command needs. A YAML file maps 1:1 onto a config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class FinetuneConfigError(ValueError):
+    """A fine-tuning setting is unknown or invalid."""
+
+
+@dataclass(kw_only=True)
+class TrainSettings:
+    """One fine-tuning run's hyperparameters (one point of a sweep)."""
+
+    epochs: int = 10  # the paper's upper bound; early stopping usually ends a run sooner
+    batch_size: int = 32
+    learning_rate: float = 2e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1  # linear warmup over this fraction of the steps, then linear decay to 0
+    eval_every: int | None = None  # optimizer steps between evaluations; None: once per epoch
+    patience: int | None = 3  # evaluations without improvement before stopping; None: never stop early
+    max_length: int = 512  # tokens per example (pair) after truncation; capped by the model's limit
+    eval_batch_size: int = 64
+    grad_clip: float | None = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "max_length", "eval_batch_size"):
+            _positive_int(self, name)
+        for name in ("eval_every", "patience"):
+            if getattr(self, name) is not None:
+                _positive_int(self, name)
+        if not self.learning_rate > 0:
+            raise FinetuneConfigError(f"learning_rate must be positive, got {self.learning_rate}")
+        if self.weight_decay < 0:
+            raise FinetuneConfigError(f"weight_decay must be non-negative, got {self.weight_decay}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise FinetuneConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+
+    def train_settings(self) -> TrainSettings:
+        """The :class:`TrainSettings` part of this config (subclasses carry more)."""
+        names = {f.name for f in dataclasses.fields(TrainSettings)}
+        return TrainSettings(**{k: v for k, v in dataclasses.asdict(self).items() if k in names})
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]):
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise FinetuneConfigError(
+                f"unknown {cls.__name__} key(s): {', '.join(unknown)}; known keys: {', '.join(sorted(known))}"
+            )
+        required = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
+        missing = [name for name in required if data.get(name) is None]
+        if missing:
+            flags = ", ".join("--" + name.replace("_", "-") for name in missing)
+            raise FinetuneConfigError(f"missing required setting(s): {', '.join(missing)} (CLI: {flags})")
+        return cls(**data)
+
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides: Any):
+        import yaml
+
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        if not isinstance(data, dict):
+            raise FinetuneConfigError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
+        return cls.from_dict({**data, **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _positive_int(config: Any, name: str) -> None:
+    value = getattr(config, name)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise FinetuneConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(kw_only=True)
+class ModelSource:
+    """Which encoder to fine-tune; shared by every command so all models are treated the same way."""
+
+    model: str  # NeoBERT directory, NeoBERT preset (random weights), or any transformers directory / hub id
+    tokenizer: str | None = None  # default: the model's own; the NeoBERT tokenizer for presets
+    preset_overrides: dict[str, Any] = field(default_factory=dict)  # ModelConfig fields, presets only
+    device: str | None = None  # default: cuda when available, else cpu
+    precision: str = "auto"  # auto (bf16 autocast on CUDA) | fp32 | bf16
+    tensorboard: bool = True
+    show_progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise FinetuneConfigError(f"precision must be auto, fp32 or bf16; got {self.precision!r}")
+
+
+@dataclass(kw_only=True)
+class GlueConfig(TrainSettings, ModelSource):
+    """``neobert finetune glue``: one or all GLUE tasks, optionally swept over a hyperparameter grid."""
+
+    output: str
+    tasks: list[str] | str = "all"  # a task name, a list of them, or "all" (the 8 tasks of Table 3)
+    data_dir: str | None = None  # local files; None: the hub data set nyu-mll/glue
+    grid: str | dict[str, list] | None = (
+        None  # None: one run; "paper"; a YAML file; a mapping field -> values
+    )
+    max_configs: int | None = None  # sample this many grid points (seeded) instead of all
+    from_mnli: str | None = None  # start RTE / MRPC / STS-B from this checkpoint
+    transfer_from_mnli: bool = True  # with MNLI in the run, start RTE / MRPC / STS-B from its best checkpoint
+    max_train_samples: int | None = None  # truncate each training set (quick runs)
+    max_eval_samples: int | None = None
+
+    def __post_init__(self) -> None:
+        TrainSettings.__post_init__(self)
+        ModelSource.__post_init__(self)
+        for name in ("max_configs", "max_train_samples", "max_eval_samples"):
+            if getattr(self, name) is not None:
+                _positive_int(self, name)
+
+
+TASK_TYPES = ("classification", "regression")
+
+
+@dataclass(kw_only=True)
+class ClassifyConfig(TrainSettings, ModelSource):
+    """``neobert finetune classify``: the user's own classification, regression or pair task."""
+
+    train: str
+    validation: str
+    output: str
+    text_column: str
+    label_column: str
+    text_pair_column: str | None = None
+    task_type: str = "classification"
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = None
+
+    def __post_init__(self) -> None:
+        TrainSettings.__post_init__(self)
+        ModelSource.__post_init__(self)
+        if self.task_type not in TASK_TYPES:
+            raise FinetuneConfigError(
+                f"task_type must be one of {', '.join(TASK_TYPES)}; got {self.task_type!r}"
+            )
+        for name in ("max_train_samples", "max_eval_samples"):
+            if getattr(self, name) is not None:
+                _positive_int(self, name)

@@ -1,0 +1,156 @@
+"""``neobert finetune glue``: GLUE dev with the paper's protocol, for any encoder.
+
+Per task: a sweep over the grid (one run without one), each run up to ``epochs`` epochs with evaluation
+every ``eval_every`` steps and early stopping; the sweep's best checkpoint is kept in ``OUTPUT/<task>/best``.
+RTE, MRPC and STS-B start from MNLI's best checkpoint (MNLI runs first). At the end: ``OUTPUT/results.md``
+(Table 3's layout) and ``OUTPUT/results.json``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from .config import GlueConfig, TrainSettings
+from .data import EncodedDataset
+from .glue_report import write_glue_report, write_sweep_report
+from .glue_tasks import MNLI_TRANSFER_TASKS, GlueTask, load_split, resolve_tasks
+from .models import (
+    check_vocabulary,
+    is_preset,
+    load_classifier,
+    load_tokenizer_for,
+    max_positions,
+    replace_dir,
+)
+from .sweep import SweepRow, best_index, expand_grid, load_grid, run_label
+from .trainer import EvalSpec, fit, is_better
+
+
+@dataclass
+class GlueTaskResult:
+    task: GlueTask
+    score: float  # the task's Table 3 number (NaN if undefined)
+    metrics: dict[str, dict[str, float]]  # validation split -> metric -> value, of the best run
+    notes: list[str]
+    best_config: dict[str, Any]  # the swept values of the best run
+    best_step: int
+    checkpoint: Path
+    init_from: str  # the model this task's runs started from (MNLI's checkpoint for transfer tasks)
+    sweep: list[SweepRow] = field(default_factory=list)
+
+
+@dataclass
+class GlueResults:
+    model: str
+    tasks: dict[str, GlueTaskResult]
+    average: float  # over the Table 3 tasks run; NaN if one of them is undefined
+    results_md: Path
+    results_json: Path
+
+
+def run_glue(config: GlueConfig | dict[str, Any]) -> GlueResults:
+    """Fine-tune and evaluate ``config.model`` on the GLUE tasks of ``config.tasks``."""
+    if isinstance(config, dict):
+        config = GlueConfig.from_dict(config)
+    tasks = resolve_tasks(config.tasks)
+    points = expand_grid(load_grid(config.grid), config.train_settings(), config.max_configs, config.seed)
+    tokenizer = load_tokenizer_for(config.model, config.tokenizer)
+    output = Path(config.output)
+    results: dict[str, GlueTaskResult] = {}
+    for task in tqdm(
+        tasks, desc="GLUE tasks", unit="task", disable=not config.show_progress or len(tasks) < 2
+    ):
+        source = config.model
+        if task.name in MNLI_TRANSFER_TASKS:
+            if config.from_mnli is not None:
+                source = config.from_mnli
+            elif config.transfer_from_mnli and "mnli" in results:
+                source = str(results["mnli"].checkpoint)
+        results[task.name] = _run_task(config, task, source, points, tokenizer, output / task.name)
+    return write_glue_report(config, results, output)
+
+
+def _encode(
+    config: GlueConfig, task: GlueTask, tokenizer: Any, max_length: int
+) -> tuple[EncodedDataset, dict[str, EncodedDataset]]:
+    def encoded(split: str, limit: int | None) -> EncodedDataset:
+        texts, pairs, labels = load_split(task, split, config.data_dir, limit)
+        return EncodedDataset(tokenizer, texts, pairs, labels, max_length, config.show_progress)
+
+    train = encoded("train", config.max_train_samples)
+    return train, {split: encoded(split, config.max_eval_samples) for split in task.validation_splits}
+
+
+def _run_task(
+    config: GlueConfig,
+    task: GlueTask,
+    source: str,
+    points: list[tuple[dict[str, Any], TrainSettings]],
+    tokenizer: Any,
+    task_dir: Path,
+) -> GlueTaskResult:
+    spec = EvalSpec(task.metrics, task.score, task.regression)
+    id2label = dict(enumerate(task.label_names)) if task.label_names else None
+    overrides = config.preset_overrides if is_preset(source) else None
+    cache: dict[int, tuple[EncodedDataset, dict[str, EncodedDataset]]] = {}
+    rows: list[SweepRow] = []
+    sweep = tqdm(
+        points, desc=f"{task.title} sweep", unit="run", disable=not config.show_progress or len(points) < 2
+    )
+    for point, settings in sweep:
+        torch.manual_seed(settings.seed)  # the same head initialisation for every grid point
+        model = load_classifier(source, task.num_labels, id2label, overrides)
+        check_vocabulary(model, tokenizer)
+        max_length = min(settings.max_length, max_positions(model) or settings.max_length)
+        if max_length not in cache:  # tokenize once per task (unless the grid sweeps max_length)
+            cache[max_length] = _encode(config, task, tokenizer, max_length)
+        train, splits = cache[max_length]
+        label = run_label(point)
+        candidate = task_dir / f".candidate-{label}"
+        start = time.perf_counter()
+        fitted = fit(
+            model,
+            tokenizer,
+            train,
+            splits,
+            spec,
+            settings,
+            candidate,
+            log_dir=task_dir / "tensorboard" / label if config.tensorboard else None,
+            device=config.device,
+            precision=config.precision,
+            show_progress=config.show_progress,
+            description=f"{task.title} {label}",
+        )
+        rows.append(SweepRow.from_fit(point, fitted, time.perf_counter() - start))
+        _keep_if_best(rows, candidate, task_dir / "best")
+        write_sweep_report(task, rows, task_dir)  # after every run, so a long sweep shows progress
+        del model, fitted
+    chosen = rows[best_index(rows)]
+    return GlueTaskResult(
+        task,
+        chosen.score,
+        chosen.metrics,
+        chosen.notes,
+        chosen.point,
+        chosen.best_step,
+        task_dir / "best",
+        source,
+        rows,
+    )
+
+
+def _keep_if_best(rows: list[SweepRow], candidate: Path, best_dir: Path) -> None:
+    """Keep only the sweep's best checkpoint on disk (60 full checkpoints per task would not fit):
+    the last run's replaces ``best_dir`` if it beats every earlier run, else it is deleted."""
+    if len(rows) == 1 or is_better(rows[-1].score, rows[best_index(rows[:-1])].score):
+        replace_dir(candidate, best_dir)
+    else:
+        shutil.rmtree(candidate, ignore_errors=True)
