@@ -1,0 +1,265 @@
+"""``neobert eval embeddings``: read local task files, embed with one or more models, write the results.
+
+Task files (UTF-8 JSONL, one object per line; a task's name is its file or directory name)::
+
+    DIR/sts/NAME.jsonl                   {"sentence1", "sentence2", "score"}
+    DIR/pair_classification/NAME.jsonl   {"sentence1", "sentence2", "label": 0|1}
+    DIR/clustering/NAME.jsonl            {"text", "label"}
+    DIR/classification/NAME/{train,test}.jsonl   {"text", "label"}
+    DIR/retrieval/NAME/queries.jsonl     {"_id" (or "id"), "text"}
+    DIR/retrieval/NAME/corpus.jsonl      {"_id" (or "id"), "text", optional "title"}
+    DIR/retrieval/NAME/qrels.tsv         query-id <TAB> corpus-id <TAB> score (header optional; BEIR layout)
+                      or qrels.jsonl     {"query-id", "corpus-id", "score"}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import embeddings as E
+from .encoder import Encoder, encode_texts, load_encoder
+from .instructions import TaskInstruction, apply_instruction
+from .report import fmt, markdown_table, nan_mean, write_json, write_text
+
+FAMILY_TITLES = {
+    "classification": "Class.",
+    "clustering": "Clust.",
+    "pair_classification": "PairClass.",
+    "retrieval": "Retr.",
+    "sts": "STS",
+}
+NO_INSTRUCTION = TaskInstruction("", "")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    family: str
+    name: str
+    path: Path
+
+
+@dataclass
+class EmbeddingReport:
+    models: dict[str, list[E.TaskScore]] = field(default_factory=dict)
+    seconds: float = 0.0
+    files: list[Path] = field(default_factory=list)
+
+
+def read_jsonl(path: str | os.PathLike, required: Sequence[str]) -> list[dict]:
+    """Rows of a JSONL file holding the ``required`` keys; errors name the file, line and available keys."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"task file {path} does not exist")
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}, line {number}: not valid JSON ({err.msg})") from None
+            missing = [k for k in required if k not in row]
+            if missing:
+                raise ValueError(
+                    f"{path}, line {number}: missing {', '.join(missing)}; available: {', '.join(sorted(row))}"
+                )
+            rows.append(row)
+    if not rows:
+        raise ValueError(f"task file {path} is empty")
+    return rows
+
+
+def _id(row: dict, path: Path) -> str:
+    for key in ("_id", "id"):
+        if key in row:
+            return str(row[key])
+    raise ValueError(f"{path}: a row has no '_id' or 'id' field; available: {', '.join(sorted(row))}")
+
+
+def read_qrels(directory: Path) -> dict[str, dict[str, float]]:
+    qrels: dict[str, dict[str, float]] = {}
+    if (directory / "qrels.jsonl").is_file():
+        triples = [
+            (str(r["query-id"]), str(r["corpus-id"]), float(r["score"]))
+            for r in read_jsonl(directory / "qrels.jsonl", ("query-id", "corpus-id", "score"))
+        ]
+    elif (directory / "qrels.tsv").is_file():
+        lines = (directory / "qrels.tsv").read_text(encoding="utf-8").splitlines()
+        fields = [line.split("\t") for line in lines if line.strip()]
+        if fields and fields[0][-1].strip().lower() == "score":  # BEIR's header line
+            fields = fields[1:]
+        triples = [(f[0], f[1], float(f[2])) for f in fields]
+    else:
+        raise FileNotFoundError(f"{directory} holds neither qrels.tsv nor qrels.jsonl")
+    for query, doc, score in triples:
+        qrels.setdefault(query, {})[doc] = score
+    return qrels
+
+
+def discover_tasks(tasks_dir: str | os.PathLike) -> list[TaskSpec]:
+    """Every task under ``tasks_dir`` in the layout of the module docstring."""
+    root = Path(tasks_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"tasks directory {root} does not exist")
+    unknown = sorted(p.name for p in root.iterdir() if p.is_dir() and p.name not in E.FAMILIES)
+    if unknown:
+        raise ValueError(
+            f"{root}: unknown task families {', '.join(unknown)}; known: {', '.join(E.FAMILIES)}"
+        )
+    specs = []
+    for family in E.FAMILIES:
+        folder = root / family
+        if not folder.is_dir():
+            continue
+        if family in ("classification", "retrieval"):
+            specs += [TaskSpec(family, p.name, p) for p in sorted(folder.iterdir()) if p.is_dir()]
+        else:
+            specs += [TaskSpec(family, p.stem, p) for p in sorted(folder.glob("*.jsonl"))]
+    if not specs:
+        raise ValueError(f"no task found under {root}; expected e.g. {root}/sts/NAME.jsonl")
+    return specs
+
+
+def evaluate_task(spec: TaskSpec, embed: E.Embed, instruction: TaskInstruction, seed: int = 0) -> E.TaskScore:
+    """Read one task's files and score it."""
+    path = spec.path
+    if spec.family in ("sts", "pair_classification"):
+        target = "score" if spec.family == "sts" else "label"
+        rows = read_jsonl(path, ("sentence1", "sentence2", target))
+        first, second = [r["sentence1"] for r in rows], [r["sentence2"] for r in rows]
+        if spec.family == "sts":
+            return E.evaluate_sts(
+                embed, spec.name, first, second, [float(r["score"]) for r in rows], instruction
+            )
+        labels = [int(r["label"]) for r in rows]
+        return E.evaluate_pair_classification(embed, spec.name, first, second, labels, instruction)
+    if spec.family == "clustering":
+        rows = read_jsonl(path, ("text", "label"))
+        return E.evaluate_clustering(
+            embed, spec.name, [r["text"] for r in rows], [r["label"] for r in rows], instruction, seed
+        )
+    if spec.family == "classification":
+        train, test = (read_jsonl(path / f"{split}.jsonl", ("text", "label")) for split in ("train", "test"))
+        return E.evaluate_classification(
+            embed,
+            spec.name,
+            ([r["text"] for r in train], [r["label"] for r in train]),
+            ([r["text"] for r in test], [r["label"] for r in test]),
+            instruction,
+            seed,
+        )
+    queries = {_id(r, path): r["text"] for r in read_jsonl(path / "queries.jsonl", ("text",))}
+    corpus = {
+        _id(r, path): (f"{r['title']} {r['text']}" if r.get("title") else r["text"]).strip()
+        for r in read_jsonl(path / "corpus.jsonl", ("text",))
+    }
+    return E.evaluate_retrieval(embed, spec.name, queries, corpus, read_qrels(path), instruction)
+
+
+def make_embed(encoder: Encoder, batch_size: int = 32, show_progress: bool = True) -> E.Embed:
+    def embed(texts: list[str], instruction: str) -> np.ndarray:
+        texts = [apply_instruction(instruction, t) for t in texts]
+        return encode_texts(encoder, texts, batch_size, normalize=True, show_progress=show_progress)
+
+    return embed
+
+
+def run(
+    models: Sequence[str],
+    tasks: Sequence[TaskSpec],
+    output: str | os.PathLike | None = None,
+    instructions: dict[str, TaskInstruction] | None = None,
+    tokenizer: str | None = None,
+    batch_size: int = 32,
+    seed: int = 0,
+    device: str | None = None,
+    show_progress: bool = True,
+) -> EmbeddingReport:
+    """Score every model on every task (zero-shot: no instruction unless given per task)."""
+    start = time.perf_counter()
+    report = EmbeddingReport()
+    for model in models:
+        encoder = load_encoder(model, tokenizer, device=device)
+        embed = make_embed(encoder, batch_size, show_progress)
+        report.models[model] = [
+            evaluate_task(spec, embed, (instructions or {}).get(spec.name, NO_INSTRUCTION), seed)
+            for spec in tasks
+        ]
+    report.seconds = time.perf_counter() - start
+    if output is not None:
+        report.files = write_report(report, Path(output))
+    return report
+
+
+def family_averages(scores: Sequence[E.TaskScore]) -> dict[str, float]:
+    """Mean main score per family present, and ``average`` over all tasks (MTEB's convention)."""
+    out = {}
+    for family in E.FAMILIES:
+        values = [s.main_score for s in scores if s.family == family]
+        if values:
+            out[family] = nan_mean(values)
+    out["average"] = nan_mean([s.main_score for s in scores])
+    return out
+
+
+def to_markdown(report: EmbeddingReport) -> str:
+    """A summary in Table 4's style (one row per model, one column per family) and a per-task table."""
+    first = next(iter(report.models.values()), [])  # every model runs the same tasks
+    families = [f for f in E.FAMILIES if any(s.family == f for s in first)]
+    header = [
+        "model",
+        *(f"{FAMILY_TITLES[f]} ({sum(s.family == f for s in first)})" for f in families),
+        "Avg.",
+    ]
+    summary = []
+    for model, scores in report.models.items():
+        averages = family_averages(scores)
+        summary.append([model, *(averages[f] for f in families), averages["average"]])
+    rows = []
+    for model, scores in report.models.items():
+        for s in scores:
+            others = ", ".join(f"{k} {fmt(v, 100)}" for k, v in s.scores.items() if k != s.main_metric)
+            rows.append(
+                [model, s.family, s.task, s.main_metric, s.main_score, others, s.size, "; ".join(s.notes)]
+            )
+    return (
+        "## Summary (main score x 100)\n\n"
+        + markdown_table(header, summary, scale=100)
+        + "\n## Tasks (x 100)\n\n"
+        + markdown_table(
+            ["model", "family", "task", "metric", "score", "other metrics", "n", "notes"], rows, scale=100
+        )
+    )
+
+
+def write_report(report: EmbeddingReport, output: Path) -> list[Path]:
+    data = {
+        model: {
+            "averages": family_averages(scores),
+            "tasks": [
+                {
+                    "family": s.family,
+                    "task": s.task,
+                    "main_metric": s.main_metric,
+                    "main_score": s.main_score,
+                    "scores": s.scores,
+                    "size": s.size,
+                    "notes": s.notes,
+                }
+                for s in scores
+            ],
+        }
+        for model, scores in report.models.items()
+    }
+    return [
+        write_json(output / "embedding_results.json", data),
+        write_text(output / "embedding_results.md", to_markdown(report)),
+    ]

@@ -1,0 +1,325 @@
+"""Contrastive fine-tuning: the loss against a naive loop, sampling, instructions, a real run, DDP gathering."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from embedding_fixtures import NEEDS_TOKENIZER, save_tiny_bert, save_tiny_neobert
+from neobert.evaluation.contrastive import (
+    ContrastiveConfig,
+    batch_texts,
+    contrastive_loss,
+    dataset_loss,
+    info_nce,
+    run,
+)
+from neobert.evaluation.contrastive_data import (
+    BatchSampler,
+    ContrastiveDataset,
+    Example,
+    load_datasets,
+    parse_data_spec,
+    read_jsonl_examples,
+    sampling_probabilities,
+)
+from neobert.evaluation.instructions import DATASET_INSTRUCTIONS, TEMPLATE, apply_instruction
+
+
+def naive_info_nce(q, p, n, temperature):
+    """Per query: -log(exp(cos(q_i, p_i)/t) / sum over every positive and negative of exp(cos/t))."""
+    candidates = [*p.tolist(), *n.tolist()]
+
+    def cos(a, b):
+        return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+    total = 0.0
+    for i, query in enumerate(q.tolist()):
+        scores = [cos(query, c) / temperature for c in candidates]
+        total += -(scores[i] - math.log(sum(math.exp(s) for s in scores)))
+    return total / len(q)
+
+
+def test_info_nce_with_hard_negatives_matches_a_naive_loop():
+    torch.manual_seed(0)
+    q, p, n = torch.randn(3, 8), torch.randn(3, 8), torch.randn(4, 8)
+    expected = naive_info_nce(q, p, n, 0.07)
+    assert float(contrastive_loss(q, p, n, 0.07)) == pytest.approx(expected, rel=1e-5)
+    # the hard negatives matter: without them the value is the in-batch-only loss
+    assert float(contrastive_loss(q, p, n[:0], 0.07)) == pytest.approx(
+        naive_info_nce(q, p, n[:0], 0.07), rel=1e-5
+    )
+    assert float(info_nce(q, torch.cat([p, n]), torch.arange(3), 0.07)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_sampling_proportions_follow_size_to_the_alpha():
+    np.testing.assert_allclose(sampling_probabilities([100, 400], 0.5), [1 / 3, 2 / 3])
+    np.testing.assert_allclose(sampling_probabilities([100, 400], 1.0), [0.2, 0.8])
+    np.testing.assert_allclose(sampling_probabilities([100, 400], 0.0), [0.5, 0.5])
+    data = [_dataset("a", 100), _dataset("b", 400)]
+    sampler = BatchSampler(data, batch_size=2, alpha=0.5, seed=1)
+    picks = [sampler.next_batch()[0] for _ in range(3000)]
+    assert np.mean(picks) == pytest.approx(2 / 3, abs=0.03)  # share of data set b
+
+
+def _dataset(name, size, negatives=False):
+    examples = [
+        Example(f"{name} q{i}", f"{name} p{i}", (f"{name} n{i}",) if negatives else ()) for i in range(size)
+    ]
+    return ContrastiveDataset(name, examples)
+
+
+def test_every_batch_comes_from_one_dataset_and_ranks_split_it():
+    data = [_dataset("a", 10), _dataset("b", 7)]
+    seen, sampler = set(), BatchSampler(data, 3, seed=0)
+    for index, examples in (sampler.next_batch() for _ in range(50)):
+        assert {ex.query.split()[0] for ex in examples} == {data[index].name}
+        seen.add(index)
+    assert seen == {0, 1}
+    # two processes with the same seed: same data set each step, disjoint examples
+    ranks = [BatchSampler(data, 2, seed=5, rank=r, world_size=2) for r in range(2)]
+    for _ in range(20):
+        (i0, b0), (i1, b1) = (s.next_batch() for s in ranks)
+        assert i0 == i1
+        assert not {ex.query for ex in b0} & {ex.query for ex in b1}
+
+
+def test_instructions_are_prefixed_to_queries_only(tmp_path):
+    path = tmp_path / "triples.jsonl"
+    rows = [{"query": "who wrote it", "positive": "an author", "negatives": ["a painter", "a cook"]}]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    (gooaq,) = load_datasets([f"gooaq={path}"])
+    assert gooaq.instruction == DATASET_INSTRUCTIONS["gooaq"]
+    config = ContrastiveConfig(model="tiny", data=[], output="", hard_negatives=1)
+    texts, n_queries, n_negatives = batch_texts(gooaq.examples, gooaq, config)
+    expected_query = TEMPLATE.format(instruction=DATASET_INSTRUCTIONS["gooaq"], text="who wrote it")
+    assert texts == [expected_query, "an author", "a painter"]
+    assert (n_queries, n_negatives) == (1, 1)
+    (custom,) = load_datasets([f"mine={path}"], instructions={"mine": "Find the author"})
+    assert custom.instruction == "Find the author"
+    assert load_datasets([str(path)])[0].instruction == ""  # unknown name: no instruction
+    assert apply_instruction("", "text") == "text"
+
+
+def test_data_specs_and_bad_files(tmp_path):
+    assert parse_data_spec("nli=hub:org/data:triplet@dev") == ("nli", "hub:org/data:triplet@dev")
+    assert parse_data_spec("all-nli") == ("all-nli", "hub:sentence-transformers/all-nli:triplet")
+    assert parse_data_spec("data/my_pairs.jsonl") == ("my_pairs", "data/my_pairs.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"question": "q", "positive": "p"}) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"missing text field\(s\) query; available: positive, question"):
+        read_jsonl_examples(bad)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="is empty"):
+        read_jsonl_examples(empty)
+
+
+def test_hub_columns_are_recognized_by_name(monkeypatch):
+    import datasets
+
+    from neobert.evaluation.contrastive_data import load_hub_examples
+
+    table = {
+        "anchor": ["q1", "q2"],
+        "positive": ["p1", "p2"],
+        "negative_1": ["n1", ""],
+        "negative_2": ["m1", "m2"],
+    }
+    calls = []
+
+    def fake_load_dataset(hub_id, config, split):
+        calls.append((hub_id, config, split))
+        return datasets.Dataset.from_dict(table)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    examples = load_hub_examples("org/triples:triplet@dev")
+    assert calls == [("org/triples", "triplet", "dev")]
+    assert examples == [Example("q1", "p1", ("n1", "m1")), Example("q2", "p2", ("m2",))]
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: datasets.Dataset.from_dict({"text": ["x"]}))
+    with pytest.raises(ValueError, match=r"no query column .* available: text"):
+        load_hub_examples("org/plain")
+
+
+ANIMALS = [
+    "cat",
+    "dog",
+    "horse",
+    "sheep",
+    "goat",
+    "mouse",
+    "eagle",
+    "shark",
+    "whale",
+    "tiger",
+    "lion",
+    "zebra",
+]
+COLORS = [
+    "red",
+    "blue",
+    "green",
+    "yellow",
+    "purple",
+    "orange",
+    "black",
+    "white",
+    "pink",
+    "brown",
+    "grey",
+    "gold",
+]
+
+
+def _write_pairs(tmp_path):
+    animals, colors = tmp_path / "animals.jsonl", tmp_path / "colors.jsonl"
+    with animals.open("w", encoding="utf-8") as f:
+        for i, a in enumerate(ANIMALS):
+            negative = ANIMALS[(i + 1) % len(ANIMALS)]
+            f.write(
+                json.dumps(
+                    {
+                        "query": f"the sound of a {a}",
+                        "positive": f"a {a} makes a noise",
+                        "negatives": [f"a {negative} sleeps"],
+                    }
+                )
+                + "\n"
+            )
+    with colors.open("w", encoding="utf-8") as f:
+        for c in COLORS:
+            f.write(json.dumps({"query": f"paint it {c}", "positive": f"a {c} wall"}) + "\n")
+    return animals, colors
+
+
+@NEEDS_TOKENIZER
+def test_two_dataset_run_lowers_the_loss_and_saves_a_sentence_transformer(tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    import neobert  # noqa: F401  (registers NeoBERT for SentenceTransformer)
+    from neobert.evaluation.encoder import encode_texts, load_encoder
+    from neobert.inference import encode, load_model, load_tokenizer
+
+    model_dir = save_tiny_neobert(tmp_path / "tiny")
+    animals, colors = _write_pairs(tmp_path)
+    config = ContrastiveConfig(
+        model=str(model_dir),
+        data=[str(animals), f"sts12={colors}"],
+        output=str(tmp_path / "out"),
+        steps=30,
+        batch_size=4,
+        lr=1e-3,
+        warmup_steps=2,
+        log_every=5,
+        show_progress=False,
+    )
+    datasets = load_datasets(config.data)
+    before = [dataset_loss(load_encoder(model_dir), d, config) for d in datasets]
+    result = run(config)
+    after = [dataset_loss(load_encoder(result.output), d, config) for d in datasets]
+    assert all(a < 0.5 * b for a, b in zip(after, before)), (before, after)
+    assert set(result.dataset_steps) == {"animals", "sts12"} and min(result.dataset_steps.values()) > 0
+    assert sum(result.dataset_steps.values()) == 30 and len(result.losses) == 6
+    log = json.loads((result.output / "contrastive_training.json").read_text(encoding="utf-8"))
+    assert log["datasets"][1]["instruction"] == DATASET_INSTRUCTIONS["sts12"]
+
+    texts = ["the sound of a cat", "a blue wall", "something else entirely, a little longer"]
+    st_vectors = SentenceTransformer(str(result.output), device="cpu").encode(texts)
+    reference = encode(
+        load_model(result.output), load_tokenizer(result.output), texts, normalize=False, show_progress=False
+    )
+    np.testing.assert_allclose(st_vectors, reference, atol=1e-5, rtol=0)
+    ours = encode_texts(load_encoder(result.output), texts, normalize=False, show_progress=False)
+    np.testing.assert_allclose(ours, reference, atol=1e-5, rtol=0)
+
+
+@NEEDS_TOKENIZER
+def test_any_transformers_encoder_through_the_cli(tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    from neobert.cli.main import main
+    from neobert.evaluation.encoder import encode_texts, load_encoder
+
+    bert_dir = save_tiny_bert(tmp_path / "bert")
+    animals, colors = _write_pairs(tmp_path)
+    out = tmp_path / "bert-embed"
+    code = main(
+        [
+            "finetune",
+            "contrastive",
+            "--model",
+            str(bert_dir),
+            "--data",
+            str(animals),
+            "--data",
+            str(colors),
+            "--output",
+            str(out),
+            "--steps",
+            "3",
+            "--batch-size",
+            "4",
+            "--log-every",
+            "1",
+            "--device",
+            "cpu",
+        ]
+    )
+    assert code == 0
+    texts = ["paint it red", "a dog makes a noise"]
+    st_vectors = SentenceTransformer(str(out), device="cpu").encode(texts)
+    np.testing.assert_allclose(
+        st_vectors, encode_texts(load_encoder(out), texts, normalize=False, show_progress=False), atol=1e-5
+    )
+    assert (
+        main(
+            [
+                "finetune",
+                "contrastive",
+                "--model",
+                str(bert_dir),
+                "--data",
+                str(tmp_path / "nope.jsonl"),
+                "--output",
+                str(out),
+            ]
+        )
+        == 1
+    )
+
+
+def _ddp_worker(rank, world, init_file, rows, result_dir):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    q, p, n = (t.clone().requires_grad_(True) for t in rows[rank])
+    loss = contrastive_loss(q, p, n, 0.07)
+    (loss * world).backward()  # as run() does: DDP then averages over processes
+    torch.save(
+        {"loss": loss.detach(), "grads": [q.grad, p.grad, n.grad]}, os.path.join(result_dir, f"{rank}.pt")
+    )
+    dist.destroy_process_group()
+
+
+def test_ddp_gathers_negatives_and_gives_the_single_process_gradient(tmp_path):
+    torch.manual_seed(0)
+    q, p = torch.randn(4, 6), torch.randn(4, 6)
+    n = torch.randn(4, 6)
+    # rank 0: queries 0-1 with one hard negative; rank 1: queries 2-3 with three
+    rows = [(q[:2], p[:2], n[:1]), (q[2:], p[2:], n[1:])]
+    torch.multiprocessing.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), rows, str(tmp_path)), nprocs=2)
+    results = [torch.load(tmp_path / f"{r}.pt") for r in range(2)]
+
+    leaves = [t.clone().requires_grad_(True) for t in (q, p, n)]
+    expected = contrastive_loss(*leaves, 0.07)
+    expected.backward()
+    for r in results:
+        torch.testing.assert_close(r["loss"], expected.detach())
+    averaged = [torch.cat([results[0]["grads"][i], results[1]["grads"][i]]) / 2 for i in range(3)]
+    for got, leaf in zip(averaged, leaves):
+        torch.testing.assert_close(got, leaf.grad, rtol=1e-5, atol=1e-6)
