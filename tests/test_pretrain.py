@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -33,10 +34,30 @@ from neobert.training.trainer import NonFiniteLossError, pretrain
 def prepared(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("pretrain-data")
     corpus = root / "corpus.txt"
-    write_stdlib_corpus(corpus, modules=["json", "argparse", "textwrap", "functools", "pathlib", "collections", "logging", "email", "unittest"])
+    write_stdlib_corpus(
+        corpus,
+        modules=[
+            "json",
+            "argparse",
+            "textwrap",
+            "functools",
+            "pathlib",
+            "collections",
+            "logging",
+            "email",
+            "unittest",
+        ],
+    )
     tokenizer = train_tokenizer([corpus], "wordpiece", 400, root / "tokenizer").output_dir
-    prepare(PrepareConfig(inputs=[str(corpus)], tokenizer=str(tokenizer), output=str(root / "data"),
-                          validation_fraction=0.2, progress=False))
+    prepare(
+        PrepareConfig(
+            inputs=[str(corpus)],
+            tokenizer=str(tokenizer),
+            output=str(root / "data"),
+            validation_fraction=0.2,
+            progress=False,
+        )
+    )
     return root / "data"
 
 
@@ -119,8 +140,9 @@ def test_sigkill_and_resume_continue_exactly(prepared, tmp_path):
     first = subprocess.run([sys.executable, str(script), str(config_file), "5"], env=env, capture_output=True)
     assert first.returncode == -signal.SIGKILL, first.stderr.decode()[-2000:]
     assert [s for s, _ in list_checkpoints(tmp_path / "killed" / "checkpoints")][-1] == 4
-    second = subprocess.run([sys.executable, str(script), str(config_file), "0", "--resume"], env=env,
-                            capture_output=True)
+    second = subprocess.run(
+        [sys.executable, str(script), str(config_file), "0", "--resume"], env=env, capture_output=True
+    )
     assert second.returncode == 0, second.stderr.decode()[-2000:]
 
     expected, got = losses(tmp_path / "reference"), losses(tmp_path / "killed")
@@ -141,6 +163,12 @@ pretrain(PretrainConfig.from_dict(json.loads(open(sys.argv[1]).read())), progres
 """
 
 
+def free_port() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
 def test_two_processes_equal_one_process(prepared, tmp_path):
     """torchrun with 2 CPU processes (gloo) and the same global batch gives the 1-process losses and weights."""
     script = tmp_path / "ddp.py"
@@ -150,13 +178,26 @@ def test_two_processes_equal_one_process(prepared, tmp_path):
     double = tiny_config(prepared, tmp_path / "two", max_steps=4)
     config_file = tmp_path / "two.json"
     config_file.write_text(json.dumps(double.to_dict()))
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")
+    }
     run = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29561",
-         str(script), str(config_file)],
-        env=env, capture_output=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            free_port(),
+            str(script),
+            str(config_file),
+        ],
+        env=env,
+        capture_output=True,
+        timeout=600,
     )
-    assert run.returncode == 0, run.stderr.decode()[-3000:]
+    assert run.returncode == 0, (run.stdout.decode() + run.stderr.decode())[-4000:]
     records = [json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
     assert len([r for r in records if "train/loss" in r]) == 4  # only the main process logs
     one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
@@ -178,12 +219,29 @@ def test_fsdp_shipped_config_on_two_cpu_processes(prepared, tmp_path):
     config_file = tmp_path / "fsdp.json"
     config_file.write_text(json.dumps(tiny_config(prepared, tmp_path / "fsdp", max_steps=4).to_dict()))
     fsdp_yaml = resources.files("neobert.configs").joinpath("accelerate/fsdp.yaml")
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")
+    }
     run = subprocess.run(
-        [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(fsdp_yaml), "--cpu",
-         "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", "29562", str(script),
-         str(config_file)],
-        env=env, capture_output=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(fsdp_yaml),
+            "--cpu",
+            "--num_processes",
+            "2",
+            "--mixed_precision",
+            "no",
+            "--main_process_port",
+            free_port(),
+            str(script),
+            str(config_file),
+        ],
+        env=env,
+        capture_output=True,
+        timeout=600,
     )
     assert run.returncode == 0, run.stderr.decode()[-3000:]
     one, two = losses(tmp_path / "one"), losses(tmp_path / "fsdp")
@@ -235,12 +293,38 @@ def test_cli_pretrain_on_raw_text(tmp_path, prepared):
     from neobert.cli.main import main
 
     corpus = tmp_path / "text.txt"
-    corpus.write_text("\n\n".join(f"document number {i} talks about parsing json and paths." for i in range(60)))
+    corpus.write_text(
+        "\n\n".join(f"document number {i} talks about parsing json and paths." for i in range(60))
+    )
     tokenizer = prepared.parent / "tokenizer"
-    code = main(["pretrain", "--data", str(corpus), "--tokenizer", str(tokenizer), "--preset", "tiny",
-                 "--max-steps", "3", "--output", str(tmp_path / "run"), "--no-progress",
-                 "--set", "model.vocab_size=400", "--set", "data.seq_len=32", "--set", "tokens_per_step=128",
-                 "--set", "micro_batch_size=4", "--set", "precision=fp32", "--set", "eval_batches=1"])
+    code = main(
+        [
+            "pretrain",
+            "--data",
+            str(corpus),
+            "--tokenizer",
+            str(tokenizer),
+            "--preset",
+            "tiny",
+            "--max-steps",
+            "3",
+            "--output",
+            str(tmp_path / "run"),
+            "--no-progress",
+            "--set",
+            "model.vocab_size=400",
+            "--set",
+            "data.seq_len=32",
+            "--set",
+            "tokens_per_step=128",
+            "--set",
+            "micro_batch_size=4",
+            "--set",
+            "precision=fp32",
+            "--set",
+            "eval_batches=1",
+        ]
+    )
     assert code == 0
     assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
     assert (tmp_path / "run" / "data" / "manifest.json").is_file()  # raw text was prepared first

@@ -61,8 +61,9 @@ def test_mixture_samples_long_subsets_in_proportion():
     # lengths 100..3000: the gt1024 / gt2048 sub-sets are a minority of the documents
     lengths = np.linspace(100, 3000, 400).astype(int)
     docs = [np.full(n, i % 1000, dtype=np.int64) for i, n in enumerate(lengths)]
-    stream = RowStream(docs, lengths, 4096, seed=0, mixture={"all": 0.2, "gt1024": 0.4, "gt2048": 0.4},
-                       block_docs=8)
+    stream = RowStream(
+        docs, lengths, 4096, seed=0, mixture={"all": 0.2, "gt1024": 0.4, "gt2048": 0.4}, block_docs=8
+    )
     picked = np.concatenate([stream.block_documents(b) for b in range(500)])
     long_share = np.mean(lengths[picked] > 2048)
     # P(doc > 2048) = 0.4 (gt2048 block) + 0.4 * P(>2048 | >1024) + 0.2 * P(>2048)

@@ -26,8 +26,16 @@ def test_learned_positions_and_layernorm_are_not_counted_as_matmuls():
 
 
 def test_smoke_run_writes_table_and_json(tmp_path):
-    bench = TrainBenchConfig(presets=["tiny"], dtypes=["fp32"], seq_len=64, rows=2, steps=1, warmup=1,
-                             peak_sizes=[256], output=str(tmp_path))
+    bench = TrainBenchConfig(
+        presets=["tiny"],
+        dtypes=["fp32"],
+        seq_len=64,
+        rows=2,
+        steps=1,
+        warmup=1,
+        peak_sizes=[256],
+        output=str(tmp_path),
+    )
     results = run(bench)
     row = results["results"][0]
     assert row["tokens_per_second"] > 0 and row["fraction_of_peak"] > 0

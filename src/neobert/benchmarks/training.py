@@ -46,7 +46,9 @@ class TrainBenchConfig:
 def training_flops_per_token(config: ModelConfig, mean_keys: float, mask_rate: float) -> float:
     c, layers = config.hidden_size, config.num_hidden_layers
     linear = config.num_parameters() - config.vocab_size * c  # every weight but the embedding table
-    linear -= layers * 2 * c + c if config.norm == "rmsnorm" else layers * 4 * c + 2 * c  # norms are not matmuls
+    linear -= (
+        layers * 2 * c + c if config.norm == "rmsnorm" else layers * 4 * c + 2 * c
+    )  # norms are not matmuls
     if config.position_embedding == "learned":
         linear -= config.max_length * c  # a table lookup too
     forward = forward_flops_per_token(linear, c, [int(mean_keys)] * layers)
@@ -56,11 +58,19 @@ def training_flops_per_token(config: ModelConfig, mean_keys: float, mask_rate: f
 
 def _batch(config: ModelConfig, bench: TrainBenchConfig, seed: int = 0) -> tuple[dict, float]:
     rng = np.random.default_rng(seed)
-    docs = [rng.integers(5, config.vocab_size, int(n)) for n in rng.integers(32, bench.seq_len, 20 * bench.rows)]
+    docs = [
+        rng.integers(5, config.vocab_size, int(n)) for n in rng.integers(32, bench.seq_len, 20 * bench.rows)
+    ]
     rows = pack_documents(docs, bench.seq_len)[: bench.rows]
     batch = collate_packed(rows, config.pad_token_id, bench.seq_len)
-    ids, labels = mask_tokens(batch["input_ids"], mask_token_id=4, vocab_size=config.vocab_size,
-                              special_ids=[0, 1, 2, 3, 4], rate=bench.mask_rate, generator=generator_for(seed, 0))
+    ids, labels = mask_tokens(
+        batch["input_ids"],
+        mask_token_id=4,
+        vocab_size=config.vocab_size,
+        special_ids=[0, 1, 2, 3, 4],
+        rate=bench.mask_rate,
+        generator=generator_for(seed, 0),
+    )
     batch.update(input_ids=ids, labels=labels)
     lengths = np.diff(batch["cu_seqlens"].numpy())
     mean_keys = float((lengths**2).sum() / lengths.sum())  # each token attends to its own document
@@ -76,8 +86,14 @@ def _measure(preset: str, dtype: str, bench: TrainBenchConfig, peaks: dict) -> d
 
     def step() -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
-            out = model(input_ids=batch["input_ids"], cu_seqlens=batch["cu_seqlens"], max_seqlen=batch["max_seqlen"],
-                        position_ids=batch["position_ids"], labels=batch["labels"], masked_only=True)
+            out = model(
+                input_ids=batch["input_ids"],
+                cu_seqlens=batch["cu_seqlens"],
+                max_seqlen=batch["max_seqlen"],
+                position_ids=batch["position_ids"],
+                labels=batch["labels"],
+                masked_only=True,
+            )
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -89,10 +105,17 @@ def _measure(preset: str, dtype: str, bench: TrainBenchConfig, peaks: dict) -> d
     tokens = int(batch["attention_mask"].sum())
     flops = training_flops_per_token(config, mean_keys, bench.mask_rate)
     rate = tokens / seconds
-    return {"preset": preset, "dtype": dtype, "parameters": config.num_parameters(mlm_head=True),
-            "tokens_per_step": tokens, "seconds_per_step": seconds, "tokens_per_second": rate,
-            "flops_per_token": flops, "achieved_flops": flops * rate,
-            "fraction_of_peak": flops * rate / peaks[dtype]["flops"]}
+    return {
+        "preset": preset,
+        "dtype": dtype,
+        "parameters": config.num_parameters(mlm_head=True),
+        "tokens_per_step": tokens,
+        "seconds_per_step": seconds,
+        "tokens_per_second": rate,
+        "flops_per_token": flops,
+        "achieved_flops": flops * rate,
+        "fraction_of_peak": flops * rate / peaks[dtype]["flops"],
+    }
 
 
 def run(bench: TrainBenchConfig) -> dict:
@@ -135,8 +158,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--output")
     args = parser.parse_args(argv)
-    bench = TrainBenchConfig(presets=args.presets.split(","), dtypes=args.dtypes.split(","), seq_len=args.seq_len,
-                             rows=args.rows, steps=args.steps, output=args.output)
+    bench = TrainBenchConfig(
+        presets=args.presets.split(","),
+        dtypes=args.dtypes.split(","),
+        seq_len=args.seq_len,
+        rows=args.rows,
+        steps=args.steps,
+        output=args.output,
+    )
     print(markdown(run(bench)))
     return 0
 

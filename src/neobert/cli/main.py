@@ -17,7 +17,18 @@ from rich.markup import escape
 from .. import __version__
 from .common import CLIError
 
-COMMAND_MODULES = ["pretrain", "data", "tokenizer", "info", "embed", "fill_mask", "demo", "finetune", "eval"]
+COMMAND_MODULES = [
+    "pretrain",
+    "data",
+    "tokenizer",
+    "info",
+    "embed",
+    "fill_mask",
+    "demo",
+    "finetune",
+    "eval",
+    "bench",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

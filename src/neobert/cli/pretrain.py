@@ -21,16 +21,27 @@ def register(subparsers: Any) -> None:
             "Launch with `torchrun` or `accelerate launch` for several processes."
         ),
     )
-    parser.add_argument("--data", nargs="+", help="prepared data directories or text files (.txt/.jsonl/.csv/.parquet)")
+    parser.add_argument(
+        "--data", nargs="+", help="prepared data directories or text files (.txt/.jsonl/.csv/.parquet)"
+    )
     parser.add_argument("--config", help="YAML config file (e.g. one of neobert/configs/*.yaml)")
-    parser.add_argument("--preset", help="model preset (neobert, neobert-1024, 120m, 250m-wide, bert-baseline, small, tiny)")
+    parser.add_argument(
+        "--preset", help="model preset (neobert, neobert-1024, 120m, 250m-wide, bert-baseline, small, tiny)"
+    )
     parser.add_argument("--max-steps", type=int)
     parser.add_argument("--output", help="run directory (checkpoints, logs, final model)")
     parser.add_argument("--tokenizer", help="tokenizer directory (needed for raw text inputs)")
-    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue from the latest checkpoint in --output"
+    )
     parser.add_argument("--max-minutes", type=float, help="stop (saving a checkpoint) after this much time")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override any config field, e.g. --set data.seq_len=512 --set optim.lr=1e-4")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override any config field, e.g. --set data.seq_len=512 --set optim.lr=1e-4",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run_from_args)
 
@@ -42,8 +53,14 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
             raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
         key, value = item.split("=", 1)
         changes[key.strip()] = yaml.safe_load(value)
-    named = {"data.paths": args.data, "preset": args.preset, "max_steps": args.max_steps, "output": args.output,
-             "data.tokenizer": args.tokenizer, "max_minutes": args.max_minutes}
+    named = {
+        "data.paths": args.data,
+        "preset": args.preset,
+        "max_steps": args.max_steps,
+        "output": args.output,
+        "data.tokenizer": args.tokenizer,
+        "max_minutes": args.max_minutes,
+    }
     changes.update({k: v for k, v in named.items() if v is not None})
     return changes
 
@@ -66,9 +83,15 @@ def run_from_args(args: argparse.Namespace) -> int:
 def _run_default(args: argparse.Namespace, console) -> int:
     from ..training.default_run import run_default
 
-    console.print("[bold]neobert pretrain[/]: embedded default run (Python stdlib docstrings, small NeoBERT, CPU)")
-    result = run_default(output=args.output or "runs/default", resume=args.resume, max_minutes=args.max_minutes,
-                         progress_bar=not args.no_progress)
+    console.print(
+        "[bold]neobert pretrain[/]: embedded default run (Python stdlib docstrings, small NeoBERT, CPU)"
+    )
+    result = run_default(
+        output=args.output or "runs/default",
+        resume=args.resume,
+        max_minutes=args.max_minutes,
+        progress_bar=not args.no_progress,
+    )
     _print_summary(console, result.pretrain)
     table = Table(title="fill-mask (top 3)")
     table.add_column("text")

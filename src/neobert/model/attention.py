@@ -7,16 +7,22 @@ Two layouts:
 - padded: activations (B, L, C); SDPA with a boolean key mask (B, 1, 1, L) that broadcasts over heads and
   queries (nothing of size (B, H, L, L) is built by us).
 - packed: activations (T, C) holding only real tokens, sequences delimited by ``cu_seqlens`` (the layout of
-  flash-attn's varlen kernels). On CUDA with flash-attn installed that kernel runs; otherwise each layer
-  scatters q, k, v into a (N, max_seqlen) grid, runs SDPA with a key mask and gathers back. Both compute the
-  same function as the padded path. Packed rows of several documents (pretraining) use the same layout, so a
-  token only sees its own document.
+  flash-attn's varlen kernels). On CUDA with flash-attn installed that kernel runs. On CPU, consecutive
+  sequences of equal length ("runs") are viewed in place as (n, H, l, D) and each run is one SDPA call with
+  no mask, so no work is spent on padding; a per-call overhead of some microseconds makes this the choice
+  when runs are long enough. Otherwise each layer scatters q, k, v into a (N, max_seqlen) grid, runs SDPA
+  with a key mask and gathers back. All compute the same function as the padded path. Packed rows of several
+  documents (pretraining) use the same layout, so a token only sees its own document.
+
+On CPU, SDPA dispatches to its flash kernel (``_scaled_dot_product_flash_attention_for_cpu``), which works in
+blocks and never holds a (H, L, L) score tensor.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +43,7 @@ class AttentionContext:
         None  # packed: (T,) flat slot of each token in the (N * max_seqlen) grid
     )
     grid_mask: torch.Tensor | None = None  # packed: (N, 1, 1, max_seqlen) bool key mask of that grid
+    runs: list[tuple[int, int, int]] = field(default_factory=list)  # packed, CPU: (first token, n, length)
     use_flash: bool = False
 
     @property
@@ -44,9 +51,22 @@ class AttentionContext:
         return self.cu_seqlens is not None
 
 
+# A run of equal-length sequences must hold at least this many tokens on average for run-by-run attention
+# (one SDPA call each, ~10-50 us of overhead) to beat the padded grid; many tiny sequences use the grid.
+MIN_TOKENS_PER_RUN = 64
+
+
 def padded_context(attention_mask: torch.Tensor | None) -> AttentionContext:
-    """Context for (B, L) inputs. A mask is kept even when it has no zeros, to avoid a host sync."""
-    if attention_mask is None:
+    """Context for (B, L) inputs.
+
+    On an accelerator a mask is kept even when it has no zeros, to avoid a host sync; on CPU the check is
+    free, and an all-ones mask is dropped so SDPA skips adding it.
+    """
+    if attention_mask is None or (
+        attention_mask.device.type == "cpu"
+        and not torch.compiler.is_compiling()  # a data-dependent branch would break the graph
+        and bool(attention_mask.all())
+    ):
         return AttentionContext()
     return AttentionContext(key_mask=attention_mask.bool()[:, None, None, :])
 
@@ -56,6 +76,10 @@ def packed_context(cu_seqlens: torch.Tensor, max_seqlen: int, use_flash: bool = 
     cu_seqlens = cu_seqlens.to(torch.int32)
     if use_flash:
         return AttentionContext(cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, use_flash=True)
+    if cu_seqlens.device.type == "cpu":  # reading the offsets costs no device sync here
+        runs = equal_length_runs(cu_seqlens.tolist())
+        if int(cu_seqlens[-1]) >= MIN_TOKENS_PER_RUN * len(runs):
+            return AttentionContext(cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, runs=runs)
     lengths = cu_seqlens[1:] - cu_seqlens[:-1]  # (N,)
     n = lengths.shape[0]
     grid_mask = torch.arange(max_seqlen, device=cu_seqlens.device)[None, :] < lengths[:, None]  # (N, S)
@@ -66,6 +90,23 @@ def packed_context(cu_seqlens: torch.Tensor, max_seqlen: int, use_flash: bool = 
         grid_index=grid_index,
         grid_mask=grid_mask.view(n, 1, 1, max_seqlen),
     )
+
+
+def equal_length_runs(offsets: list[int]) -> list[tuple[int, int, int]]:
+    """Group consecutive sequences of equal length: (first token, number of sequences, length) per run.
+
+    ``offsets`` are cu_seqlens; empty sequences hold no token and are skipped.
+    """
+    runs: list[tuple[int, int, int]] = []
+    for start, end in itertools.pairwise(offsets):
+        length = end - start
+        if length == 0:
+            continue
+        if runs and runs[-1][2] == length and runs[-1][0] + runs[-1][1] * length == start:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1, length)
+        else:
+            runs.append((start, 1, length))
+    return runs
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
@@ -79,7 +120,22 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttentionCont
         from flash_attn import flash_attn_varlen_func
 
         return flash_attn_varlen_func(q, k, v, ctx.cu_seqlens, ctx.cu_seqlens, ctx.max_seqlen, ctx.max_seqlen)
+    if ctx.runs:
+        return _attend_runs(q, k, v, ctx.runs)
     return _attend_packed_sdpa(q, k, v, ctx)
+
+
+def _attend_runs(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, runs: list[tuple[int, int, int]]
+) -> torch.Tensor:
+    h, d = q.shape[1:]
+    outs = []
+    for start, n, length in runs:
+        # (n, H, l, D) views of the run, no copy whatever the strides of q, k, v
+        grid = [x[start : start + n * length].view(n, length, h, d).transpose(1, 2) for x in (q, k, v)]
+        out = F.scaled_dot_product_attention(*grid)  # (n, H, l, D)
+        outs.append(out.transpose(1, 2).reshape(n * length, h, d))
+    return outs[0] if len(outs) == 1 else torch.cat(outs)  # (T, H, D)
 
 
 def _attend_packed_sdpa(

@@ -12,12 +12,32 @@ from torch import nn
 
 from ..config import ModelConfig
 from .attention import AttentionContext, attend
-from .rope import apply_rope
+from .rope import rotate_pairs
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * weight: the function of ``torch.nn.RMSNorm``, in fewer passes.
+
+    On CPU torch's version upcasts the whole input to float32 and makes about eight passes over it; here
+    the norm is one reduction (accumulated in float32 by the kernel, then rounded to x's dtype: a 0.2%
+    scale error per bf16 token, below bf16's own rounding of the output), then two multiplies.
+    """
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)  # (..., 1)
+        norm = norm.to(torch.promote_types(norm.dtype, torch.float32))
+        inv_rms = torch.rsqrt(norm.square() / x.shape[-1] + self.eps)
+        return x * inv_rms.to(x.dtype) * self.weight
 
 
 def make_norm(config: ModelConfig) -> nn.Module:
     if config.norm == "rmsnorm":
-        return nn.RMSNorm(config.hidden_size, eps=config.norm_eps)
+        return RMSNorm(config.hidden_size, eps=config.norm_eps)
     return nn.LayerNorm(config.hidden_size, eps=config.norm_eps)
 
 
@@ -64,21 +84,18 @@ class EncoderBlock(nn.Module):
         self.ffn = SwiGLU(config) if config.ffn == "swiglu" else GeluMLP(config)
         self.dropout = nn.Dropout(config.hidden_dropout)
 
-    def attention(
-        self, x: torch.Tensor, ctx: AttentionContext, cos: torch.Tensor | None, sin: torch.Tensor | None
-    ) -> torch.Tensor:
-        # x: (B, L, C) padded or (T, C) packed
-        qkv = self.qkv(x).unflatten(-1, (self.num_heads, 3 * self.head_dim))  # (..., H, 3D)
+    def attention(self, x: torch.Tensor, ctx: AttentionContext, rope: torch.Tensor | None) -> torch.Tensor:
+        # x: (B, L, C) padded or (T, C) packed; rope: (cos, sin), broadcastable to (..., H, 2, D/2, 2)
         # The released layout splits *inside* each head: rows [h*3D, h*3D + D) are q of head h, the next D
         # are k, the next D are v. It is not [all q | all k | all v].
-        q, k, v = qkv.chunk(3, dim=-1)  # each (..., H, D)
+        qkv = self.qkv(x).unflatten(-1, (self.num_heads, 3, self.head_dim))  # (..., H, 3, D)
+        qk = qkv[..., :2, :]  # (..., H, 2, D): q and k side by side, rotated in one call
         if self.use_rope:
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        out = attend(q, k, v, ctx)  # (..., H, D)
+            qk = rotate_pairs(qk, rope)
+        q, k = qk.unbind(-2)  # each (..., H, D)
+        out = attend(q, k, qkv[..., 2, :], ctx)  # (..., H, D)
         return self.wo(out.flatten(-2))  # (..., C)
 
-    def forward(
-        self, x: torch.Tensor, ctx: AttentionContext, cos: torch.Tensor | None, sin: torch.Tensor | None
-    ) -> torch.Tensor:
-        x = x + self.dropout(self.attention(self.attention_norm(x), ctx, cos, sin))
+    def forward(self, x: torch.Tensor, ctx: AttentionContext, rope: torch.Tensor | None) -> torch.Tensor:
+        x = x + self.dropout(self.attention(self.attention_norm(x), ctx, rope))
         return x + self.dropout(self.ffn(self.ffn_norm(x)))

@@ -22,7 +22,6 @@ from transformers.modeling_outputs import (
 
 from ..config import ModelConfig
 from .attention import (
-    AttentionContext,
     flash_attn_available,
     packed_context,
     padded_context,
@@ -30,9 +29,9 @@ from .attention import (
     unpad,
 )
 from .configuration import NeoBERTConfig
-from .layers import EncoderBlock, make_norm
+from .layers import EncoderBlock, RMSNorm, make_norm
 from .pooling import pool
-from .rope import rope_tables
+from .rope import rope_rotations
 
 
 class SequenceTooLongError(ValueError):
@@ -40,20 +39,25 @@ class SequenceTooLongError(ValueError):
 
 
 class RotaryTables(nn.Module):
-    """cos/sin tables for every position, computed once (non-persistent buffers, not in checkpoints)."""
+    """(cos, sin) of every position, float32, built once per device on first use, never in checkpoints.
+
+    Deliberately not a buffer: ``model.to(torch.bfloat16)`` casts buffers, and the rotation must use the
+    exact float32 table whatever the weights' dtype (nothing is cast per call either).
+    """
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
-        cos, sin = rope_tables(config)
-        self.register_buffer("cos", cos, persistent=False)  # (max_length, D/2)
-        self.register_buffer("sin", sin, persistent=False)
+        self._tables: dict[torch.device, torch.Tensor] = {}
 
-    @torch.no_grad()
+    def table(self, device: torch.device) -> torch.Tensor:
+        """(max_length, D/2, 2) float32 on ``device``."""
+        if device not in self._tables:
+            self._tables[device] = rope_rotations(self.config, device)
+        return self._tables[device]
+
     def reset(self) -> None:
-        cos, sin = rope_tables(self.config, device=self.cos.device)
-        init.copy_(self.cos, cos)
-        init.copy_(self.sin, sin)
+        self._tables.clear()
 
 
 class NeoBERTPreTrainedModel(PreTrainedModel):
@@ -85,7 +89,7 @@ class NeoBERTPreTrainedModel(PreTrainedModel):
             init.uniform_(module.weight, -r, r)
             if module.bias is not None:
                 init.zeros_(module.bias)
-        elif isinstance(module, (nn.RMSNorm, nn.LayerNorm)):
+        elif isinstance(module, (RMSNorm, nn.RMSNorm, nn.LayerNorm)):
             init.ones_(module.weight)
             if getattr(module, "bias", None) is not None:
                 init.zeros_(module.bias)
@@ -201,13 +205,13 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
             self._check_length(shape[-1])
             ctx = padded_context(attention_mask)
 
-        x, cos, sin = self._embed(input_ids, position_ids, ctx)
+        x, rope = self._embed(input_ids, position_ids)
         hidden_states = [x] if output_hidden_states else None
         for block in self.transformer_encoder:
             if self.gradient_checkpointing and self.training:
-                x = checkpoint(block, x, ctx, cos, sin, use_reentrant=False)
+                x = checkpoint(block, x, ctx, rope, use_reentrant=False)
             else:
-                x = block(x, ctx, cos, sin)
+                x = block(x, ctx, rope)
             if hidden_states is not None:
                 hidden_states.append(x)
         x = self.layer_norm(x)
@@ -237,25 +241,21 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
             )
 
     def _embed(
-        self, input_ids: torch.Tensor, position_ids: torch.Tensor | None, ctx: AttentionContext
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """Token embedding (+ learned positions), and the RoPE cos/sin for these positions, shaped to broadcast
-        against (..., L, H, D/2)."""
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Token embedding (+ learned positions), and the RoPE (cos, sin) of these positions, shaped
+        (..., L, 1, 1, D/2, 2) to broadcast against the (..., L, H, 2, D/2) pairs of q and k."""
         x = self.encoder(input_ids)
-        cos = sin = None
+        rope = None
         if self.model_config.position_embedding == "learned":
             if position_ids is None:
                 position_ids = torch.arange(input_ids.shape[-1], device=input_ids.device)
             x = x + self.positional_embedding(position_ids)
         elif position_ids is None:  # padded, positions 0..L-1: a view of the table, no gather
-            length = input_ids.shape[-1]
-            cos, sin = self.rotary.cos[:length, None, :], self.rotary.sin[:length, None, :]  # (L, 1, D/2)
+            rope = self.rotary.table(input_ids.device)[: input_ids.shape[-1], None, None]
         else:
-            cos, sin = (
-                self.rotary.cos[position_ids].unsqueeze(-2),
-                self.rotary.sin[position_ids].unsqueeze(-2),
-            )
-        return x, cos, sin
+            rope = self.rotary.table(input_ids.device)[position_ids][..., None, None, :, :]
+        return x, rope
 
 
 def _repad(x: torch.Tensor, indices: torch.Tensor, shape: torch.Size) -> torch.Tensor:

@@ -3,7 +3,8 @@
 NeoBERT rotates *adjacent* pairs of each head's dimensions, (2j, 2j+1), by the angle
 ``pos * inv_freq[j]`` with ``inv_freq[j] = theta ** (-2j / head_dim)`` (the complex-number form). This is
 not the "rotate half" pairing (j, j + head_dim/2) that LLaMA-style code uses; mixing them up silently
-breaks a released checkpoint. We use real arithmetic (no complex tensors) so the same code runs in bf16.
+breaks a released checkpoint. The rotation is done in float32 (or float64) whatever the activation dtype,
+as one complex multiply in eager mode (see :func:`rotate_pairs`).
 """
 
 from __future__ import annotations
@@ -75,13 +76,44 @@ def rope_tables(config: ModelConfig, device: torch.device | None = None) -> tupl
     return cos, sin
 
 
+def rope_rotations(config: ModelConfig, device: torch.device | None = None) -> torch.Tensor:
+    """The tables of :func:`rope_tables` side by side: (max_length, D/2, 2) float32 of (cos, sin) pairs."""
+    cos, sin = rope_tables(config, device)
+    return torch.stack((cos, sin), dim=-1)
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate adjacent pairs of the last dimension.
+    """Rotate adjacent pairs of the last dimension by the angles whose cosine and sine are given.
 
     x: (..., L, H, D) or (T, H, D); cos, sin: broadcastable to (..., L, 1, D/2).
     """
-    pairs = x.unflatten(-1, (-1, 2))  # (..., H, D/2, 2)
-    x0, x1 = pairs[..., 0], pairs[..., 1]
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    out = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
-    return out.flatten(-2)
+    return rotate_pairs(x, torch.stack((cos, sin), dim=-1))
+
+
+def rotate_pairs(x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
+    """Rotate each adjacent pair (x[2j], x[2j+1]) by the angle whose (cos, sin) is ``rotations[..., j, :]``.
+
+    x: (..., D), any float dtype; rotations: (..., D/2, 2) float32/64, broadcastable. Returns x's shape and
+    dtype. Read as complex numbers the rotation is one multiply, (x[2j] + i x[2j+1]) (cos + i sin): in eager
+    mode a vectorized complex kernel, where real arithmetic on the strided halves plus an interleaving stack
+    is not (about 4x the time in bf16 on CPU). float32/64 inputs are viewed as complex without a copy;
+    bf16/fp16 inputs are rotated in a float32 copy, in place, and rounded once (as the released code does).
+    Under torch.compile the real form is used: inductor has no complex codegen and fuses it into one kernel.
+    """
+    wide = x if x.dtype in (torch.float32, torch.float64) else x.float()
+    if torch.compiler.is_compiling():
+        x0, x1 = wide.unflatten(-1, (-1, 2)).unbind(-1)  # (..., D/2) each
+        cos, sin = rotations.unbind(-1)
+        return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2).to(x.dtype)
+    cis = _as_complex(rotations.flatten(-2))  # (..., D/2)
+    if wide is x:
+        return torch.view_as_real(_as_complex(x) * cis).flatten(-2)
+    _as_complex(wide).mul_(cis)  # wide is our own copy: in place saves an allocation (page faults on CPU)
+    return wide.to(x.dtype)
+
+
+def _as_complex(x: torch.Tensor) -> torch.Tensor:
+    """(..., D) real -> (..., D/2) complex view; view_as_complex needs adjacent pairs and even strides."""
+    if x.stride(-1) != 1 or x.storage_offset() % 2 or any(s % 2 for s in x.stride()[:-1]):
+        x = x.contiguous()
+    return torch.view_as_complex(x.unflatten(-1, (-1, 2)))

@@ -21,7 +21,9 @@ class ConcatDocuments:
     def __init__(self, parts: list[TokenDataset]):
         self.parts = [p for p in parts if len(p)]
         self._starts = np.cumsum([0] + [len(p) for p in self.parts]).tolist()
-        self.lengths = np.concatenate([p.lengths for p in self.parts]) if self.parts else np.zeros(0, np.int64)
+        self.lengths = (
+            np.concatenate([p.lengths for p in self.parts]) if self.parts else np.zeros(0, np.int64)
+        )
 
     def __len__(self) -> int:
         return self._starts[-1]
@@ -80,18 +82,28 @@ def open_training_data(config: PretrainConfig, accelerator) -> TrainingData:
     raw = [str(p) for p in paths if p not in prepared]
     if raw:
         if not config.data.tokenizer:
-            raise ConfigError("raw text inputs need a tokenizer: give --tokenizer DIR (or `neobert tokenizer train`)")
+            raise ConfigError(
+                "raw text inputs need a tokenizer: give --tokenizer DIR (or `neobert tokenizer train`)"
+            )
         target = Path(config.output) / "data"
         if accelerator.is_main_process:
-            prepare(PrepareConfig(inputs=raw, tokenizer=config.data.tokenizer, output=str(target),
-                                  text_column=config.data.text_column,
-                                  validation_fraction=config.data.validation_fraction))
+            prepare(
+                PrepareConfig(
+                    inputs=raw,
+                    tokenizer=config.data.tokenizer,
+                    output=str(target),
+                    text_column=config.data.text_column,
+                    validation_fraction=config.data.validation_fraction,
+                )
+            )
         accelerator.wait_for_everyone()
         prepared.append(target)
     train_parts = [TokenDataset(p, "train") for p in prepared]
     vocab_sizes = {part.vocab_size for part in train_parts}
     if len(vocab_sizes) > 1:
-        raise ConfigError(f"the data sets were tokenized with different vocabularies (sizes {sorted(vocab_sizes)})")
+        raise ConfigError(
+            f"the data sets were tokenized with different vocabularies (sizes {sorted(vocab_sizes)})"
+        )
     tokenizer = AutoTokenizer.from_pretrained(str(config.data.tokenizer or train_parts[0].tokenizer_path))
     if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
         raise ConfigError("the tokenizer needs a [MASK] and a [PAD] token for masked-language modelling")
@@ -109,7 +121,9 @@ def open_training_data(config: PretrainConfig, accelerator) -> TrainingData:
     )
 
 
-def unigram_entropy(docs, special_ids: list[int], vocab_size: int, max_tokens: int = 20_000_000) -> float | None:
+def unigram_entropy(
+    docs, special_ids: list[int], vocab_size: int, max_tokens: int = 20_000_000
+) -> float | None:
     """Entropy (nats) of the training tokens' unigram distribution, specials excluded.
 
     It is the MLM loss of a model that ignores context and always predicts token frequencies: the bar a

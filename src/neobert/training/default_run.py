@@ -40,8 +40,13 @@ def default_config() -> PretrainConfig:
     return PretrainConfig.from_dict(yaml.safe_load(text))
 
 
-def run_default(output: str | Path = "runs/default", resume: bool = False, max_minutes: float | None = None,
-                progress_bar: bool = True, vocab_size: int = 8192) -> DefaultRunResult:
+def run_default(
+    output: str | Path = "runs/default",
+    resume: bool = False,
+    max_minutes: float | None = None,
+    progress_bar: bool = True,
+    vocab_size: int = 8192,
+) -> DefaultRunResult:
     from ..data import PrepareConfig, prepare, train_tokenizer, write_stdlib_corpus
 
     out = Path(output)
@@ -55,8 +60,15 @@ def run_default(output: str | Path = "runs/default", resume: bool = False, max_m
     if not (tokenizer_dir / "tokenizer.json").is_file():
         write_atomic_dir(lambda tmp: train_tokenizer([corpus], "wordpiece", vocab_size, tmp), tokenizer_dir)
     config = default_config()
-    prepared = prepare(PrepareConfig(inputs=[str(corpus)], tokenizer=str(tokenizer_dir), output=str(out / "data"),
-                                     validation_fraction=config.data.validation_fraction, progress=progress_bar))
+    prepared = prepare(
+        PrepareConfig(
+            inputs=[str(corpus)],
+            tokenizer=str(tokenizer_dir),
+            output=str(out / "data"),
+            validation_fraction=config.data.validation_fraction,
+            progress=progress_bar,
+        )
+    )
     changes = {"data.paths": [str(out / "data")], "output": str(out)}
     if max_minutes is not None:
         changes["max_minutes"] = max_minutes

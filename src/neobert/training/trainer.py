@@ -85,32 +85,48 @@ def pretrain(
 
     started = time.perf_counter()
     # cpu=True when there is no GPU: accelerate then runs several CPU processes (torchrun) over gloo
-    accelerator = Accelerator(mixed_precision="bf16" if config.precision == "bf16" else "no",
-                              cpu=not torch.cuda.is_available())
+    accelerator = Accelerator(
+        mixed_precision="bf16" if config.precision == "bf16" else "no", cpu=not torch.cuda.is_available()
+    )
     set_seed(config.seed)
     output = Path(config.output)
     data = open_training_data(config, accelerator)
     model = data.build_model(config)
     optimizer = build_optimizer(
-        model, name=config.optim.name, lr=config.optim.lr, betas=tuple(config.optim.betas), eps=config.optim.eps,
+        model,
+        name=config.optim.name,
+        lr=config.optim.lr,
+        betas=tuple(config.optim.betas),
+        eps=config.optim.eps,
         weight_decay=config.optim.weight_decay,
         decay_norms_biases_embeddings=config.optim.decay_norms_biases_embeddings,
     )
     warmup = config.schedule.warmup_steps
     if config.schedule.kind != "constant" and warmup >= config.schedule.decay_fraction * config.max_steps:
         warmup = max(1, config.max_steps // 10)
-        accelerator.print(f"warning: schedule.warmup_steps {config.schedule.warmup_steps} does not fit in "
-                          f"{config.max_steps} steps; warming up over {warmup} steps instead")
+        accelerator.print(
+            f"warning: schedule.warmup_steps {config.schedule.warmup_steps} does not fit in "
+            f"{config.max_steps} steps; warming up over {warmup} steps instead"
+        )
     scheduler = make_scheduler(
-        optimizer, warmup_steps=warmup, total_steps=config.max_steps,
-        kind=config.schedule.kind, final_ratio=config.schedule.final_ratio,
+        optimizer,
+        warmup_steps=warmup,
+        total_steps=config.max_steps,
+        kind=config.schedule.kind,
+        final_ratio=config.schedule.final_ratio,
         decay_fraction=config.schedule.decay_fraction,
     )
     model, optimizer = accelerator.prepare(model, optimizer)
     if config.compile:
         model = torch.compile(model)
-    stream = RowStream(data.train, data.train.lengths, config.data.seq_len, config.seed, config.data.packing,
-                       config.data.mixture)
+    stream = RowStream(
+        data.train,
+        data.train.lengths,
+        config.data.seq_len,
+        config.seed,
+        config.data.packing,
+        config.data.mixture,
+    )
     progress = _Progress()
     accelerator.register_for_checkpointing(scheduler, stream, progress)
     if resume:
@@ -121,16 +137,27 @@ def pretrain(
         )
 
     world = accelerator.num_processes
-    accumulation = micro_batches_for(config.tokens_per_step, config.data.seq_len, config.micro_batch_size, world)
+    accumulation = micro_batches_for(
+        config.tokens_per_step, config.data.seq_len, config.micro_batch_size, world
+    )
     if accelerator.distributed_type.value == "DEEPSPEED" and accumulation > 1:
         # DeepSpeed's engine steps the optimizer inside every backward; our exact global-count loss needs
         # all micro-batches of a step in one backward per process.
-        raise ValueError(f"with DeepSpeed, micro_batch_size x processes must hold the whole step "
-                         f"({accumulation} accumulation micro-batches requested)")
+        raise ValueError(
+            f"with DeepSpeed, micro_batch_size x processes must hold the whole step "
+            f"({accumulation} accumulation micro-batches requested)"
+        )
     rows_per_step = config.tokens_per_step // config.data.seq_len
-    logger = RunLogger(output, tuple(config.report_to), config.to_dict()) if accelerator.is_main_process else None
-    bar = tqdm(total=config.max_steps, initial=progress.step, desc="pretrain", unit="step",
-               disable=not (progress_bar and accelerator.is_main_process))
+    logger = (
+        RunLogger(output, tuple(config.report_to), config.to_dict()) if accelerator.is_main_process else None
+    )
+    bar = tqdm(
+        total=config.max_steps,
+        initial=progress.step,
+        desc="pretrain",
+        unit="step",
+        disable=not (progress_bar and accelerator.is_main_process),
+    )
     last: dict[str, float] = {}
     window = {"loss": 0.0, "correct": 0.0, "count": 0.0, "tokens": 0.0, "time": time.perf_counter()}
     try:
@@ -155,8 +182,13 @@ def pretrain(
                 if logger and evaluation:
                     logger.log(progress.step, evaluation)
             if progress.step % config.save_every == 0 or final:
-                save_checkpoint(accelerator, output / "checkpoints", progress.step,
-                                {"step": progress.step, "config": config.to_dict()}, config.keep_last)
+                save_checkpoint(
+                    accelerator,
+                    output / "checkpoints",
+                    progress.step,
+                    {"step": progress.step, "config": config.to_dict()},
+                    config.keep_last,
+                )
             if on_step_end is not None:
                 on_step_end(progress.step, last)
             if stop:
@@ -177,15 +209,29 @@ def _resume(accelerator, output: Path, config: PretrainConfig) -> None:
         return
     state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
     saved, now = state.get("config", {}), json.loads(json.dumps(config.to_dict()))  # tuples -> lists
-    for key in ("preset", "model", "data", "optim", "schedule", "tokens_per_step", "micro_batch_size", "seed"):
+    for key in (
+        "preset",
+        "model",
+        "data",
+        "optim",
+        "schedule",
+        "tokens_per_step",
+        "micro_batch_size",
+        "seed",
+    ):
         if saved.get(key) != now.get(key):
-            raise ValueError(f"cannot resume from {path}: config {key!r} changed ({saved.get(key)!r} -> {now.get(key)!r})")
+            raise ValueError(
+                f"cannot resume from {path}: config {key!r} changed ({saved.get(key)!r} -> {now.get(key)!r})"
+            )
     load_checkpoint(accelerator, path)
     if accelerator.is_main_process:  # forget what was logged after the checkpoint: those steps run again
         metrics = output / "metrics.jsonl"
         if metrics.is_file():
-            kept = [line for line in metrics.read_text(encoding="utf-8").splitlines()
-                    if line.strip() and json.loads(line)["step"] <= state["step"]]
+            kept = [
+                line
+                for line in metrics.read_text(encoding="utf-8").splitlines()
+                if line.strip() and json.loads(line)["step"] <= state["step"]
+            ]
             metrics.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
     accelerator.print(f"resumed from {path} at step {state['step']}")
 
@@ -201,9 +247,15 @@ def _my_micro_batches(rows, step: int, config: PretrainConfig, data: TrainingDat
         for i, row_ids in enumerate(batch["input_ids"]):
             # one generator per row, keyed by its place in the step: independent of micro-batch and world size
             generator = generator_for(config.seed, step, c * size + i)
-            m, lab = mask_tokens(row_ids, mask_token_id=data.mask_id, vocab_size=data.vocab_size,
-                                 special_ids=data.special_ids, rate=config.data.mask_rate,
-                                 scheme=config.data.mask_scheme, generator=generator)
+            m, lab = mask_tokens(
+                row_ids,
+                mask_token_id=data.mask_id,
+                vocab_size=data.vocab_size,
+                special_ids=data.special_ids,
+                rate=config.data.mask_rate,
+                scheme=config.data.mask_scheme,
+                generator=generator,
+            )
             masked.append(m)
             labels.append(lab)
         batch["input_ids"], batch["labels"] = torch.stack(masked), torch.stack(labels)
@@ -222,8 +274,14 @@ def _train_step(model, optimizer, accelerator, batches, config: PretrainConfig, 
         context = accelerator.no_sync(model) if not sync else contextlib.nullcontext()
         with context:
             selected = batch["labels"] != -100
-            out = model(input_ids=batch["input_ids"], cu_seqlens=batch["cu_seqlens"], max_seqlen=batch["max_seqlen"],
-                        position_ids=batch["position_ids"], labels=batch["labels"], masked_only=True)
+            out = model(
+                input_ids=batch["input_ids"],
+                cu_seqlens=batch["cu_seqlens"],
+                max_seqlen=batch["max_seqlen"],
+                position_ids=batch["position_ids"],
+                labels=batch["labels"],
+                masked_only=True,
+            )
             targets = batch["labels"][selected]
             loss_sum = masked_lm_loss_sum(out.logits, targets)
             accelerator.backward(normalize_loss(loss_sum, global_count, world_size=accelerator.num_processes))
@@ -234,7 +292,10 @@ def _train_step(model, optimizer, accelerator, batches, config: PretrainConfig, 
     correct = accelerator.reduce(correct, "sum")
     count = float(global_count)
     # DeepSpeed clips inside its engine and returns no norm here
-    loss_value, grad_value = float(loss_total) / max(count, 1.0), float(grad_norm) if grad_norm is not None else 0.0
+    loss_value, grad_value = (
+        float(loss_total) / max(count, 1.0),
+        float(grad_norm) if grad_norm is not None else 0.0,
+    )
     if not (math.isfinite(loss_value) and math.isfinite(grad_value)):
         optimizer.zero_grad(set_to_none=True)
         raise NonFiniteLossError(
@@ -244,8 +305,13 @@ def _train_step(model, optimizer, accelerator, batches, config: PretrainConfig, 
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     tokens = sum(int(b["attention_mask"].sum()) for b in batches) * accelerator.num_processes
-    return {"loss": float(loss_total), "correct": float(correct), "count": count, "tokens": tokens,
-            "grad_norm": grad_value}
+    return {
+        "loss": float(loss_total),
+        "correct": float(correct),
+        "count": count,
+        "tokens": tokens,
+        "grad_norm": grad_value,
+    }
 
 
 def _log_window(step: int, window: dict, scheduler, stats: dict, logger, bar) -> dict[str, float]:
@@ -257,8 +323,11 @@ def _log_window(step: int, window: dict, scheduler, stats: dict, logger, bar) ->
         "train/grad_norm": stats["grad_norm"],
         "train/tokens_per_second": window["tokens"] / max(now - window["time"], 1e-9),
     }
-    bar.set_postfix(loss=f"{metrics['train/loss']:.3f}", lr=f"{metrics['train/lr']:.2e}",
-                    tok_s=f"{metrics['train/tokens_per_second']:.0f}")
+    bar.set_postfix(
+        loss=f"{metrics['train/loss']:.3f}",
+        lr=f"{metrics['train/lr']:.2e}",
+        tok_s=f"{metrics['train/tokens_per_second']:.0f}",
+    )
     if logger:
         logger.log(step, metrics)
     window.update(loss=0.0, correct=0.0, count=0.0, tokens=0.0, time=now)
@@ -272,8 +341,9 @@ def evaluate(model, accelerator, data: TrainingData, config: PretrainConfig) -> 
         return {}
     was_training = model.training
     model.eval()
-    stream = RowStream(data.validation, data.validation.lengths, config.data.seq_len, seed=12345,
-                       packing=config.data.packing)
+    stream = RowStream(
+        data.validation, data.validation.lengths, config.data.seq_len, seed=12345, packing=config.data.packing
+    )
     rows = stream.take(config.eval_batches * config.micro_batch_size)  # the same rows whatever the world size
     batches = _my_micro_batches(rows, 0, config, data, accelerator.process_index, accelerator.num_processes)
     loss = torch.zeros((), device=accelerator.device)
@@ -282,8 +352,14 @@ def evaluate(model, accelerator, data: TrainingData, config: PretrainConfig) -> 
     for batch in batches:
         batch = {k: v.to(accelerator.device) if torch.is_tensor(v) else v for k, v in batch.items()}
         selected = batch["labels"] != -100
-        out = model(input_ids=batch["input_ids"], cu_seqlens=batch["cu_seqlens"], max_seqlen=batch["max_seqlen"],
-                    position_ids=batch["position_ids"], labels=batch["labels"], masked_only=True)
+        out = model(
+            input_ids=batch["input_ids"],
+            cu_seqlens=batch["cu_seqlens"],
+            max_seqlen=batch["max_seqlen"],
+            position_ids=batch["position_ids"],
+            labels=batch["labels"],
+            masked_only=True,
+        )
         targets = batch["labels"][selected]
         loss += masked_lm_loss_sum(out.logits, targets)
         correct += (out.logits.argmax(-1) == targets).sum()
@@ -298,16 +374,27 @@ def _time_is_up(started: float, config: PretrainConfig, accelerator) -> bool:
     if config.max_minutes is None:
         return False
     # every process must agree, or one would wait forever for the others at the next collective
-    flag = torch.tensor(float(time.perf_counter() - started > 60 * config.max_minutes), device=accelerator.device)
+    flag = torch.tensor(
+        float(time.perf_counter() - started > 60 * config.max_minutes), device=accelerator.device
+    )
     return bool(accelerator.reduce(flag, "sum") > 0)
 
 
-def _finish(accelerator, model, data: TrainingData, config: PretrainConfig, progress: _Progress,
-            last: dict[str, float], started: float) -> PretrainResult:
+def _finish(
+    accelerator,
+    model,
+    data: TrainingData,
+    config: PretrainConfig,
+    progress: _Progress,
+    last: dict[str, float],
+    started: float,
+) -> PretrainResult:
     output = Path(config.output)
     final_dir, curve = None, None
     accelerator.wait_for_everyone()
-    state_dict = accelerator.get_state_dict(model)  # gathers sharded (FSDP / ZeRO-3) weights; every rank calls
+    state_dict = accelerator.get_state_dict(
+        model
+    )  # gathers sharded (FSDP / ZeRO-3) weights; every rank calls
     if accelerator.is_main_process:
         unwrapped = accelerator.unwrap_model(model)
         unwrapped = getattr(unwrapped, "_orig_mod", unwrapped)  # torch.compile wrapper
@@ -317,7 +404,9 @@ def _finish(accelerator, model, data: TrainingData, config: PretrainConfig, prog
             data.tokenizer.save_pretrained(tmp)
 
         final_dir = write_atomic_dir(build, output / "final")
-        curve = plot_loss_curve(output / "metrics.jsonl", output / "loss_curve.png", baseline=data.unigram_entropy)
+        curve = plot_loss_curve(
+            output / "metrics.jsonl", output / "loss_curve.png", baseline=data.unigram_entropy
+        )
     accelerator.wait_for_everyone()
     from .monitor import read_metrics
 

@@ -1,0 +1,1 @@
+"""Benchmarks: inference throughput and memory of NeoBERT beside other encoders."""

@@ -1,0 +1,168 @@
+"""``neobert bench throughput``: tokens/s of NeoBERT beside BERT, RoBERTa and ModernBERT (random weights)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from .common import CLIError, make_console, quiet_transformers
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from err
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def _names(text: str) -> list[str]:
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def _range(text: str) -> tuple[int, int]:
+    lo, _, hi = text.partition(",")
+    try:
+        return int(lo), int(hi)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected LO,HI, got {text!r}") from err
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    bench = subparsers.add_parser("bench", help="benchmarks", description="Benchmarks.")
+    commands = bench.add_subparsers(title="benchmarks", dest="benchmark", metavar="BENCHMARK", required=True)
+    p = commands.add_parser(
+        "throughput",
+        help="inference tokens/s by model and sequence length",
+        description="Inference tokens/s by model and sequence length, best batch size per cell, models "
+        "interleaved; reports the achieved share of the machine's matmul rate and peak memory. Models are "
+        "built from their published shapes with random weights: nothing is downloaded.",
+    )
+    p.add_argument(
+        "--models",
+        type=_names,
+        default="neobert,modernbert-base,bert-base,roberta-base",
+        help="comma-separated: neobert, neobert-<preset>, bert-base/large, roberta-base/large, "
+        "modernbert-base/large, bert-tiny, modernbert-tiny",
+    )
+    p.add_argument("--lengths", type=_ints, default="128,512,1024", help="sequence lengths")
+    p.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16", help="weights and activations dtype")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--output", help="directory for results.json, .csv, .md and .png")
+    p.add_argument(
+        "--batch-tokens",
+        type=_ints,
+        default="2048,4096,8192",
+        help="tokens per batch to try: the batch sizes searched are these // length",
+    )
+    p.add_argument("--repeats", type=int, default=3, help="timed rounds (the median is reported)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed forwards before timing")
+    p.add_argument("--time-budget", type=float, help="seconds; cells not started by then are skipped")
+    p.add_argument("--compile", action="store_true", help="torch.compile every model first")
+    p.add_argument(
+        "--realistic", action="store_true", help="also run a variable-length batch, padded/unpadded"
+    )
+    p.add_argument("--realistic-range", type=_range, default="16,512", help="LO,HI of the uniform lengths")
+    p.add_argument("--lengths-file", help="realistic lengths read from this file, one integer per line")
+    p.add_argument("--realistic-tokens", type=int, default=8192, help="real tokens in the realistic batch")
+    p.add_argument(
+        "--peak-sizes", type=_ints, default="2048,4096", help="square GEMM sizes for the matmul peak"
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=throughput)
+
+    t = commands.add_parser(
+        "training",
+        help="MLM pretraining-step tokens/s and share of the matmul peak",
+        description="Whole pretraining steps (packed rows, 20% masking, forward, backward, AdamW) per preset and "
+        "dtype, against the machine's matmul rate measured in the same run.",
+    )
+    t.add_argument("--presets", type=_names, default="tiny,120m", help="comma-separated NeoBERT presets")
+    t.add_argument("--dtypes", type=_names, default="fp32,bf16", help="fp32 and/or bf16 (autocast)")
+    t.add_argument("--seq-len", type=int, default=512, help="row length")
+    t.add_argument("--rows", type=int, default=8, help="rows per step")
+    t.add_argument("--steps", type=int, default=5, help="timed steps (median)")
+    t.add_argument("--output", help="directory for results.json and results.md")
+    t.set_defaults(func=training)
+
+
+def throughput(args: argparse.Namespace, console: Console | None = None) -> int:
+    from ..benchmarks.report import markdown
+    from ..benchmarks.throughput import BenchConfig, run
+
+    console = make_console(console)
+    quiet_transformers()
+    if args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise CLIError("--device cuda, but torch sees no CUDA device")
+    config = BenchConfig(
+        models=args.models,
+        lengths=args.lengths,
+        dtype=args.dtype,
+        device=args.device,
+        output=args.output,
+        batch_tokens=args.batch_tokens,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        time_budget=args.time_budget,
+        compile=args.compile,
+        realistic=args.realistic,
+        realistic_range=args.realistic_range,
+        lengths_file=args.lengths_file,
+        realistic_tokens=args.realistic_tokens,
+        peak_sizes=tuple(args.peak_sizes),
+        progress=not args.no_progress,
+    )
+    results = run(config)
+    console.print(_table(results))
+    summary = markdown(results).split("\n\n")
+    for paragraph in summary[-2:]:
+        if paragraph.startswith(("NeoBERT", "Unpadded")):
+            console.print(paragraph.strip(), highlight=False)
+    if args.output:
+        console.print(f"results written to {args.output}/results.{{json,csv,md,png}}", highlight=False)
+    return 0
+
+
+def training(args: argparse.Namespace, console: Console | None = None) -> int:
+    from ..benchmarks.training import TrainBenchConfig, markdown, run
+
+    console = make_console(console)
+    unknown = [d for d in args.dtypes if d not in ("fp32", "bf16")]
+    if unknown:
+        raise CLIError(f"--dtypes must be fp32 and/or bf16, got {', '.join(unknown)}")
+    bench = TrainBenchConfig(
+        presets=args.presets,
+        dtypes=args.dtypes,
+        seq_len=args.seq_len,
+        rows=args.rows,
+        steps=args.steps,
+        output=args.output,
+    )
+    console.print(markdown(run(bench)), highlight=False)
+    return 0
+
+
+def _table(results: dict) -> Table:
+    lengths = sorted({r["length"] for r in results["fixed"]})
+    table = Table(title=f"tokens/s ({results['config']['dtype']}; % of matmul peak)")
+    table.add_column("model")
+    for n in lengths:
+        table.add_column(str(n), justify="right")
+    found = {(r["model"], r["length"]): r for r in results["fixed"]}
+    for model in dict.fromkeys(r["model"] for r in results["fixed"]):
+        cells = []
+        for n in lengths:
+            r = found.get((model, n))
+            ok = r is not None and "tokens_per_s" in r
+            cells.append(f"{r['tokens_per_s']:,.0f} ({100 * r['peak_fraction']:.0f}%)" if ok else "-")
+        table.add_row(model, *cells)
+    for r in results.get("realistic", []):
+        table.add_row(f"{r['model']} realistic {r['mode']}", f"{r['real_tokens_per_s']:,.0f} real tok/s")
+    return table

@@ -1,0 +1,168 @@
+"""The CPU inference fast path: the same function as the reference path, in bf16 within a stated tolerance."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import neobert.model.attention as attention
+from neobert import ModelConfig, NeoBERTConfig, NeoBERTModel
+from neobert.fastpath import fast_inference
+from neobert.model import padded_context, rope_tables
+from neobert.model.attention import equal_length_runs
+from neobert.model.layers import RMSNorm
+from neobert.model.pooling import mean_pool
+from neobert.model.rope import apply_rope, rotate_pairs
+
+# Tolerance of the bf16 fast path against float32, on mean-pooled embeddings (what embedding users see).
+BF16_MIN_COSINE = 0.99
+
+
+def make_model(**overrides) -> NeoBERTModel:
+    """Tiny encoder with weights larger than the 0.02 init, so attention is far from uniform."""
+    torch.manual_seed(0)
+    model = NeoBERTModel(NeoBERTConfig.from_model_config(ModelConfig.from_name("tiny", **overrides)))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.uniform_(0.5, 1.5) if "norm" in name else p.normal_(0.0, 0.1)
+    return model.eval()
+
+
+def padded_batch(lengths, length=None, vocab=128):
+    torch.manual_seed(1)
+    length = length or max(lengths)
+    ids = torch.randint(1, vocab, (len(lengths), length))
+    mask = (torch.arange(length)[None, :] < torch.tensor(lengths)[:, None]).long()
+    return ids * mask, mask
+
+
+def test_rmsnorm_matches_torch():
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 64) * 3
+    ours, ref = RMSNorm(64, eps=1e-5), torch.nn.RMSNorm(64, eps=1e-5)
+    with torch.no_grad():
+        ours.weight.uniform_(0.5, 1.5)
+        ref.weight.copy_(ours.weight)
+    torch.testing.assert_close(ours(x), ref(x), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ours(torch.zeros(2, 64)), torch.zeros(2, 64))  # eps keeps zero rows finite
+    bf16 = ours.to(torch.bfloat16)(x.bfloat16())
+    assert bf16.dtype == torch.bfloat16
+    torch.testing.assert_close(bf16.float(), ref(x), rtol=2e-2, atol=2e-2)
+
+
+def test_rotate_pairs_strided_bf16_and_compiled(monkeypatch):
+    config = ModelConfig.from_name("tiny")
+    cos, sin = rope_tables(config)
+    rotations = torch.stack((cos, sin), dim=-1)[:6, None, None]  # (L, 1, 1, D/2, 2)
+    torch.manual_seed(0)
+    qkv = torch.randn(2, 6, 4, 3, config.head_dim)  # (B, L, H, 3, D), q and k are a strided slice
+    qk = qkv[..., :2, :]
+    expected = apply_rope(qk.contiguous(), cos[:6, None, None, :], sin[:6, None, None, :])
+    torch.testing.assert_close(rotate_pairs(qk, rotations), expected)
+    rounded = qk.bfloat16()
+    bf16 = rotate_pairs(rounded, rotations)  # rotated in float32, rounded once
+    assert bf16.dtype == torch.bfloat16
+    expected = apply_rope(rounded.float(), cos[:6, None, None, :], sin[:6, None, None, :])
+    torch.testing.assert_close(bf16, expected.bfloat16(), rtol=0, atol=0)
+    # the real form used under torch.compile computes the same
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    real_form = rotate_pairs(rounded, rotations)
+    torch.testing.assert_close(real_form.float(), expected, rtol=1e-2, atol=1e-2)
+
+
+def test_equal_length_runs():
+    # lengths 3 3 2 0 2 2 3: the empty sequence holds no token, so the 2s around it are one run
+    assert equal_length_runs([0, 3, 6, 8, 8, 10, 12, 15]) == [(0, 2, 3), (6, 3, 2), (12, 1, 3)]
+    assert equal_length_runs([0, 4, 8]) == [(0, 2, 4)]
+    assert equal_length_runs([0]) == []
+
+
+@pytest.mark.parametrize("threshold", [0, 10**9])  # run-by-run SDPA, or the padded grid
+def test_packed_runs_equal_grid_and_separate(threshold, monkeypatch):
+    lengths = [5, 5, 3, 7, 7, 7, 2]
+    model = make_model(unpad=True).train()
+    ids, mask = padded_batch(lengths)
+    monkeypatch.setattr(attention, "MIN_TOKENS_PER_RUN", threshold)
+    out = model(ids, attention_mask=mask).last_hidden_state
+    with torch.no_grad():
+        for i, n in enumerate(lengths):
+            alone = model(ids[i : i + 1, :n]).last_hidden_state[0]
+            torch.testing.assert_close(out[i, :n], alone, rtol=0, atol=1e-5)
+    torch.manual_seed(2)
+    (out * torch.randn(out.shape)).sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_runs_path_calls_sdpa_without_mask(monkeypatch):
+    calls = []
+    real = F.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, **kw):
+        calls.append((tuple(q.shape), attn_mask))
+        return real(q, k, v, attn_mask=attn_mask, **kw)
+
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", spy)
+    model = make_model(unpad=True)
+    ids, mask = padded_batch([40, 40, 90])  # two runs: 2 x 40 tokens, 1 x 90
+    with torch.no_grad():
+        model(ids, attention_mask=mask)
+    assert len(calls) == 2 * model.model_config.num_hidden_layers
+    assert {shape for shape, _ in calls} == {(2, 4, 40, 16), (1, 4, 90, 16)}
+    assert all(m is None for _, m in calls)
+
+
+def test_all_ones_mask_dropped_on_cpu():
+    assert padded_context(torch.ones(2, 5, dtype=torch.long)).key_mask is None
+    assert padded_context(torch.tensor([[1, 1, 0]])).key_mask is not None
+
+
+@pytest.mark.parametrize("unpad", [False, True])
+def test_bf16_fast_path_close_to_fp32(unpad):
+    reference = make_model()
+    fast = fast_inference(make_model(), torch.bfloat16, unpad=unpad)
+    assert fast.encoder.weight.dtype == torch.bfloat16
+    assert fast.model_config.unpad is unpad
+    ids, mask = padded_batch([20, 7, 33, 12])
+    with torch.inference_mode():
+        ref = mean_pool(reference(ids, attention_mask=mask).last_hidden_state, mask)
+        out = mean_pool(fast(ids, attention_mask=mask).last_hidden_state, mask).float()
+    cosine = F.cosine_similarity(out, ref, dim=-1)
+    assert cosine.min() > BF16_MIN_COSINE, cosine
+
+
+def test_rope_table_stays_float_and_is_built_once(monkeypatch):
+    import neobert.model.modeling as modeling
+
+    builds = []
+    real = modeling.rope_rotations
+    monkeypatch.setattr(modeling, "rope_rotations", lambda *a, **k: builds.append(1) or real(*a, **k))
+    model = make_model().to(torch.bfloat16)
+    ids, mask = padded_batch([9, 4])
+    with torch.no_grad():
+        for _ in range(3):
+            model(ids, attention_mask=mask)
+    assert len(builds) == 1  # once per device, not per forward
+    (table,) = model.rotary._tables.values()
+    assert table.dtype == torch.float32  # model.to(bf16) did not round it
+    torch.testing.assert_close(table[..., 0], rope_tables(model.model_config)[0])
+
+
+@pytest.mark.parametrize("unpad", [False, True])
+def test_long_forward_materializes_no_scores(unpad):
+    """No op outside SDPA sees an (L, L) tensor: SDPA's CPU flash kernel works in blocks."""
+    length = 300  # a number no other dimension has
+    model = fast_inference(make_model(max_length=512), torch.bfloat16, unpad=unpad)
+    ids, mask = padded_batch([length, 100], length=length)
+    with torch.profiler.profile(record_shapes=True) as prof, torch.inference_mode():
+        model(ids, attention_mask=mask)
+    names = {e.name for e in prof.events()}
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in names
+    for event in prof.events():
+        for shape in event.input_shapes:
+            assert not (len(shape) >= 2 and shape[-1] == shape[-2] == length), (event.name, shape)
+
+
+def test_fast_inference_rejects_other_models():
+    with pytest.raises(TypeError, match="NeoBERT"):
+        fast_inference(torch.nn.Linear(2, 2))
