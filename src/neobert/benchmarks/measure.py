@@ -85,11 +85,22 @@ class _RssSampler(threading.Thread):
             self.peak = max(self.peak, self.process.memory_info().rss)
 
 
+def _release_free_heap() -> None:
+    """glibc keeps freed blocks resident for reuse; hand them back so a forward's working set shows in RSS."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def peak_memory(fn: Callable[[], object], device: str) -> tuple[float, int]:
     """Run ``fn`` once; return (seconds, peak bytes it added on top of what was held before).
 
-    CPU: the growth of the process's resident memory (weights already resident are not counted).
-    CUDA: ``max_memory_allocated`` over the call minus the allocation before it.
+    CPU: the growth of the process's resident memory (weights already resident are not counted), after
+    the allocator's free memory was returned to the system; the call's time includes faulting its memory
+    in, so time it separately. CUDA: ``max_memory_allocated`` over the call minus the allocation before it.
     """
     gc.collect()
     if device.startswith("cuda"):
@@ -100,6 +111,7 @@ def peak_memory(fn: Callable[[], object], device: str) -> tuple[float, int]:
         return seconds, torch.cuda.max_memory_allocated() - before
     import psutil
 
+    _release_free_heap()
     before = psutil.Process().memory_info().rss
     if _reset_peak_rss():
         seconds = time_call(fn, device)

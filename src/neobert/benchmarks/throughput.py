@@ -148,16 +148,12 @@ def _measure_length(
         best = max(candidates, key=candidates.get)
         calls[e.name] = (e, best, _forward(e, *random_inputs(e, best, length, config.device, config.seed)))
         rows.append({"model": e.name, "length": length, "batch_size": best, "candidates": candidates})
+    memory = {name: peak_memory(fn, config.device)[1] for name, (_, _, fn) in calls.items()}  # untimed
     times: dict[str, list[float]] = {name: [] for name in calls}
-    memory: dict[str, int] = {}
     for _ in range(config.repeats):
         for name, (_, _, fn) in calls.items():
             progress.update(task, description=f"{name} @ {length}: timing")
-            if name not in memory:
-                seconds, memory[name] = peak_memory(fn, config.device)
-            else:
-                seconds = time_call(fn, config.device)
-            times[name].append(seconds)
+            times[name].append(time_call(fn, config.device))
     for row in rows:
         if "skipped" in row:
             continue
@@ -211,18 +207,17 @@ def _realistic(
             runs.append((e, mode, seq, _forward(e, ids, mask)))
     times: dict[int, list[float]] = {i: [] for i in range(len(runs))}
     memory: dict[int, int] = {}
-    for round_ in range(config.warmup + config.repeats):
-        if clock.spent() and round_ > config.warmup:
+    for round_ in range(1 + config.warmup + config.repeats):  # memory, warm-up, then timed rounds
+        if clock.spent() and round_ > config.warmup + 1:
             break
         for i, (e, mode, _, fn) in enumerate(runs):
             progress.update(task, description=f"{e.name} realistic {mode}")
             if e.is_neobert:
                 set_unpad(e, mode == "unpadded")
-            if round_ < config.warmup:
+            if round_ == 0:
+                memory[i] = peak_memory(fn, config.device)[1]
+            elif round_ <= config.warmup:
                 fn()
-            elif i not in memory:
-                seconds, memory[i] = peak_memory(fn, config.device)
-                times[i].append(seconds)
             else:
                 times[i].append(time_call(fn, config.device))
     rows = []

@@ -76,7 +76,9 @@ def packed_context(cu_seqlens: torch.Tensor, max_seqlen: int, use_flash: bool = 
     cu_seqlens = cu_seqlens.to(torch.int32)
     if use_flash:
         return AttentionContext(cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, use_flash=True)
-    if cu_seqlens.device.type == "cpu":  # reading the offsets costs no device sync here
+    # Inference only: in training, autograd turns each run's slice of q, k, v into a full-size zero gradient
+    # plus an add (quadratic in the number of runs), so the grid is far cheaper there.
+    if cu_seqlens.device.type == "cpu" and not torch.is_grad_enabled():  # offsets read without a device sync
         runs = equal_length_runs(cu_seqlens.tolist())
         if int(cu_seqlens[-1]) >= MIN_TOKENS_PER_RUN * len(runs):
             return AttentionContext(cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, runs=runs)
