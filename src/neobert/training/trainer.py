@@ -263,30 +263,36 @@ def _my_micro_batches(rows, step: int, config: PretrainConfig, data: TrainingDat
     return batches
 
 
+def _mlm_sums(model, batch: dict, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Summed masked-token cross-entropy, correct predictions and masked count of one packed micro-batch."""
+    batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
+    selected = batch["labels"] != -100
+    out = model(
+        input_ids=batch["input_ids"],
+        cu_seqlens=batch["cu_seqlens"],
+        max_seqlen=batch["max_seqlen"],
+        position_ids=batch["position_ids"],
+        labels=batch["labels"],
+        masked_only=True,  # logits (N, V) at the N masked positions only
+    )
+    targets = batch["labels"][selected]
+    hits = (out.logits.detach().argmax(-1) == targets).sum()
+    return masked_lm_loss_sum(out.logits, targets), hits, selected.sum()
+
+
 def _train_step(model, optimizer, accelerator, batches, config: PretrainConfig, accumulation: int) -> dict:
     device = accelerator.device
     global_count = global_masked_count([b["labels"] for b in batches], device=device)
     loss_total = torch.zeros((), device=device)
     correct = torch.zeros((), device=device)
     for i, batch in enumerate(batches):
-        batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
         sync = i == len(batches) - 1
         context = accelerator.no_sync(model) if not sync else contextlib.nullcontext()
         with context:
-            selected = batch["labels"] != -100
-            out = model(
-                input_ids=batch["input_ids"],
-                cu_seqlens=batch["cu_seqlens"],
-                max_seqlen=batch["max_seqlen"],
-                position_ids=batch["position_ids"],
-                labels=batch["labels"],
-                masked_only=True,
-            )
-            targets = batch["labels"][selected]
-            loss_sum = masked_lm_loss_sum(out.logits, targets)
+            loss_sum, hits, _ = _mlm_sums(model, batch, device)
             accelerator.backward(normalize_loss(loss_sum, global_count, world_size=accelerator.num_processes))
         loss_total += loss_sum.detach()
-        correct += (out.logits.detach().argmax(-1) == targets).sum()
+        correct += hits
     grad_norm = accelerator.clip_grad_norm_(model.parameters(), config.optim.clip_grad_norm)
     loss_total = accelerator.reduce(loss_total, "sum")
     correct = accelerator.reduce(correct, "sum")
@@ -350,20 +356,10 @@ def evaluate(model, accelerator, data: TrainingData, config: PretrainConfig) -> 
     correct = torch.zeros((), device=accelerator.device)
     count = torch.zeros((), device=accelerator.device)
     for batch in batches:
-        batch = {k: v.to(accelerator.device) if torch.is_tensor(v) else v for k, v in batch.items()}
-        selected = batch["labels"] != -100
-        out = model(
-            input_ids=batch["input_ids"],
-            cu_seqlens=batch["cu_seqlens"],
-            max_seqlen=batch["max_seqlen"],
-            position_ids=batch["position_ids"],
-            labels=batch["labels"],
-            masked_only=True,
-        )
-        targets = batch["labels"][selected]
-        loss += masked_lm_loss_sum(out.logits, targets)
-        correct += (out.logits.argmax(-1) == targets).sum()
-        count += selected.sum()
+        loss_sum, hits, selected = _mlm_sums(model, batch, accelerator.device)
+        loss += loss_sum
+        correct += hits
+        count += selected
     loss, correct, count = (accelerator.reduce(t, "sum") for t in (loss, correct, count))
     model.train(was_training)
     n = max(float(count), 1.0)
