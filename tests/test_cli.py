@@ -94,11 +94,16 @@ def test_embed_writes_the_encode_array(model_dir, texts_file, tmp_path):
     from neobert.inference import encode, load_model, load_tokenizer
 
     out = tmp_path / "sub" / "vectors.npy"
-    assert main(["embed", "--model", str(model_dir), "--input", str(texts_file), "--output", str(out)]) == 0
+    args = ["embed", "--model", str(model_dir), "--input", str(texts_file), "--output", str(out)]
+    assert main([*args, "--precision", "fp32"]) == 0
     vectors = np.load(out)
     assert vectors.shape == (len(TEXTS), 64)
     expected = encode(load_model(model_dir), load_tokenizer(model_dir), TEXTS, show_progress=False)
     np.testing.assert_allclose(vectors, expected, atol=1e-6, rtol=0)
+    # the default is the bf16 fast path: normalized vectors within cosine 0.99 of the exact ones
+    assert main(args) == 0
+    fast = np.load(out)
+    assert fast.dtype == np.float32 and (np.sum(fast * expected, axis=1) > 0.99).all()
     assert [p.name for p in out.parent.iterdir()] == ["vectors.npy"]  # no temporary file left behind
 
 
@@ -108,7 +113,13 @@ def test_embed_options(model_dir, texts_file, tmp_path):
 
     options = {"pooling": "cls", "normalize": False, "max_length": 4, "show_progress": False}
     result = embed.run(
-        str(model_dir), texts_file, tmp_path / "v.npy", batch_size=2, tokenizer=str(model_dir), **options
+        str(model_dir),
+        texts_file,
+        tmp_path / "v.npy",
+        batch_size=2,
+        tokenizer=str(model_dir),
+        precision="fp32",
+        **options,
     )
     assert result.shape == (len(TEXTS), 64)
     expected = encode(load_model(model_dir), load_tokenizer(model_dir), TEXTS, **options)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 from rich.markup import escape
 
 from .common import CLIError, add_model_arguments, make_console, quiet_transformers, resolve_tokenizer
@@ -74,14 +75,25 @@ def run(
     max_length: int | None = None,
     tokenizer: str | None = None,
     show_progress: bool = True,
+    precision: str = "bf16",
 ) -> EmbedResult:
-    """Embed every line of ``input`` with ``model`` and save the (lines, hidden) float32 array to ``output``."""
+    """Embed every line of ``input`` with ``model`` and save the (lines, hidden) float32 array to ``output``.
+
+    ``precision="bf16"`` (default) runs NeoBERT models on the fast path (bf16 weights, unpadded attention;
+    embeddings within cosine 0.99 of fp32, typically > 0.999); ``fp32`` is exact. Other encoders run as loaded.
+    """
     from ..inference import encode, load_model
 
     texts = read_texts(input)  # validate the input before paying for the model
     start = time.perf_counter()
     tok = resolve_tokenizer(model, tokenizer)
     encoder = load_model(model, task="base")
+    if precision not in ("bf16", "fp32"):
+        raise CLIError(f"precision must be bf16 or fp32, got {precision!r}")
+    if hasattr(getattr(encoder, "base_model", encoder), "model_config"):  # a NeoBERT model
+        from ..fastpath import fast_inference
+
+        fast_inference(encoder, torch.bfloat16 if precision == "bf16" else None)
     vectors = encode(
         encoder,
         tok,
@@ -107,6 +119,7 @@ def _main(args: argparse.Namespace) -> int:
         normalize=not args.no_normalize,
         max_length=args.max_length,
         tokenizer=args.tokenizer,
+        precision=args.precision,
     )
     n, dim = result.shape
     norm = "L2-normalized" if result.normalized else "not normalized"
@@ -135,5 +148,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--max-length", type=int, help="truncate texts to this many tokens (default: the model's max_length)"
+    )
+    parser.add_argument(
+        "--precision",
+        choices=["bf16", "fp32"],
+        default="bf16",
+        help="bf16: NeoBERT fast path (bf16 weights, unpadded; cosine > 0.99 to fp32); fp32: exact",
     )
     parser.set_defaults(func=_main)
