@@ -81,17 +81,17 @@ def test_equal_length_runs():
 @pytest.mark.parametrize("threshold", [0, 10**9])  # run-by-run SDPA, or the padded grid
 def test_packed_runs_equal_grid_and_separate(threshold, monkeypatch):
     lengths = [5, 5, 3, 7, 7, 7, 2]
-    model = make_model(unpad=True).train()
+    model = make_model(unpad=True)
     ids, mask = padded_batch(lengths)
     monkeypatch.setattr(attention, "MIN_TOKENS_PER_RUN", threshold)
-    out = model(ids, attention_mask=mask).last_hidden_state
-    with torch.no_grad():
+    with torch.no_grad():  # runs are an inference path: with autograd the grid is used
+        ctx = attention.packed_context(*attention.unpad(mask)[1:])
+        assert bool(ctx.runs) == (threshold == 0)
+        out = model(ids, attention_mask=mask).last_hidden_state
         for i, n in enumerate(lengths):
             alone = model(ids[i : i + 1, :n]).last_hidden_state[0]
             torch.testing.assert_close(out[i, :n], alone, rtol=0, atol=1e-5)
-    torch.manual_seed(2)
-    (out * torch.randn(out.shape)).sum().backward()
-    assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+    assert not attention.packed_context(*attention.unpad(mask)[1:]).runs  # grad enabled: the grid
 
 
 def test_runs_path_calls_sdpa_without_mask(monkeypatch):

@@ -96,8 +96,9 @@ def rotate_pairs(x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
     x: (..., D), any float dtype; rotations: (..., D/2, 2) float32/64, broadcastable. Returns x's shape and
     dtype. Read as complex numbers the rotation is one multiply, (x[2j] + i x[2j+1]) (cos + i sin): in eager
     mode a vectorized complex kernel, where real arithmetic on the strided halves plus an interleaving stack
-    is not (about 4x the time in bf16 on CPU). float32/64 inputs are viewed as complex without a copy;
-    bf16/fp16 inputs are rotated in a float32 copy, in place, and rounded once (as the released code does).
+    is not (with q and k rotated together: 7.7 -> 2.7 ms per layer at 2,048 bf16 tokens on CPU). float32/64
+    inputs are viewed as complex without a copy; bf16/fp16 inputs are rotated in a float32 copy, in place,
+    and rounded once (as the released code does).
     Under torch.compile the real form is used: inductor has no complex codegen and fuses it into one kernel.
     """
     wide = x if x.dtype in (torch.float32, torch.float64) else x.float()
