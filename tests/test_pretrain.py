@@ -169,89 +169,60 @@ def free_port() -> str:
         return str(sock.getsockname()[1])
 
 
-def test_two_processes_equal_one_process(prepared, tmp_path):
-    """torchrun with 2 CPU processes (gloo) and the same global batch gives the 1-process losses and weights."""
+def run_multiprocess_and_compare(prepared, tmp_path, launcher: list[str]) -> None:
+    """Train the same 4 steps in one process and under ``launcher`` (2 processes); losses and final weights
+    must agree, and only the main process may log."""
     script = tmp_path / "ddp.py"
     script.write_text(textwrap.dedent(DDP_SCRIPT))
-    single = tiny_config(prepared, tmp_path / "one", max_steps=4)
-    pretrain(single, progress_bar=False)
-    double = tiny_config(prepared, tmp_path / "two", max_steps=4)
-    config_file = tmp_path / "two.json"
-    config_file.write_text(json.dumps(double.to_dict()))
+    pretrain(tiny_config(prepared, tmp_path / "one", max_steps=4), progress_bar=False)
+    config_file = tmp_path / "multi.json"
+    config_file.write_text(json.dumps(tiny_config(prepared, tmp_path / "multi", max_steps=4).to_dict()))
     env = {
         k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")
     }
     run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node",
-            "2",
-            "--master_port",
-            free_port(),
-            str(script),
-            str(config_file),
-        ],
+        [sys.executable, "-m", *launcher, str(script), str(config_file)],
         env=env,
         capture_output=True,
         timeout=600,
     )
     assert run.returncode == 0, (run.stdout.decode() + run.stderr.decode())[-4000:]
-    records = [json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (tmp_path / "multi" / "metrics.jsonl").read_text().splitlines()]
     assert len([r for r in records if "train/loss" in r]) == 4  # only the main process logs
-    one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
+    one, multi = losses(tmp_path / "one"), losses(tmp_path / "multi")
     for step in one:
-        assert two[step] == pytest.approx(one[step], rel=1e-5, abs=1e-5)
+        assert multi[step] == pytest.approx(one[step], rel=1e-5, abs=1e-5)
     ref = load_file(tmp_path / "one" / "final" / "model.safetensors")
-    got = load_file(tmp_path / "two" / "final" / "model.safetensors")
+    got = load_file(tmp_path / "multi" / "final" / "model.safetensors")  # gathered from shards under FSDP
+    assert sorted(got) == sorted(ref)
     for key in ref:
         torch.testing.assert_close(got[key], ref[key], rtol=1e-4, atol=1e-5)
+
+
+def test_two_processes_equal_one_process(prepared, tmp_path):
+    """torchrun with 2 CPU processes (gloo) and the same global batch gives the 1-process losses and weights."""
+    launcher = ["torch.distributed.run", "--nproc_per_node", "2", "--master_port", free_port()]
+    run_multiprocess_and_compare(prepared, tmp_path, launcher)
 
 
 def test_fsdp_shipped_config_on_two_cpu_processes(prepared, tmp_path):
     """The shipped FSDP2 accelerate config (forced onto 2 CPU processes) trains the same run as 1 process."""
     from importlib import resources
 
-    script = tmp_path / "ddp.py"
-    script.write_text(textwrap.dedent(DDP_SCRIPT))
-    pretrain(tiny_config(prepared, tmp_path / "one", max_steps=4), progress_bar=False)
-    config_file = tmp_path / "fsdp.json"
-    config_file.write_text(json.dumps(tiny_config(prepared, tmp_path / "fsdp", max_steps=4).to_dict()))
     fsdp_yaml = resources.files("neobert.configs").joinpath("accelerate/fsdp.yaml")
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")
-    }
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--config_file",
-            str(fsdp_yaml),
-            "--cpu",
-            "--num_processes",
-            "2",
-            "--mixed_precision",
-            "no",
-            "--main_process_port",
-            free_port(),
-            str(script),
-            str(config_file),
-        ],
-        env=env,
-        capture_output=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stderr.decode()[-3000:]
-    one, two = losses(tmp_path / "one"), losses(tmp_path / "fsdp")
-    for step in one:
-        assert two[step] == pytest.approx(one[step], rel=1e-5, abs=1e-5)
-    ref = load_file(tmp_path / "one" / "final" / "model.safetensors")
-    got = load_file(tmp_path / "fsdp" / "final" / "model.safetensors")  # gathered from the shards
-    assert sorted(got) == sorted(ref)
-    for key in ref:
-        torch.testing.assert_close(got[key], ref[key], rtol=1e-4, atol=1e-5)
+    launcher = [
+        "accelerate.commands.launch",
+        "--config_file",
+        str(fsdp_yaml),
+        "--cpu",
+        "--num_processes",
+        "2",
+        "--mixed_precision",
+        "no",
+        "--main_process_port",
+        free_port(),
+    ]
+    run_multiprocess_and_compare(prepared, tmp_path, launcher)
 
 
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(prepared, tmp_path, monkeypatch):

@@ -26,6 +26,16 @@ class ConfigError(ValueError):
     """A configuration value or key is invalid."""
 
 
+def check_known_keys(
+    cls: type, data: dict[str, Any], what: str, error: type[Exception] = ConfigError
+) -> None:
+    """Raise ``error`` naming every key of ``data`` that is not a field of the dataclass ``cls``."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise error(f"unknown {what} key(s): {', '.join(unknown)}; known keys: {', '.join(sorted(known))}")
+
+
 @dataclass
 class ModelConfig:
     """Architecture of a NeoBERT encoder.
@@ -137,12 +147,7 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         """Build from a mapping, raising :class:`ConfigError` naming any unknown key."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown model config key(s): {', '.join(unknown)}; known keys: {', '.join(sorted(known))}"
-            )
+        check_known_keys(cls, data, "model config")
         return cls(**data)
 
     @classmethod

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ConfigError
+from ..config import ConfigError, check_known_keys
 from .readers import ON_ERROR, TXT_MODES, DataError, ReadStats, expand_inputs, iter_documents
 from .shards import (
     FORMAT,
@@ -102,12 +102,7 @@ class PrepareConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PrepareConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown prepare config key(s): {', '.join(unknown)}; known keys: {', '.join(sorted(known))}"
-            )
+        check_known_keys(cls, data, "prepare config")
         return cls(**data)
 
     @classmethod

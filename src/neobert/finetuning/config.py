@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config import check_known_keys
+
 
 class FinetuneConfigError(ValueError):
     """A fine-tuning setting is unknown or invalid."""
@@ -52,12 +54,7 @@ class TrainSettings:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]):
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise FinetuneConfigError(
-                f"unknown {cls.__name__} key(s): {', '.join(unknown)}; known keys: {', '.join(sorted(known))}"
-            )
+        check_known_keys(cls, data, cls.__name__, FinetuneConfigError)
         required = [
             f.name
             for f in dataclasses.fields(cls)
