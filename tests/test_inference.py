@@ -18,6 +18,7 @@ from neobert.inference import (
     load_model,
     load_tokenizer,
     save_pretrained,
+    token_batches,
 )
 from neobert.model import NeoBERTForSequenceClassification
 
@@ -50,11 +51,35 @@ def _reference(model, tokenizer, text, pooling="mean"):
     return (hidden.mean(0) if pooling == "mean" else hidden[0]).numpy()
 
 
-def test_encode_matches_unbatched_reference_in_input_order(mlm, tokenizer):
-    out = encode(mlm, tokenizer, TEXTS, batch_size=3, normalize=False, show_progress=False)
+@pytest.mark.parametrize("max_tokens", [None, 1, 16, 10_000])
+def test_encode_matches_unbatched_reference_in_input_order(mlm, tokenizer, max_tokens):
+    out = encode(
+        mlm, tokenizer, TEXTS, batch_size=3, normalize=False, show_progress=False, max_tokens=max_tokens
+    )
     assert out.shape == (len(TEXTS), 64) and out.dtype == np.float32
     for row, text in zip(out, TEXTS):
         np.testing.assert_allclose(row, _reference(mlm, tokenizer, text), atol=1e-5)
+
+
+def test_token_batches_respect_both_limits_and_cover_every_item_once():
+    lengths = [5, 40, 12, 12, 3, 70, 9, 1, 25, 12]
+    batches = token_batches(lengths, batch_size=3, max_tokens=40)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
+    flat = [lengths[i] for batch in batches for i in batch]
+    assert flat == sorted(lengths, reverse=True)  # longest first, so each batch pads to its first member
+    for batch in batches:
+        assert len(batch) <= 3
+        # over budget only when a single item is itself longer than the budget
+        assert len(batch) * lengths[batch[0]] <= 40 or len(batch) == 1
+    assert batches[0] == [5]  # 70 tokens: alone
+    # greedy: a batch is closed only when the next item would break a limit
+    for batch, following in zip(batches, batches[1:]):
+        assert len(batch) == 3 or (len(batch) + 1) * lengths[batch[0]] > 40
+    assert token_batches(lengths, batch_size=4) == [
+        batches_i for batches_i in _chunks(flat_order(lengths), 4)
+    ]
+    with pytest.raises(ValueError, match="max_tokens"):
+        token_batches(lengths, batch_size=2, max_tokens=0)
 
 
 def test_encode_cls_pooling_and_normalization(mlm, tokenizer):

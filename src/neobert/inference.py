@@ -1,13 +1,14 @@
-"""Inference helpers: load a model and tokenizer, embed texts, fill masks, save a model directory.
+"""Inference helpers: load a model and tokenizer, embed or classify texts, fill masks, save a model directory.
 
-These are the functions behind ``neobert embed`` / ``neobert fill-mask`` and the demo; they work with any
-NeoBERT model (a preset with random weights, a directory we saved, or the released checkpoint).
+These are the functions behind ``neobert embed`` / ``classify`` / ``fill-mask`` and the demo; they work with
+any NeoBERT model (a preset with random weights, a directory we saved, or the released checkpoint).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -162,6 +163,77 @@ def _tokenize(tokenizer: Any, texts: Sequence[str], max_length: int, device: tor
     return {name: batch[name].to(device) for name in MODEL_INPUT_NAMES}
 
 
+# Texts are tokenized this many at a time (in character-length order), then re-sorted by token count and
+# cut into batches: memory stays bounded for any number of texts.
+TOKENIZE_CHUNK = 4096
+# Padded tokens per batch when the caller gives no ``max_tokens`` and the model is on the CPU: the fastest
+# setting measured (`neobert bench encode`, docs/benchmarks.md). Elsewhere only ``batch_size`` bounds a batch.
+CPU_MAX_TOKENS = 4096
+
+
+def token_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> list[list[int]]:
+    """Cut positions into batches, longest first, each padded to its first (longest) member.
+
+    A batch holds at most ``batch_size`` items and, when ``max_tokens`` is given, at most ``max_tokens``
+    padded tokens (rows x longest length); an item longer than ``max_tokens`` gets a batch of its own.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    if max_tokens is not None and max_tokens < 1:
+        raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        current = batches[-1] if batches else None
+        if (
+            current is None
+            or len(current) >= batch_size
+            or (max_tokens is not None and (len(current) + 1) * lengths[current[0]] > max_tokens)
+        ):
+            batches.append([i])
+        else:
+            current.append(i)
+    return batches
+
+
+def _batched_inputs(
+    tokenizer: Any,
+    texts: Sequence[str],
+    pairs: Sequence[str] | None,
+    batch_size: int,
+    max_tokens: int | None,
+    max_length: int,
+    device: torch.device,
+) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
+    """(row indices, padded model inputs) for every text, in few-padding batches (see :func:`token_batches`)."""
+    if max_tokens is None and device.type == "cpu":
+        max_tokens = CPU_MAX_TOKENS
+    by_chars = sorted(
+        range(len(texts)), key=lambda i: -(len(texts[i]) + (len(pairs[i]) if pairs is not None else 0))
+    )
+    pad_id = tokenizer.pad_token_id or 0
+    for start in range(0, len(by_chars), TOKENIZE_CHUNK):
+        chunk = by_chars[start : start + TOKENIZE_CHUNK]
+        second = [pairs[i] for i in chunk] if pairs is not None else None
+        ids = tokenizer(
+            [texts[i] for i in chunk],
+            second,
+            truncation=True,
+            max_length=max_length,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+        )["input_ids"]
+        for batch in token_batches([len(row) for row in ids], batch_size, max_tokens):
+            width = len(ids[batch[0]])
+            input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+            attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, j in enumerate(batch):
+                input_ids[row, : len(ids[j])] = torch.tensor(ids[j])
+                attention_mask[row, : len(ids[j])] = 1
+            inputs = {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
+            yield [chunk[j] for j in batch], inputs
+
+
 def encode(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -171,31 +243,29 @@ def encode(
     normalize: bool = True,
     max_length: int | None = None,
     show_progress: bool = True,
+    max_tokens: int | None = None,
 ) -> np.ndarray:
     """Embed ``texts`` into a float32 array (N, C), rows in the input order.
 
-    Texts are batched longest first (by characters, a cheap proxy for tokens) so each batch pads little;
-    inputs longer than ``max_length`` tokens (default: the model's ``max_length``) are truncated.
-    ``pooling`` is ``mean`` (masked mean over real tokens) or ``cls``; ``normalize`` scales rows to unit L2.
+    Texts are batched longest first so each batch pads little: at most ``batch_size`` texts per batch and
+    at most ``max_tokens`` padded tokens (default: :data:`CPU_MAX_TOKENS` on the CPU, where that is fastest,
+    no limit elsewhere). Inputs longer than ``max_length`` tokens (default: the model's
+    ``max_length``) are truncated. ``pooling`` is ``mean`` (masked mean over real tokens) or ``cls``;
+    ``normalize`` scales rows to unit L2.
     """
     if isinstance(texts, str):
         raise TypeError("texts must be a list of strings, not one string")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
     if pooling not in POOLINGS:
         raise ValueError(f"unknown pooling {pooling!r}; use one of {', '.join(POOLINGS)}")
     check_vocab(model, tokenizer)
     encoder = model.base_model  # the bare NeoBERTModel inside any head
-    hidden = encoder.config.hidden_size
     max_length = max_length or encoder.config.max_length
     device = next(encoder.parameters()).device
-    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-    out = np.empty((len(texts), hidden), dtype=np.float32)
+    out = np.empty((len(texts), encoder.config.hidden_size), dtype=np.float32)
+    batches = _batched_inputs(tokenizer, texts, None, batch_size, max_tokens, max_length, device)
     progress = tqdm(total=len(texts), unit="text", disable=not show_progress)
     with _eval_mode(encoder), torch.inference_mode(), progress:
-        for start in range(0, len(order), batch_size):
-            index = order[start : start + batch_size]
-            inputs = _tokenize(tokenizer, [texts[i] for i in index], max_length, device)
+        for index, inputs in batches:
             states = encoder(**inputs).last_hidden_state  # (B, L, C)
             vectors = pool(states, inputs["attention_mask"], pooling).float()  # (B, C)
             if normalize:
@@ -203,6 +273,66 @@ def encode(
             out[index] = vectors.cpu().numpy()
             progress.update(len(index))
     return out
+
+
+def classify(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    texts: Sequence[str],
+    pairs: Sequence[str] | None = None,
+    batch_size: int = 32,
+    max_length: int | None = None,
+    show_progress: bool = True,
+    max_tokens: int | None = None,
+) -> np.ndarray:
+    """The logits of a sequence classifier for ``texts`` (or text pairs), float32 (N, num_labels), in input order.
+
+    ``model`` is a NeoBERTForSequenceClassification or any transformers ``...ForSequenceClassification``
+    (BERT, RoBERTa, ...). Batching, truncation (default: the model's position limit) and ``max_tokens`` work
+    as in :func:`encode`. ``pairs[i]`` is the second text of row i. Models that take token types and
+    whose tokenizer marks a pair's second text (BERT) get them: type 1 after the first [SEP].
+    Softmax (or, for regression, the raw value) is left to the caller.
+    """
+    if isinstance(texts, str) or isinstance(pairs, str):
+        raise TypeError("texts and pairs must be lists of strings, not one string")
+    if pairs is not None and len(pairs) != len(texts):
+        raise ValueError(
+            f"pairs must hold one second text per text: got {len(texts)} texts, {len(pairs)} pairs"
+        )
+    inner = getattr(model, "_orig_mod", model)  # a torch.compile wrapper holds the model here
+    if not type(inner).__name__.endswith("ForSequenceClassification"):
+        raise TypeError(
+            "classify needs a sequence-classification model (load it with task='sequence-classification'), "
+            f"got {type(inner).__name__}"
+        )
+    check_vocab(inner, tokenizer)
+    from .finetuning.models import max_positions
+
+    max_length = max_length or max_positions(inner) or tokenizer.model_max_length
+    device = next(inner.parameters()).device
+    token_types = pairs is not None and _pair_token_types(inner, tokenizer)
+    out = np.empty((len(texts), inner.config.num_labels), dtype=np.float32)
+    batches = _batched_inputs(tokenizer, texts, pairs, batch_size, max_tokens, max_length, device)
+    progress = tqdm(total=len(texts), unit="text", disable=not show_progress)
+    with _eval_mode(model), torch.inference_mode(), progress:
+        for index, inputs in batches:
+            if token_types:
+                is_sep = (inputs["input_ids"] == tokenizer.sep_token_id).long()
+                second = (is_sep.cumsum(dim=1) - is_sep) > 0  # after the first [SEP]
+                inputs["token_type_ids"] = second.long() * inputs["attention_mask"]
+            out[index] = model(**inputs).logits.float().cpu().numpy()  # (B, num_labels)
+            progress.update(len(index))
+    return out
+
+
+def _pair_token_types(model: torch.nn.Module, tokenizer: Any) -> bool:
+    """Whether the model takes token types and the tokenizer gives a pair's second text type 1 (BERT-style)."""
+    if getattr(model.config, "type_vocab_size", 0) < 2 or tokenizer.sep_token_id is None:
+        return False
+    if "token_type_ids" not in inspect.signature(model.forward).parameters:
+        return False
+    types = tokenizer("a", "b", return_token_type_ids=True).get("token_type_ids") or []
+    return any(types)
 
 
 @contextlib.contextmanager

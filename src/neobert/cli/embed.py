@@ -76,6 +76,7 @@ def run(
     tokenizer: str | None = None,
     show_progress: bool = True,
     precision: str = "bf16",
+    max_tokens: int | None = None,
 ) -> EmbedResult:
     """Embed every line of ``input`` with ``model`` and save the (lines, hidden) float32 array to ``output``.
 
@@ -103,6 +104,7 @@ def run(
         normalize=normalize,
         max_length=max_length,
         show_progress=show_progress,
+        max_tokens=max_tokens,
     )
     path = save_npy_atomic(output, vectors)
     return EmbedResult(path, vectors.shape, pooling, normalize, time.perf_counter() - start)
@@ -120,6 +122,7 @@ def _main(args: argparse.Namespace) -> int:
         max_length=args.max_length,
         tokenizer=args.tokenizer,
         precision=args.precision,
+        max_tokens=args.max_tokens,
     )
     n, dim = result.shape
     norm = "L2-normalized" if result.normalized else "not normalized"
@@ -141,7 +144,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_arguments(parser)
     parser.add_argument("--input", required=True, help="UTF-8 text file, one text per line")
     parser.add_argument("--output", required=True, help="where to write the .npy array (lines x hidden)")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=32, help="texts per batch at most")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        help="padded tokens per batch at most (default: 4,096 on the CPU, the fastest setting measured; "
+        "no limit on a GPU)",
+    )
     parser.add_argument("--pooling", choices=["mean", "cls"], default="mean")
     parser.add_argument(
         "--no-normalize", action="store_true", help="keep raw vectors (default: unit L2 norm)"

@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "info",
     "embed",
     "fill_mask",
+    "classify",
     "demo",
     "finetune",
     "eval",
