@@ -73,11 +73,11 @@ def test_token_batches_respect_both_limits_and_cover_every_item_once():
         assert len(batch) * lengths[batch[0]] <= 40 or len(batch) == 1
     assert batches[0] == [5]  # 70 tokens: alone
     # greedy: a batch is closed only when the next item would break a limit
-    for batch, following in zip(batches, batches[1:]):
+    for batch in batches[:-1]:
         assert len(batch) == 3 or (len(batch) + 1) * lengths[batch[0]] > 40
-    assert token_batches(lengths, batch_size=4) == [
-        batches_i for batches_i in _chunks(flat_order(lengths), 4)
-    ]
+    longest_first = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    no_budget = [longest_first[i : i + 4] for i in range(0, len(lengths), 4)]
+    assert token_batches(lengths, batch_size=4) == no_budget
     with pytest.raises(ValueError, match="max_tokens"):
         token_batches(lengths, batch_size=2, max_tokens=0)
 
