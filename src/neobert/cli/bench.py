@@ -1,9 +1,18 @@
-"""``neobert bench throughput``: tokens/s of NeoBERT beside BERT, RoBERTa and ModernBERT (random weights)."""
+"""``neobert bench``: the benchmarks.
+
+- ``throughput``: inference tokens/s of NeoBERT beside BERT, RoBERTa and ModernBERT (random weights);
+- ``training``: MLM pretraining-step tokens/s and the share of the matmul peak;
+- ``encode``: :func:`neobert.inference.encode`'s batching settings (batch size, token budget) on
+  variable-length texts, the measurement behind its CPU default;
+- ``precision``: fp32, bf16 and int8 inference (torch and torchao quantization) for tokens/s and cosine to
+  fp32.
+"""
 
 from __future__ import annotations
 
 import argparse
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -89,6 +98,72 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--output", help="directory for results.json and results.md")
     t.set_defaults(func=training)
 
+    e = commands.add_parser(
+        "encode",
+        help="neobert.inference.encode tokens/s by batch size and token budget",
+        description="Real tokens/s of neobert.inference.encode on synthetic variable-length texts, for each "
+        "batch size without a token budget and each --max-tokens budget (at --max-tokens-batch-size), "
+        "beside the library default; settings interleaved in one process, median over rounds.",
+    )
+    e.add_argument(
+        "--model", default="neobert", help="preset (random weights, default tokenizer) or model directory"
+    )
+    e.add_argument("--texts", type=int, default=96, help="number of texts")
+    e.add_argument(
+        "--range",
+        dest="length_range",
+        type=_range,
+        default="16,512",
+        help="LO,HI of the uniform token counts",
+    )
+    e.add_argument("--lengths-file", help="token counts drawn from this file instead, one integer per line")
+    e.add_argument(
+        "--batch-sizes", type=_ints, default="8,32", help="batch sizes measured without a token budget"
+    )
+    e.add_argument(
+        "--max-tokens", type=_ints, default="1024,2048,4096,8192", help="padded-token budgets per batch"
+    )
+    e.add_argument(
+        "--max-tokens-batch-size", type=int, default=256, help="batch size used with the --max-tokens budgets"
+    )
+    e.add_argument(
+        "--precision",
+        choices=("bf16", "fp32"),
+        default="bf16",
+        help="bf16: the fast path (bf16 weights, unpadded attention); fp32: the model as loaded",
+    )
+    e.add_argument("--repeats", type=int, default=2, help="timed rounds (the median is reported)")
+    e.add_argument("--seed", type=int, default=0, help="seed of the lengths and texts")
+    e.add_argument("--output", help="directory for results.json and results.md")
+    e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e.set_defaults(func=encode)
+
+    from ..benchmarks.precision import DEFAULT_VARIANTS, VARIANTS
+
+    q = commands.add_parser(
+        "precision",
+        help="fp32 / bf16 / int8 inference: tokens/s and embedding cosine to fp32",
+        description="Inference precisions side by side in one process on rows of real text: tokens/s, the "
+        "ratio to bf16, and the cosine of mean-pooled embeddings to fp32 (an int8 path is worth keeping only "
+        "above 0.99 and faster than bf16). The torchao variants need `pip install 'neobert[quantization]'`.",
+    )
+    q.add_argument(
+        "--model", default="neobert", help="preset (random weights) or any encoder directory (real weights)"
+    )
+    q.add_argument("--tokenizer", metavar="DIR", help="tokenizer directory (default: the model's own)")
+    q.add_argument(
+        "--variants",
+        type=_names,
+        default=",".join(DEFAULT_VARIANTS),
+        help=f"comma-separated, from: {', '.join(VARIANTS)}",
+    )
+    q.add_argument("--length", type=int, default=512, help="tokens per row")
+    q.add_argument("--batch", type=int, default=4, help="rows per forward")
+    q.add_argument("--repeats", type=int, default=3, help="timed rounds (the median is reported)")
+    q.add_argument("--output", help="directory for results.json and results.md")
+    q.add_argument("--no-progress", action="store_true", help="no progress bar")
+    q.set_defaults(func=precision)
+
 
 def throughput(args: argparse.Namespace, console: Console | None = None) -> int:
     from ..benchmarks.report import markdown
@@ -147,6 +222,83 @@ def training(args: argparse.Namespace, console: Console | None = None) -> int:
     )
     console.print(markdown(run(bench)), highlight=False)
     return 0
+
+
+def encode(args: argparse.Namespace, console: Console | None = None) -> int:
+    from ..benchmarks.encode import EncodeBenchConfig, run
+
+    console = make_console(console)
+    quiet_transformers()
+    config = EncodeBenchConfig(
+        model=args.model,
+        texts=args.texts,
+        length_range=args.length_range,
+        lengths_file=args.lengths_file,
+        batch_sizes=tuple(args.batch_sizes),
+        max_tokens=tuple(args.max_tokens),
+        max_tokens_batch_size=args.max_tokens_batch_size,
+        precision=args.precision,
+        repeats=args.repeats,
+        seed=args.seed,
+        output=args.output,
+        progress=not args.no_progress,
+    )
+    results = run(config)
+    console.print(_encode_table(results))
+    fastest = max(results["settings"], key=lambda r: r["real_tokens_per_s"])
+    console.print(
+        f"baseline: {results['baseline']}; fastest: {fastest['label']} ({fastest['ratio']:.2f}x); "
+        f"library default: {results['default']}",
+        highlight=False,
+    )
+    if args.output:
+        console.print(f"results written to {args.output}/results.{{json,md}}", highlight=False)
+    return 0
+
+
+def precision(args: argparse.Namespace, console: Console | None = None) -> int:
+    from ..benchmarks.precision import PrecisionBenchConfig, markdown, run
+
+    console = make_console(console)
+    quiet_transformers()
+    config = PrecisionBenchConfig(
+        model=args.model,
+        tokenizer=args.tokenizer,
+        variants=tuple(args.variants),
+        length=args.length,
+        batch=args.batch,
+        repeats=args.repeats,
+        output=args.output,
+        progress=not args.no_progress,
+    )
+    console.print(markdown(run(config)), highlight=False, soft_wrap=True)
+    if args.output:
+        console.print(f"results written to {args.output}/results.{{json,md}}", highlight=False)
+    return 0
+
+
+def _encode_table(results: dict) -> Table:
+    texts, model = results["texts"], results["model"]
+    table = Table(
+        title=f"encode, {model['name']} {model['precision']}: {texts['count']} texts, "
+        f"{texts['real_tokens']:,} real tokens ({texts['min']}-{texts['max']} per text)",
+        box=box.SIMPLE_HEAD,
+    )
+    for name in ("batch", "budget", "batches", "padded", "pad/real", "real tok/s", "ratio"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("note", min_width=8)
+    for r in results["settings"]:
+        table.add_row(
+            str(r["batch_size"]),
+            str(r["max_tokens"] or "none"),
+            str(r["batches"]),
+            f"{r['padded_tokens']:,}",
+            f"{r['padding']:.2f}",
+            f"{r['real_tokens_per_s']:,.0f}",
+            f"{r['ratio']:.2f}x",
+            r["note"],
+        )
+    return table
 
 
 def _table(results: dict) -> Table:

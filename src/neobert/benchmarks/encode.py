@@ -1,0 +1,279 @@
+"""Batching settings of :func:`neobert.inference.encode`, timed on variable-length texts.
+
+The measurement behind :data:`neobert.inference.CPU_MAX_TOKENS`: ``texts`` synthetic texts whose token
+counts are drawn uniformly from ``length_range`` (or from a lengths file, one integer per line), embedded
+with each setting in turn, interleaved round-robin over ``repeats`` rounds in one process. A setting is a
+``batch_size`` alone (no token budget) or ``max_tokens_batch_size`` with a ``max_tokens`` budget; the
+library default (``encode``'s ``batch_size`` with ``CPU_MAX_TOKENS``) is always measured, and rates are
+compared with batch 32 without a budget (the default before the budget) when that setting is present.
+
+    neobert bench encode --model neobert --texts 96 --range 16,512 --output docs/benchmarks/encode
+
+A text is made of random whole words of the tokenizer's vocabulary, each one token, so its token count
+is the drawn one (checked with the tokenizer; inputs beyond the model's ``max_length`` are truncated, as
+``encode`` does). Only the real tokens count in tokens/s; padding is reported beside them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import random
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from ..inference import CPU_MAX_TOKENS, TOKENIZE_CHUNK, encode, load_model, load_tokenizer, token_batches
+from .measure import machine_info, time_call
+
+PRECISIONS = ("bf16", "fp32")
+NO_BUDGET = 10**9  # passed as max_tokens for "no token budget": encode's None means CPU_MAX_TOKENS on the CPU
+BASELINE = (32, None)  # batch 32, no budget: encode's default before the token budget
+WARMUP_TEXTS = 8
+
+
+@dataclass
+class EncodeBenchConfig:
+    model: str = "neobert"  # a preset (random weights) or a model directory (with its tokenizer)
+    texts: int = 96
+    length_range: tuple[int, int] = (16, 512)  # token counts (with [CLS] and [SEP]) drawn uniformly
+    lengths_file: str | None = None  # or drawn from this file's values, one integer per line
+    batch_sizes: tuple[int, ...] = (8, 32)  # measured without a token budget
+    max_tokens: tuple[int, ...] = (1024, 2048, 4096, 8192)  # measured with max_tokens_batch_size
+    max_tokens_batch_size: int = 256
+    precision: str = "bf16"  # bf16: fast_inference (bf16 weights, unpadded attention); fp32: as loaded
+    repeats: int = 2  # timed rounds; the median rate is reported
+    seed: int = 0
+    output: str | None = None  # directory for results.json and results.md
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.length_range = tuple(self.length_range)
+        self.batch_sizes = tuple(self.batch_sizes)
+        self.max_tokens = tuple(self.max_tokens)
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.texts < 1 or self.repeats < 1:
+            raise ValueError(f"texts and repeats must be positive, got {self.texts} and {self.repeats}")
+        if len(self.length_range) != 2 or not 1 <= self.length_range[0] <= self.length_range[1]:
+            raise ValueError(f"length_range must be (lo, hi) with 1 <= lo <= hi, got {self.length_range}")
+        if min((*self.batch_sizes, *self.max_tokens, self.max_tokens_batch_size)) < 1:
+            raise ValueError("batch sizes and max_tokens must be positive")
+
+
+def target_lengths(config: EncodeBenchConfig) -> list[int]:
+    """The token count of each text: uniform over ``length_range``, or drawn from ``lengths_file``."""
+    rng = random.Random(config.seed)
+    if config.lengths_file is None:
+        return [rng.randint(*config.length_range) for _ in range(config.texts)]
+    return [rng.choice(read_lengths(config.lengths_file)) for _ in range(config.texts)]
+
+
+def read_lengths(path: str | Path) -> list[int]:
+    """Positive integers, one per line (blank lines skipped); errors name the file and line."""
+    values = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = int(line)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise ValueError(f"{path}:{number}: expected a positive integer, got {line.strip()!r}")
+        values.append(value)
+    if not values:
+        raise ValueError(f"{path}: no lengths (expected positive integers, one per line)")
+    return values
+
+
+def whole_words(tokenizer: Any) -> list[str]:
+    """Alphabetic vocabulary entries longer than 3 characters that the tokenizer keeps as one token."""
+    vocab = tokenizer.get_vocab()
+    words = sorted((w for w in vocab if w.isalpha() and len(w) > 3), key=vocab.get)
+    ids = tokenizer(words, add_special_tokens=False)["input_ids"] if words else []
+    words = [w for w, row in zip(words, ids) if len(row) == 1]
+    if not words:
+        raise ValueError("the tokenizer's vocabulary has no whole-word entries to build texts from")
+    return words
+
+
+def synthetic_texts(tokenizer: Any, lengths: list[int], seed: int = 0) -> list[str]:
+    """One text per length: random whole words, as many as the length less the special tokens."""
+    rng = random.Random(seed)
+    words = whole_words(tokenizer)
+    special = tokenizer.num_special_tokens_to_add(pair=False)
+    return [" ".join(rng.choices(words, k=max(1, n - special))) for n in lengths]
+
+
+def token_lengths(tokenizer: Any, texts: list[str], max_length: int) -> list[int]:
+    """Token counts as ``encode`` sees them (special tokens included, truncated at ``max_length``)."""
+    ids = tokenizer(
+        texts,
+        truncation=True,
+        max_length=max_length,
+        return_attention_mask=False,
+        return_token_type_ids=False,
+    )["input_ids"]
+    return [len(row) for row in ids]
+
+
+def plan(texts: list[str], lengths: list[int], batch_size: int, max_tokens: int | None) -> list[list[int]]:
+    """The batches ``encode`` forms (as text indices): tokenized in chunks in character-length order, each
+    chunk cut by :func:`token_batches`; one chunk, i.e. plain ``token_batches(lengths)``, up to 4,096 texts."""
+    by_chars = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    batches = []
+    for start in range(0, len(by_chars), TOKENIZE_CHUNK):
+        chunk = by_chars[start : start + TOKENIZE_CHUNK]
+        batches += [
+            [chunk[j] for j in b] for b in token_batches([lengths[i] for i in chunk], batch_size, max_tokens)
+        ]
+    return batches
+
+
+def settings(config: EncodeBenchConfig) -> list[dict]:
+    """The (batch_size, max_tokens) pairs measured, in order; max_tokens None = no token budget.
+
+    The library default (``encode``'s ``batch_size`` with :data:`CPU_MAX_TOKENS`) is added last unless
+    asked for already. The baseline of the ratios is batch 32 without a budget if measured, else the first.
+    """
+    default = (inspect.signature(encode).parameters["batch_size"].default, CPU_MAX_TOKENS)
+    pairs = [(b, None) for b in config.batch_sizes]
+    pairs += [(config.max_tokens_batch_size, m) for m in config.max_tokens]
+    pairs = list(dict.fromkeys([*pairs, default]))
+    baseline = BASELINE if BASELINE in pairs else pairs[0]
+    rows = []
+    for b, m in pairs:
+        flags = {
+            "default": (b, m) == default,
+            "previous_default": (b, m) == BASELINE,
+            "baseline": (b, m) == baseline,
+        }
+        note = ", ".join(name.replace("_", " ") for name, hit in flags.items() if hit)
+        rows.append({"batch_size": b, "max_tokens": m, "label": _label(b, m), **flags, "note": note})
+    return rows
+
+
+def _label(batch_size: int, max_tokens: int | None) -> str:
+    return f"batch {batch_size}, max_tokens {max_tokens or 'none'}"
+
+
+def _resolve_tokenizer(model: str) -> Any:
+    """A model directory's own tokenizer; the default NeoBERT tokenizer for a preset; a hub id's own."""
+    from ..config import PRESETS
+
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not any(
+            (path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
+        ):
+            raise ValueError(
+                f"{model} holds no tokenizer files (tokenizer.json, tokenizer_config.json, vocab.txt)"
+            )
+        return load_tokenizer(path)
+    return load_tokenizer(None if model in PRESETS else model)
+
+
+def run(config: EncodeBenchConfig) -> dict:
+    from ..fastpath import fast_inference
+    from ..inference import check_vocab
+
+    model = load_model(config.model)
+    tokenizer = _resolve_tokenizer(config.model)
+    check_vocab(model, tokenizer)
+    if config.precision == "bf16":
+        model = fast_inference(model)
+    max_length = model.base_model.config.max_length
+
+    targets = target_lengths(config)
+    texts = synthetic_texts(tokenizer, targets, config.seed)
+    lengths = token_lengths(tokenizer, texts, max_length)
+    real = sum(lengths)
+    rows = settings(config)
+    for row in rows:
+        batches = plan(texts, lengths, row["batch_size"], row["max_tokens"])
+        row.update(
+            batches=len(batches),
+            real_tokens=real,
+            padded_tokens=sum(len(b) * lengths[b[0]] for b in batches),
+            seconds=[],
+        )
+
+    def call(row: dict, items: list[str]) -> None:
+        budget = NO_BUDGET if row["max_tokens"] is None else row["max_tokens"]
+        encode(model, tokenizer, items, batch_size=row["batch_size"], max_tokens=budget, show_progress=False)
+
+    default = next(row for row in rows if row["default"])
+    call(default, texts[:WARMUP_TEXTS])  # untimed: first-call costs (allocator, oneDNN kernels)
+    with tqdm(total=config.repeats * len(rows), unit="run", disable=not config.progress) as progress:
+        for r in range(config.repeats):
+            for k in range(len(rows)):  # round-robin, starting one setting later each round
+                row = rows[(r + k) % len(rows)]
+                progress.set_postfix_str(row["label"])
+                row["seconds"].append(time_call(lambda row=row: call(row, texts), "cpu"))
+                progress.update()
+
+    for row in rows:
+        row["real_tokens_per_s"] = statistics.median(real / s for s in row["seconds"])
+        row["padding"] = row["padded_tokens"] / real
+    baseline = next(row for row in rows if row["baseline"])
+    for row in rows:
+        row["ratio"] = row["real_tokens_per_s"] / baseline["real_tokens_per_s"]
+    results = {
+        "config": asdict(config),
+        "machine": machine_info("cpu"),
+        "model": {
+            "name": config.model,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "max_length": max_length,
+            "precision": config.precision,
+        },
+        "texts": {
+            "count": len(texts),
+            "target_tokens": sum(targets),
+            "real_tokens": real,
+            "off_target": sum(n != min(t, max_length) for n, t in zip(lengths, targets)),
+            "truncated": sum(t > max_length for t in targets),
+            "min": min(lengths),
+            "max": max(lengths),
+            "lengths": lengths,
+        },
+        "default": default["label"],
+        "baseline": baseline["label"],
+        "settings": rows,
+    }
+    if config.output:
+        out = Path(config.output)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        (out / "results.md").write_text(markdown(results), encoding="utf-8")
+    return results
+
+
+def markdown(results: dict) -> str:
+    cfg, machine, texts, model = results["config"], results["machine"], results["texts"], results["model"]
+    source = cfg["lengths_file"] or "uniform {}-{}".format(*cfg["length_range"])
+    fastest = max(results["settings"], key=lambda r: r["real_tokens_per_s"])
+    lines = [
+        f"`encode` batching settings: {model['name']} ({model['parameters'] / 1e6:.0f}M parameters, "
+        f"{model['precision']}), {texts['count']} texts of {source} tokens ({texts['real_tokens']:,} real "
+        f"tokens, {texts['min']}-{texts['max']} per text), median of {cfg['repeats']} interleaved rounds. "
+        f"{machine['cpu']}, {machine['threads']} threads, torch {machine['torch']}.",
+        "",
+        "| batch size | max tokens | batches | padded tokens | padded / real | real tokens/s | vs baseline | |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results["settings"]:
+        lines.append(
+            f"| {r['batch_size']} | {r['max_tokens'] or 'none'} | {r['batches']} | {r['padded_tokens']:,} | "
+            f"{r['padding']:.2f} | {r['real_tokens_per_s']:,.0f} | {r['ratio']:.2f}x | {r['note']} |"
+        )
+    lines += [
+        "",
+        f"Baseline: {results['baseline']}. Fastest: {fastest['label']} ({fastest['ratio']:.2f}x). "
+        f"Library default on the CPU: {results['default']}.",
+    ]
+    return "\n".join(lines) + "\n"

