@@ -1,4 +1,4 @@
-"""neobert.benchmarks.precision: the rows of real text, and a smoke run of the variants torch alone provides."""
+"""neobert.benchmarks.precision (rows of real text, a smoke run of the torch-only variants) and .attention."""
 
 from __future__ import annotations
 
@@ -48,3 +48,26 @@ def test_smoke_run_reports_speed_and_cosine_per_variant(tmp_path):
 def test_unknown_variant_is_refused():
     with pytest.raises(ValueError, match="unknown variant"):
         PrecisionBenchConfig(variants=("fp32", "int4"))
+
+
+def test_attention_bench_kernels_agree_with_float32(tmp_path):
+    from neobert.benchmarks.attention import AttentionBenchConfig
+    from neobert.benchmarks.attention import run as run_attention
+
+    config = AttentionBenchConfig(
+        lengths=(16, 40),
+        tokens=80,
+        heads=2,
+        head_dim=8,
+        kernels=("sdpa", "math"),
+        repeats=1,
+        output=str(tmp_path),
+    )
+    results = run_attention(config)
+    assert {(r["kernel"], r["length"]) for r in results["rows"]} == {
+        (k, n) for k in ("sdpa", "math") for n in (16, 40)
+    }
+    for row in results["rows"]:
+        assert row["tflops"] > 0 and row["max_abs_error"] < 0.05  # bf16 inputs, float32 reference
+        assert row["batch"] == 80 // row["length"]
+    assert "| math |" in (tmp_path / "results.md").read_text()

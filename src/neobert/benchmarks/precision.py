@@ -239,8 +239,9 @@ def run(config: PrecisionBenchConfig) -> dict:
 
 def markdown(results: dict) -> str:
     c = results["config"]
+    name = c["model"] if not Path(c["model"]).is_absolute() else Path(c["model"]).parent.name
     lines = [
-        f"# Inference precisions: {c['model']}, {c['batch']} x {c['length']} tokens of real text",
+        f"# Inference precisions: {name}, {c['batch']} x {c['length']} tokens of real text",
         "",
         f"torch {results['machine']['torch']}, {results['machine']['threads']} threads, "
         f"{results['machine'].get('cpu', '?')}; median of {c['repeats']} interleaved rounds. Cosine: "

@@ -4,6 +4,8 @@
 - ``training``: MLM pretraining-step tokens/s and the share of the matmul peak;
 - ``encode``: :func:`neobert.inference.encode`'s batching settings (batch size, token budget) on
   variable-length texts, the measurement behind its CPU default;
+- ``attention``: the attention kernels torch offers (SDPA, compiled SDPA, chunked matmul + softmax,
+  compiled flex_attention) on NeoBERT's head shapes;
 - ``precision``: fp32, bf16 and int8 inference (torch and torchao quantization) for tokens/s and cosine to
   fp32.
 """
@@ -164,6 +166,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     q.add_argument("--no-progress", action="store_true", help="no progress bar")
     q.set_defaults(func=precision)
 
+    a = commands.add_parser(
+        "attention",
+        help="attention kernels (SDPA, compiled, matmul+softmax, flex_attention): TFLOP/s by length",
+        description="softmax(QK^T/sqrt(d))V in bf16 by each kernel torch offers, on NeoBERT's head shapes, "
+        "checked against float32 and timed interleaved, beside the matmul peak.",
+    )
+    a.add_argument("--lengths", type=_ints, default="512,1024,2048", help="sequence lengths")
+    a.add_argument("--tokens", type=int, default=2048, help="tokens per call (batch = tokens // length)")
+    a.add_argument("--repeats", type=int, default=5, help="timed rounds (the median is reported)")
+    a.add_argument("--kernels", type=_names, default="sdpa,sdpa-compile,math,flex-compile")
+    a.add_argument("--output", help="directory for results.json and results.md")
+    a.set_defaults(func=attention)
+
 
 def throughput(args: argparse.Namespace, console: Console | None = None) -> int:
     from ..benchmarks.report import markdown
@@ -274,6 +289,21 @@ def precision(args: argparse.Namespace, console: Console | None = None) -> int:
     console.print(markdown(run(config)), highlight=False, soft_wrap=True)
     if args.output:
         console.print(f"results written to {args.output}/results.{{json,md}}", highlight=False)
+    return 0
+
+
+def attention(args: argparse.Namespace, console: Console | None = None) -> int:
+    from ..benchmarks.attention import AttentionBenchConfig, markdown, run
+
+    console = make_console(console)
+    config = AttentionBenchConfig(
+        lengths=tuple(args.lengths),
+        tokens=args.tokens,
+        kernels=tuple(args.kernels),
+        repeats=args.repeats,
+        output=args.output,
+    )
+    console.print(markdown(run(config)), highlight=False, soft_wrap=True)
     return 0
 
 
