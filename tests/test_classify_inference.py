@@ -236,6 +236,7 @@ def test_cli_text_file(classifier_dir, tmp_path, capsys):
     for name in {row["label"] for row in rows}:
         assert name in printed
     assert [p.name for p in out.parent.iterdir()] == ["predictions.jsonl"]  # no temporary file left
+    assert "1 row(s) have an empty text (rows 2)" in " ".join(printed.split())  # TEXTS[1] is empty
 
     assert main(args) == 0  # default: bf16 fast path
     fast = read_jsonl(out)

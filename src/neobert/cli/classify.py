@@ -36,6 +36,7 @@ class ClassifyResult:
     value_range: tuple[float, float, float] | None  # min, mean, max of the predicted values (regression)
     seconds: float
     random_weights: bool  # a preset: the head and encoder are untrained
+    empty_rows: list[int]  # 1-based rows whose text is empty or blank (classified as such, and reported)
 
 
 def read_inputs(
@@ -162,7 +163,8 @@ def run(
         predicted = Counter(row["label"] for row in rows)
         counts = {name: predicted[name] for name in dict.fromkeys(label_names(config))}
     seconds = time.perf_counter() - start
-    return ClassifyResult(path, len(rows), regression, counts, value_range, seconds, is_preset(model))
+    empty = [i + 1 for i, text in enumerate(texts) if not text.strip()]
+    return ClassifyResult(path, len(rows), regression, counts, value_range, seconds, is_preset(model), empty)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -193,6 +195,13 @@ def _main(args: argparse.Namespace) -> int:
         for name, count in result.label_counts.items():
             table.add_row(escape(name), f"{count:,}", f"{count / max(result.rows, 1):.1%}")
     console.print(table)
+    if result.empty_rows:
+        shown = ", ".join(map(str, result.empty_rows[:10])) + (", ..." if len(result.empty_rows) > 10 else "")
+        console.print(
+            f"[yellow]note:[/] {len(result.empty_rows):,} row(s) have an empty text (rows {shown}); their "
+            "predictions say nothing about any text",
+            highlight=False,
+        )
     if result.random_weights:
         console.print("[yellow]note:[/] a preset has random weights: these predictions are meaningless")
     return 0

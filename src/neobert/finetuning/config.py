@@ -136,8 +136,8 @@ class ClassifyConfig(TrainSettings, ModelSource):
     train: str
     validation: str
     output: str
-    text_column: str
-    label_column: str
+    text_column: str = "text"
+    label_column: str = "label"
     text_pair_column: str | None = None
     task_type: str = "classification"
     max_train_samples: int | None = None
