@@ -108,6 +108,16 @@ def test_embed_writes_the_encode_array(model_dir, texts_file, tmp_path):
 
 
 @NEEDS_TOKENIZER
+def test_embed_reports_empty_lines(model_dir, tmp_path, capsys):
+    path = tmp_path / "in.txt"
+    path.write_text("first\n\nthird\n  \n", encoding="utf-8")
+    out = tmp_path / "v.npy"
+    assert main(["embed", "--model", str(model_dir), "--input", str(path), "--output", str(out)]) == 0
+    assert np.load(out).shape[0] == 4  # row i stays line i
+    assert "2 line(s) are empty (lines 2, 4)" in " ".join(capsys.readouterr().out.split())
+
+
+@NEEDS_TOKENIZER
 def test_embed_options(model_dir, texts_file, tmp_path):
     from neobert.inference import encode, load_model, load_tokenizer
 
@@ -122,6 +132,7 @@ def test_embed_options(model_dir, texts_file, tmp_path):
         **options,
     )
     assert result.shape == (len(TEXTS), 64)
+    assert result.empty_rows == [i + 1 for i, text in enumerate(TEXTS) if not text.strip()]
     expected = encode(load_model(model_dir), load_tokenizer(model_dir), TEXTS, **options)
     np.testing.assert_allclose(np.load(result.output), expected, atol=1e-6, rtol=0)
 

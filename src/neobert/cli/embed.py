@@ -23,6 +23,7 @@ class EmbedResult:
     pooling: str
     normalized: bool
     seconds: float
+    empty_rows: list[int]  # 1-based lines whose text is empty or blank (embedded as such, and reported)
 
 
 def read_texts(path: str | os.PathLike) -> list[str]:
@@ -107,7 +108,8 @@ def run(
         max_tokens=max_tokens,
     )
     path = save_npy_atomic(output, vectors)
-    return EmbedResult(path, vectors.shape, pooling, normalize, time.perf_counter() - start)
+    empty = [i + 1 for i, text in enumerate(texts) if not text.strip()]
+    return EmbedResult(path, vectors.shape, pooling, normalize, time.perf_counter() - start, empty)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -126,12 +128,20 @@ def _main(args: argparse.Namespace) -> int:
     )
     n, dim = result.shape
     norm = "L2-normalized" if result.normalized else "not normalized"
-    make_console().print(
+    console = make_console()
+    console.print(
         f"wrote {n:,} x {dim} float32 vectors ({result.pooling} pooling, {norm}) to "
         f"{escape(str(result.output))} in {result.seconds:.1f}s",
         highlight=False,
         soft_wrap=True,
     )
+    if result.empty_rows:
+        shown = ", ".join(map(str, result.empty_rows[:10])) + (", ..." if len(result.empty_rows) > 10 else "")
+        console.print(
+            f"[yellow]note:[/] {len(result.empty_rows):,} line(s) are empty (lines {shown}); their rows embed "
+            "an empty text, kept so that row i is line i",
+            highlight=False,
+        )
     return 0
 
 
