@@ -99,6 +99,11 @@ def test_end_to_end_run_exports_a_loadable_model(prepared, tmp_path):
     assert isinstance(model, neobert.NeoBERTForMaskedLM)
     tokenizer = AutoTokenizer.from_pretrained(result.final_model)
     assert tokenizer.mask_token_id is not None
+    # the released layout: vocab.txt in id order, the special-token map, max_length on the tokenizer
+    vocab = (result.final_model / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert [tokenizer.convert_tokens_to_ids(t) for t in vocab] == list(range(len(tokenizer)))
+    assert (result.final_model / "special_tokens_map.json").is_file()
+    assert tokenizer.model_max_length == model.config.max_length
     assert (tmp_path / "run" / "loss_curve.png").stat().st_size > 1000
     assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
     assert [s for s, _ in list_checkpoints(tmp_path / "run" / "checkpoints")] == [16, 18, 20]  # keep_last 3

@@ -109,14 +109,20 @@ def load_tokenizer(path: str | os.PathLike | None = None) -> Any:
     return tokenizer
 
 
-def save_pretrained(model: torch.nn.Module, tokenizer: Any, output_dir: str | os.PathLike) -> Path:
+def save_pretrained(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    output_dir: str | os.PathLike,
+    state_dict: dict[str, torch.Tensor] | None = None,
+) -> Path:
     """Write the released layout: config.json, model.safetensors and the tokenizer files (with vocab.txt).
 
     The tokenizer's ``model_max_length`` is set to the model's ``max_length``, as in the released files.
+    ``state_dict`` replaces the model's own tensors (e.g. weights gathered from FSDP shards).
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(output_dir)
+    model.save_pretrained(output_dir, state_dict=state_dict)
     _drop_auto_map(output_dir / "config.json")
     tokenizer.model_max_length = model.config.max_length
     tokenizer.model_input_names = list(MODEL_INPUT_NAMES)

@@ -396,8 +396,9 @@ def _finish(
         unwrapped = getattr(unwrapped, "_orig_mod", unwrapped)  # torch.compile wrapper
 
         def build(tmp: Path) -> None:
-            unwrapped.save_pretrained(tmp, state_dict=state_dict, safe_serialization=True)
-            data.tokenizer.save_pretrained(tmp)
+            from ..inference import save_pretrained
+
+            save_pretrained(unwrapped, data.tokenizer, tmp, state_dict=state_dict)  # + vocab.txt, no auto_map
 
         final_dir = write_atomic_dir(build, output / "final")
         curve = plot_loss_curve(
