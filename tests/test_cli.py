@@ -10,7 +10,6 @@ import sys
 
 import numpy as np
 import pytest
-import torch
 from rich.console import Console
 
 from neobert import ModelConfig, NeoBERTConfig, __version__
@@ -23,15 +22,6 @@ NEEDS_TOKENIZER = pytest.mark.skipif(
 )
 
 TEXTS = ["hello world", "", "a somewhat longer line of text", "é accents and ünïcode"]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    from neobert.inference import load_model, load_tokenizer, save_pretrained
-
-    torch.manual_seed(0)
-    model = load_model("tiny", "mlm", vocab_size=30522)
-    return save_pretrained(model, load_tokenizer(), tmp_path_factory.mktemp("cli") / "tiny")
 
 
 @pytest.fixture
@@ -114,7 +104,7 @@ def test_embed_reports_empty_lines(model_dir, tmp_path, capsys):
     out = tmp_path / "v.npy"
     assert main(["embed", "--model", str(model_dir), "--input", str(path), "--output", str(out)]) == 0
     assert np.load(out).shape[0] == 4  # row i stays line i
-    assert "2 line(s) are empty (lines 2, 4)" in " ".join(capsys.readouterr().out.split())
+    assert "2 line(s) have an empty text (lines 2, 4)" in " ".join(capsys.readouterr().out.split())
 
 
 @NEEDS_TOKENIZER

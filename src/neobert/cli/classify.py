@@ -21,8 +21,10 @@ from .common import (
     add_model_arguments,
     apply_precision,
     check_precision,
+    empty_rows,
     is_preset,
     make_console,
+    note_empty_rows,
     quiet_transformers,
     resolve_tokenizer,
 )
@@ -161,7 +163,7 @@ def run(
         predicted = Counter(row["label"] for row in rows)
         counts = {name: predicted[name] for name in dict.fromkeys(label_names(config))}
     seconds = time.perf_counter() - start
-    empty = [i + 1 for i, text in enumerate(texts) if not text.strip()]
+    empty = empty_rows(texts)
     return ClassifyResult(path, len(rows), regression, counts, value_range, seconds, is_preset(model), empty)
 
 
@@ -193,13 +195,7 @@ def _main(args: argparse.Namespace) -> int:
         for name, count in result.label_counts.items():
             table.add_row(escape(name), f"{count:,}", f"{count / max(result.rows, 1):.1%}")
     console.print(table)
-    if result.empty_rows:
-        shown = ", ".join(map(str, result.empty_rows[:10])) + (", ..." if len(result.empty_rows) > 10 else "")
-        console.print(
-            f"[yellow]note:[/] {len(result.empty_rows):,} row(s) have an empty text (rows {shown}); their "
-            "predictions say nothing about any text",
-            highlight=False,
-        )
+    note_empty_rows(console, result.empty_rows, "row", "their predictions say nothing about any text")
     if result.random_weights:
         console.print("[yellow]note:[/] a preset has random weights: these predictions are meaningless")
     return 0

@@ -85,3 +85,18 @@ def apply_precision(model: Any, precision: str) -> Any:
 
         fast_inference(model, torch.bfloat16 if precision == "bf16" else None)
     return model
+
+
+def empty_rows(texts: list[str]) -> list[int]:
+    """1-based positions of the texts that are empty or blank."""
+    return [i + 1 for i, text in enumerate(texts) if not text.strip()]
+
+
+def note_empty_rows(console: Console, rows: list[int], noun: str, consequence: str) -> None:
+    """One yellow line naming the empty rows (the first ten), if any."""
+    if rows:
+        shown = ", ".join(map(str, rows[:10])) + (", ..." if len(rows) > 10 else "")
+        console.print(
+            f"[yellow]note:[/] {len(rows):,} {noun}(s) have an empty text ({noun}s {shown}); {consequence}",
+            highlight=False,
+        )

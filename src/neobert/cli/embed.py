@@ -17,7 +17,9 @@ from .common import (
     add_model_arguments,
     apply_precision,
     check_precision,
+    empty_rows,
     make_console,
+    note_empty_rows,
     quiet_transformers,
     resolve_tokenizer,
 )
@@ -110,8 +112,8 @@ def run(
         max_tokens=max_tokens,
     )
     path = save_npy_atomic(output, vectors)
-    empty = [i + 1 for i, text in enumerate(texts) if not text.strip()]
-    return EmbedResult(path, vectors.shape, pooling, normalize, time.perf_counter() - start, empty)
+    seconds = time.perf_counter() - start
+    return EmbedResult(path, vectors.shape, pooling, normalize, seconds, empty_rows(texts))
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -137,13 +139,9 @@ def _main(args: argparse.Namespace) -> int:
         highlight=False,
         soft_wrap=True,
     )
-    if result.empty_rows:
-        shown = ", ".join(map(str, result.empty_rows[:10])) + (", ..." if len(result.empty_rows) > 10 else "")
-        console.print(
-            f"[yellow]note:[/] {len(result.empty_rows):,} line(s) are empty (lines {shown}); their rows embed "
-            "an empty text, kept so that row i is line i",
-            highlight=False,
-        )
+    note_empty_rows(
+        console, result.empty_rows, "line", "their rows embed an empty text, so that row i is line i"
+    )
     return 0
 
 
