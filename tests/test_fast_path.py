@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import neobert.fastpath as fastpath
 import neobert.model.attention as attention
 from neobert import ModelConfig, NeoBERTConfig, NeoBERTModel
 from neobert.fastpath import fast_inference
@@ -166,3 +167,65 @@ def test_long_forward_materializes_no_scores(unpad):
 def test_fast_inference_rejects_other_models():
     with pytest.raises(TypeError, match="NeoBERT"):
         fast_inference(torch.nn.Linear(2, 2))
+
+
+def _plain_copy(model: NeoBERTModel) -> NeoBERTModel:
+    plain = NeoBERTModel(model.config).eval()
+    plain.load_state_dict(model.state_dict())
+    return plain
+
+
+@pytest.mark.skipif(fastpath._linear_pointwise() is None, reason="torch built without oneDNN")
+def test_fused_epilogues_compute_the_plain_block(monkeypatch):
+    model = make_model()
+    names = list(model.state_dict())
+    fast_inference(model)
+    assert all(type(b) is fastpath.FusedEncoderBlock for b in model.transformer_encoder)
+    assert list(model.state_dict()) == names  # same tensors under the same names
+    plain = _plain_copy(model).to(torch.bfloat16)
+    plain.config.unpad = plain.model_config.unpad = True
+    calls = []
+    op = fastpath._linear_pointwise()
+
+    class Counting:
+        def __call__(self, *args):
+            calls.append("silu")
+            return op(*args)
+
+        def binary(self, *args):
+            calls.append(args[-1])
+            return op.binary(*args)
+
+    monkeypatch.setattr(fastpath, "_linear_pointwise", Counting)
+    ids, mask = padded_batch([7, 5, 7, 2])
+    with torch.inference_mode():
+        fused = model(ids, mask).last_hidden_state.float()
+        reference = plain(ids, mask).last_hidden_state.float()
+    layers = len(model.transformer_encoder)
+    assert sorted(calls) == sorted(["silu", "mul", "add", "add"] * layers)  # the fused path ran
+    # the same function up to bf16 rounding of the intermediates (the plain path rounds them too)
+    cosine = F.cosine_similarity(fused[mask.bool()], reference[mask.bool()], dim=-1)
+    assert cosine.min() > 0.999
+    assert (fused[~mask.bool()] == 0).all()
+
+
+@pytest.mark.skipif(fastpath._linear_pointwise() is None, reason="torch built without oneDNN")
+def test_fused_blocks_fall_back_to_the_plain_forward_with_gradients_or_fp32():
+    model = make_model()
+    fast_inference(model, dtype=None)  # fp32 weights: never fused, so exact
+    ids, mask = padded_batch([7, 5, 7, 2])
+    plain = _plain_copy(model)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, mask).last_hidden_state, plain(ids, mask).last_hidden_state)
+    model.to(torch.bfloat16)
+    plain.to(torch.bfloat16)
+    plain.config.unpad = plain.model_config.unpad = True
+    out = model(ids, mask).last_hidden_state  # gradients on: the plain forward, differentiable
+    assert out.requires_grad
+    torch.testing.assert_close(out, plain(ids, mask).last_hidden_state, rtol=0, atol=0)
+
+
+def test_gelu_blocks_are_not_fused():
+    model = make_model(ffn="gelu")
+    fast_inference(model)
+    assert all(type(b) is not fastpath.FusedEncoderBlock for b in model.transformer_encoder)

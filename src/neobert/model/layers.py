@@ -85,6 +85,12 @@ class EncoderBlock(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout)
 
     def attention(self, x: torch.Tensor, ctx: AttentionContext, rope: torch.Tensor | None) -> torch.Tensor:
+        return self.wo(self.attention_heads(x, ctx, rope))  # (..., C)
+
+    def attention_heads(
+        self, x: torch.Tensor, ctx: AttentionContext, rope: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The attention output before ``wo``, heads concatenated: (..., C)."""
         # x: (B, L, C) padded or (T, C) packed; rope: (cos, sin), broadcastable to (..., H, 2, D/2, 2)
         # The released layout splits *inside* each head: rows [h*3D, h*3D + D) are q of head h, the next D
         # are k, the next D are v. It is not [all q | all k | all v].
@@ -93,8 +99,7 @@ class EncoderBlock(nn.Module):
         if self.use_rope:
             qk = rotate_pairs(qk, rope)
         q, k = qk.unbind(-2)  # each (..., H, D)
-        out = attend(q, k, qkv[..., 2, :], ctx)  # (..., H, D)
-        return self.wo(out.flatten(-2))  # (..., C)
+        return attend(q, k, qkv[..., 2, :], ctx).flatten(-2)  # (..., H, D) -> (..., C)
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext, rope: torch.Tensor | None) -> torch.Tensor:
         x = x + self.dropout(self.attention(self.attention_norm(x), ctx, rope))
