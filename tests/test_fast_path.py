@@ -12,7 +12,7 @@ from neobert import ModelConfig, NeoBERTConfig, NeoBERTModel
 from neobert.fastpath import fast_inference
 from neobert.model import padded_context, rope_tables
 from neobert.model.attention import equal_length_runs
-from neobert.model.layers import RMSNorm
+from neobert.model.layers import EncoderBlock, RMSNorm
 from neobert.model.pooling import mean_pool
 from neobert.model.rope import apply_rope, rotate_pairs
 
@@ -179,8 +179,13 @@ def _plain_copy(model: NeoBERTModel) -> NeoBERTModel:
 def test_fused_epilogues_compute_the_plain_block(monkeypatch):
     model = make_model()
     names = list(model.state_dict())
+    fast_inference(model, fuse=False)
+    assert all(type(b) is EncoderBlock for b in model.transformer_encoder)
     fast_inference(model)
     assert all(type(b) is fastpath.FusedEncoderBlock for b in model.transformer_encoder)
+    assert fastpath.fuse_cpu_epilogues(model, fuse=False) == len(model.transformer_encoder)  # and back
+    assert all(type(b) is EncoderBlock for b in model.transformer_encoder)
+    fast_inference(model)
     assert list(model.state_dict()) == names  # same tensors under the same names
     plain = _plain_copy(model).to(torch.bfloat16)
     plain.config.unpad = plain.model_config.unpad = True

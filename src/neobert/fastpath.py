@@ -29,12 +29,14 @@ def fast_inference(
     dtype: torch.dtype | str | None = torch.bfloat16,
     unpad: bool = True,
     compile: bool = False,
+    fuse: bool = True,
 ) -> nn.Module:
     """Prepare a NeoBERT model (any head) for inference in place; returns it, or its compiled wrapper.
 
     ``dtype`` None keeps the weights' dtype. ``unpad`` runs the encoder on real tokens only whenever an
     attention mask is given (exact: the same function as the padded path). ``compile`` wraps the model in
-    ``torch.compile``; the first call of each new input shape then pays the compilation.
+    ``torch.compile``; the first call of each new input shape then pays the compilation. ``fuse`` turns the
+    fused CPU epilogues on (default) or off (:func:`fuse_cpu_epilogues`).
     """
     encoder = getattr(model, "base_model", model)
     if not hasattr(encoder, "model_config"):
@@ -44,7 +46,7 @@ def fast_inference(
         model.to(DTYPES[dtype] if isinstance(dtype, str) else dtype)
     encoder.model_config.unpad = unpad
     encoder.config.unpad = unpad
-    fuse_cpu_epilogues(model)
+    fuse_cpu_epilogues(model, fuse)
     if not compile:
         return model
     if hasattr(encoder, "rotary"):  # built now, or its first use would invalidate the first compiled graph
@@ -90,13 +92,15 @@ class FusedEncoderBlock(EncoderBlock):
         return op.binary(hidden, flat, self.ffn.w3.weight, None, "add").view(shape)  # x + w3(hidden)
 
 
-def fuse_cpu_epilogues(model: nn.Module) -> int:
-    """Make every SwiGLU block of ``model`` a :class:`FusedEncoderBlock` (in place); returns how many."""
-    if _linear_pointwise() is None:
+def fuse_cpu_epilogues(model: nn.Module, fuse: bool = True) -> int:
+    """Make every SwiGLU block of ``model`` a :class:`FusedEncoderBlock`, or with ``fuse=False`` a plain
+    :class:`EncoderBlock` again (in place: the class changes, the parameters stay); returns how many."""
+    if fuse and _linear_pointwise() is None:
         return 0
+    source, target = (EncoderBlock, FusedEncoderBlock) if fuse else (FusedEncoderBlock, EncoderBlock)
     count = 0
     for module in model.modules():
-        if type(module) is EncoderBlock and type(module.ffn) is SwiGLU:
-            module.__class__ = FusedEncoderBlock
+        if type(module) is source and type(module.ffn) is SwiGLU:
+            module.__class__ = target
             count += 1
     return count

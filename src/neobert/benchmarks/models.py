@@ -13,7 +13,8 @@ well-known checkpoint (speed does not depend on the weights' values). Shapes use
 | modernbert-large | 28 x 1024 | 16 | 2624 GeGLU | 50368 | 8192 | global every 3rd layer, else 128-token window |
 | neobert | 28 x 768 | 12 | 2048 SwiGLU | 30522 | 4096 | global |
 
-``neobert-<preset>`` is any NeoBERT preset (``neobert-tiny``, ``neobert-120m`` ...); ``bert-tiny`` and
+``neobert-<preset>`` is any NeoBERT preset (``neobert-tiny``, ``neobert-120m`` ...); ``neobert-unfused`` is
+``neobert`` on the fast path without its fused CPU epilogues (to measure them); ``bert-tiny`` and
 ``modernbert-tiny`` are test-sized. Bare encoders only: no pooler, no MLM head.
 """
 
@@ -42,6 +43,7 @@ class Encoder:
     pad_token_id: int
     windows: list[int | None]  # per layer: keys a query may see (None = all)
     is_neobert: bool = False
+    fuse: bool = True  # NeoBERT: the fast path's fused CPU epilogues
 
     @property
     def linear_params(self) -> int:
@@ -69,7 +71,7 @@ def forward_flops_per_token(linear_params: int, hidden_size: int, keys_per_layer
     return 2 * linear_params + sum(4 * n * hidden_size for n in keys_per_layer)
 
 
-def _neobert(preset: str) -> Callable[[], Encoder]:
+def _neobert(preset: str, fuse: bool = True) -> Callable[[], Encoder]:
     def build() -> Encoder:
         cfg = ModelConfig.from_name(preset)
         model = NeoBERTModel(NeoBERTConfig.from_model_config(cfg))
@@ -82,6 +84,7 @@ def _neobert(preset: str) -> Callable[[], Encoder]:
             cfg.pad_token_id,
             [None] * cfg.num_hidden_layers,
             is_neobert=True,
+            fuse=fuse,
         )
 
     return build
@@ -148,6 +151,7 @@ BUILDERS: dict[str, Callable[[], Encoder]] = {
     "modernbert-tiny": _modernbert(3, 64, 4, 96, vocab=128, positions=512),
     "neobert": _neobert("neobert"),
     **{f"neobert-{p}": _neobert(p) for p in PRESETS if p != "neobert"},
+    "neobert-unfused": _neobert("neobert", fuse=False),
 }
 
 
@@ -160,7 +164,7 @@ def build_encoder(name: str, dtype: torch.dtype = torch.float32, device: str = "
     encoder.name = name
     encoder.model = encoder.model.to(device=device, dtype=dtype).eval()
     if encoder.is_neobert:
-        fast_inference(encoder.model, dtype)  # what we ship for inference: also the unpadded path
+        fast_inference(encoder.model, dtype, fuse=encoder.fuse)  # what we ship: also the unpadded path
     return encoder
 
 
@@ -168,7 +172,7 @@ def set_unpad(encoder: Encoder, unpad: bool) -> None:
     """Switch a NeoBERT encoder between the padded and the unpadded (real tokens only) path."""
     if not encoder.is_neobert:
         raise ValueError(f"{encoder.name} has no unpadded path")
-    fast_inference(encoder.model, dtype=None, unpad=unpad)
+    fast_inference(encoder.model, dtype=None, unpad=unpad, fuse=encoder.fuse)
 
 
 def random_inputs(

@@ -57,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--models",
         type=_names,
         default="neobert,modernbert-base,bert-base,roberta-base",
-        help="comma-separated: neobert, neobert-<preset>, bert-base/large, roberta-base/large, "
+        help="comma-separated: neobert, neobert-<preset>, neobert-unfused, bert-base/large, roberta-base/large, "
         "modernbert-base/large, bert-tiny, modernbert-tiny",
     )
     p.add_argument("--lengths", type=_ints, default="128,512,1024", help="sequence lengths")
