@@ -234,3 +234,30 @@ def test_gelu_blocks_are_not_fused():
     model = make_model(ffn="gelu")
     fast_inference(model)
     assert all(type(b) is not fastpath.FusedEncoderBlock for b in model.transformer_encoder)
+
+
+@pytest.mark.skipif(fastpath._linear_pointwise() is None, reason="torch built without oneDNN")
+def test_fused_blocks_leave_other_linear_modules_to_their_own_forward():
+    """A replaced projection (a quantized or wrapped linear) must run its own forward, not be bypassed."""
+
+    class Doubled(torch.nn.Linear):
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    def double_wo(model):
+        for block in model.transformer_encoder:
+            doubled = Doubled(block.wo.in_features, block.wo.out_features, bias=False)
+            doubled.weight = block.wo.weight
+            block.wo = doubled
+        return model
+
+    ids, mask = padded_batch([7, 5, 7, 2])
+    model = make_model()
+    plain = double_wo(_plain_copy(model).to(torch.bfloat16))
+    plain.config.unpad = plain.model_config.unpad = True
+    fast_inference(model)
+    double_wo(model)
+    with torch.inference_mode():
+        torch.testing.assert_close(
+            model(ids, mask).last_hidden_state, plain(ids, mask).last_hidden_state, rtol=0, atol=0
+        )

@@ -70,16 +70,9 @@ class FusedEncoderBlock(EncoderBlock):
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext, rope: torch.Tensor | None) -> torch.Tensor:
         op = _linear_pointwise()
-        weight = self.wo.weight
-        if (
-            op is None
-            or self.training
-            or torch.is_grad_enabled()
-            or x.device.type != "cpu"
-            or weight.dtype != torch.bfloat16
-            or x.dtype != torch.bfloat16
-        ):
+        if op is None or not self._fusable(x):
             return super().forward(x, ctx, rope)
+        weight = self.wo.weight
         shape = x.shape
         flat = x.reshape(-1, shape[-1])  # (T, C)
         heads = self.attention_heads(self.attention_norm(x), ctx, rope).reshape(-1, shape[-1])
@@ -90,6 +83,17 @@ class FusedEncoderBlock(EncoderBlock):
         gate = op(h, gate_up[:width], None, "swish", [], "")  # silu(h W_gate)
         hidden = op.binary(h, gate, gate_up[width:], None, "mul")  # (h W_up) * silu(h W_gate)
         return op.binary(hidden, flat, self.ffn.w3.weight, None, "add").view(shape)  # x + w3(hidden)
+
+    def _fusable(self, x: torch.Tensor) -> bool:
+        """CPU bf16 inference on plain bf16 nn.Linear weights (not quantized modules or tensor subclasses)."""
+        if self.training or torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != torch.bfloat16:
+            return False
+        return all(
+            type(m) is nn.Linear
+            and type(m.weight) in (torch.Tensor, nn.Parameter)
+            and m.weight.dtype == x.dtype
+            for m in (self.wo, self.ffn.w12, self.ffn.w3)
+        )
 
 
 def fuse_cpu_epilogues(model: nn.Module, fuse: bool = True) -> int:
