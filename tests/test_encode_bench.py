@@ -8,12 +8,12 @@ import pytest
 
 from neobert.benchmarks.encode import (
     EncodeBenchConfig,
-    read_lengths,
     run,
     synthetic_texts,
     target_lengths,
     token_lengths,
 )
+from neobert.benchmarks.throughput import read_lengths
 from neobert.cli.main import main
 from neobert.inference import CPU_MAX_TOKENS, token_batches
 

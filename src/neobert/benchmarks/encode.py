@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from ..inference import CPU_MAX_TOKENS, TOKENIZE_CHUNK, encode, load_model, load_tokenizer, token_batches
 from .measure import machine_info, time_call
+from .throughput import read_lengths
 
 PRECISIONS = ("bf16", "fp32")
 NO_BUDGET = 10**9  # passed as max_tokens for "no token budget": encode's None means CPU_MAX_TOKENS on the CPU
@@ -70,24 +71,6 @@ def target_lengths(config: EncodeBenchConfig) -> list[int]:
     if config.lengths_file is None:
         return [rng.randint(*config.length_range) for _ in range(config.texts)]
     return [rng.choice(read_lengths(config.lengths_file)) for _ in range(config.texts)]
-
-
-def read_lengths(path: str | Path) -> list[int]:
-    """Positive integers, one per line (blank lines skipped); errors name the file and line."""
-    values = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            value = int(line)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise ValueError(f"{path}:{number}: expected a positive integer, got {line.strip()!r}")
-        values.append(value)
-    if not values:
-        raise ValueError(f"{path}: no lengths (expected positive integers, one per line)")
-    return values
 
 
 def whole_words(tokenizer: Any) -> list[str]:

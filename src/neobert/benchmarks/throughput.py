@@ -175,13 +175,29 @@ def _measure_length(
     return rows
 
 
+def read_lengths(path: str | Path) -> list[int]:
+    """Positive integers, one per line (blank lines skipped); errors name the file and line."""
+    values = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = int(line)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise ValueError(f"{path}:{number}: expected a positive integer, got {line.strip()!r}")
+        values.append(value)
+    if not values:
+        raise ValueError(f"{path}: no lengths (expected positive integers, one per line)")
+    return values
+
+
 def realistic_lengths(config: BenchConfig) -> list[int]:
     """Sequence lengths for the realistic batch: drawn uniformly, or cycled from ``lengths_file``."""
     rng = random.Random(config.seed)
     if config.lengths_file:
-        pool = [int(line) for line in Path(config.lengths_file).read_text().split() if line.strip()]
-        if not pool or min(pool) < 1:
-            raise ValueError(f"{config.lengths_file}: expected positive integers, one per line")
+        pool = read_lengths(config.lengths_file)
         draw = lambda: rng.choice(pool)  # noqa: E731
     else:
         draw = lambda: rng.randint(*config.realistic_range)  # noqa: E731
