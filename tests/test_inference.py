@@ -184,3 +184,15 @@ def test_check_vocab(tokenizer):
     check_vocab(load_model("tiny", vocab_size=30522), tokenizer)
     with pytest.raises(ValueError, match="30522 tokens"):
         check_vocab(load_model("tiny"), tokenizer)
+
+
+def test_resolve_tokenizer(model_dir, tmp_path):
+    from neobert.inference import resolve_tokenizer
+
+    assert resolve_tokenizer("tiny", None).vocab_size == 30522  # a preset: the default NeoBERT tokenizer
+    assert resolve_tokenizer(str(model_dir), None).get_vocab() == load_tokenizer(model_dir).get_vocab()
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="holds no tokenizer files"):
+        resolve_tokenizer(str(tmp_path), None)
+    with pytest.raises(FileNotFoundError, match="tokenizer directory .* does not exist"):
+        resolve_tokenizer(str(model_dir), str(tmp_path / "missing"))

@@ -109,6 +109,31 @@ def load_tokenizer(path: str | os.PathLike | None = None) -> Any:
     return tokenizer
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
+
+
+def resolve_tokenizer(model: str, tokenizer: str | None) -> Any:
+    """The tokenizer given, else the model directory's own, else the default NeoBERT tokenizer (presets).
+
+    A hub id is asked for its own tokenizer.
+    """
+    if tokenizer is not None:
+        if not Path(tokenizer).is_dir():
+            raise FileNotFoundError(f"tokenizer directory {tokenizer} does not exist")
+        return load_tokenizer(tokenizer)
+    path = Path(model)
+    if path.is_dir():
+        if any((path / name).is_file() for name in TOKENIZER_FILES):
+            return load_tokenizer(path)
+        raise FileNotFoundError(
+            f"{model} holds no tokenizer files ({', '.join(TOKENIZER_FILES)}); pass a tokenizer directory "
+            "(--tokenizer DIR)"
+        )
+    if model in PRESETS:
+        return load_tokenizer(None)
+    return load_tokenizer(model)
+
+
 def save_pretrained(
     model: torch.nn.Module,
     tokenizer: Any,

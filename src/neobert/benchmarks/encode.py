@@ -26,7 +26,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..inference import CPU_MAX_TOKENS, TOKENIZE_CHUNK, encode, load_model, load_tokenizer, token_batches
+from ..inference import CPU_MAX_TOKENS, TOKENIZE_CHUNK, encode, load_model, resolve_tokenizer, token_batches
 from .measure import machine_info, time_call
 from .throughput import read_lengths
 
@@ -144,28 +144,12 @@ def _label(batch_size: int, max_tokens: int | None) -> str:
     return f"batch {batch_size}, max_tokens {max_tokens or 'none'}"
 
 
-def _resolve_tokenizer(model: str) -> Any:
-    """A model directory's own tokenizer; the default NeoBERT tokenizer for a preset; a hub id's own."""
-    from ..config import PRESETS
-
-    path = Path(model).expanduser()
-    if path.is_dir():
-        if not any(
-            (path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
-        ):
-            raise ValueError(
-                f"{model} holds no tokenizer files (tokenizer.json, tokenizer_config.json, vocab.txt)"
-            )
-        return load_tokenizer(path)
-    return load_tokenizer(None if model in PRESETS else model)
-
-
 def run(config: EncodeBenchConfig) -> dict:
     from ..fastpath import fast_inference
     from ..inference import check_vocab
 
     model = load_model(config.model)
-    tokenizer = _resolve_tokenizer(config.model)
+    tokenizer = resolve_tokenizer(config.model, None)
     check_vocab(model, tokenizer)
     if config.precision == "bf16":
         model = fast_inference(model)

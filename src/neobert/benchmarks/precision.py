@@ -175,8 +175,7 @@ def _pooled(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def run(config: PrecisionBenchConfig) -> dict:
-    from ..cli.common import resolve_tokenizer
-    from ..inference import load_model
+    from ..inference import load_model, resolve_tokenizer
 
     torch.manual_seed(0)  # preset weights
     fp32 = load_model(config.model, **config.extra).float().eval()

@@ -26,7 +26,6 @@ from .common import (
     make_console,
     note_empty_rows,
     quiet_transformers,
-    resolve_tokenizer,
 )
 from .embed import read_texts
 
@@ -128,7 +127,7 @@ def run(
     probabilities within 0.05 of fp32, typically 0.01-0.02); ``fp32`` is exact. Other encoders run as loaded.
     """
     from ..finetuning.reporting import write_text_atomic
-    from ..inference import classify, load_model
+    from ..inference import classify, load_model, resolve_tokenizer
 
     check_precision(precision)
     for name, value in (("batch size", batch_size), ("max tokens", max_tokens), ("max length", max_length)):

@@ -7,8 +7,6 @@ from typing import Any
 
 from rich.console import Console
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
-
 
 class CLIError(Exception):
     """A problem with the user's input, reported as one line without a traceback."""
@@ -30,29 +28,6 @@ def is_preset(name_or_path: str) -> bool:
     from ..config import PRESETS
 
     return name_or_path in PRESETS and not Path(name_or_path).is_dir()
-
-
-def resolve_tokenizer(model: str, tokenizer: str | None) -> Any:
-    """The tokenizer given, else the model directory's own, else the default NeoBERT tokenizer (presets).
-
-    A hub id is asked for its own tokenizer.
-    """
-    from ..inference import load_tokenizer
-
-    if tokenizer is not None:
-        if not Path(tokenizer).is_dir():
-            raise CLIError(f"tokenizer directory {tokenizer} does not exist")
-        return load_tokenizer(tokenizer)
-    path = Path(model)
-    if path.is_dir():
-        if any((path / name).is_file() for name in TOKENIZER_FILES):
-            return load_tokenizer(path)
-        raise CLIError(
-            f"{model} holds no tokenizer files ({', '.join(TOKENIZER_FILES)}); pass --tokenizer DIR"
-        )
-    if is_preset(model):
-        return load_tokenizer(None)
-    return load_tokenizer(model)
 
 
 def add_model_arguments(parser: Any) -> None:

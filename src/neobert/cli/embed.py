@@ -21,7 +21,6 @@ from .common import (
     make_console,
     note_empty_rows,
     quiet_transformers,
-    resolve_tokenizer,
 )
 
 
@@ -93,7 +92,7 @@ def run(
     ``precision="bf16"`` (default) runs NeoBERT models on the fast path (bf16 weights, unpadded attention;
     embeddings within cosine 0.99 of fp32, typically > 0.999); ``fp32`` is exact. Other encoders run as loaded.
     """
-    from ..inference import encode, load_model
+    from ..inference import encode, load_model, resolve_tokenizer
 
     check_precision(precision)
     texts = read_texts(input)  # validate the input before paying for the model
