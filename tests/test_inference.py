@@ -194,5 +194,5 @@ def test_resolve_tokenizer(model_dir, tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(FileNotFoundError, match="holds no tokenizer files"):
         resolve_tokenizer(str(tmp_path), None)
-    with pytest.raises(FileNotFoundError, match="tokenizer directory .* does not exist"):
+    with pytest.raises(FileNotFoundError, match=r"tokenizer directory .* does not exist"):
         resolve_tokenizer(str(model_dir), str(tmp_path / "missing"))
