@@ -303,3 +303,28 @@ def test_neobert_config_accepts_released_config_keys():
     }
     config = NeoBERTConfig.from_dict(released)
     assert config.to_model_config() == ModelConfig.from_name("neobert")
+
+
+def test_load_mapping_reads_yaml_and_json_and_names_bad_files(tmp_path):
+    from neobert.config import ConfigError, load_mapping
+
+    (tmp_path / "a.yaml").write_text("hidden_size: 64\nnested: {x: 1}\n")
+    (tmp_path / "b.json").write_text('{"hidden_size": 64}')
+    (tmp_path / "empty.yaml").write_text("")
+    assert load_mapping(tmp_path / "a.yaml") == {"hidden_size": 64, "nested": {"x": 1}}
+    assert load_mapping(tmp_path / "b.json") == {"hidden_size": 64}
+    assert load_mapping(tmp_path / "empty.yaml") == {}
+    cases = {
+        "list.yaml": ("- 1\n- 2\n", "expected a mapping of settings, got list"),
+        "broken.yaml": ("a: [1, 2\n", "not valid YAML"),
+        "broken.json": ('{"a": 1,', "not valid JSON"),
+    }
+    for name, (text, message) in cases.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ConfigError, match=message) as err:
+            load_mapping(tmp_path / name)
+        assert name in str(err.value)
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_mapping(tmp_path / "missing.yaml")
+    with pytest.raises(KeyError):  # the caller's error type
+        load_mapping(tmp_path / "list.yaml", KeyError)

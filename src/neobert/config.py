@@ -22,6 +22,32 @@ ATTN_BACKENDS = ("auto", "sdpa", "flash_attn")
 POOLINGS = ("cls", "mean")
 
 
+def load_mapping(path: str | Path, error: type[Exception] | None = None) -> dict[str, Any]:
+    """The mapping of settings in a YAML file (JSON for ``.json``); an unreadable file, a syntax error or a
+    non-mapping raises ``error`` (default :class:`ConfigError`) naming the file."""
+    error = error or ConfigError
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise error(f"cannot read config file {path}: {err}") from None
+    try:
+        if path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except ValueError as err:  # json.JSONDecodeError
+        raise error(f"{path}: not valid JSON: {err}") from None
+    except Exception as err:  # yaml.YAMLError
+        raise error(f"{path}: not valid YAML: {err}") from None
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise error(f"{path}: expected a mapping of settings, got {type(data).__name__}")
+    return data
+
+
 class ConfigError(ValueError):
     """A configuration value or key is invalid."""
 
@@ -160,17 +186,7 @@ class ModelConfig:
     @classmethod
     def from_file(cls, path: str | Path) -> ModelConfig:
         """Read a YAML or JSON file holding the fields (unknown keys raise)."""
-        path = Path(path)
-        text = path.read_text(encoding="utf-8")
-        if path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text) or {}
-        else:
-            data = json.loads(text)
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a mapping of config fields, got {type(data).__name__}")
-        return cls.from_dict(data)
+        return cls.from_dict(load_mapping(path))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

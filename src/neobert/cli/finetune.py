@@ -76,14 +76,10 @@ def _settings(args: argparse.Namespace, fields: tuple[str, ...]) -> dict[str, An
     """The config mapping: --config file, then every flag actually given."""
     data: dict[str, Any] = {}
     if args.config:
-        import yaml
-
+        from ..config import load_mapping
         from ..finetuning.config import FinetuneConfigError
 
-        with open(args.config, encoding="utf-8") as f:
-            data = yaml.safe_load(f) or {}
-        if not isinstance(data, dict):
-            raise FinetuneConfigError(f"{args.config}: expected a mapping of settings")
+        data = load_mapping(args.config, FinetuneConfigError)
     for name in (*TRAINING_FLAGS, *fields, "model", "tokenizer"):
         value = getattr(args, name, None)
         if value is not None:

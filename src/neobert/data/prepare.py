@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import hashlib
 import itertools
-import json
 import os
 import queue
 import threading
@@ -28,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ConfigError, check_known_keys
+from ..config import ConfigError, check_known_keys, load_mapping
 from .readers import ON_ERROR, TXT_MODES, DataError, ReadStats, expand_inputs, iter_documents
 from .shards import (
     FORMAT,
@@ -107,7 +106,7 @@ class PrepareConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> PrepareConfig:
-        return cls.from_dict(_load_mapping(path))
+        return cls.from_dict(load_mapping(path))
 
 
 @dataclass
@@ -388,17 +387,3 @@ def _result(out, manifest, written, resumed, stats, seconds, new_tokens) -> Prep
         seconds=seconds,
         tokens_per_second=new_tokens / seconds if seconds > 0 else 0.0,
     )
-
-
-def _load_mapping(path: str | Path) -> dict:
-    path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    if path.suffix in (".yaml", ".yml"):
-        import yaml
-
-        data = yaml.safe_load(text) or {}
-    else:
-        data = json.loads(text)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
-    return data

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import check_known_keys
+from ..config import check_known_keys, load_mapping
 
 
 class FinetuneConfigError(ValueError):
@@ -68,12 +68,7 @@ class TrainSettings:
 
     @classmethod
     def from_file(cls, path: str | Path, **overrides: Any):
-        import yaml
-
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        if not isinstance(data, dict):
-            raise FinetuneConfigError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
-        return cls.from_dict({**data, **overrides})
+        return cls.from_dict({**load_mapping(path, FinetuneConfigError), **overrides})
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, ModelConfig
+from ..config import ConfigError, ModelConfig, load_mapping
 
 
 @dataclass
@@ -106,12 +106,7 @@ class PretrainConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> PretrainConfig:
-        import yaml
-
-        path = Path(path)
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a mapping at the top level")
+        data = load_mapping(path)
         try:
             return cls.from_dict(data)
         except ConfigError as err:
