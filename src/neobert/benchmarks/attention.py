@@ -14,17 +14,16 @@ Each is checked against a float32 reference (max abs error) and timed interleave
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from .measure import machine_info, matmul_peak
+from .report import write_json_and_markdown
 
 KERNELS = ("sdpa", "sdpa-compile", "math", "flex-compile")
 
@@ -114,10 +113,7 @@ def run(config: AttentionBenchConfig) -> dict:
         "rows": rows,
     }
     if config.output:
-        out = Path(config.output)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-        (out / "results.md").write_text(markdown(results))
+        write_json_and_markdown(results, markdown(results), config.output)
     return results
 
 

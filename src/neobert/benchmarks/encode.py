@@ -17,17 +17,16 @@ is the drawn one (checked with the tokenizer; inputs beyond the model's ``max_le
 from __future__ import annotations
 
 import inspect
-import json
 import random
 import statistics
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from ..inference import CPU_MAX_TOKENS, TOKENIZE_CHUNK, encode, load_model, resolve_tokenizer, token_batches
 from .measure import machine_info, time_call
+from .report import write_json_and_markdown
 from .throughput import read_lengths
 
 PRECISIONS = ("bf16", "fp32")
@@ -213,10 +212,7 @@ def run(config: EncodeBenchConfig) -> dict:
         "settings": rows,
     }
     if config.output:
-        out = Path(config.output)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-        (out / "results.md").write_text(markdown(results), encoding="utf-8")
+        write_json_and_markdown(results, markdown(results), config.output)
     return results
 
 

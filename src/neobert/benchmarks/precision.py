@@ -11,7 +11,6 @@ Static int8 is calibrated on other rows than the ones it is scored on. Variants 
 from __future__ import annotations
 
 import copy
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .measure import machine_info
+from .report import write_json_and_markdown
 
 Forward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (ids, mask) -> (B, L, C) hidden states
 
@@ -229,10 +229,7 @@ def run(config: PrecisionBenchConfig) -> dict:
         "rows": list(rows.values()),
     }
     if config.output:
-        out = Path(config.output)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-        (out / "results.md").write_text(markdown(results))
+        write_json_and_markdown(results, markdown(results), config.output)
     return results
 
 

@@ -25,6 +25,15 @@ CSV_FIELDS = [
 ]
 
 
+def write_json_and_markdown(results: dict, markdown_text: str, output: str | Path) -> Path:
+    """``output/results.json`` and ``output/results.md``: what every benchmark command writes."""
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    (out / "results.md").write_text(markdown_text, encoding="utf-8")
+    return out
+
+
 def write_outputs(results: dict, output: Path) -> dict[str, Path]:
     """Write the four files into ``output``; return their paths by kind."""
     output.mkdir(parents=True, exist_ok=True)

@@ -14,10 +14,8 @@ document length seen by a token), plus 3 x ``2 * hidden * vocab`` for the decode
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -28,6 +26,7 @@ from ..training.batching import collate_packed, pack_documents
 from ..training.masking import generator_for, mask_tokens
 from .measure import DTYPES, matmul_peak, time_call
 from .models import forward_flops_per_token
+from .report import write_json_and_markdown
 
 
 @dataclass
@@ -123,10 +122,7 @@ def run(bench: TrainBenchConfig) -> dict:
     rows = [_measure(p, d, bench, peaks) for p in bench.presets for d in bench.dtypes]
     results = {"config": asdict(bench), "peaks": peaks, "threads": torch.get_num_threads(), "results": rows}
     if bench.output:
-        out = Path(bench.output)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(results, indent=2))
-        (out / "results.md").write_text(markdown(results))
+        write_json_and_markdown(results, markdown(results), bench.output)
     return results
 
 
