@@ -24,7 +24,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..inference import CPU_MAX_TOKENS, TOKENIZE_CHUNK, encode, load_model, resolve_tokenizer, token_batches
+from ..encoders import check_vocab, load_model, max_positions, resolve_tokenizer
+from ..fastpath import fast_inference
+from ..inference import CPU_MAX_TOKENS, TOKENIZE_CHUNK, encode, token_batches
 from .measure import machine_info, time_call
 from .report import write_json_and_markdown
 from .throughput import read_lengths
@@ -144,15 +146,12 @@ def _label(batch_size: int, max_tokens: int | None) -> str:
 
 
 def run(config: EncodeBenchConfig) -> dict:
-    from ..fastpath import fast_inference
-    from ..inference import check_vocab
-
     model = load_model(config.model)
     tokenizer = resolve_tokenizer(config.model, None)
     check_vocab(model, tokenizer)
     if config.precision == "bf16":
         model = fast_inference(model)
-    max_length = model.base_model.config.max_length
+    max_length = max_positions(model, tokenizer)
 
     targets = target_lengths(config)
     texts = synthetic_texts(tokenizer, targets, config.seed)

@@ -27,7 +27,7 @@ import torch
 
 from ..fastpath import fast_inference
 from .measure import DTYPES, machine_info, matmul_peak, peak_memory, time_call
-from .models import BUILDERS, Encoder, build_encoder, random_inputs, set_unpad
+from .models import BUILDERS, Encoder, build_encoder, flops_per_token, linear_params, random_inputs, set_unpad
 
 
 @dataclass
@@ -98,7 +98,7 @@ def run(config: BenchConfig) -> dict:
 
     encoders = [build_encoder(name, dtype, device) for name in config.models]
     results["models"] = {
-        e.name: {"params": e.num_params, "linear_params": e.linear_params, "max_length": e.max_length}
+        e.name: {"params": e.num_params, "linear_params": linear_params(e.model), "max_length": e.max_length}
         for e in encoders
     }
     if config.compile:
@@ -160,7 +160,7 @@ def _measure_length(
         e, batch, _ = calls[row["model"]]
         seconds = statistics.median(times[row["model"]])
         tokens_per_s = batch * length / seconds
-        flops = e.flops_per_token(length)
+        flops = flops_per_token(e, length)
         row.update(
             mode="fixed",
             tokens_per_s=tokens_per_s,
@@ -243,7 +243,7 @@ def _realistic(
         if not times[i]:
             continue
         seconds = statistics.median(times[i])
-        useful = sum(n * e.flops_per_token(n) for n in seq)  # FLOPs of the real tokens only
+        useful = sum(n * flops_per_token(e, n) for n in seq)  # FLOPs of the real tokens only
         rows.append(
             dict(
                 mode=mode,

@@ -6,12 +6,16 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from safetensors import safe_open
 
 from ..config import PRESETS, ModelConfig
-from .common import CLIError, is_preset, make_console
+from ..encoders import is_preset
+from ..model import NeoBERTConfig, NeoBERTForMaskedLM
+from .common import CLIError, make_console
 
 
 @dataclass
@@ -34,10 +38,6 @@ class InfoResult:
 
 def count_parameters(config: ModelConfig) -> tuple[int, int]:
     """(encoder, encoder + MLM head) parameters of the real modules, built on the meta device (no memory)."""
-    import torch
-
-    from ..model import NeoBERTConfig, NeoBERTForMaskedLM
-
     with torch.device("meta"):
         model = NeoBERTForMaskedLM(NeoBERTConfig.from_model_config(config))
     encoder = sum(p.numel() for p in model.model.parameters())
@@ -49,8 +49,6 @@ def _summarize_weights(directory: Path) -> WeightsSummary | None:
     path = directory / "model.safetensors"
     if not path.is_file():
         return None
-    from safetensors import safe_open
-
     tensors = parameters = 0
     dtypes: set[str] = set()
     with safe_open(str(path), framework="pt") as f:
@@ -77,8 +75,6 @@ def run(name_or_path: str) -> InfoResult:
     elif path.is_dir():
         if not (path / "config.json").is_file():
             raise CLIError(f"{path} holds no config.json")
-        from ..model import NeoBERTConfig
-
         config = NeoBERTConfig.from_pretrained(path).to_model_config()
         source, weights = "directory", _summarize_weights(path)
     else:

@@ -27,7 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from .. import encoders
 from ..config import ConfigError, check_known_keys, load_mapping
+from ..io import clean_temporaries, write_dir
 from .readers import ON_ERROR, TXT_MODES, DataError, ReadStats, expand_inputs, iter_documents
 from .shards import (
     FORMAT,
@@ -183,25 +185,16 @@ def prepare(config: PrepareConfig) -> PrepareResult:
 
 
 def load_tokenizer(name_or_path: str):
-    """The transformers tokenizer and a private copy of its Rust tokenizer without padding or truncation.
-
-    A copy, because saved tokenizers (e.g. sentence-transformers ones) often carry fixed padding and
-    truncation settings that would cut documents short.
-    """
-    from tokenizers import Tokenizer
-    from transformers import AutoTokenizer
-
+    """The transformers tokenizer and its Rust tokenizer, without the fixed padding and truncation that saved
+    tokenizers (e.g. sentence-transformers ones) often carry, which would cut documents short."""
     try:
-        hf_tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        hf_tokenizer = encoders.load_tokenizer(name_or_path, neobert=False)
     except Exception as e:  # a missing directory, a broken file or an unreachable hub name
         raise DataError(f"cannot load tokenizer {name_or_path!r}: {e}") from e
     backend = getattr(hf_tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise DataError(f"tokenizer {name_or_path!r} has no fast (tokenizers) backend; need tokenizer.json")
-    encoder = Tokenizer.from_str(backend.to_str())
-    encoder.no_padding()
-    encoder.no_truncation()
-    return hf_tokenizer, encoder
+    return hf_tokenizer, backend
 
 
 def is_validation(text: str, fraction: float, seed: int = 0) -> bool:
@@ -329,16 +322,12 @@ def _open_manifest(out: Path, config: PrepareConfig, hf_tokenizer, encoder) -> d
                 f"{out} was prepared with other settings ({', '.join(changed)}); use another output "
                 "directory or set overwrite"
             )
-        for stale in out.glob("*.tmp"):  # debris of an interrupted run
-            stale.unlink()
+        clean_temporaries(out)  # debris of an interrupted run
         return manifest
     if out.exists() and any(out.iterdir()):
         raise DataError(f"{out} is not empty and holds no {MANIFEST}; refusing to write into it")
     out.mkdir(parents=True, exist_ok=True)
-    # Saved without the fixed padding/truncation some tokenizer files carry (MiniLM's pads to 128).
-    hf_tokenizer.backend_tokenizer.no_padding()
-    hf_tokenizer.backend_tokenizer.no_truncation()
-    hf_tokenizer.save_pretrained(out / "tokenizer")
+    write_dir(hf_tokenizer.save_pretrained, out / "tokenizer")  # without fixed padding/truncation
     vocab_size = len(hf_tokenizer)
     manifest = {
         "format": FORMAT,

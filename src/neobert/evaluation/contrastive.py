@@ -25,8 +25,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from ..encoders import Encoder, embed_batch, load_encoder, tokenize
 from .contrastive_data import BatchSampler, ContrastiveDataset, Example, load_datasets
-from .encoder import Encoder, embed_batch, load_encoder, tokenize
 from .instructions import TEMPLATE, apply_instruction
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .checkpointing import write_atomic_dir
+from ..io import write_dir
 from .config import PretrainConfig
 from .trainer import PretrainResult, pretrain
 
@@ -53,12 +53,10 @@ def run_default(
     out.mkdir(parents=True, exist_ok=True)
     corpus = out / "corpus.txt"
     if not corpus.is_file():
-        tmp = out / "corpus.txt.tmp"
-        write_stdlib_corpus(tmp)
-        tmp.replace(corpus)
+        write_stdlib_corpus(corpus)  # atomic
     tokenizer_dir = out / "tokenizer"
     if not (tokenizer_dir / "tokenizer.json").is_file():
-        write_atomic_dir(lambda tmp: train_tokenizer([corpus], "wordpiece", vocab_size, tmp), tokenizer_dir)
+        write_dir(lambda tmp: train_tokenizer([corpus], "wordpiece", vocab_size, tmp), tokenizer_dir)
     config = default_config()
     prepared = prepare(
         PrepareConfig(
@@ -82,7 +80,8 @@ def run_default(
 def _fill_mask_examples(model_dir: Path | None) -> list[tuple[str, list[tuple[str, float]]]]:
     if model_dir is None:
         return []
-    from ..inference import fill_mask, load_model, load_tokenizer
+    from ..encoders import load_model, load_tokenizer
+    from ..inference import fill_mask
 
     model = load_model(model_dir, task="mlm")
     tokenizer = load_tokenizer(model_dir)

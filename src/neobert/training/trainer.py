@@ -28,8 +28,9 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from ..encoders import save_pretrained
 from .batching import collate_packed, micro_batches_for
-from .checkpointing import latest_checkpoint, load_checkpoint, save_checkpoint, write_atomic_dir
+from .checkpointing import latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import PretrainConfig
 from .data_setup import TrainingData, open_training_data
 from .loss import global_masked_count, masked_lm_loss_sum, normalize_loss
@@ -394,13 +395,7 @@ def _finish(
     if accelerator.is_main_process:
         unwrapped = accelerator.unwrap_model(model)
         unwrapped = getattr(unwrapped, "_orig_mod", unwrapped)  # torch.compile wrapper
-
-        def build(tmp: Path) -> None:
-            from ..inference import save_pretrained
-
-            save_pretrained(unwrapped, data.tokenizer, tmp, state_dict=state_dict)  # + vocab.txt, no auto_map
-
-        final_dir = write_atomic_dir(build, output / "final")
+        final_dir = save_pretrained(unwrapped, data.tokenizer, output / "final", state_dict=state_dict)
         curve = plot_loss_curve(
             output / "metrics.jsonl", output / "loss_curve.png", baseline=data.unigram_entropy
         )
