@@ -40,17 +40,17 @@ WARMUP_TEXTS = 8
 @dataclass
 class EncodeBenchConfig:
     model: str = "neobert"  # a preset (random weights) or a model directory (with its tokenizer)
-    texts: int = 96
+    texts: int = 96  # number of texts
     length_range: tuple[int, int] = (16, 512)  # token counts (with [CLS] and [SEP]) drawn uniformly
     lengths_file: str | None = None  # or drawn from this file's values, one integer per line
     batch_sizes: tuple[int, ...] = (8, 32)  # measured without a token budget
-    max_tokens: tuple[int, ...] = (1024, 2048, 4096, 8192)  # measured with max_tokens_batch_size
-    max_tokens_batch_size: int = 256
+    max_tokens: tuple[int, ...] = (1024, 2048, 4096, 8192)  # padded-token budgets per batch
+    max_tokens_batch_size: int = 256  # batch size used with the max_tokens budgets
     precision: str = "bf16"  # bf16: fast_inference (bf16 weights, unpadded attention); fp32: as loaded
     repeats: int = 2  # timed rounds; the median rate is reported
-    seed: int = 0
+    seed: int = 0  # seed of the lengths and texts
     output: str | None = None  # directory for results.json and results.md
-    progress: bool = True
+    progress: bool = True  # a progress bar
 
     def __post_init__(self) -> None:
         self.length_range = tuple(self.length_range)

@@ -48,14 +48,14 @@ COSINE_FLOOR = 0.99
 @dataclass
 class PrecisionBenchConfig:
     model: str = "neobert"  # a NeoBERT preset (random weights) or any encoder directory (e.g. real weights)
-    tokenizer: str | None = None
-    variants: tuple[str, ...] = DEFAULT_VARIANTS
-    length: int = 512
-    batch: int = 4
-    repeats: int = 3
-    output: str | None = None
-    progress: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)
+    tokenizer: str | None = None  # tokenizer directory (default: the model's own)
+    variants: tuple[str, ...] = DEFAULT_VARIANTS  # from VARIANTS
+    length: int = 512  # tokens per row
+    batch: int = 4  # rows per forward
+    repeats: int = 3  # timed rounds (the median is reported)
+    output: str | None = None  # directory for results.json and results.md
+    progress: bool = True  # a progress bar
+    extra: dict[str, Any] = field(default_factory=dict)  # load_model keyword arguments
 
     def __post_init__(self) -> None:
         unknown = [v for v in self.variants if v not in VARIANTS]

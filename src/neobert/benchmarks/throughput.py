@@ -34,29 +34,31 @@ from .models import BUILDERS, Encoder, build_encoder, flops_per_token, linear_pa
 class BenchConfig:
     """What to measure. Lengths above a model's positions are skipped for that model."""
 
+    # neobert, neobert-<preset>, neobert-unfused, bert-base/large, roberta-base/large, modernbert-base/large,
+    # bert-tiny, modernbert-tiny
     models: list[str] = field(
         default_factory=lambda: ["neobert", "modernbert-base", "bert-base", "roberta-base"]
     )
-    lengths: list[int] = field(default_factory=lambda: [128, 512, 1024])
-    dtype: str = "bf16"  # bf16 | fp32
+    lengths: list[int] = field(default_factory=lambda: [128, 512, 1024])  # sequence lengths
+    dtype: str = "bf16"  # weights and activations dtype: bf16 | fp32
     device: str = "cpu"  # cpu | cuda
     output: str | None = None  # directory for results.json/.csv/.md/.png; None writes nothing
     batch_tokens: list[int] = field(
         default_factory=lambda: [2048, 4096, 8192]
-    )  # batch sizes tried: n // length
-    repeats: int = 3
-    warmup: int = 1
+    )  # tokens per batch to try: the batch sizes searched are these // length
+    repeats: int = 3  # timed rounds (the median is reported)
+    warmup: int = 1  # untimed forwards before timing
     time_budget: float | None = (
         None  # seconds for the whole run; (model, length) cells not started are skipped
     )
     compile: bool = False  # torch.compile each model (compile time is absorbed by the warm-up)
-    realistic: bool = False
+    realistic: bool = False  # also run a variable-length batch, padded/unpadded
     realistic_range: tuple[int, int] = (16, 512)  # lengths drawn uniformly in [lo, hi]
     lengths_file: str | None = None  # or read them, one integer per line
     realistic_tokens: int = 8192  # real tokens in the realistic batch (about)
-    peak_sizes: tuple[int, ...] = (2048, 4096)
-    seed: int = 0
-    progress: bool = True
+    peak_sizes: tuple[int, ...] = (2048, 4096)  # square GEMM sizes for the matmul peak
+    seed: int = 0  # seed of the random ids and lengths
+    progress: bool = True  # a progress bar
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.models if m not in BUILDERS]

@@ -31,15 +31,15 @@ from .report import write_json_and_markdown
 
 @dataclass
 class TrainBenchConfig:
-    presets: list[str] = field(default_factory=lambda: ["tiny", "120m"])
-    dtypes: list[str] = field(default_factory=lambda: ["fp32", "bf16"])
-    seq_len: int = 512
+    presets: list[str] = field(default_factory=lambda: ["tiny", "120m"])  # NeoBERT presets
+    dtypes: list[str] = field(default_factory=lambda: ["fp32", "bf16"])  # fp32 and/or bf16 (autocast)
+    seq_len: int = 512  # row length
     rows: int = 8  # rows per step (one micro-batch)
     steps: int = 5  # timed steps (median), after `warmup`
-    warmup: int = 2
-    mask_rate: float = 0.2
+    warmup: int = 2  # untimed steps first
+    mask_rate: float = 0.2  # share of tokens masked
     peak_sizes: list[int] = field(default_factory=lambda: [2048, 4096])  # square GEMMs for the matmul peak
-    output: str | None = None
+    output: str | None = None  # directory for results.json and results.md
 
 
 def training_flops_per_token(config: ModelConfig, mean_keys: float, mask_rate: float) -> float:
