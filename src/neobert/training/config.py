@@ -57,7 +57,8 @@ class PretrainConfig:
     tokens_per_step: int = 2_097_152  # the paper's 2M-token batch, kept fixed when seq_len grows
     micro_batch_size: int = 32  # rows per process per forward
     precision: str = "bf16"  # bf16 | fp32
-    compile: bool = False
+    compile: bool = False  # regional compilation of the encoder blocks
+    activation_checkpointing: bool = False  # recompute each block's activations in the backward
     seed: int = 0
     output: str = "runs/pretrain"
     init_from: str | None = None  # a model directory to start from (stage 2 from stage 1)
