@@ -62,7 +62,8 @@ class TrainTask(Protocol):
 class EngineSettings:
     max_steps: int
     output: str | Path | None = None  # checkpoints under OUTPUT/checkpoints; None: no checkpoints
-    log_dir: str | Path | None = None  # metrics.jsonl (+ tensorboard/); None: no log files
+    log_dir: str | Path | None = None  # metrics.jsonl and TensorBoard events; None: no log files
+    tensorboard_dir: str | Path | None = None  # default: LOG_DIR/tensorboard
     report_to: tuple[str, ...] = ("tensorboard",)
     precision: str = "fp32"  # bf16 (autocast over fp32 weights) | fp32 | auto (bf16 on CUDA)
     device: str | None = None  # "cpu" forces the CPU; None: the GPU of this process when there is one
@@ -84,12 +85,14 @@ class RunState:
 
     step: int = 0
     tokens: int = 0
+    stopped: bool = False  # the task ended the run early (early stopping): a resumed run is finished
 
     def state_dict(self) -> dict[str, int]:
-        return {"step": self.step, "tokens": self.tokens}
+        return {"step": self.step, "tokens": self.tokens, "stopped": int(self.stopped)}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.step, self.tokens = int(state["step"]), int(state["tokens"])
+        self.stopped = bool(state.get("stopped", 0))
 
 
 @dataclass
@@ -143,6 +146,20 @@ def apply_deepspeed_accumulation(config: dict, accumulation: int, micro_batch_si
                 f"(tokens_per_step / (seq_len x micro_batch_size x processes)); set it to 'auto'"
             )
     return config
+
+
+def is_main_process() -> bool:
+    """True in the process that writes files (rank 0 under torchrun / accelerate launch; always alone)."""
+    from accelerate import PartialState
+
+    return PartialState().is_main_process
+
+
+def wait_for_everyone() -> None:
+    """A barrier across the processes of a launched run (a no-op alone)."""
+    from accelerate import PartialState
+
+    PartialState().wait_for_everyone()
 
 
 def compile_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -282,7 +299,7 @@ class Engine:
         self._start(resume, fingerprint)
         logger = None
         if self.is_main and settings.log_dir is not None:
-            logger = RunLogger(settings.log_dir, tuple(settings.report_to), fingerprint)
+            logger = RunLogger(settings.log_dir, settings.report_to, fingerprint, settings.tensorboard_dir)
         bar = tqdm(
             total=settings.max_steps,
             initial=self.state.step,
@@ -294,7 +311,7 @@ class Engine:
         window = _Window()
         last: dict[str, float] = {}
         try:
-            while self.state.step < settings.max_steps:
+            while self.state.step < settings.max_steps and not self.state.stopped:
                 stats = self.train_step(task, task.batches(self.state.step))
                 self.state.step += 1
                 self.state.tokens += stats.tokens
@@ -306,6 +323,7 @@ class Engine:
                 if step % settings.log_every == 0 or final:
                     last.update(window.flush(step, self.scheduler, stats, logger, bar))
                 metrics, stop = task.after_step(step, final)
+                self.state.stopped = stop
                 last.update(metrics)
                 if logger is not None and metrics:
                     logger.log(step, metrics)
