@@ -33,7 +33,7 @@ def _instructions(values: list[str] | None, path: str | None) -> dict[str, str]:
 
 def _main(args: argparse.Namespace) -> int:
     quiet_transformers()
-    from ..evaluation.contrastive import ContrastiveConfig, run
+    from ..finetuning.contrastive import ContrastiveConfig, run
 
     config = ContrastiveConfig(
         model=args.model,

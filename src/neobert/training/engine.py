@@ -75,6 +75,7 @@ class EngineSettings:
     max_minutes: float | None = None  # stop (and save) after this much wall time
     compile: bool = False
     activation_checkpointing: bool = False
+    find_unused_parameters: bool = False  # DDP: some parameters get no gradient (e.g. an unused pooler)
     progress_bar: bool = True
     description: str = "train"
 
@@ -108,13 +109,15 @@ def make_accelerator(settings: EngineSettings):
     """accelerate's Accelerator for these settings (one per run; see :func:`_fresh_state`)."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
+    from accelerate.utils import DistributedDataParallelKwargs
 
     cuda = torch.cuda.is_available() and settings.device != "cpu"
     if settings.device not in (None, "cpu") and not torch.cuda.is_available():
         raise ValueError(f"device {settings.device!r} requested but CUDA is not available")
     bf16 = settings.precision == "bf16" or (settings.precision == "auto" and cuda)
     _fresh_state(AcceleratorState, "bf16" if bf16 else "no")
-    return Accelerator(mixed_precision="bf16" if bf16 else "no", cpu=not cuda)
+    ddp = DistributedDataParallelKwargs(find_unused_parameters=settings.find_unused_parameters)
+    return Accelerator(mixed_precision="bf16" if bf16 else "no", cpu=not cuda, kwargs_handlers=[ddp])
 
 
 def _fresh_state(state_cls: Any, mixed_precision: str) -> None:
