@@ -308,6 +308,7 @@ def _ddp_worker(rank, world, init_file, rows, result_dir):
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_ddp_gathers_negatives_and_gives_the_single_process_gradient(tmp_path):
     """Two processes, each summing its own queries' losses against every process's candidates: the sum is
     the one-process loss, and each process gets exactly the one-process gradient of its own rows (which

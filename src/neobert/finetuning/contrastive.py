@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,8 +226,12 @@ class ContrastiveTask:
         self.dataset_steps = dict(state["dataset_steps"])
 
 
-def run(config: ContrastiveConfig) -> ContrastiveResult:
-    """Fine-tune ``config.model`` contrastively and save it to ``config.output`` (see :func:`save_embedding_model`)."""
+def run(
+    config: ContrastiveConfig, on_step_end: Callable[[int, dict[str, float]], None] | None = None
+) -> ContrastiveResult:
+    """Fine-tune ``config.model`` contrastively and save it to ``config.output`` (see :func:`save_embedding_model`).
+
+    ``on_step_end(step, metrics)`` is called after every step (and its checkpoint, if one is due)."""
     start = time.perf_counter()
     if config.steps < 1 or config.batch_size < 1 or config.save_every < 1:
         raise ValueError("steps, batch_size and save_every must be positive")
@@ -253,7 +258,7 @@ def run(config: ContrastiveConfig) -> ContrastiveResult:
 
     engine.prepare(encoder.base, optimizer, scheduler)
     fingerprint = {k: v for k, v in asdict(config).items() if k not in _RUN_CONTROLS}
-    engine.run(task, resume=config.resume, fingerprint=fingerprint)
+    engine.run(task, resume=config.resume, fingerprint=fingerprint, on_step_end=on_step_end)
     encoder.model.eval()
     losses = _window_losses(output / "metrics.jsonl") if engine.is_main else []
     if engine.is_main:
