@@ -18,7 +18,6 @@ POSITION_EMBEDDINGS = ("rope", "learned")
 FFN_TYPES = ("swiglu", "gelu")
 NORM_TYPES = ("rmsnorm", "layernorm")
 ROPE_SCALINGS = ("none", "linear", "ntk", "yarn")
-ATTN_BACKENDS = ("auto", "sdpa", "flash_attn")
 POOLINGS = ("cls", "mean")
 
 
@@ -67,7 +66,8 @@ class ModelConfig:
     """Architecture of a NeoBERT encoder.
 
     The first block of fields are those of the released ``config.json``; the rest are switches for the
-    ablation variants, context extension and runtime choices. Defaults are the released NeoBERT (28 x 768,
+    ablation variants and context extension. Runtime choices (attention kernel, unpadding, compilation)
+    are not architecture: they are set on a built model (:func:`neobert.model.set_runtime`). Defaults are the released NeoBERT (28 x 768,
     4096 positions).
     """
 
@@ -98,12 +98,6 @@ class ModelConfig:
     yarn_beta_fast: float = 32.0
     yarn_beta_slow: float = 1.0
 
-    # --- runtime ---
-    attn_backend: str = (
-        "auto"  # auto (flash-attn varlen on CUDA when installed, else SDPA) | sdpa | flash_attn
-    )
-    unpad: bool = False  # run the encoder on real tokens only (cu_seqlens) when a padding mask is given
-
     # --- heads ---
     classifier_pooling: str = "cls"  # cls (released dense+tanh head on [CLS]) | mean
     classifier_dropout: float = 0.1
@@ -114,7 +108,6 @@ class ModelConfig:
         self._check_choice("ffn", FFN_TYPES)
         self._check_choice("norm", NORM_TYPES)
         self._check_choice("rope_scaling_type", ROPE_SCALINGS)
-        self._check_choice("attn_backend", ATTN_BACKENDS)
         self._check_choice("classifier_pooling", POOLINGS)
         for name in (
             "vocab_size",
