@@ -162,7 +162,10 @@ def packed_context(
         return AttentionContext(cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, backend=backend)
     if backend == "flex":
         return AttentionContext(
-            cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, backend=backend, block_mask=document_block_mask(cu_seqlens)
+            cu_seqlens=cu_seqlens,
+            max_seqlen=max_seqlen,
+            backend=backend,
+            block_mask=document_block_mask(cu_seqlens),
         )
     # Inference only: in training, autograd turns each run's slice of q, k, v into a full-size zero gradient
     # plus an add (quadratic in the number of runs), so the grid is far cheaper there.

@@ -180,7 +180,9 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
             # ids: its scores depend on relative positions only.
             mask = attention_mask.long()
             position_ids = (mask.cumsum(-1) - 1).clamp(min=0) * mask
-        backend = resolve_backend(self.runtime.backend, input_ids.device, self._compute_dtype(input_ids.device))
+        backend = resolve_backend(
+            self.runtime.backend, input_ids.device, self._compute_dtype(input_ids.device)
+        )
         unpad_batch = self.runtime.unpad if self.runtime.unpad is not None else backend in VARLEN_KERNELS
         indices = None  # positions of real tokens when we unpad a padded batch
         if cu_seqlens is None and attention_mask is not None and unpad_batch and input_ids.dim() == 2:
