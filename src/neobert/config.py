@@ -88,7 +88,8 @@ class ModelConfig:
     # --- architecture switches (ablation variants) ---
     position_embedding: str = "rope"  # rope | learned (RoBERTa-style table, BERT baseline)
     ffn: str = "swiglu"  # swiglu | gelu (no gating, BERT baseline)
-    norm: str = "rmsnorm"  # rmsnorm | layernorm (always pre-norm)
+    norm: str = "rmsnorm"  # rmsnorm | layernorm (always pre-norm; LayerNorm has its bias, as in BERT)
+    linear_bias: bool = False  # biases in qkv, wo and the FFN (BERT has them; NeoBERT, released, has none)
     rope_theta: float = 10000.0
 
     # --- RoPE context extension ---
@@ -209,6 +210,9 @@ class ModelConfig:
         c, f, v = self.hidden_size, self.ffn_hidden_size, self.vocab_size
         norm = c if self.norm == "rmsnorm" else 2 * c
         ffn = 3 * c * f if self.ffn == "swiglu" else 2 * c * f
+        if self.linear_bias:  # qkv + wo, then w12 (or w1) + w3
+            ffn += (2 * f if self.ffn == "swiglu" else f) + c
+            ffn += 3 * c + c
         block = 2 * norm + 3 * c * c + c * c + ffn
         total = v * c + self.num_hidden_layers * block + norm
         if self.position_embedding == "learned":
@@ -240,6 +244,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "position_embedding": "learned",
         "ffn": "gelu",
         "norm": "layernorm",
+        "linear_bias": True,
     },
     "small": {
         "hidden_size": 256,

@@ -100,6 +100,7 @@ class FusedEncoderBlock(EncoderBlock):
             return False
         return all(
             type(m) is nn.Linear
+            and m.bias is None  # the fused ops below are called without a bias
             and type(m.weight) in (torch.Tensor, nn.Parameter)
             and m.weight.dtype == x.dtype
             for m in (self.wo, self.ffn.w12, self.ffn.w3)
