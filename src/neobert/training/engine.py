@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import torch
 from tqdm.auto import tqdm
 
-from .. import model as model_wing
+from ..model import compile_blocks
 from .checkpointing import latest_checkpoint, load_checkpoint, save_checkpoint, write_atomic_dir
 from .loss import normalize_loss
 from .monitor import RunLogger
@@ -165,16 +165,6 @@ def wait_for_everyone() -> None:
     PartialState().wait_for_everyone()
 
 
-def compile_model(model: torch.nn.Module) -> torch.nn.Module:
-    """THE single compile call site of training (issue 9): regional compilation of each encoder block
-    through ``neobert.model.compile_blocks`` when the model wing provides it, else ``torch.compile``."""
-    regional = getattr(model_wing, "compile_blocks", None)
-    if regional is not None:
-        compiled = regional(model)
-        return model if compiled is None else compiled
-    return torch.compile(model)
-
-
 class Engine:
     """One run: the accelerator, the prepared model / optimizer / scheduler, and the loop over a task."""
 
@@ -185,7 +175,7 @@ class Engine:
         self.model: Any = None
         self.optimizer: Any = None
         self.scheduler: Any = None
-        self.compile_seconds: float | None = None
+        self.compile_seconds: float | None = None  # spent in compile_blocks (compilation itself is lazy)
 
     def set_accumulation(self, micro_batches: int) -> None:
         """Micro-batches per process per step. Under DeepSpeed they are handed to its own accumulation
@@ -222,15 +212,14 @@ class Engine:
         if self.settings.activation_checkpointing:
             model.gradient_checkpointing_enable()
         model.to(self.device).train()
+        if self.settings.compile:  # regional: each encoder block in place, before any wrapper
+            self.compile_seconds = compile_blocks(model)
         optimizer = make_optimizer(model, self.device.type == "cuda")
         self.scheduler = make_scheduler(optimizer) if make_scheduler else None
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
-        if self.settings.compile:
-            self.model = compile_model(self.model)
 
     def unwrapped(self) -> torch.nn.Module:
-        model = self.accelerator.unwrap_model(self.model)
-        return getattr(model, "_orig_mod", model)  # a torch.compile wrapper
+        return self.accelerator.unwrap_model(self.model)
 
     # -- one optimizer step ------------------------------------------------------------------------------
     def train_step(self, task: TrainTask, batches: list[Any]) -> StepStats:
