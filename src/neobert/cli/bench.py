@@ -104,6 +104,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--compile", action="store_true", help="compile the encoder blocks")
     t.add_argument("--checkpointing", action="store_true", help="activation checkpointing")
     t.add_argument("--peak-tflops", type=float, help="MFU denominator (default: the measured matmul peak)")
+    t.add_argument(
+        "--peak-sizes", type=_ints, default="2048,4096", help="square GEMM sizes for the matmul peak"
+    )
     t.add_argument("--output", help="directory for results.json and results.md")
     t.set_defaults(func=training)
 
@@ -252,6 +255,7 @@ def training(args: argparse.Namespace, console: Console | None = None) -> int:
         compile=args.compile,
         checkpointing=args.checkpointing,
         peak_tflops=args.peak_tflops,
+        peak_sizes=list(args.peak_sizes),
         output=args.output,
     )
     console.print(markdown(run(bench)), highlight=False)
