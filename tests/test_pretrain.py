@@ -72,6 +72,7 @@ def tiny_config(data: Path, output: Path, **changes) -> PretrainConfig:
         "micro_batch_size": 4,
         "max_steps": 6,
         "precision": "fp32",
+        "device": "cpu",  # the multi-process comparisons run CPU processes over gloo; so does the reference
         "log_every": 1,
         "eval_every": 3,
         "eval_batches": 2,
