@@ -36,7 +36,7 @@ def train_tokenizer(
     min_frequency: int = 2,
     *,
     text_column: str = "text",
-    txt_mode: str = "paragraph",
+    txt_mode: str = "auto",
     on_error: str = "raise",
     model_max_length: int | None = None,
 ) -> TokenizerResult:
