@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from ..data.corpus import iter_stdlib_documents
 from ..encoders import is_neobert, load_model, resolve_tokenizer
 from ..fastpath import fast_inference
+from ..model import set_runtime
 from ..model.pooling import mean_pool
 from .measure import machine_info
 from .report import write_json_and_markdown
@@ -96,9 +97,7 @@ def _bf16(model: torch.nn.Module) -> torch.nn.Module:
 
 def _set_unpad(model: torch.nn.Module, unpad: bool) -> None:
     if is_neobert(model):
-        encoder = model.base_model
-        encoder.model_config.unpad = unpad
-        encoder.config.unpad = unpad
+        set_runtime(model, unpad=unpad)
 
 
 class _LastHidden(torch.nn.Module):

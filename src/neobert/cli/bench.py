@@ -33,6 +33,7 @@ from ..benchmarks.throughput import run as run_throughput
 from ..benchmarks.training import TrainBenchConfig
 from ..benchmarks.training import markdown as training_markdown
 from ..benchmarks.training import run as run_training
+from ..config import PRESETS
 from ..encoders import PRECISIONS
 from .common import CLIError, make_console, quiet_transformers
 from .options import add_options, config_from_args
@@ -47,9 +48,10 @@ COMMANDS = {  # name: (config class, help, description)
     ),
     "training": (
         TrainBenchConfig,
-        "MLM pretraining-step tokens/s and share of the matmul peak",
-        "Whole pretraining steps (packed rows, 20% masking, forward, backward, AdamW) per preset and dtype, "
-        "against the machine's matmul rate measured in the same run.",
+        "tokens/s, MFU and peak memory of the pretraining step of the training core",
+        "Whole pretraining steps of the product's training core (packed rows with per-document attention, 20% "
+        "masking, forward, backward, clipping, AdamW) per preset and dtype; MFU against the matmul rate "
+        "measured in the same run, or --peak-tflops.",
     ),
     "encode": (
         EncodeBenchConfig,
@@ -106,7 +108,13 @@ def training(args: argparse.Namespace, console: Console | None = None) -> int:
     unknown = [d for d in args.dtypes if d not in ("fp32", "bf16")]
     if unknown:
         raise CLIError(f"--dtypes must be fp32 and/or bf16, got {', '.join(unknown)}")
-    console.print(training_markdown(run_training(config_from_args(TrainBenchConfig, args))), highlight=False)
+    missing = [p for p in args.presets if p not in PRESETS]
+    if missing:
+        raise CLIError(f"--presets: unknown {', '.join(missing)}; available: {', '.join(PRESETS)}")
+    if args.micro_batch_size and args.rows % args.micro_batch_size:
+        raise CLIError(f"--rows {args.rows} is not a multiple of --micro-batch-size {args.micro_batch_size}")
+    bench = config_from_args(TrainBenchConfig, args, warmup=max(1, args.warmup))
+    console.print(training_markdown(run_training(bench)), highlight=False)
     return 0
 
 

@@ -19,7 +19,8 @@ import torch
 
 from ..encoders import check_vocab, max_positions, resolve_tokenizer
 from ..evaluation.metrics import MetricResult
-from ..io import write_json
+from ..io import atomic_file, write_json
+from ..training.engine import is_main_process, wait_for_everyone
 from .config import ClassifyConfig
 from .data import (
     DataError,
@@ -126,11 +127,16 @@ def run_classify(config: ClassifyConfig | dict[str, Any]) -> ClassifyResult:
         precision=config.precision,
         show_progress=config.show_progress,
         description=f"classify {Path(config.train).name}",
+        state_dir=output,
+        resume=config.resume,
     )
-    predictions_file = _write_predictions(
-        output, val_texts, val_pairs, val_raw, fitted.best.predictions["validation"], label_map
-    )
-    metrics_file = _write_report(config, fitted, model, label_map, len(train), len(validation))
+    predictions_file, metrics_file = output / "predictions.jsonl", output / "metrics.json"
+    if is_main_process():  # under torchrun every process trained the same model; one writes
+        _write_predictions(
+            output, val_texts, val_pairs, val_raw, fitted.best.predictions["validation"], label_map
+        )
+        _write_report(config, fitted, model, label_map, len(train), len(validation))
+    wait_for_everyone()
     best = fitted.best.results["validation"]
     return ClassifyResult(
         best.values,
@@ -168,7 +174,7 @@ def _write_report(config, fitted, model, label_map, num_train: int, num_validati
 
 def _write_predictions(output, texts, pairs, labels, predictions, label_map) -> Path:
     path = output / "predictions.jsonl"
-    with path.open("w", encoding="utf-8") as f:
+    with atomic_file(path) as f:
         for i, text in enumerate(texts):
             row = {"text": text}
             if pairs is not None:

@@ -18,9 +18,10 @@ from tqdm.auto import tqdm
 
 from ..encoders import check_vocab, is_preset, max_positions, resolve_tokenizer
 from ..io import replace_dir
+from ..training.engine import is_main_process, wait_for_everyone
 from .config import GlueConfig, TrainSettings
 from .data import EncodedDataset
-from .glue_report import GlueResults, GlueTaskResult, write_glue_report, write_sweep_report
+from .glue_report import GlueResults, GlueTaskResult, table3_average, write_glue_report, write_sweep_report
 from .glue_tasks import MNLI_TRANSFER_TASKS, GlueTask, load_split, resolve_tasks
 from .models import load_classifier
 from .sweep import SweepRow, best_index, expand_grid, load_grid, run_label
@@ -46,7 +47,11 @@ def run_glue(config: GlueConfig | dict[str, Any]) -> GlueResults:
             elif config.transfer_from_mnli and "mnli" in results:
                 source = str(results["mnli"].checkpoint)
         results[task.name] = _run_task(config, task, source, points, tokenizer, output / task.name)
-    return write_glue_report(config, results, output)
+    report = write_glue_report(config, results, output) if is_main_process() else None
+    wait_for_everyone()
+    return report or GlueResults(
+        config.model, results, table3_average(results), output / "results.md", output / "results.json"
+    )
 
 
 def _encode(
@@ -100,10 +105,14 @@ def _run_task(
             precision=config.precision,
             show_progress=config.show_progress,
             description=f"{task.title} {label}",
+            state_dir=task_dir / f".state-{label}",
+            resume=config.resume,
         )
         rows.append(SweepRow.from_fit(point, fitted, time.perf_counter() - start))
-        _keep_if_best(rows, candidate, task_dir / "best")
-        write_sweep_report(task, rows, task_dir)  # after every run, so a long sweep shows progress
+        if is_main_process():
+            _keep_if_best(rows, candidate, task_dir / "best")
+            write_sweep_report(task, rows, task_dir)  # after every run, so a long sweep shows progress
+        wait_for_everyone()  # e.g. MNLI's best is in place before a transfer task loads it
         del model, fitted
     chosen = rows[best_index(rows)]
     return GlueTaskResult(

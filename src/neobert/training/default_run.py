@@ -1,8 +1,11 @@
 """The embedded default run: stdlib docstrings -> WordPiece tokenizer -> shards -> a small NeoBERT -> report.
 
 Everything it needs is on any machine with Python: the corpus is the docstrings of the running
-interpreter's standard library. Each stage is skipped when its output already exists, so an interrupted run
-picks up where it stopped (with ``resume=True`` for the training itself).
+interpreter's standard library. The tokenizer is the WordPiece vocabulary shipped beside ``default.yaml``
+(``default_vocab.txt``, trained once on that corpus; see docs/benchmarks/default_recipe/), because the
+WordPiece trainer is not deterministic (huggingface/tokenizers#1794) and a fixed vocabulary makes the run
+repeatable. Each stage is skipped when its output already exists, so an interrupted run picks up where it
+stopped (with ``resume=True`` for the training itself).
 """
 
 from __future__ import annotations
@@ -11,7 +14,12 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ..io import write_dir
+import yaml
+
+from ..data import PrepareConfig, prepare, tokenizer_from_vocab, write_stdlib_corpus
+from ..encoders import load_model, load_tokenizer
+from ..inference import fill_mask
+from ..io import write_dir, write_text
 from .config import PretrainConfig
 from .trainer import PretrainResult, pretrain
 
@@ -33,10 +41,21 @@ class DefaultRunResult:
     report: Path
 
 
+VOCAB_FILE = "default_vocab.txt"
+
+
+def shipped_tokenizer(output: str | Path) -> Path:
+    """The default run's tokenizer, built from the vocabulary shipped in ``neobert.configs``."""
+    output = Path(output)
+    if not (output / "tokenizer.json").is_file():
+        vocab = resources.files("neobert.configs").joinpath(VOCAB_FILE)
+        with resources.as_file(vocab) as path:
+            write_dir(lambda tmp: tokenizer_from_vocab(path, tmp), output)
+    return output
+
+
 def default_config() -> PretrainConfig:
     text = resources.files("neobert.configs").joinpath("default.yaml").read_text(encoding="utf-8")
-    import yaml
-
     return PretrainConfig.from_dict(yaml.safe_load(text))
 
 
@@ -45,18 +64,14 @@ def run_default(
     resume: bool = False,
     max_minutes: float | None = None,
     progress_bar: bool = True,
-    vocab_size: int = 8192,
 ) -> DefaultRunResult:
-    from ..data import PrepareConfig, prepare, train_tokenizer, write_stdlib_corpus
 
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     corpus = out / "corpus.txt"
     if not corpus.is_file():
         write_stdlib_corpus(corpus)  # atomic
-    tokenizer_dir = out / "tokenizer"
-    if not (tokenizer_dir / "tokenizer.json").is_file():
-        write_dir(lambda tmp: train_tokenizer([corpus], "wordpiece", vocab_size, tmp), tokenizer_dir)
+    tokenizer_dir = shipped_tokenizer(out / "tokenizer")
     config = default_config()
     prepared = prepare(
         PrepareConfig(
@@ -80,9 +95,6 @@ def run_default(
 def _fill_mask_examples(model_dir: Path | None) -> list[tuple[str, list[tuple[str, float]]]]:
     if model_dir is None:
         return []
-    from ..encoders import load_model, load_tokenizer
-    from ..inference import fill_mask
-
     model = load_model(model_dir, task="mlm")
     tokenizer = load_tokenizer(model_dir)
     return [(text, fill_mask(model, tokenizer, text, top_k=3)[0]) for text in FILL_MASK_EXAMPLES]
@@ -112,9 +124,7 @@ def write_report(out: Path, result: PretrainResult, documents: int, examples) ->
     for text, predictions in examples:
         shown = ", ".join(f"{token} ({prob:.2f})" for token, prob in predictions)
         lines.append(f"| {text} | {shown} |")
-    path = out / "report.md"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return write_text(out / "report.md", "\n".join(lines) + "\n")
 
 
 def _fmt(value: float | None) -> str:
