@@ -44,19 +44,30 @@ def int_range(text: str) -> tuple[int, int]:
 
 
 def field_help(cls: type) -> dict[str, str]:
-    """Help text per field: ``metadata["help"]``, else the comments on the field's lines and just above it."""
+    """Help text per field (inherited ones too): ``metadata["help"]``, else the comments on the field's lines
+    and the full-line comments just above it."""
+    found: dict[str, str] = {}
+    for klass in reversed([k for k in cls.__mro__ if dataclasses.is_dataclass(k)]):
+        found.update(_comments(klass))
+    for f in dataclasses.fields(cls):
+        if "help" in f.metadata:
+            found[f.name] = f.metadata["help"]
+    return found
+
+
+def _comments(cls: type) -> dict[str, str]:
+    """The comments of each field that ``cls`` itself declares."""
     try:
         source = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):
-        source = ""
+        return {}
     comments = {
         token.start[0]: (token.string.lstrip("#").strip(), token.line.strip().startswith("#"))
         for token in tokenize.generate_tokens(io.StringIO(source).readline)
         if token.type == tokenize.COMMENT
     }
     found: dict[str, str] = {}
-    body = ast.parse(source).body[0].body if source else []
-    for node in body:
+    for node in ast.parse(source).body[0].body:
         if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
             continue
         above, line = [], node.lineno - 1
@@ -65,9 +76,6 @@ def field_help(cls: type) -> dict[str, str]:
             line -= 1
         beside = [comments[n][0] for n in range(node.lineno, node.end_lineno + 1) if n in comments]
         found[node.target.id] = " ".join(above + beside)
-    for f in dataclasses.fields(cls):
-        if "help" in f.metadata:
-            found[f.name] = f.metadata["help"]
     return found
 
 
@@ -101,14 +109,19 @@ def _converter(hint: Any) -> tuple[Any, str | None] | None:
 
 
 def add_options(
-    parser: argparse.ArgumentParser,
+    parser: Any,
     cls: type,
     *,
     skip: tuple[str, ...] = (),
     rename: dict[str, str] | None = None,
     choices: dict[str, tuple[str, ...]] | None = None,
+    given_only: bool = False,
 ) -> None:
-    """Add one option per field of the dataclass ``cls`` (``rename``: field -> option name without dashes)."""
+    """Add one option per field of the dataclass ``cls`` to ``parser`` (or an argument group).
+
+    ``rename``: field -> option name (without dashes). ``given_only``: an option left out sets nothing (so a
+    settings file or the config's own default decides); the help still shows the config's default.
+    """
     hints = typing.get_type_hints(cls)
     helps = field_help(cls)
     for f in dataclasses.fields(cls):
@@ -116,32 +129,40 @@ def add_options(
             continue
         default, text = _default(f), helps.get(f.name, "")
         flag = "--" + (rename or {}).get(f.name, f.name).replace("_", "-")
+        unset = argparse.SUPPRESS if given_only else default
         if hints[f.name] is bool:
             if default:
-                off = f"without {text}" if text else f"turn {f.name} off"
-                parser.add_argument(f"--no-{flag[2:]}", dest=f.name, action="store_false", help=off)
+                off = f"turn off: {text}" if text else f"turn {f.name} off"
+                parser.add_argument(
+                    f"--no-{flag[2:]}", dest=f.name, action="store_false", default=unset, help=off
+                )
             else:
-                parser.add_argument(flag, dest=f.name, action="store_true", help=text)
+                parser.add_argument(flag, dest=f.name, action="store_true", default=unset, help=text)
             continue
         converter = _converter(hints[f.name])
         if converter is None:
             continue
         kind, metavar = converter
-        if default is not None:
+        if default not in (None, ""):
             text = f"{text} (default: {_shown(default)})" if text else f"default: {_shown(default)}"
+        required = not given_only and f.default is f.default_factory is dataclasses.MISSING
         parser.add_argument(
             flag,
             dest=f.name,
             type=kind,
-            default=default,
+            default=unset,
+            required=required,
             metavar=metavar,
             choices=(choices or {}).get(f.name),
             help=text,
         )
 
 
-def config_from_args(cls: type, args: argparse.Namespace, **changes: Any) -> Any:
-    """An instance of ``cls`` from the options :func:`add_options` added (plus ``changes``)."""
+def given(cls: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The fields of ``cls`` that ``args`` holds (with ``given_only``: those given on the command line).
+
+    An option written by hand for a field is taken too: give it ``default=argparse.SUPPRESS`` (or another
+    ``dest``) so that leaving it out sets nothing."""
     hints = typing.get_type_hints(cls)
     values = {}
     for f in dataclasses.fields(cls):
@@ -150,4 +171,9 @@ def config_from_args(cls: type, args: argparse.Namespace, **changes: Any) -> Any
             if typing.get_origin(hints[f.name]) is tuple and isinstance(value, list):
                 value = tuple(value)
             values[f.name] = value
-    return cls(**{**values, **changes})
+    return values
+
+
+def config_from_args(cls: type, args: argparse.Namespace, **changes: Any) -> Any:
+    """An instance of ``cls`` from the options :func:`add_options` added (plus ``changes``)."""
+    return cls(**{**given(cls, args), **changes})

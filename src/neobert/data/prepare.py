@@ -63,20 +63,22 @@ class PrepareConfig:
     """Settings of ``neobert data prepare``; a YAML/JSON file maps onto it 1:1 (unknown keys raise)."""
 
     inputs: list[str] = field(default_factory=list)  # files, directories, hf:NAME[:CONFIG[:SPLIT]], stdlib:
-    tokenizer: str = ""  # a tokenizer directory (or hub name when online)
-    output: str = ""
+    tokenizer: str = ""  # a tokenizer directory, e.g. bert-base-uncased files (or a hub name when online)
+    output: str = ""  # output directory for the shards
     text_column: str = "text"  # for .jsonl, .csv, .parquet and hf: inputs
     txt_mode: str = "auto"  # .txt documents: blank-line separated (paragraph), one per line, or auto
     on_error: str = "raise"  # bad records / empty files: raise naming file and line, or skip and count
-    validation_fraction: float = 0.01
+    validation_fraction: float = 0.01  # held-out share of documents
     shard_size: int = 100_000  # input documents per shard
     batch_size: int = 1_000  # documents per tokenizer call (the tokenizer parallelizes within a batch)
     min_tokens: int = 2  # documents with fewer tokens (not counting [CLS]/[SEP]) are dropped and counted
     max_tokens: int | None = None  # truncate documents (special tokens included); None keeps them whole
-    length_thresholds: list[int] = field(default_factory=lambda: [1024, 2048])  # stage-2 sub-set counts
+    # documents longer than N tokens, counted per split (summary and manifest): the sizes of the stage-2
+    # sub-sets that a pretraining data.mixture key "gtN" samples
+    length_thresholds: list[int] = field(default_factory=lambda: [1024, 2048])
     split_seed: int = 0  # salt of the validation hash: another seed draws another held-out set
     overwrite: bool = False  # delete shards prepared earlier with other settings instead of refusing
-    progress: bool = True
+    progress: bool = True  # a progress bar
 
     def __post_init__(self) -> None:
         if isinstance(self.inputs, (str, os.PathLike)):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -64,15 +65,17 @@ def run_default(
     resume: bool = False,
     max_minutes: float | None = None,
     progress_bar: bool = True,
+    overrides: dict[str, Any] | None = None,
 ) -> DefaultRunResult:
-
+    """The default run in ``output``; ``overrides`` (dotted keys, as :meth:`PretrainConfig.override`) change
+    its training settings (not its data or tokenizer)."""
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     corpus = out / "corpus.txt"
     if not corpus.is_file():
         write_stdlib_corpus(corpus)  # atomic
     tokenizer_dir = shipped_tokenizer(out / "tokenizer")
-    config = default_config()
+    config = default_config().override(**(overrides or {}))
     prepared = prepare(
         PrepareConfig(
             inputs=[str(corpus)],
