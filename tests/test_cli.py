@@ -74,7 +74,7 @@ def test_info_directory_with_weights(model_dir):
 
 def test_info_errors(tmp_path, capsys):
     assert main(["info", "no-such-preset"]) == 1
-    assert "neither a model directory nor a preset" in capsys.readouterr().err
+    assert "is not a preset (neobert, " in capsys.readouterr().err
     assert main(["info", str(tmp_path)]) == 1  # a directory without config.json
     assert "config.json" in capsys.readouterr().err
 

@@ -13,7 +13,7 @@ from rich.table import Table
 from safetensors import safe_open
 
 from ..config import PRESETS, ModelConfig
-from ..encoders import is_preset
+from ..encoders import is_preset, model_dir
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
 from .common import CLIError, make_console
 
@@ -69,16 +69,16 @@ def _numel(shape: list[int]) -> int:
 
 def run(name_or_path: str) -> InfoResult:
     """Summarize a preset name or a directory holding config.json (the released one included)."""
-    path = Path(name_or_path)
-    if is_preset(name_or_path):
+    path = model_dir(name_or_path)  # a clear error for a missing directory, a file, no config.json
+    if path is None and is_preset(name_or_path):
         config, source, weights = ModelConfig.from_name(name_or_path), "preset", None
-    elif path.is_dir():
-        if not (path / "config.json").is_file():
-            raise CLIError(f"{path} holds no config.json")
+    elif path is not None:
         config = NeoBERTConfig.from_pretrained(path).to_model_config()
         source, weights = "directory", _summarize_weights(path)
     else:
-        raise CLIError(f"{name_or_path} is neither a model directory nor a preset ({', '.join(PRESETS)})")
+        raise CLIError(
+            f"{name_or_path} is not a preset ({', '.join(PRESETS)}) nor a local model directory"
+        )
     encoder, mlm = count_parameters(config)
     return InfoResult(source, name_or_path, config, encoder, mlm, weights)
 

@@ -81,7 +81,7 @@ def prepare_engine(engine: Engine, config: PretrainConfig, model: torch.nn.Modul
     """Model, AdamW (fused on CUDA) and the warmup + decay schedule, prepared on ``engine``."""
     warmup = config.schedule.warmup_steps
     if config.schedule.kind != "constant" and warmup >= config.schedule.decay_fraction * config.max_steps:
-        warmup = max(1, config.max_steps // 10)
+        warmup = config.max_steps // 10  # 0 for a run shorter than 10 steps
         engine.print(
             f"warning: schedule.warmup_steps {config.schedule.warmup_steps} does not fit in "
             f"{config.max_steps} steps; warming up over {warmup} steps instead"
