@@ -91,3 +91,56 @@ def test_every_module_imports(name):
     if name in OPTIONAL:
         pytest.importorskip(OPTIONAL[name])
     importlib.import_module(name)
+
+
+# The floors of the house, bottom up (docs/architecture.md). A module imports its own floor or lower ones.
+FLOORS = {
+    "neobert.config": 0,
+    "neobert.io": 0,
+    "neobert.configs": 0,  # the shipped YAML recipes and vocabulary
+    "neobert.model": 1,
+    "neobert.fastpath": 1,
+    "neobert.data": 1,
+    "neobert.encoders": 2,
+    "neobert.inference": 2,
+    "neobert.registration": 2,
+    "neobert.training": 2,
+    "neobert.training.default_run": 3,
+    "neobert.finetuning": 3,
+    "neobert.evaluation": 3,
+    "neobert.benchmarks": 3,
+    "neobert.integrations": 3,
+    "neobert.cli": 4,
+}
+
+
+def floor(module: str) -> int | None:
+    """The floor of ``module``: its longest prefix in FLOORS (None for the package's own __init__)."""
+    parts = module.split(".")
+    for end in range(len(parts), 1, -1):
+        if ".".join(parts[:end]) in FLOORS:
+            return FLOORS[".".join(parts[:end])]
+    return None
+
+
+def test_every_module_has_a_floor():
+    assert [m for m in module_names() if m != "neobert" and floor(m) is None] == []
+
+
+def test_imports_point_down_cli_tasks_engines_model_data_config():
+    upward = [
+        f"{module} -> {target}"
+        for module, targets in import_graph().items()
+        for target in targets
+        if module != "neobert" and floor(target) > floor(module)
+    ]
+    assert upward == []
+    # model and data are side by side: neither imports the other
+    graph = import_graph()
+    across = [
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        for t in targets
+        if {m.split(".")[1], t.split(".")[1]} == {"model", "data"}
+    ]
+    assert across == []

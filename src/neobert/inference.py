@@ -18,8 +18,33 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .config import POOLINGS
-from .encoders import MODEL_INPUT_NAMES, check_vocab, max_positions
+from .encoders import (
+    EXAMPLES_HINT,
+    MODEL_INPUT_NAMES,
+    check_vocab,
+    default_tokenizer_dir,
+    load_model,
+    load_tokenizer,
+    max_positions,
+    resolve_tokenizer,
+    save_pretrained,
+)
 from .model.pooling import pool
+
+__all__ = [  # loading and saving live in neobert.encoders; those names stay importable from here too
+    "CPU_MAX_TOKENS",
+    "EXAMPLES_HINT",
+    "TOKENIZE_CHUNK",
+    "classify",
+    "default_tokenizer_dir",
+    "encode",
+    "fill_mask",
+    "load_model",
+    "load_tokenizer",
+    "resolve_tokenizer",
+    "save_pretrained",
+    "token_batches",
+]
 
 
 def _tokenize(tokenizer: Any, texts: Sequence[str], max_length: int, device: torch.device) -> dict:

@@ -28,6 +28,7 @@ import torch
 from ..fastpath import fast_inference
 from .measure import DTYPES, machine_info, matmul_peak, peak_memory, time_call
 from .models import BUILDERS, Encoder, build_encoder, flops_per_token, linear_params, random_inputs, set_unpad
+from .report import write_outputs
 
 
 @dataclass
@@ -120,8 +121,6 @@ def run(config: BenchConfig) -> dict:
     results["summary"] = summarize(results)
     results["seconds"] = time.perf_counter() - clock.start
     if config.output:
-        from .report import write_outputs
-
         write_outputs(results, Path(config.output))
     return results
 

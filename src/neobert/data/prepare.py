@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from .. import encoders
 from ..config import ConfigError, check_known_keys, load_mapping
 from ..io import clean_temporaries, write_dir
 from .readers import ON_ERROR, TXT_MODES, DataError, ReadStats, expand_inputs, iter_documents
@@ -43,6 +42,7 @@ from .shards import (
     token_dtype,
     totals,
 )
+from .tokenizer import load_tokenizer
 
 # Settings that change the shards' content; a resume under other values would mix two data sets.
 _CONTENT_KEYS = (
@@ -140,7 +140,7 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     config.check_required()
     expand_inputs(config.inputs)  # a missing file fails before anything is written
     start = time.perf_counter()
-    hf_tokenizer, encoder = load_tokenizer(config.tokenizer)
+    hf_tokenizer, encoder = tokenizer_backend(config.tokenizer)
     if config.max_tokens is not None:
         encoder.enable_truncation(config.max_tokens)
     out = Path(config.output)
@@ -186,11 +186,11 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     return _result(out, manifest, written, resumed, stats, seconds, new_tokens)
 
 
-def load_tokenizer(name_or_path: str):
+def tokenizer_backend(name_or_path: str):
     """The transformers tokenizer and its Rust tokenizer, without the fixed padding and truncation that saved
     tokenizers (e.g. sentence-transformers ones) often carry, which would cut documents short."""
     try:
-        hf_tokenizer = encoders.load_tokenizer(name_or_path, neobert=False)
+        hf_tokenizer = load_tokenizer(name_or_path, neobert=False)
     except Exception as e:  # a missing directory, a broken file or an unreachable hub name
         raise DataError(f"cannot load tokenizer {name_or_path!r}: {e}") from e
     backend = getattr(hf_tokenizer, "backend_tokenizer", None)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -329,8 +330,6 @@ def save_embedding_model(encoder: Encoder, output: str | os.PathLike) -> Path:
 
 
 def _save_generic_sentence_transformer(encoder: Encoder, output: Path) -> Path:
-    import tempfile
-
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
 

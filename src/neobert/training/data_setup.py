@@ -13,6 +13,7 @@ from ..config import ConfigError, ModelConfig
 from ..data.dataset import TokenDataset
 from ..data.prepare import MANIFEST, PrepareConfig, prepare
 from ..encoders import EXAMPLES_HINT, default_tokenizer_dir, load_tokenizer
+from ..model import NeoBERTConfig, NeoBERTForMaskedLM
 from .config import PretrainConfig
 
 
@@ -47,8 +48,6 @@ class TrainingData:
 
     def build_model(self, config: PretrainConfig):
         """A fresh MLM model for this tokenizer (or ``init_from``'s weights, e.g. stage 2 from stage 1)."""
-        from ..model import NeoBERTConfig, NeoBERTForMaskedLM
-
         overrides = dict(config.model)
         if config.init_from:
             model = NeoBERTForMaskedLM.from_pretrained(config.init_from, **overrides)
