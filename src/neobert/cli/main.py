@@ -30,6 +30,7 @@ COMMAND_MODULES = [
     "eval",
     "bench",
     "serve",
+    "tag",
 ]
 
 

@@ -39,6 +39,9 @@ class EvalSpec:
     metrics: tuple[str, ...]
     score: Callable[[dict[str, MetricResult]], float]
     regression: bool = False
+    # Tasks whose predictions are not one label per example (token classification) evaluate a split
+    # themselves: (model, data, batch_size, pad_token_id, precision) -> (metrics, predictions, mean loss).
+    evaluate_split: Callable[..., tuple[MetricResult, Any, float]] | None = None
 
 
 @dataclass
@@ -91,14 +94,16 @@ def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContex
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
-def _loader(data: EncodedDataset, batch_size: int, pad: int, shuffle: bool, seed: int = 0) -> DataLoader:
+def _loader(
+    data: EncodedDataset, batch_size: int, pad: int, shuffle: bool, seed: int = 0, collate_fn: Callable = collate
+) -> DataLoader:
     generator = torch.Generator().manual_seed(seed) if shuffle else None
     return DataLoader(
         data,
         batch_size=batch_size,
         shuffle=shuffle,
         generator=generator,
-        collate_fn=partial(collate, pad_token_id=pad),
+        collate_fn=partial(collate_fn, pad_token_id=pad),
     )
 
 
@@ -139,8 +144,13 @@ def evaluate(
 ) -> Evaluation:
     results, predictions, losses = {}, {}, []
     for name, data in splits.items():
-        preds, loss = predict(model, data, spec.regression, settings.eval_batch_size, pad_token_id, precision)
-        results[name] = compute_metrics(spec.metrics, preds, np.asarray(data.labels))
+        if spec.evaluate_split is not None:
+            results[name], preds, loss = spec.evaluate_split(
+                model, data, settings.eval_batch_size, pad_token_id, precision
+            )
+        else:
+            preds, loss = predict(model, data, spec.regression, settings.eval_batch_size, pad_token_id, precision)
+            results[name] = compute_metrics(spec.metrics, preds, np.asarray(data.labels))
         predictions[name] = preds
         losses.append(loss)
     score = spec.score(results)
@@ -196,6 +206,7 @@ def fit(
     precision: str = "auto",
     show_progress: bool = True,
     description: str = "fine-tuning",
+    collate_fn: Callable = collate,
 ) -> FitResult:
     """Train ``model`` on ``train``; the best evaluation's model and tokenizer end up in ``checkpoint``."""
     start = time.perf_counter()
@@ -203,7 +214,7 @@ def fit(
     dev = pick_device(device)
     model.to(dev).train()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    loader = _loader(train, settings.batch_size, pad, shuffle=True, seed=settings.seed)
+    loader = _loader(train, settings.batch_size, pad, shuffle=True, seed=settings.seed, collate_fn=collate_fn)
     total = settings.epochs * len(loader)
     eval_every = settings.eval_every or len(loader)
     optimizer, scheduler = _optimizer(model, settings, total)
