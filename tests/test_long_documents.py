@@ -181,3 +181,20 @@ def test_extend_needs_rope(tokenizer):
                                    intermediate_size=128)  # fmt: skip
     with pytest.raises(ValueError, match="needs a NeoBERT model with RoPE"):
         embed(learned, tokenizer, [document(80)], LongDocuments("extend"))
+
+
+def test_cli_embed_and_classify_follow_the_policy(model_dir, mlm, tokenizer, tmp_path, capsys):
+    from neobert.cli.main import main
+
+    long_text = document(300)  # the tiny model's window is 128 tokens
+    (tmp_path / "in.txt").write_text(f"{long_text}\nshort line\n")
+    assert main(["embed", "--model", str(model_dir), "--input", str(tmp_path / "in.txt"), "--output",
+                 str(tmp_path / "t.npy"), "--precision", "fp32"]) == 0  # fmt: skip
+    assert "1 line(s) longer than the model window: truncated" in capsys.readouterr().out
+    assert main(["embed", "--model", str(model_dir), "--input", str(tmp_path / "in.txt"), "--output",
+                 str(tmp_path / "c.npy"), "--precision", "fp32", "--long-documents", "chunk", "--stride", "8"]) == 0  # fmt: skip
+    assert "handled by 'chunk'" in capsys.readouterr().out
+    expected, _ = embed(mlm, tokenizer, [long_text, "short line"], LongDocuments("chunk", stride=8))
+    np.testing.assert_allclose(np.load(tmp_path / "c.npy"), expected, atol=1e-5)
+    truncated, _ = embed(mlm, tokenizer, [long_text, "short line"])
+    np.testing.assert_allclose(np.load(tmp_path / "t.npy"), truncated, atol=1e-5)

@@ -10,9 +10,9 @@ from pathlib import Path
 from rich.markup import escape
 
 from ..finetuning.reporting import write_text_atomic
-from ..long_documents import EXTEND_METHODS, POLICIES, LongDocuments
 from .common import CLIError, make_console, quiet_transformers
 from .embed import read_texts
+from .long_documents import add_long_document_arguments, long_document_settings, note_long_documents
 
 
 def read_input(path: str) -> list[str]:
@@ -45,7 +45,7 @@ def _tag(args: argparse.Namespace) -> int:
     if not Path(args.model).is_dir():
         raise CLIError(f"--model {args.model}: expected a fine-tuned token-classification model directory")
     texts = read_input(args.input)
-    settings = LongDocuments(args.long_documents, args.stride, args.rope_scaling)
+    settings = long_document_settings(args)
     start = time.perf_counter()
     model = AutoModelForTokenClassification.from_pretrained(args.model).eval()
     tokenizer = resolve_tokenizer(args.model, args.tokenizer)
@@ -62,15 +62,7 @@ def _tag(args: argparse.Namespace) -> int:
         f"{escape(args.output)}",
         highlight=False,
     )
-    if report.long:
-        what = (
-            f"truncated ({report.truncated:,}: words past the window are tagged O)"
-            if report.truncated
-            else (f"handled by '{settings.policy}' ({report.rows:,} windows in all)")
-        )
-        console.print(
-            f"[yellow]note:[/] {report.long:,} text(s) longer than the model window {what}", highlight=False
-        )
+    note_long_documents(console, report, settings, "text")
     return 0
 
 
@@ -86,8 +78,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--input", required=True, help="text file (one text per line) or .jsonl with 'text'")
     parser.add_argument("--output", required=True, help="output .jsonl")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--long-documents", choices=POLICIES, default="truncate",
-                        help="texts longer than the model window (default: truncate)")  # fmt: skip
-    parser.add_argument("--stride", type=int, help="chunk: tokens shared by neighbouring windows")
-    parser.add_argument("--rope-scaling", choices=EXTEND_METHODS, default="yarn", help="extend: RoPE scaling")
+    add_long_document_arguments(parser)
     parser.set_defaults(func=_tag)
