@@ -75,9 +75,13 @@ def test_window_starts_and_rows():
 def test_truncate_is_todays_encode_and_is_counted(encoder, tokenizer):
     texts = [document(90), "short text"]
     vectors, report = embed(encoder, tokenizer, texts)
-    np.testing.assert_allclose(vectors, inference.encode(encoder, tokenizer, texts, show_progress=False), atol=1e-6)
+    np.testing.assert_allclose(
+        vectors, inference.encode(encoder, tokenizer, texts, show_progress=False), atol=1e-6
+    )
     rows, _ = tokenize_rows(encoder, tokenizer, texts, LongDocuments("truncate"))
-    assert rows.ids == tokenizer(texts, truncation=True, max_length=WINDOW)["input_ids"]  # the tokenizer's own cut
+    assert (
+        rows.ids == tokenizer(texts, truncation=True, max_length=WINDOW)["input_ids"]
+    )  # the tokenizer's own cut
     assert (report.long, report.truncated, report.rows) == (1, 1, 2)
 
 

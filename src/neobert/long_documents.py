@@ -165,7 +165,7 @@ def tokenize_rows(
     prefix, suffix = special_frame(tokenizer)
     rows = plan_rows(encoding["input_ids"], model_window(model, tokenizer), settings, prefix, suffix)
     if settings.policy == "extend" and max(rows.scale, default=1) > 1:
-        extended_model(model, 2, settings.method)  # fails early for models without RoPE
+        _rope_config(model)  # fails early for models without RoPE
     return rows, encoding
 
 
@@ -177,13 +177,7 @@ def extended_model(model: torch.nn.Module, scale: int, method: str = "yarn") -> 
     """``model`` with RoPE scaled to ``scale`` times its window (``ModelConfig.with_context``), same weights."""
     if scale == 1:
         return model
-    encoder = getattr(model, "base_model", model)
-    base = getattr(encoder, "model_config", None)
-    if base is None or base.position_embedding != "rope":
-        raise ValueError(
-            f"the 'extend' policy needs a NeoBERT model with RoPE positions, got {type(model).__name__}; "
-            "use 'chunk' or 'truncate'"
-        )
+    base = _rope_config(model)
     cache = _EXTENDED.setdefault(model, {})
     if (scale, method) not in cache:
         extended = base.with_context(scale * base.max_length, method)
@@ -195,6 +189,17 @@ def extended_model(model: torch.nn.Module, scale: int, method: str = "yarn") -> 
         _same_runtime(scaled, model)
         cache[(scale, method)] = scaled.eval()
     return cache[(scale, method)]
+
+
+def _rope_config(model: torch.nn.Module) -> Any:
+    """The NeoBERT ModelConfig of ``model``; raises unless its positions are RoPE (extendable)."""
+    base = getattr(getattr(model, "base_model", model), "model_config", None)
+    if base is None or base.position_embedding != "rope":
+        raise ValueError(
+            f"the 'extend' policy needs a NeoBERT model with RoPE positions, got {type(model).__name__}; "
+            "use 'chunk' or 'truncate'"
+        )
+    return base
 
 
 def _same_runtime(scaled: torch.nn.Module, model: torch.nn.Module) -> None:

@@ -51,7 +51,8 @@ class ServeConfig:
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "port" else 1):
-                raise ServeConfigError(f"{name} must be a positive integer, got {value!r}")
+                kind = "a non-negative" if name == "port" else "a positive"
+                raise ServeConfigError(f"{name} must be {kind} integer, got {value!r}")
         for name, choices in (
             ("task", TASKS),
             ("precision", PRECISIONS),
