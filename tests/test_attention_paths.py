@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+import neobert.model.attention as attention
+import neobert.model.layers as layers
 import neobert.model.modeling as modeling
 from neobert import ModelConfig, NeoBERTConfig, NeoBERTModel
-from neobert.model import packed_context, padded_context, unpad
+from neobert.model import packed_context, padded_context, set_runtime, unpad
 
 LENGTHS = (7, 12, 3)  # deliberately uneven
 ATOL = 1e-5
@@ -26,11 +28,13 @@ def tiny_baseline() -> ModelConfig:
     )
 
 
-def make_model(config: ModelConfig | None = None, std: float = 0.1, **overrides) -> NeoBERTModel:
+def make_model(
+    config: ModelConfig | None = None, std: float = 0.1, unpad: bool | None = None, **overrides
+) -> NeoBERTModel:
     """A tiny encoder with weights larger than the 0.02 init, so attention is far from uniform."""
     config = (config or ModelConfig.from_name("tiny")).replace(**overrides)
     torch.manual_seed(0)
-    model = NeoBERTModel(NeoBERTConfig.from_model_config(config))
+    model = set_runtime(NeoBERTModel(NeoBERTConfig.from_model_config(config)), unpad=unpad)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name and name.endswith("weight"):
@@ -40,8 +44,9 @@ def make_model(config: ModelConfig | None = None, std: float = 0.1, **overrides)
     return model.eval()
 
 
-def same_weights(model: NeoBERTModel, **overrides) -> NeoBERTModel:
+def same_weights(model: NeoBERTModel, unpad: bool | str | None = "same", **overrides) -> NeoBERTModel:
     other = NeoBERTModel(NeoBERTConfig.from_model_config(model.model_config.replace(**overrides)))
+    set_runtime(other, unpad=model.runtime.unpad if unpad == "same" else unpad)
     other.load_state_dict(model.state_dict())
     return other.train(model.training)
 
@@ -204,6 +209,18 @@ def test_unpadded_equals_padded_outputs_and_gradients(variant):
         torch.testing.assert_close(g_u[name], g_p[name], rtol=1e-4, atol=1e-5, msg=name)
 
 
+def test_flex_unpadded_equals_padded_forward():
+    # FlexAttention has no CPU backward; its gradients are checked on CUDA (tests/test_gpu.py)
+    padded = make_model()
+    flex = set_runtime(same_weights(padded, unpad=True), attn_backend="flex")
+    ids, mask = right_padded(sequences())
+    real = mask.bool()
+    with torch.no_grad():
+        a = padded(ids, attention_mask=mask).last_hidden_state
+        b = flex(ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(b[real], a[real], rtol=0, atol=ATOL)
+
+
 def test_unpadded_without_mask_is_the_padded_path():
     model = make_model(unpad=True)
     ids = torch.randint(1, 128, (2, 9))
@@ -223,6 +240,55 @@ def test_unpadded_with_left_padding(variant):
     torch.testing.assert_close(b[mask.bool()], a[mask.bool()], rtol=1e-4, atol=1e-4)
 
 
+# --- kernel choice ---------------------------------------------------------------------------------
+
+
+def test_auto_backend_by_device_dtype_and_installed_kernels(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert attention.resolve_backend("auto", cpu, torch.bfloat16) == "sdpa"
+    assert attention.resolve_backend("auto", cuda, torch.float32) == "sdpa"  # varlen kernels are half only
+    monkeypatch.setattr(attention, "flash_attn_available", lambda: False)
+    monkeypatch.setattr(attention, "_torch_varlen", lambda: object())
+    assert attention.resolve_backend("auto", cuda, torch.bfloat16) == "varlen"
+    monkeypatch.setattr(attention, "flash_attn_available", lambda: True)
+    assert attention.resolve_backend("auto", cuda, torch.float16) == "flash_attn"
+    monkeypatch.setattr(attention, "_torch_varlen", lambda: None)
+    monkeypatch.setattr(attention, "flash_attn_available", lambda: False)
+    assert attention.resolve_backend("auto", cuda, torch.bfloat16) == "sdpa"  # an old torch, no package
+
+
+@pytest.mark.parametrize(
+    ("backend", "fragment"), [("varlen", "needs CUDA"), ("flash_attn", "needs CUDA"), ("xformers", "one of")]
+)
+def test_explicit_backend_that_cannot_run_is_refused(backend, fragment):
+    model = make_model()
+    ids, mask = right_padded(sequences())
+    with pytest.raises((attention.AttentionBackendError, ValueError), match=fragment):
+        set_runtime(model, attn_backend=backend)
+        model(ids, attention_mask=mask)
+
+
+def test_unpad_auto_follows_the_kernel(monkeypatch):
+    model = make_model()  # runtime.unpad None: unpad only for varlen kernels
+    ids, mask = right_padded(sequences())
+    contexts = []
+    real = attention.attend
+    monkeypatch.setattr(layers, "attend", lambda q, k, v, ctx: contexts.append(ctx) or real(q, k, v, ctx))
+    with torch.no_grad():
+        model(ids, attention_mask=mask)  # CPU fp32: sdpa, padded
+        set_runtime(model, attn_backend="flex")
+        model(ids, attention_mask=mask)  # flex: unpadded
+    n = model.model_config.num_hidden_layers
+    assert [c.packed for c in contexts] == [False] * n + [True] * n
+    assert {c.backend for c in contexts[n:]} == {"flex"}
+
+
+def test_legacy_runtime_keys_in_config_json_are_dropped(tmp_path):
+    config = NeoBERTConfig.from_model_config(ModelConfig.from_name("tiny"), unpad=True, attn_backend="sdpa")
+    assert not hasattr(config, "unpad") and not hasattr(config, "attn_backend")
+    assert "unpad" not in config.to_dict()
+
+
 # --- packed sequences (per-document attention) ----------------------------------------------------
 
 
@@ -232,9 +298,12 @@ def packed_inputs(seqs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor,
     return torch.cat(seqs)[None], cu_seqlens, int(lengths.max())  # (1, T): one packed row
 
 
-@pytest.mark.parametrize("variant", ["neobert", "bert-baseline"])
-def test_packed_equals_separate_sequences(variant):
+@pytest.mark.parametrize(
+    ("variant", "backend"), [("neobert", "sdpa"), ("bert-baseline", "sdpa"), ("neobert", "flex")]
+)
+def test_packed_equals_separate_sequences(variant, backend):
     model = make_model(tiny_baseline() if variant == "bert-baseline" else None)
+    set_runtime(model, attn_backend=backend)
     seqs = sequences()
     ids, cu_seqlens, max_seqlen = packed_inputs(seqs)
     with torch.no_grad():

@@ -119,7 +119,6 @@ def test_from_file_rejects_non_mapping(tmp_path):
         ({"norm": "batchnorm"}, "norm"),
         ({"position_embedding": "alibi"}, "position_embedding"),
         ({"rope_scaling_type": "dynamic"}, "rope_scaling_type"),
-        ({"attn_backend": "xformers"}, "attn_backend"),
         ({"classifier_pooling": "max"}, "classifier_pooling"),
         ({"pad_token_id": 128}, "pad_token_id"),  # tiny vocab is 128: ids 0..127
         ({"pad_token_id": -1}, "pad_token_id"),

@@ -210,8 +210,8 @@ def test_task_discovery_and_qrels(tmp_path):
 @NEEDS_TOKENIZER
 def test_end_to_end_zero_shot_and_after_contrastive_fine_tuning(tmp_path):
     from neobert.cli.main import main
-    from neobert.evaluation.contrastive import ContrastiveConfig
-    from neobert.evaluation.contrastive import run as finetune
+    from neobert.finetuning.contrastive import ContrastiveConfig
+    from neobert.finetuning.contrastive import run as finetune
 
     root = _tasks_dir(tmp_path / "tasks")
     neo, bert = save_tiny_neobert(tmp_path / "neo"), save_tiny_bert(tmp_path / "bert")

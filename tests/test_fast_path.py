@@ -10,7 +10,7 @@ import neobert.fastpath as fastpath
 import neobert.model.attention as attention
 from neobert import ModelConfig, NeoBERTConfig, NeoBERTModel
 from neobert.fastpath import fast_inference
-from neobert.model import padded_context, rope_tables
+from neobert.model import padded_context, rope_tables, set_runtime
 from neobert.model.attention import equal_length_runs
 from neobert.model.layers import EncoderBlock, RMSNorm
 from neobert.model.pooling import mean_pool
@@ -20,10 +20,11 @@ from neobert.model.rope import apply_rope, rotate_pairs
 BF16_MIN_COSINE = 0.99
 
 
-def make_model(**overrides) -> NeoBERTModel:
+def make_model(unpad: bool | None = None, **overrides) -> NeoBERTModel:
     """Tiny encoder with weights larger than the 0.02 init, so attention is far from uniform."""
     torch.manual_seed(0)
     model = NeoBERTModel(NeoBERTConfig.from_model_config(ModelConfig.from_name("tiny", **overrides)))
+    set_runtime(model, unpad=unpad)
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.uniform_(0.5, 1.5) if "norm" in name else p.normal_(0.0, 0.1)
@@ -123,7 +124,7 @@ def test_bf16_fast_path_close_to_fp32(unpad):
     reference = make_model()
     fast = fast_inference(make_model(), torch.bfloat16, unpad=unpad)
     assert fast.encoder.weight.dtype == torch.bfloat16
-    assert fast.model_config.unpad is unpad
+    assert fast.runtime.unpad is unpad
     ids, mask = padded_batch([20, 7, 33, 12])
     with torch.inference_mode():
         ref = mean_pool(reference(ids, attention_mask=mask).last_hidden_state, mask)
@@ -175,7 +176,7 @@ def _plain_copy(model: NeoBERTModel) -> NeoBERTModel:
     return plain
 
 
-@pytest.mark.skipif(fastpath._linear_pointwise() is None, reason="torch built without oneDNN")
+@pytest.mark.skipif(fastpath._linear_pointwise() is None, reason="no oneDNN bf16 linear post-ops here (torch without oneDNN, or a CPU without AVX-512)")
 def test_fused_epilogues_compute_the_plain_block(monkeypatch):
     model = make_model()
     names = list(model.state_dict())
@@ -188,7 +189,7 @@ def test_fused_epilogues_compute_the_plain_block(monkeypatch):
     fast_inference(model)
     assert list(model.state_dict()) == names  # same tensors under the same names
     plain = _plain_copy(model).to(torch.bfloat16)
-    plain.config.unpad = plain.model_config.unpad = True
+    set_runtime(plain, unpad=True)
     calls = []
     op = fastpath._linear_pointwise()
 
@@ -214,7 +215,7 @@ def test_fused_epilogues_compute_the_plain_block(monkeypatch):
     assert (fused[~mask.bool()] == 0).all()
 
 
-@pytest.mark.skipif(fastpath._linear_pointwise() is None, reason="torch built without oneDNN")
+@pytest.mark.skipif(fastpath._linear_pointwise() is None, reason="no oneDNN bf16 linear post-ops here (torch without oneDNN, or a CPU without AVX-512)")
 def test_fused_blocks_fall_back_to_the_plain_forward_with_gradients_or_fp32():
     model = make_model()
     fast_inference(model, dtype=None)  # fp32 weights: never fused, so exact
@@ -224,7 +225,7 @@ def test_fused_blocks_fall_back_to_the_plain_forward_with_gradients_or_fp32():
         torch.testing.assert_close(model(ids, mask).last_hidden_state, plain(ids, mask).last_hidden_state)
     model.to(torch.bfloat16)
     plain.to(torch.bfloat16)
-    plain.config.unpad = plain.model_config.unpad = True
+    set_runtime(plain, unpad=True)
     out = model(ids, mask).last_hidden_state  # gradients on: the plain forward, differentiable
     assert out.requires_grad
     torch.testing.assert_close(out, plain(ids, mask).last_hidden_state, rtol=0, atol=0)
@@ -236,7 +237,7 @@ def test_gelu_blocks_are_not_fused():
     assert all(type(b) is not fastpath.FusedEncoderBlock for b in model.transformer_encoder)
 
 
-@pytest.mark.skipif(fastpath._linear_pointwise() is None, reason="torch built without oneDNN")
+@pytest.mark.skipif(fastpath._linear_pointwise() is None, reason="no oneDNN bf16 linear post-ops here (torch without oneDNN, or a CPU without AVX-512)")
 def test_fused_blocks_leave_other_linear_modules_to_their_own_forward():
     """A replaced projection (a quantized or wrapped linear) must run its own forward, not be bypassed."""
 
@@ -254,7 +255,7 @@ def test_fused_blocks_leave_other_linear_modules_to_their_own_forward():
     ids, mask = padded_batch([7, 5, 7, 2])
     model = make_model()
     plain = double_wo(_plain_copy(model).to(torch.bfloat16))
-    plain.config.unpad = plain.model_config.unpad = True
+    set_runtime(plain, unpad=True)
     fast_inference(model)
     double_wo(model)
     with torch.inference_mode():

@@ -27,7 +27,13 @@ POSITIVE = {"great": 5.0, "excellent": 4.5, "wonderful": 4.0, "good": 3.5}
 NEGATIVE = {"awful": 0.0, "terrible": 0.5, "horrible": 1.0, "bad": 1.5}
 SUBJECTS = ["the movie", "this film", "the plot", "the acting", "the show"]
 NEOBERT = {"model": "tiny", "preset_overrides": {"vocab_size": 30522}}
-FAST = {"batch_size": 16, "learning_rate": 1e-3, "show_progress": False, "tensorboard": False}
+FAST = {
+    "batch_size": 16,
+    "learning_rate": 1e-3,
+    "show_progress": False,
+    "tensorboard": False,
+    "device": "cpu",  # predictions are compared with a CPU fp32 reload at 1e-4
+}
 
 
 def sentiment_rows(n: int, seed: int) -> list[dict]:

@@ -93,3 +93,20 @@ def test_model_count_independent_of_context_extension():
     model = build(NeoBERTModel, longer, meta=False)
     assert count(model) == config.num_parameters()
     assert not any("rotary" in key for key in model.state_dict())
+
+
+@pytest.mark.parametrize("ffn", ["swiglu", "gelu"])
+def test_linear_bias_switch(ffn):
+    # BERT's linears have biases; NeoBERT's have none: the switch is off for every NeoBERT preset
+    assert not any(ModelConfig.from_name(n).linear_bias for n in ("neobert", "neobert-1024", "120m", "tiny"))
+    assert ModelConfig.from_name("bert-baseline").linear_bias
+    plain = ModelConfig.from_name("tiny", ffn=ffn)
+    biased = plain.replace(linear_bias=True)
+    model = build(NeoBERTModel, biased, meta=False)
+    keys = {k.split(".", 2)[-1] for k in model.state_dict() if k.startswith("transformer_encoder.0.")}
+    first = "ffn.w12" if ffn == "swiglu" else "ffn.w1"
+    assert {"qkv.bias", "wo.bias", f"{first}.bias", "ffn.w3.bias"} <= keys
+    c, f, layers = biased.hidden_size, biased.ffn_hidden_size, biased.num_hidden_layers
+    per_layer = 4 * c + (2 * f if ffn == "swiglu" else f) + c
+    assert biased.num_parameters() - plain.num_parameters() == layers * per_layer
+    assert count(model) == biased.num_parameters()

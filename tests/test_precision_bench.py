@@ -61,6 +61,7 @@ def test_attention_bench_kernels_agree_with_float32(tmp_path):
         head_dim=8,
         kernels=("sdpa", "math"),
         repeats=1,
+        peak_sizes=(64,),
         output=str(tmp_path),
     )
     results = run_attention(config)

@@ -72,6 +72,7 @@ def tiny_config(data: Path, output: Path, **changes) -> PretrainConfig:
         "micro_batch_size": 4,
         "max_steps": 6,
         "precision": "fp32",
+        "device": "cpu",  # the multi-process comparisons run CPU processes over gloo; so does the reference
         "log_every": 1,
         "eval_every": 3,
         "eval_batches": 2,
@@ -132,6 +133,7 @@ pretrain(config, resume="--resume" in sys.argv, on_step_end=kill_after, progress
 """
 
 
+@pytest.mark.slow  # the fast in-process variant: tests/test_training_core.py
 def test_sigkill_and_resume_continue_exactly(prepared, tmp_path):
     reference = tiny_config(prepared, tmp_path / "reference", max_steps=8)
     pretrain(reference, progress_bar=False)
@@ -185,6 +187,7 @@ def run_multiprocess_and_compare(prepared, tmp_path, launcher: list[str]) -> Non
     env = {
         k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")
     }
+    env["CUDA_VISIBLE_DEVICES"] = ""  # CPU processes over gloo, as the 1-process reference
     run = subprocess.run(
         [sys.executable, "-m", *launcher, str(script), str(config_file)],
         env=env,
@@ -204,12 +207,14 @@ def run_multiprocess_and_compare(prepared, tmp_path, launcher: list[str]) -> Non
         torch.testing.assert_close(got[key], ref[key], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one_process(prepared, tmp_path):
     """torchrun with 2 CPU processes (gloo) and the same global batch gives the 1-process losses and weights."""
     launcher = ["torch.distributed.run", "--nproc_per_node", "2", "--master_port", free_port()]
     run_multiprocess_and_compare(prepared, tmp_path, launcher)
 
 
+@pytest.mark.slow
 def test_fsdp_shipped_config_on_two_cpu_processes(prepared, tmp_path):
     """The shipped FSDP2 accelerate config (forced onto 2 CPU processes) trains the same run as 1 process."""
     from importlib import resources

@@ -186,8 +186,7 @@ def test_reference_follows_spec_shapes(weights):
 def test_masked_lm_matches_reference(mlm_dir, weights, batch, unpad):
     # unpad=True runs the encoder on real tokens only (cu_seqlens): a different code path, same function
     ids, mask = batch
-    model = transformers.AutoModelForMaskedLM.from_pretrained(mlm_dir, unpad=unpad)
-    assert model.config.unpad is unpad
+    model = neobert.set_runtime(transformers.AutoModelForMaskedLM.from_pretrained(mlm_dir), unpad=unpad)
     assert isinstance(model, neobert.NeoBERTForMaskedLM)
     assert not model.training  # from_pretrained returns an eval-mode model
     ref = reference_forward(weights, ids, mask)

@@ -241,3 +241,85 @@ def test_finetune_tokens_rejects_unseen_validation_tags(tmp_path):
     with pytest.raises(DataError, match=r"b\.conll: tag\(s\) not seen in training: B-LOC"):
         run_tokens({"model": "tiny", "preset_overrides": {"vocab_size": 30522}, "train": str(tmp_path / "a.conll"),
                     "validation": str(tmp_path / "b.conll"), "output": str(tmp_path / "o")})  # fmt: skip
+
+
+def tokens_config(root, output, **changes) -> dict:
+    return {"model": "tiny", "preset_overrides": {"vocab_size": 30522, "classifier_dropout": 0.0},
+            "train": str(root / "train.jsonl"), "validation": str(root / "dev.jsonl"), "output": str(output),
+            "batch_size": 8, "learning_rate": 1e-3, "epochs": 2, "eval_every": 2, "patience": None,
+            "show_progress": False, "tensorboard": False, **changes}  # 3 steps an epoch, 6 in all  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ner_files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ner-core")
+    for name, n, seed in (("train.jsonl", 24, 3), ("dev.jsonl", 12, 4)):
+        (root / name).write_text("".join(json.dumps(r) + "\n" for r in synthetic_ner(n, seed)))
+    return root
+
+
+def assert_same_tokens_run(reference, got) -> None:
+    from test_training_core import assert_same_weights
+
+    ref, res = (json.loads((d / "metrics.json").read_text()) for d in (reference, got))
+    assert [h["loss"] for h in res["history"]] == pytest.approx([h["loss"] for h in ref["history"]], abs=1e-6)
+    assert res["best_step"] == ref["best_step"] and res["steps"] == ref["steps"] == 6
+    assert (got / "predictions.jsonl").read_text() == (reference / "predictions.jsonl").read_text()
+    assert_same_weights(reference / "model" / "model.safetensors", got / "model" / "model.safetensors", 1e-5)
+
+
+def test_finetune_tokens_crash_and_resume_continue_exactly(ner_files, tmp_path, monkeypatch, tokenizer):
+    """The training core's resume, for the token task: a run stopped after step 3 (last checkpoint at step 2)
+    and resumed ends with the history, predictions and weights of the run that never stopped."""
+    from test_training_core import Crash, crash_at
+
+    from neobert.token_classification import finetune as tokens_module
+
+    run_tokens(tokens_config(ner_files, tmp_path / "reference"))
+    real_fit = tokens_module.fit
+    monkeypatch.setattr(tokens_module, "fit", lambda *a, **k: real_fit(*a, on_step_end=crash_at(3), **k))
+    with pytest.raises(Crash):
+        run_tokens(tokens_config(ner_files, tmp_path / "crashed"))
+    assert (tmp_path / "crashed" / "checkpoints" / "step-00000002").is_dir()
+    with pytest.raises(FileExistsError, match="--resume"):
+        run_tokens(tokens_config(ner_files, tmp_path / "crashed"))
+    monkeypatch.setattr(tokens_module, "fit", real_fit)
+    run_tokens(tokens_config(ner_files, tmp_path / "crashed", resume=True))
+    assert_same_tokens_run(tmp_path / "reference", tmp_path / "crashed")
+    assert not (tmp_path / "crashed" / "checkpoints").exists()
+
+
+def test_token_loss_is_the_mean_over_labelled_words(ner_files, tokenizer):
+    """count() is the number of first sub-words; loss_sum / count equals the model's own mean loss."""
+    from types import SimpleNamespace
+
+    from neobert.token_classification.finetune import TokenClassificationTask, load_token_classifier
+
+    sentences = read_sentences(ner_files / "train.jsonl")[:5]
+    labels = label_names(sentences)
+    model = load_token_classifier("tiny", labels, {"vocab_size": 30522}).eval()
+    data = TokenDataset(tokenizer, sentences, {n: i for i, n in enumerate(labels)}, 64)
+    task = TokenClassificationTask.__new__(TokenClassificationTask)
+    task.engine, task.pad, task.precision = SimpleNamespace(device=torch.device("cpu")), 0, "fp32"
+    batch = task.collate([data[i] for i in range(len(data))])
+    assert int(task.count(batch)) == sum(len(s.words) for s in sentences)
+    with torch.no_grad():
+        terms = task.loss(model, dict(batch))
+        expected = model(**batch).loss  # transformers' mean over labels != -100
+    torch.testing.assert_close(terms.loss_sum / task.count(batch), expected)
+
+
+@pytest.mark.slow
+def test_finetune_tokens_two_processes_equal_one(ner_files, tmp_path, tokenizer):
+    """torchrun, 2 CPU processes: each takes half of every batch; the loss is divided by the global number
+    of labelled words, so the run equals one process's."""
+    from test_training_core import run_script, torchrun
+
+    run_tokens(tokens_config(ner_files, tmp_path / "one"))
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(tokens_config(ner_files, tmp_path / "two")))
+    script = "import json, sys\nfrom neobert.token_classification.finetune import run_tokens\n"
+    script += "run_tokens(json.loads(open(sys.argv[1]).read()))\n"
+    two = run_script(tmp_path, script, [str(config)], torchrun())
+    assert two.returncode == 0, (two.stdout.decode() + two.stderr.decode())[-4000:]
+    assert_same_tokens_run(tmp_path / "one", tmp_path / "two")

@@ -13,6 +13,8 @@ from .model import (
     NeoBERTForTokenClassification,
     NeoBERTModel,
     SequenceTooLongError,
+    compile_blocks,
+    set_runtime,
 )
 from .registration import register
 
@@ -32,5 +34,7 @@ __all__ = [
     "NeoBERTModel",
     "SequenceTooLongError",
     "__version__",
+    "compile_blocks",
     "register",
+    "set_runtime",
 ]

@@ -18,7 +18,6 @@ POSITION_EMBEDDINGS = ("rope", "learned")
 FFN_TYPES = ("swiglu", "gelu")
 NORM_TYPES = ("rmsnorm", "layernorm")
 ROPE_SCALINGS = ("none", "linear", "ntk", "yarn")
-ATTN_BACKENDS = ("auto", "sdpa", "flash_attn")
 POOLINGS = ("cls", "mean")
 
 
@@ -67,7 +66,8 @@ class ModelConfig:
     """Architecture of a NeoBERT encoder.
 
     The first block of fields are those of the released ``config.json``; the rest are switches for the
-    ablation variants, context extension and runtime choices. Defaults are the released NeoBERT (28 x 768,
+    ablation variants and context extension. Runtime choices (attention kernel, unpadding, compilation)
+    are not architecture: they are set on a built model (:func:`neobert.model.set_runtime`). Defaults are the released NeoBERT (28 x 768,
     4096 positions).
     """
 
@@ -88,7 +88,8 @@ class ModelConfig:
     # --- architecture switches (ablation variants) ---
     position_embedding: str = "rope"  # rope | learned (RoBERTa-style table, BERT baseline)
     ffn: str = "swiglu"  # swiglu | gelu (no gating, BERT baseline)
-    norm: str = "rmsnorm"  # rmsnorm | layernorm (always pre-norm)
+    norm: str = "rmsnorm"  # rmsnorm | layernorm (always pre-norm; LayerNorm has its bias, as in BERT)
+    linear_bias: bool = False  # biases in qkv, wo and the FFN (BERT has them; NeoBERT, released, has none)
     rope_theta: float = 10000.0
 
     # --- RoPE context extension ---
@@ -97,12 +98,6 @@ class ModelConfig:
     rope_original_max_length: int | None = None  # the trained length; defaults to max_length
     yarn_beta_fast: float = 32.0
     yarn_beta_slow: float = 1.0
-
-    # --- runtime ---
-    attn_backend: str = (
-        "auto"  # auto (flash-attn varlen on CUDA when installed, else SDPA) | sdpa | flash_attn
-    )
-    unpad: bool = False  # run the encoder on real tokens only (cu_seqlens) when a padding mask is given
 
     # --- heads ---
     classifier_pooling: str = "cls"  # cls (released dense+tanh head on [CLS]) | mean
@@ -114,7 +109,6 @@ class ModelConfig:
         self._check_choice("ffn", FFN_TYPES)
         self._check_choice("norm", NORM_TYPES)
         self._check_choice("rope_scaling_type", ROPE_SCALINGS)
-        self._check_choice("attn_backend", ATTN_BACKENDS)
         self._check_choice("classifier_pooling", POOLINGS)
         for name in (
             "vocab_size",
@@ -216,6 +210,9 @@ class ModelConfig:
         c, f, v = self.hidden_size, self.ffn_hidden_size, self.vocab_size
         norm = c if self.norm == "rmsnorm" else 2 * c
         ffn = 3 * c * f if self.ffn == "swiglu" else 2 * c * f
+        if self.linear_bias:  # qkv + wo, then w12 (or w1) + w3
+            ffn += (2 * f if self.ffn == "swiglu" else f) + c
+            ffn += 3 * c + c
         block = 2 * norm + 3 * c * c + c * c + ffn
         total = v * c + self.num_hidden_layers * block + norm
         if self.position_embedding == "learned":
@@ -247,6 +244,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "position_embedding": "learned",
         "ffn": "gelu",
         "norm": "layernorm",
+        "linear_bias": True,
     },
     "small": {
         "hidden_size": 256,

@@ -1,7 +1,7 @@
 """The inference fast path, applied to a model from outside (the model itself stays a plain nn.Module).
 
 ``fast_inference(model)`` = eval mode + weights held in bf16 + the unpadded attention path + fused CPU
-epilogues (+ optionally ``torch.compile``). On a CPU with AMX, oneDNN runs the bf16 matmuls on the tile
+epilogues (+ optionally compiled blocks). On a CPU with AMX, oneDNN runs the bf16 matmuls on the tile
 units; RoPE tables stay float32 and are never cast per call; masks are built once per forward. Tolerance
 against float32 (tested in tests/test_fast_path.py): mean-pooled embeddings within cosine 0.99 (typically
 > 0.9999).
@@ -15,11 +15,14 @@ SwiGLU intermediate and four elementwise passes per layer are never materialised
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
 from .model.attention import AttentionContext
 from .model.layers import EncoderBlock, SwiGLU
+from .model.runtime import compile_blocks, neobert_encoder, set_runtime
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 
@@ -31,37 +34,44 @@ def fast_inference(
     compile: bool = False,
     fuse: bool = True,
 ) -> nn.Module:
-    """Prepare a NeoBERT model (any head) for inference in place; returns it, or its compiled wrapper.
+    """Prepare a NeoBERT model (any head) for inference in place; returns it.
 
     ``dtype`` None keeps the weights' dtype. ``unpad`` runs the encoder on real tokens only whenever an
-    attention mask is given (exact: the same function as the padded path). ``compile`` wraps the model in
-    ``torch.compile``; the first call of each new input shape then pays the compilation. ``fuse`` turns the
-    fused CPU epilogues on (default) or off (:func:`fuse_cpu_epilogues`).
+    attention mask is given (exact: the same function as the padded path). ``compile`` compiles each
+    encoder block (:func:`neobert.model.compile_blocks`; inductor then fuses the elementwise work itself,
+    so the CPU epilogues are not used); the first call of each new input shape pays the compilation.
+    ``fuse`` turns the fused CPU epilogues on (default) or off (:func:`fuse_cpu_epilogues`).
     """
-    encoder = getattr(model, "base_model", model)
-    if not hasattr(encoder, "model_config"):
-        raise TypeError(f"expected a NeoBERT model, got {type(model).__name__}")
+    neobert_encoder(model)  # TypeError for anything but NeoBERT
     model.eval()
     if dtype is not None:
         model.to(DTYPES[dtype] if isinstance(dtype, str) else dtype)
-    encoder.model_config.unpad = unpad
-    encoder.config.unpad = unpad
-    fuse_cpu_epilogues(model, fuse)
-    if not compile:
-        return model
-    if hasattr(encoder, "rotary"):  # built now, or its first use would invalidate the first compiled graph
-        encoder.rotary.table(next(model.parameters()).device)
-    return torch.compile(model)
+    set_runtime(model, unpad=unpad)
+    fuse_cpu_epilogues(model, fuse and not compile)
+    if compile:
+        compile_blocks(model)
+    return model
 
 
+@functools.cache
 def _linear_pointwise() -> object | None:
+    """oneDNN's fused linear op, or None where this torch or this CPU cannot run it in bf16.
+
+    Probed once on a tiny input: its bf16 post-ops need AVX-512 (or AVX-NE-CONVERT), which e.g. AVX2-only
+    CPUs lack, and the op says so only when called.
+    """
     ops = getattr(torch.ops, "mkldnn", None)
     if not torch.backends.mkldnn.is_available() or ops is None:
         return None
     try:
-        return ops._linear_pointwise
+        op = ops._linear_pointwise
+        x = torch.ones(2, 16, dtype=torch.bfloat16)
+        w = torch.ones(16, 16, dtype=torch.bfloat16)
+        op(x, w, None, "swish", [], "")
+        op.binary(x, x, w, None, "add")
     except (AttributeError, RuntimeError):
         return None
+    return op
 
 
 class FusedEncoderBlock(EncoderBlock):
@@ -90,6 +100,7 @@ class FusedEncoderBlock(EncoderBlock):
             return False
         return all(
             type(m) is nn.Linear
+            and m.bias is None  # the fused ops below are called without a bias
             and type(m.weight) in (torch.Tensor, nn.Parameter)
             and m.weight.dtype == x.dtype
             for m in (self.wo, self.ffn.w12, self.ffn.w3)

@@ -37,6 +37,7 @@ class AttentionBenchConfig:
     kernels: tuple[str, ...] = KERNELS
     math_chunk: int = 2
     repeats: int = 5
+    peak_sizes: tuple[int, ...] = (2048, 4096)  # square bf16 GEMMs for the matmul peak
     output: str | None = None
 
     def __post_init__(self) -> None:
@@ -109,7 +110,7 @@ def run(config: AttentionBenchConfig) -> dict:
     results = {
         "config": asdict(config),
         "machine": machine_info("cpu"),
-        "matmul_peak_tflops": matmul_peak(torch.bfloat16, "cpu")["flops"] / 1e12,
+        "matmul_peak_tflops": matmul_peak(torch.bfloat16, "cpu", config.peak_sizes)["flops"] / 1e12,
         "rows": rows,
     }
     if config.output:

@@ -69,6 +69,14 @@ def _reset_peak_rss() -> bool:
     return _status_kb("VmHWM") is not None
 
 
+def process_peak_rss(reset: bool = False) -> int | None:
+    """Linux: the peak resident set of this process in bytes (VmHWM), first reset to the current one if
+    ``reset``; None where /proc does not tell."""
+    if reset and not _reset_peak_rss():
+        return None
+    return _status_kb("VmHWM")
+
+
 class _RssSampler(threading.Thread):
     """Fallback where VmHWM cannot be reset: poll the resident set every millisecond."""
 

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from ..model import set_runtime
 from .measure import machine_info
 from .report import write_json_and_markdown
 
@@ -99,9 +100,7 @@ def _bf16(model: torch.nn.Module) -> torch.nn.Module:
 
 def _set_unpad(model: torch.nn.Module, unpad: bool) -> None:
     if _is_neobert(model):
-        encoder = model.base_model
-        encoder.model_config.unpad = unpad
-        encoder.config.unpad = unpad
+        set_runtime(model, unpad=unpad)
 
 
 class _LastHidden(torch.nn.Module):

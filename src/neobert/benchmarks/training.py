@@ -1,45 +1,67 @@
-"""Training throughput: tokens/s of whole MLM pretraining steps, and the fraction of the matmul peak reached.
+"""Training throughput: tokens/s of the product's own pretraining step, MFU and peak memory.
 
-A step is what `neobert pretrain` does: packed rows of documents with per-document attention, 20% masking,
-forward with logits at masked positions only, backward, gradient clipping and AdamW. fp32 keeps everything
-in fp32; bf16 is autocast over fp32 master weights (mixed precision, as in pretraining).
+What is timed is :meth:`neobert.training.engine.Engine.train_step` driving the pretraining task
+(:class:`neobert.training.trainer.MLMTask`), built by the same functions ``neobert pretrain`` uses: packed
+rows of documents with per-document attention, 20% masking, forward with logits at masked positions only,
+backward, clipping, the NaN guard, AdamW (fused on CUDA) and the schedule. fp32 keeps everything in fp32;
+bf16 is autocast over fp32 master weights. Data preparation (packing, masking, collation) runs before the
+clock starts; each timed step reuses the same micro-batches.
 
-    python -m neobert.benchmarks.training --presets tiny,120m --dtypes fp32,bf16 --output docs/benchmarks/training
+    neobert bench training --presets neobert --seq-len 1024 --rows 32 --dtypes bf16 --device cuda --compile
 
 FLOPs per trained token: 3 x the forward FLOPs (the backward costs twice the forward) of the encoder,
 ``2 * linear params + 4 * keys * hidden`` per layer (see :func:`forward_flops_per_token`, keys = the mean
-document length seen by a token), plus 3 x ``2 * hidden * vocab`` for the decoder on the masked 20%.
+document length seen by a token: sum of squared document lengths / tokens), plus 3 x ``2 * hidden * vocab``
+for the decoder on the masked fraction. Norms, RoPE and the embedding lookup are not counted. MFU is the
+achieved FLOP/s over the peak: ``--peak-tflops`` (e.g. the datasheet's dense bf16 rate) when given, else the
+square-GEMM rate measured in the same run.
 """
 
 from __future__ import annotations
 
-import argparse
+import gc
 import statistics
+import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
 
-from ..config import ModelConfig
+from ..config import PRESETS, ModelConfig
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
-from ..training.batching import collate_packed, pack_documents
-from ..training.masking import generator_for, mask_tokens
-from .measure import DTYPES, matmul_peak, time_call
+from ..training.config import PretrainConfig
+from ..training.data_setup import TrainingData
+from ..training.engine import Engine
+from ..training.stream import RowStream
+from ..training.trainer import MLMTask, engine_settings, prepare_engine
+from .measure import DTYPES, matmul_peak, process_peak_rss, time_call
 from .models import forward_flops_per_token
 from .report import write_json_and_markdown
+
+SPECIAL_IDS = [0, 1, 2, 3, 4]  # pad, unk, cls, sep, mask of the synthetic vocabulary
+MASK_ID = 4
 
 
 @dataclass
 class TrainBenchConfig:
     presets: list[str] = field(default_factory=lambda: ["tiny", "120m"])
     dtypes: list[str] = field(default_factory=lambda: ["fp32", "bf16"])
+    device: str | None = None  # cpu | cuda; None: cuda when available
     seq_len: int = 512
-    rows: int = 8  # rows per step (one micro-batch)
+    rows: int = 8  # rows per optimizer step
+    micro_batch_size: int | None = None  # rows per forward; None: all rows in one micro-batch
     steps: int = 5  # timed steps (median), after `warmup`
     warmup: int = 2
     mask_rate: float = 0.2
+    compile: bool = False
+    checkpointing: bool = False  # activation checkpointing
+    peak_tflops: float | None = None  # MFU denominator; None: the measured matmul peak
     peak_sizes: list[int] = field(default_factory=lambda: [2048, 4096])  # square GEMMs for the matmul peak
     output: str | None = None
+
+    def resolved_device(self) -> str:
+        return self.device or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def training_flops_per_token(config: ModelConfig, mean_keys: float, mask_rate: float) -> float:
@@ -55,72 +77,115 @@ def training_flops_per_token(config: ModelConfig, mean_keys: float, mask_rate: f
     return 3 * (forward + decoder)
 
 
-def _batch(config: ModelConfig, bench: TrainBenchConfig, seed: int = 0) -> tuple[dict, float]:
-    rng = np.random.default_rng(seed)
-    docs = [
-        rng.integers(5, config.vocab_size, int(n)) for n in rng.integers(32, bench.seq_len, 20 * bench.rows)
-    ]
-    rows = pack_documents(docs, bench.seq_len)[: bench.rows]
-    batch = collate_packed(rows, config.pad_token_id, bench.seq_len)
-    ids, labels = mask_tokens(
-        batch["input_ids"],
-        mask_token_id=4,
-        vocab_size=config.vocab_size,
-        special_ids=[0, 1, 2, 3, 4],
-        rate=bench.mask_rate,
-        generator=generator_for(seed, 0),
+def pretrain_config(preset: str, dtype: str, bench: TrainBenchConfig, output: str) -> PretrainConfig:
+    """The pretraining config of one measurement: one step of ``rows`` rows of ``seq_len`` tokens."""
+    model = {}
+    if bench.seq_len > PRESETS[preset].get("max_length", ModelConfig().max_length):
+        model["max_length"] = bench.seq_len
+    return PretrainConfig.from_dict(
+        {
+            "preset": preset,
+            "model": model,
+            "data": {"seq_len": bench.seq_len, "mask_rate": bench.mask_rate},
+            "tokens_per_step": bench.rows * bench.seq_len,
+            "micro_batch_size": bench.micro_batch_size or bench.rows,
+            "precision": dtype,
+            "compile": bench.compile,
+            "activation_checkpointing": bench.checkpointing,
+            "schedule": {"kind": "constant", "warmup_steps": 0},
+            "max_steps": bench.warmup + bench.steps,
+            "output": output,
+            "report_to": [],
+        }
     )
-    batch.update(input_ids=ids, labels=labels)
-    lengths = np.diff(batch["cu_seqlens"].numpy())
-    mean_keys = float((lengths**2).sum() / lengths.sum())  # each token attends to its own document
-    return batch, mean_keys
 
 
-def _measure(preset: str, dtype: str, bench: TrainBenchConfig, peaks: dict) -> dict:
+def synthetic_data(config: ModelConfig, bench: TrainBenchConfig, seed: int = 0) -> TrainingData:
+    """Random documents of 32 to ``seq_len`` tokens over the model's vocabulary, packed by the product."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(32, max(33, bench.seq_len), 20 * bench.rows)
+    docs = [rng.integers(len(SPECIAL_IDS), config.vocab_size, int(n)) for n in lengths]
+    return TrainingData(docs, None, None, config.pad_token_id, MASK_ID, SPECIAL_IDS, config.vocab_size, None)
+
+
+def _mean_keys(batches: list[dict]) -> float:
+    lengths = np.concatenate([np.diff(b["cu_seqlens"].numpy()) for b in batches])
+    return float((lengths**2).sum() / lengths.sum())  # each token attends to its own document
+
+
+def _measure(preset: str, dtype: str, bench: TrainBenchConfig, peaks: dict, scratch: str) -> dict:
+    device = bench.resolved_device()
+    config = pretrain_config(preset, dtype, bench, scratch)
+    settings = engine_settings(config, progress_bar=False, device=device)
+    settings.output = settings.log_dir = None  # no checkpoints, no logs
+    engine = Engine(settings)
+    model_config = config.model_config()
+    data = synthetic_data(model_config, bench)
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
     torch.manual_seed(0)
-    config = ModelConfig.from_name(preset, max_length=max(bench.seq_len, 128))
-    model = NeoBERTForMaskedLM(NeoBERTConfig.from_model_config(config)).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    batch, mean_keys = _batch(config, bench)
+    engine.set_accumulation(bench.rows // config.micro_batch_size)
+    prepare_engine(engine, config, NeoBERTForMaskedLM(NeoBERTConfig.from_model_config(model_config)))
+    stream = RowStream(data.train, np.array([len(d) for d in data.train]), bench.seq_len, 0)
+    task = MLMTask(config, data, engine, stream)
+    batches = task.batches(0)
 
     def step() -> None:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
-            out = model(
-                input_ids=batch["input_ids"],
-                cu_seqlens=batch["cu_seqlens"],
-                max_seqlen=batch["max_seqlen"],
-                position_ids=batch["position_ids"],
-                labels=batch["labels"],
-                masked_only=True,
-            )
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        engine.train_step(task, batches)
 
-    for _ in range(bench.warmup):
+    started = time.perf_counter()
+    first = time_call(step, device)
+    for _ in range(bench.warmup - 1):
         step()
-    seconds = statistics.median(time_call(step, "cpu") for _ in range(bench.steps))
-    tokens = int(batch["attention_mask"].sum())
-    flops = training_flops_per_token(config, mean_keys, bench.mask_rate)
+    warm = time.perf_counter() - started
+    process_peak_rss(reset=True)
+    seconds = statistics.median(time_call(step, device) for _ in range(bench.steps))
+    memory = torch.cuda.max_memory_allocated() if device == "cuda" else process_peak_rss()
+    tokens = sum(int(b["attention_mask"].sum()) for b in batches)
+    flops = training_flops_per_token(model_config, _mean_keys(batches), bench.mask_rate)
     rate = tokens / seconds
+    peak = bench.peak_tflops * 1e12 if bench.peak_tflops else peaks[dtype]["flops"]
     return {
         "preset": preset,
         "dtype": dtype,
-        "parameters": config.num_parameters(mlm_head=True),
+        "device": device,
+        "compile": bench.compile,
+        "checkpointing": bench.checkpointing,
+        "parameters": model_config.num_parameters(mlm_head=True),
+        "seq_len": bench.seq_len,
+        "rows": bench.rows,
         "tokens_per_step": tokens,
         "seconds_per_step": seconds,
         "tokens_per_second": rate,
         "flops_per_token": flops,
         "achieved_flops": flops * rate,
-        "fraction_of_peak": flops * rate / peaks[dtype]["flops"],
+        "mfu": flops * rate / peak,
+        "peak_memory_bytes": memory,
+        "first_step_seconds": first,
+        # compilation happens in the first step(s): what the warm-up took beyond ordinary steps
+        "compile_seconds": max(0.0, warm - bench.warmup * seconds) if bench.compile else None,
     }
 
 
 def run(bench: TrainBenchConfig) -> dict:
-    peaks = {d: matmul_peak(DTYPES[d], "cpu", tuple(bench.peak_sizes)) for d in bench.dtypes}
-    rows = [_measure(p, d, bench, peaks) for p in bench.presets for d in bench.dtypes]
-    results = {"config": asdict(bench), "peaks": peaks, "threads": torch.get_num_threads(), "results": rows}
+    device = bench.resolved_device()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda requested but CUDA is not available")
+    peaks = {d: matmul_peak(DTYPES[d], device, tuple(bench.peak_sizes)) for d in bench.dtypes}
+    with tempfile.TemporaryDirectory(prefix="neobert-bench-") as scratch:
+        rows = [_measure(p, d, bench, peaks, scratch) for p in bench.presets for d in bench.dtypes]
+    results = {
+        "config": asdict(bench),
+        "device": device,
+        "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+        "torch": torch.__version__,
+        "peaks": peaks,
+        "mfu_peak": "given" if bench.peak_tflops else "measured matmul peak",
+        "threads": torch.get_num_threads(),
+        "results": rows,
+    }
     if bench.output:
         write_json_and_markdown(results, markdown(results), bench.output)
     return results
@@ -128,43 +193,24 @@ def run(bench: TrainBenchConfig) -> dict:
 
 def markdown(results: dict) -> str:
     peaks = results["peaks"]
+    where = results["gpu"] or f"CPU, {results['threads']} threads"
+    denominator = "the given peak" if results["mfu_peak"] == "given" else "the measured matmul peak"
     lines = [
-        "Matmul peak measured in the same run: "
-        + ", ".join(f"{d} {p['flops'] / 1e9:.0f} GFLOP/s" for d, p in peaks.items())
-        + f" ({results['threads']} threads).",
+        f"Device: {where}; torch {results['torch']}. Matmul peak measured in the same run: "
+        + ", ".join(f"{d} {p['flops'] / 1e12:.2f} TFLOP/s" for d, p in peaks.items())
+        + f". MFU against {denominator}. Memory: "
+        + ("peak allocated (max_memory_allocated)." if results["gpu"] else "peak resident set of the process."),
         "",
-        "| preset | dtype | params | tokens/step | s/step | tokens/s | GFLOP/s | % of matmul peak |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| preset | dtype | seq x rows | params | s/step | tokens/s | TFLOP/s | MFU | peak memory | compile s |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results["results"]:
+        compiled = "-" if r["compile_seconds"] is None else f"{r['compile_seconds']:.1f}"
+        memory = "n/a" if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / 2**30:.2f} GiB"
+        flags = " +ckpt" if r["checkpointing"] else ""
         lines.append(
-            f"| {r['preset']} | {r['dtype']} | {r['parameters'] / 1e6:.1f}M | {r['tokens_per_step']:,} | "
-            f"{r['seconds_per_step']:.3f} | {r['tokens_per_second']:,.0f} | {r['achieved_flops'] / 1e9:.1f} | "
-            f"{100 * r['fraction_of_peak']:.1f}% |"
+            f"| {r['preset']}{flags} | {r['dtype']} | {r['seq_len']} x {r['rows']} | {r['parameters'] / 1e6:.1f}M "
+            f"| {r['seconds_per_step']:.3f} | {r['tokens_per_second']:,.0f} | {r['achieved_flops'] / 1e12:.3f} "
+            f"| {100 * r['mfu']:.1f}% | {memory} | {compiled} |"
         )
     return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="MLM training-step throughput on this machine")
-    parser.add_argument("--presets", default="tiny,120m")
-    parser.add_argument("--dtypes", default="fp32,bf16")
-    parser.add_argument("--seq-len", type=int, default=512)
-    parser.add_argument("--rows", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--output")
-    args = parser.parse_args(argv)
-    bench = TrainBenchConfig(
-        presets=args.presets.split(","),
-        dtypes=args.dtypes.split(","),
-        seq_len=args.seq_len,
-        rows=args.rows,
-        steps=args.steps,
-        output=args.output,
-    )
-    print(markdown(run(bench)))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

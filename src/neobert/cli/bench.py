@@ -90,15 +90,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     t = commands.add_parser(
         "training",
-        help="MLM pretraining-step tokens/s and share of the matmul peak",
-        description="Whole pretraining steps (packed rows, 20% masking, forward, backward, AdamW) per preset and "
-        "dtype, against the machine's matmul rate measured in the same run.",
+        help="tokens/s, MFU and peak memory of the pretraining step of the training core",
+        description="Whole pretraining steps of the product's training core (packed rows with per-document "
+        "attention, 20% masking, forward, backward, clipping, AdamW) per preset and dtype; MFU against the "
+        "matmul rate measured in the same run, or --peak-tflops.",
     )
     t.add_argument("--presets", type=_names, default="tiny,120m", help="comma-separated NeoBERT presets")
     t.add_argument("--dtypes", type=_names, default="fp32,bf16", help="fp32 and/or bf16 (autocast)")
-    t.add_argument("--seq-len", type=int, default=512, help="row length")
-    t.add_argument("--rows", type=int, default=8, help="rows per step")
+    t.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
+    t.add_argument("--seq-len", type=int, default=512, help="row length (packed documents)")
+    t.add_argument("--rows", type=int, default=8, help="rows per optimizer step")
+    t.add_argument("--micro-batch-size", type=int, help="rows per forward (default: all rows at once)")
     t.add_argument("--steps", type=int, default=5, help="timed steps (median)")
+    t.add_argument("--warmup", type=int, default=2, help="untimed first steps (compilation happens there)")
+    t.add_argument("--compile", action="store_true", help="compile the encoder blocks")
+    t.add_argument("--checkpointing", action="store_true", help="activation checkpointing")
+    t.add_argument("--peak-tflops", type=float, help="MFU denominator (default: the measured matmul peak)")
+    t.add_argument(
+        "--peak-sizes", type=_ints, default="2048,4096", help="square GEMM sizes for the matmul peak"
+    )
     t.add_argument("--output", help="directory for results.json and results.md")
     t.set_defaults(func=training)
 
@@ -225,17 +235,30 @@ def throughput(args: argparse.Namespace, console: Console | None = None) -> int:
 
 def training(args: argparse.Namespace, console: Console | None = None) -> int:
     from ..benchmarks.training import TrainBenchConfig, markdown, run
+    from ..config import PRESETS
 
     console = make_console(console)
     unknown = [d for d in args.dtypes if d not in ("fp32", "bf16")]
     if unknown:
         raise CLIError(f"--dtypes must be fp32 and/or bf16, got {', '.join(unknown)}")
+    missing = [p for p in args.presets if p not in PRESETS]
+    if missing:
+        raise CLIError(f"--presets: unknown {', '.join(missing)}; available: {', '.join(PRESETS)}")
+    if args.micro_batch_size and args.rows % args.micro_batch_size:
+        raise CLIError(f"--rows {args.rows} is not a multiple of --micro-batch-size {args.micro_batch_size}")
     bench = TrainBenchConfig(
         presets=args.presets,
         dtypes=args.dtypes,
+        device=args.device,
         seq_len=args.seq_len,
         rows=args.rows,
+        micro_batch_size=args.micro_batch_size,
         steps=args.steps,
+        warmup=max(1, args.warmup),
+        compile=args.compile,
+        checkpointing=args.checkpointing,
+        peak_tflops=args.peak_tflops,
+        peak_sizes=list(args.peak_sizes),
         output=args.output,
     )
     console.print(markdown(run(bench)), highlight=False)

@@ -42,6 +42,7 @@ def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
         group.add_argument(flag, type=kind, default=None, help=_HELP.get(name))
     group.add_argument("--no-tensorboard", action="store_true", help="do not write TensorBoard logs")
     group.add_argument("--quiet", action="store_true", help="no progress bars")
+    group.add_argument("--resume", action="store_true", help="continue an interrupted run of this output")
     group.add_argument(
         "--preset-override",
         action="append",
@@ -92,6 +93,8 @@ def _settings(args: argparse.Namespace, fields: tuple[str, ...]) -> dict[str, An
         data["tensorboard"] = False
     if args.quiet:
         data["show_progress"] = False
+    if args.resume:
+        data["resume"] = True
     return data
 
 

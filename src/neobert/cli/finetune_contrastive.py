@@ -33,7 +33,7 @@ def _instructions(values: list[str] | None, path: str | None) -> dict[str, str]:
 
 def _main(args: argparse.Namespace) -> int:
     quiet_transformers()
-    from ..evaluation.contrastive import ContrastiveConfig, run
+    from ..finetuning.contrastive import ContrastiveConfig, run
 
     config = ContrastiveConfig(
         model=args.model,
@@ -52,6 +52,8 @@ def _main(args: argparse.Namespace) -> int:
         instructions=_instructions(args.instruction, args.instructions),
         seed=args.seed,
         log_every=args.log_every,
+        save_every=args.save_every,
+        resume=args.resume,
         device=args.device,
         bf16=args.bf16,
         gradient_checkpointing=args.gradient_checkpointing,
@@ -107,6 +109,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--instructions", metavar="JSON", help="JSON file: data set name -> instruction")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log-every", type=int, default=10)
+    parser.add_argument("--save-every", type=int, default=500, help="steps between resumable checkpoints")
+    parser.add_argument("--resume", action="store_true", help="continue an interrupted run of --output")
     parser.add_argument("--device", help="cpu, cuda ... (default: this process's GPU if any)")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast")
     parser.add_argument("--gradient-checkpointing", action="store_true")

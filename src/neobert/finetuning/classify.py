@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from ..evaluation.metrics import MetricResult
+from ..training.engine import is_main_process, wait_for_everyone
 from .config import ClassifyConfig
 from .data import (
     DataError,
@@ -125,11 +126,16 @@ def run_classify(config: ClassifyConfig | dict[str, Any]) -> ClassifyResult:
         precision=config.precision,
         show_progress=config.show_progress,
         description=f"classify {Path(config.train).name}",
+        state_dir=output,
+        resume=config.resume,
     )
-    predictions_file = _write_predictions(
-        output, val_texts, val_pairs, val_raw, fitted.best.predictions["validation"], label_map
-    )
-    metrics_file = _write_report(config, fitted, model, label_map, len(train), len(validation))
+    predictions_file, metrics_file = output / "predictions.jsonl", output / "metrics.json"
+    if is_main_process():  # under torchrun every process trained the same model; one writes
+        _write_predictions(
+            output, val_texts, val_pairs, val_raw, fitted.best.predictions["validation"], label_map
+        )
+        _write_report(config, fitted, model, label_map, len(train), len(validation))
+    wait_for_everyone()
     best = fitted.best.results["validation"]
     return ClassifyResult(
         best.values,

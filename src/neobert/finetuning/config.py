@@ -91,6 +91,7 @@ class ModelSource:
     precision: str = "auto"  # auto (bf16 autocast on CUDA) | fp32 | bf16
     tensorboard: bool = True
     show_progress: bool = True
+    resume: bool = False  # continue an interrupted run from its last evaluation's checkpoint
 
     def __post_init__(self) -> None:
         if self.precision not in ("auto", "fp32", "bf16"):

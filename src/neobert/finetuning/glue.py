@@ -17,9 +17,10 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from ..training.engine import is_main_process, wait_for_everyone
 from .config import GlueConfig, TrainSettings
 from .data import EncodedDataset
-from .glue_report import write_glue_report, write_sweep_report
+from .glue_report import table3_average, write_glue_report, write_sweep_report
 from .glue_tasks import MNLI_TRANSFER_TASKS, GlueTask, load_split, resolve_tasks
 from .models import (
     check_vocabulary,
@@ -74,7 +75,11 @@ def run_glue(config: GlueConfig | dict[str, Any]) -> GlueResults:
             elif config.transfer_from_mnli and "mnli" in results:
                 source = str(results["mnli"].checkpoint)
         results[task.name] = _run_task(config, task, source, points, tokenizer, output / task.name)
-    return write_glue_report(config, results, output)
+    report = write_glue_report(config, results, output) if is_main_process() else None
+    wait_for_everyone()
+    return report or GlueResults(
+        config.model, results, table3_average(results), output / "results.md", output / "results.json"
+    )
 
 
 def _encode(
@@ -128,10 +133,14 @@ def _run_task(
             precision=config.precision,
             show_progress=config.show_progress,
             description=f"{task.title} {label}",
+            state_dir=task_dir / f".state-{label}",
+            resume=config.resume,
         )
         rows.append(SweepRow.from_fit(point, fitted, time.perf_counter() - start))
-        _keep_if_best(rows, candidate, task_dir / "best")
-        write_sweep_report(task, rows, task_dir)  # after every run, so a long sweep shows progress
+        if is_main_process():
+            _keep_if_best(rows, candidate, task_dir / "best")
+            write_sweep_report(task, rows, task_dir)  # after every run, so a long sweep shows progress
+        wait_for_everyone()  # e.g. MNLI's best is in place before a transfer task loads it
         del model, fitted
     chosen = rows[best_index(rows)]
     return GlueTaskResult(

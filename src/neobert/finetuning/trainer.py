@@ -1,15 +1,22 @@
-"""A compact fine-tuning loop: AdamW, linear warmup and decay, evaluation every n steps, early stopping,
-and the best checkpoint written atomically whenever the selection score improves.
+"""Fine-tuning as a task of the training core (:mod:`neobert.training.engine`): AdamW, linear warmup and
+decay, evaluation every n steps, early stopping, and the best checkpoint written atomically whenever the
+selection score improves.
 
-The loop knows nothing of GLUE or of the model's internals: it calls ``model(**batch)`` (any transformers
-sequence classifier returns its loss given ``labels``) and ranks evaluations by a score function.
+The core owns device, precision, distribution (DDP through ``torchrun``), clipping, the NaN guard and
+resumable checkpoints; this module owns the data order, the loss and the evaluations. The task knows
+nothing of GLUE or of the model's internals: it calls ``model(input_ids, attention_mask, ...)`` on any
+transformers sequence classifier and ranks evaluations by a score function.
+
+Data order is a pure function of (seed, step): step ``s`` takes the ``s``-th batch of epoch ``s // steps
+per epoch``'s permutation, each process a contiguous slice of it. So a resumed run (``state_dir`` +
+``resume``) sees the same batches, and N processes the same global batch as one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,17 +26,18 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
 
 from ..evaluation.metrics import MetricResult, compute_metrics
+from ..training.engine import Engine, EngineSettings, LossTerms
 from ..training.optim import build_optimizer
 from ..training.schedule import make_scheduler
 from .config import TrainSettings
 from .data import EncodedDataset, collate
 from .models import save_model_atomic
 
-LOG_EVERY = 10  # optimizer steps between training-loss logs (the only place a GPU sync happens)
+LOG_EVERY = 10  # optimizer steps between training-loss logs
 
 
 @dataclass
@@ -41,7 +49,7 @@ class EvalSpec:
     regression: bool = False
     # Tasks whose predictions are not one label per example (token classification) evaluate a split
     # themselves: (model, data, batch_size, pad_token_id, precision) -> (metrics, predictions, mean loss).
-    evaluate_split: Callable[..., tuple[MetricResult, Any, float]] | None = None
+    evaluate_split: Callable[..., tuple[MetricResult, np.ndarray, float]] | None = None
 
 
 @dataclass
@@ -82,29 +90,14 @@ def is_better(new: float, old: float | None) -> bool:
     return math.isnan(old) or new > old
 
 
-def pick_device(device: str | None) -> torch.device:
-    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+def _loader(data: EncodedDataset, batch_size: int, pad: int) -> DataLoader:
+    return DataLoader(data, batch_size=batch_size, collate_fn=partial(collate, pad_token_id=pad))
 
 
-def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    # bf16 autocast on CUDA by default; the weights and optimizer state stay fp32.
-    use_bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
-    if not use_bf16:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-
-
-def _loader(
-    data: EncodedDataset, batch_size: int, pad: int, shuffle: bool, seed: int = 0, collate_fn: Callable = collate
-) -> DataLoader:
-    generator = torch.Generator().manual_seed(seed) if shuffle else None
-    return DataLoader(
-        data,
-        batch_size=batch_size,
-        shuffle=shuffle,
-        generator=generator,
-        collate_fn=partial(collate_fn, pad_token_id=pad),
-    )
+def _autocast(device: torch.device, precision: str) -> Any:
+    # bf16 autocast on CUDA by default; the weights stay fp32.
+    enabled = precision == "bf16" or (precision == "auto" and device.type == "cuda")
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
 
 
 @torch.no_grad()
@@ -121,7 +114,7 @@ def predict(
     was_training = model.training
     model.eval()
     predictions, total_loss = [], torch.zeros((), device=device)
-    for batch in _loader(data, batch_size, pad_token_id, shuffle=False):
+    for batch in _loader(data, batch_size, pad_token_id):
         batch = {k: v.to(device) for k, v in batch.items()}
         with _autocast(device, precision):
             out = model(**batch)
@@ -157,32 +150,73 @@ def evaluate(
     return Evaluation(step, epoch, score, results, float(np.mean(losses)), predictions)
 
 
-class BestKeeper:
-    """Keeps the best evaluation so far (its model written atomically to ``checkpoint``) and counts the
-    evaluations since it, for early stopping."""
+def _evaluation_state(evaluation: Evaluation) -> dict[str, Any]:
+    """An evaluation as plain Python (checkpoint state), predictions included."""
+    return {
+        "step": evaluation.step,
+        "epoch": evaluation.epoch,
+        "score": evaluation.score,
+        "loss": evaluation.loss,
+        "results": {k: {"values": r.values, "notes": list(r.notes)} for k, r in evaluation.results.items()},
+        "predictions": {k: v.tolist() for k, v in evaluation.predictions.items()},
+    }
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, checkpoint: Path, patience: int | None):
+
+def _evaluation_from_state(state: dict[str, Any]) -> Evaluation:
+    results = {k: MetricResult(dict(r["values"]), list(r["notes"])) for k, r in state["results"].items()}
+    predictions = {k: np.asarray(v) for k, v in state["predictions"].items()}
+    return Evaluation(state["step"], state["epoch"], state["score"], results, state["loss"], predictions)
+
+
+class BestKeeper:
+    """Keeps the best evaluation so far (its model written atomically to ``checkpoint`` by the main process)
+    and counts the evaluations since it, for early stopping. Its state is part of a resumable checkpoint."""
+
+    def __init__(
+        self, model: torch.nn.Module, tokenizer: Any, checkpoint: Path, patience: int | None, write: bool = True
+    ):
         self.model, self.tokenizer, self.checkpoint, self.patience = model, tokenizer, checkpoint, patience
+        self.write = write
         self.best: Evaluation | None = None
+        self.history: list[Evaluation] = []
         self.stale = 0
 
     def update(self, current: Evaluation) -> bool:
         """Record ``current``; True when training should stop."""
+        self.history.append(current)
         if is_better(current.score, self.best.score if self.best else None):
             self.best, self.stale = current, 0
-            extra = {"eval_results.json": json.dumps(current.to_dict(), indent=2) + "\n"}
-            save_model_atomic(self.model, self.tokenizer, self.checkpoint, extra)
+            if self.write:
+                extra = {"eval_results.json": json.dumps(current.to_dict(), indent=2) + "\n"}
+                save_model_atomic(self.model, self.tokenizer, self.checkpoint, extra)
             return False
         self.stale += 1
         return self.patience is not None and self.stale >= self.patience
 
+    def state_dict(self) -> dict[str, Any]:
+        best = self.history.index(self.best) if self.best is not None else None
+        history = [_evaluation_state(e) for e in self.history]
+        for i, state in enumerate(history):
+            if i != best:
+                state["predictions"] = {}  # only the best's predictions are reported
+        return {"history": history, "best": best, "stale": self.stale}
 
-def _optimizer(model: torch.nn.Module, settings: TrainSettings, total: int) -> tuple[Any, Any]:
-    """AdamW (no decay on biases, norms, embeddings); linear warmup, then linear decay to 0."""
-    optimizer = build_optimizer(
-        model, lr=settings.learning_rate, betas=(0.9, 0.999), weight_decay=settings.weight_decay
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.history = [_evaluation_from_state(e) for e in state["history"]]
+        self.best = self.history[state["best"]] if state["best"] is not None else None
+        self.stale = int(state["stale"])
+
+
+def _optimizer(model: torch.nn.Module, settings: TrainSettings, fused: bool) -> torch.optim.Optimizer:
+    """AdamW (no decay on biases, norms, embeddings)."""
+    return build_optimizer(
+        model, lr=settings.learning_rate, betas=(0.9, 0.999), weight_decay=settings.weight_decay, fused=fused
     )
-    scheduler = make_scheduler(
+
+
+def _scheduler(optimizer: torch.optim.Optimizer, settings: TrainSettings, total: int) -> Any:
+    """Linear warmup, then linear decay to 0."""
+    return make_scheduler(
         optimizer,
         warmup_steps=int(settings.warmup_ratio * total),
         total_steps=total,
@@ -190,7 +224,76 @@ def _optimizer(model: torch.nn.Module, settings: TrainSettings, total: int) -> t
         final_ratio=0.0,
         decay_fraction=1.0,
     )
-    return optimizer, scheduler
+
+
+def steps_per_epoch(examples: int, batch_size: int, world: int) -> int:
+    """Optimizer steps of one pass; a last partial batch too small to give every process a row is dropped."""
+    full, rest = divmod(examples, batch_size)
+    return full + (1 if rest >= world or (rest and world == 1) else 0)
+
+
+def step_indices(step: int, examples: int, batch_size: int, world: int, seed: int) -> np.ndarray:
+    """Example indices of optimizer step ``step`` (all processes): a pure function of (seed, step)."""
+    per_epoch = steps_per_epoch(examples, batch_size, world)
+    epoch, position = divmod(step, per_epoch)
+    order = np.random.default_rng([seed, epoch]).permutation(examples)
+    return order[position * batch_size : (position + 1) * batch_size]
+
+
+class ClassificationTask:
+    """Sequence classification or regression, summed over the examples of a batch, for the training core.
+    Another task over the same data order (token classification) overrides ``collate``, ``count`` and ``loss``
+    and is handed to :func:`fit` as ``task_class``."""
+
+    def __init__(self, engine: Engine, train: EncodedDataset, splits, spec: EvalSpec, settings, pad: int,
+                 precision: str, keeper: BestKeeper):  # fmt: skip
+        self.engine, self.train, self.splits, self.spec = engine, train, splits, spec
+        self.settings, self.pad, self.precision, self.keeper = settings, pad, precision, keeper
+        self.per_epoch = steps_per_epoch(len(train), settings.batch_size, engine.world)
+        self.total = settings.epochs * self.per_epoch
+        self.eval_every = settings.eval_every or self.per_epoch
+
+    def batches(self, step: int) -> list[dict[str, torch.Tensor]]:
+        s = self.settings
+        indices = step_indices(step, len(self.train), s.batch_size, self.engine.world, s.seed)
+        mine = np.array_split(indices, self.engine.world)[self.engine.rank]
+        return [self.collate([self.train[int(i)] for i in mine])]
+
+    def collate(self, rows: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
+        return collate(rows, self.pad)
+
+    def count(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.tensor(len(batch["labels"]))
+
+    def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> LossTerms:
+        batch = {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
+        labels = batch.pop("labels")
+        with _autocast(self.engine.device, self.precision):
+            logits = model(**batch).logits.float()  # (B, num_labels)
+        if self.spec.regression:
+            loss_sum = F.mse_loss(logits[:, 0], labels.float(), reduction="sum")
+        else:
+            loss_sum = F.cross_entropy(logits, labels, reduction="sum")
+        return LossTerms(loss_sum, tokens=int(batch["attention_mask"].sum()))
+
+    def after_step(self, step: int, final: bool) -> tuple[dict[str, float], bool]:
+        if step % self.eval_every and not final:
+            return {}, False
+        model = self.engine.unwrapped()
+        current = evaluate(model, self.splits, self.spec, self.settings, self.pad, self.precision, step,
+                           step / self.per_epoch)  # fmt: skip
+        stop = self.keeper.update(current)
+        return _evaluation_metrics(current), stop
+
+    def state_objects(self) -> list[Any]:
+        return [self.keeper]
+
+
+def _evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:
+    metrics = {"eval/loss": evaluation.loss, "eval/score": evaluation.score}
+    for split, result in evaluation.results.items():
+        metrics.update({f"eval/{split}/{name}": value for name, value in result.values.items()})
+    return {k: v for k, v in metrics.items() if not math.isnan(v)}
 
 
 def fit(
@@ -206,80 +309,51 @@ def fit(
     precision: str = "auto",
     show_progress: bool = True,
     description: str = "fine-tuning",
-    collate_fn: Callable = collate,
+    state_dir: str | Path | None = None,
+    resume: bool = False,
+    on_step_end: Callable[[int, dict[str, float]], None] | None = None,
+    task_class: type[ClassificationTask] = ClassificationTask,
 ) -> FitResult:
-    """Train ``model`` on ``train``; the best evaluation's model and tokenizer end up in ``checkpoint``."""
+    """Train ``model`` on ``train``; the best evaluation's model and tokenizer end up in ``checkpoint``.
+
+    With ``state_dir``, a resumable checkpoint is written at every evaluation (``resume=True`` continues
+    from the last one) and removed once the run has finished.
+    """
     start = time.perf_counter()
     torch.manual_seed(settings.seed)  # dropout masks
-    dev = pick_device(device)
-    model.to(dev).train()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    loader = _loader(train, settings.batch_size, pad, shuffle=True, seed=settings.seed, collate_fn=collate_fn)
-    total = settings.epochs * len(loader)
-    eval_every = settings.eval_every or len(loader)
-    optimizer, scheduler = _optimizer(model, settings, total)
-    writer = _summary_writer(log_dir)
-    keeper = BestKeeper(model, tokenizer, Path(checkpoint), settings.patience)
-    history: list[Evaluation] = []
-    step, stopped = 0, False
-    progress = tqdm(total=total, desc=description, unit="step", disable=not show_progress, leave=False)
-    with progress:
-        while step < total and not stopped:
-            for batch in loader:
-                loss = _train_step(model, optimizer, scheduler, batch, dev, settings.grad_clip, precision)
-                step += 1
-                progress.update()
-                if step % LOG_EVERY == 0:
-                    _log_training(writer, progress, float(loss), scheduler.get_last_lr()[0], step)
-                if step % eval_every and step != total:
-                    continue
-                current = evaluate(model, splits, spec, settings, pad, precision, step, step / len(loader))
-                history.append(current)
-                _log_evaluation(writer, current)
-                stopped = keeper.update(current)
-                if stopped or step == total:
-                    break
-    if writer:
-        writer.close()
-    return FitResult(keeper.best, history, step, stopped, Path(checkpoint), time.perf_counter() - start)
-
-
-def _train_step(model, optimizer, scheduler, batch, device, grad_clip, precision) -> torch.Tensor:
-    batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-    with _autocast(device, precision):
-        loss = model(**batch).loss
-    loss.backward()
-    if grad_clip:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
-    return loss.detach()
-
-
-def _summary_writer(log_dir: str | Path | None) -> Any:
-    if log_dir is None:
-        return None
-    from torch.utils.tensorboard import SummaryWriter
-
-    return SummaryWriter(str(log_dir))
-
-
-def _log_training(writer: Any, progress: Any, loss: float, lr: float, step: int) -> None:
-    progress.set_postfix(loss=f"{loss:.4f}")
-    if writer is not None:
-        writer.add_scalar("train/loss", loss, step)
-        writer.add_scalar("train/lr", lr, step)
-
-
-def _log_evaluation(writer: Any, evaluation: Evaluation) -> None:
-    if writer is None:
-        return
-    step = evaluation.step
-    writer.add_scalar("eval/loss", evaluation.loss, step)
-    if not math.isnan(evaluation.score):
-        writer.add_scalar("eval/score", evaluation.score, step)
-    for split, result in evaluation.results.items():
-        for name, value in result.values.items():
-            if not math.isnan(value):
-                writer.add_scalar(f"eval/{split}/{name}", value, step)
+    engine = Engine(
+        EngineSettings(
+            max_steps=1,  # set below, once the number of processes is known
+            output=state_dir,
+            log_dir=log_dir,
+            tensorboard_dir=log_dir,
+            precision="fp32",  # the task autocasts itself (precision "auto" depends on the device)
+            device=device,
+            clip_grad_norm=settings.grad_clip,
+            log_every=LOG_EVERY,
+            keep_last=1,
+            progress_bar=show_progress,
+            description=description,
+        )
+    )
+    keeper = BestKeeper(model, tokenizer, Path(checkpoint), settings.patience, write=engine.is_main)
+    task = task_class(engine, train, splits, spec, settings, pad, precision, keeper)
+    engine.settings.max_steps = task.total
+    engine.settings.save_every = task.eval_every
+    engine.prepare(
+        model,
+        lambda m, fused: _optimizer(m, settings, fused),
+        lambda optimizer: _scheduler(optimizer, settings, task.total),
+    )
+    fingerprint = {"settings": settings.to_dict(), "train_examples": len(train), "world": engine.world}
+    engine.run(task, resume=resume, fingerprint=fingerprint, on_step_end=on_step_end)
+    engine.accelerator.wait_for_everyone()
+    if state_dir is not None and engine.is_main:  # finished: the resume state has served its purpose
+        shutil.rmtree(Path(state_dir) / "checkpoints", ignore_errors=True)
+        if not any(Path(state_dir).iterdir()):
+            Path(state_dir).rmdir()
+    model.eval()
+    stopped = engine.state.stopped
+    seconds = time.perf_counter() - start
+    return FitResult(keeper.best, keeper.history, engine.state.step, stopped, Path(checkpoint), seconds)

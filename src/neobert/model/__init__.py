@@ -1,6 +1,15 @@
 """The NeoBERT model: config view, encoder, heads, and their building blocks."""
 
-from .attention import AttentionContext, packed_context, padded_context, unpad
+from .attention import (
+    ATTN_BACKENDS,
+    AttentionBackendError,
+    AttentionContext,
+    AttentionRuntime,
+    packed_context,
+    padded_context,
+    resolve_backend,
+    unpad,
+)
 from .checkpoint import CheckpointError
 from .configuration import NeoBERTConfig
 from .modeling import (
@@ -13,9 +22,13 @@ from .modeling import (
 )
 from .pooling import cls_pool, mean_pool, pool
 from .rope import apply_rope, inverse_frequencies, rope_tables
+from .runtime import compile_blocks, neobert_encoder, set_runtime
 
 __all__ = [
+    "ATTN_BACKENDS",
+    "AttentionBackendError",
     "AttentionContext",
+    "AttentionRuntime",
     "CheckpointError",
     "NeoBERTConfig",
     "NeoBERTForMaskedLM",
@@ -26,11 +39,15 @@ __all__ = [
     "SequenceTooLongError",
     "apply_rope",
     "cls_pool",
+    "compile_blocks",
     "inverse_frequencies",
     "mean_pool",
+    "neobert_encoder",
     "packed_context",
     "padded_context",
     "pool",
+    "resolve_backend",
     "rope_tables",
+    "set_runtime",
     "unpad",
 ]

@@ -1,18 +1,25 @@
-"""Attention over padded batches or packed variable-length sequences.
+"""Attention over padded batches or packed variable-length sequences, and the choice of its kernel.
 
 The public mask convention is transformers' 0/1 ``attention_mask`` (1 = real token). It is converted once per
 forward, at the top of the model, into an :class:`AttentionContext`; layers never look at the raw mask.
 
 Two layouts:
 - padded: activations (B, L, C); SDPA with a boolean key mask (B, 1, 1, L) that broadcasts over heads and
-  queries (nothing of size (B, H, L, L) is built by us).
+  queries (nothing of size (B, H, L, L) is built by us), or no mask at all when there is no padding.
 - packed: activations (T, C) holding only real tokens, sequences delimited by ``cu_seqlens`` (the layout of
-  flash-attn's varlen kernels). On CUDA with flash-attn installed that kernel runs. On CPU, consecutive
-  sequences of equal length ("runs") are viewed in place as (n, H, l, D) and each run is one SDPA call with
-  no mask, so no work is spent on padding; a per-call overhead of some microseconds makes this the choice
-  when runs are long enough. Otherwise each layer scatters q, k, v into a (N, max_seqlen) grid, runs SDPA
-  with a key mask and gathers back. All compute the same function as the padded path. Packed rows of several
-  documents (pretraining) use the same layout, so a token only sees its own document.
+  flash-attn's varlen kernels). Packed rows of several documents (pretraining) use the same layout, so a
+  token only sees its own document.
+
+Kernels for the packed layout (:data:`ATTN_BACKENDS`, chosen by :func:`resolve_backend`):
+- ``flash_attn``: the flash-attn package's varlen kernel (CUDA, bf16/fp16), when installed;
+- ``varlen``: torch's own varlen flash kernel, ``torch.nn.attention.varlen.varlen_attn`` (CUDA, bf16/fp16,
+  torch >= 2.10); no padding work, no extra package;
+- ``flex``: FlexAttention with a per-document block mask (any device; fused only under ``torch.compile``,
+  see :func:`neobert.model.compile_blocks`);
+- ``sdpa``: the portable path. On CPU without autograd, consecutive sequences of equal length ("runs") are
+  viewed in place as (n, H, l, D) and each run is one SDPA call with no mask; otherwise q, k, v are
+  scattered into a (N, max_seqlen) grid, SDPA runs with a key mask, and the result is gathered back.
+All compute the same function as the padded path (tests/test_attention_paths.py, tests/test_gpu.py).
 
 On CPU, SDPA dispatches to its flash kernel (``_scaled_dot_product_flash_attention_for_cpu``), which works in
 blocks and never holds a (H, L, L) score tensor.
@@ -20,16 +27,86 @@ blocks and never holds a (H, L, L) score tensor.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import itertools
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+ATTN_BACKENDS = ("auto", "sdpa", "varlen", "flex", "flash_attn")
+VARLEN_KERNELS = ("flash_attn", "varlen", "flex")  # backends that need no padded grid
+_HALF = (torch.bfloat16, torch.float16)
+
+
+class AttentionBackendError(RuntimeError):
+    """The attention kernel asked for cannot run here (device, dtype or a missing package)."""
 
 
 def flash_attn_available() -> bool:
     return importlib.util.find_spec("flash_attn") is not None
+
+
+@functools.cache
+def _torch_varlen():
+    """torch's varlen flash-attention function, or None where this torch has none."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn
+
+
+def torch_varlen_available() -> bool:
+    return _torch_varlen() is not None and torch.cuda.is_available()
+
+
+@dataclass
+class AttentionRuntime:
+    """How a model runs its attention: runtime choices, never part of the architecture or a checkpoint.
+
+    ``backend``: one of :data:`ATTN_BACKENDS`; ``auto`` takes flash-attn, else torch's varlen kernel, for
+    CUDA bf16/fp16, and SDPA otherwise. ``unpad``: run on real tokens only when a padding mask is given;
+    None (default) = whenever the backend is a varlen kernel (so on CUDA an all-ones mask costs no masked
+    attention: the kernel sees equal lengths). ``compiled`` is set by :func:`neobert.model.compile_blocks`.
+    """
+
+    backend: str = "auto"
+    unpad: bool | None = None
+    compiled: bool = False
+
+    def __post_init__(self) -> None:
+        if self.backend not in ATTN_BACKENDS:
+            raise ValueError(f"attn_backend must be one of {', '.join(ATTN_BACKENDS)}; got {self.backend!r}")
+
+
+def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype) -> str:
+    """The kernel packed inputs run on, for computations in ``dtype`` on ``device``.
+
+    ``auto`` never fails; an explicit choice that cannot run here raises :class:`AttentionBackendError`.
+    """
+    fast = device.type == "cuda" and dtype in _HALF
+    if requested == "auto":
+        if fast and flash_attn_available():
+            return "flash_attn"
+        if fast and _torch_varlen() is not None:
+            return "varlen"
+        return "sdpa"
+    if requested in ("flash_attn", "varlen") and not fast:
+        raise AttentionBackendError(
+            f"attn_backend {requested!r} needs CUDA and bf16/fp16 computation; got {device.type} {dtype}"
+        )
+    if requested == "flash_attn" and not flash_attn_available():
+        raise AttentionBackendError(
+            "attn_backend 'flash_attn' needs the flash-attn package: pip install 'neobert[flash]'"
+        )
+    if requested == "varlen" and _torch_varlen() is None:
+        raise AttentionBackendError(
+            f"attn_backend 'varlen' needs torch.nn.attention.varlen (torch >= 2.10); this is {torch.__version__}"
+        )
+    return requested
 
 
 @dataclass
@@ -44,7 +121,8 @@ class AttentionContext:
     )
     grid_mask: torch.Tensor | None = None  # packed: (N, 1, 1, max_seqlen) bool key mask of that grid
     runs: list[tuple[int, int, int]] = field(default_factory=list)  # packed, CPU: (first token, n, length)
-    use_flash: bool = False
+    backend: str = "sdpa"  # packed: the kernel (resolved, never "auto")
+    block_mask: object | None = None  # packed, flex: the per-document BlockMask
 
     @property
     def packed(self) -> bool:
@@ -71,14 +149,27 @@ def padded_context(attention_mask: torch.Tensor | None) -> AttentionContext:
     return AttentionContext(key_mask=attention_mask.bool()[:, None, None, :])
 
 
-def packed_context(cu_seqlens: torch.Tensor, max_seqlen: int, use_flash: bool = False) -> AttentionContext:
-    """Context for packed (T, C) inputs with sequence offsets ``cu_seqlens`` (int32, starts at 0)."""
+def packed_context(
+    cu_seqlens: torch.Tensor, max_seqlen: int, backend: str = "sdpa", allow_runs: bool = True
+) -> AttentionContext:
+    """Context for packed (T, C) inputs with sequence offsets ``cu_seqlens`` (int32, starts at 0).
+
+    ``backend`` is a resolved kernel (see :func:`resolve_backend`); ``allow_runs`` False keeps the SDPA path
+    off the data-dependent run-by-run loop (compiled blocks would recompile for every new set of runs).
+    """
     cu_seqlens = cu_seqlens.to(torch.int32)
-    if use_flash:
-        return AttentionContext(cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, use_flash=True)
+    if backend in ("flash_attn", "varlen"):
+        return AttentionContext(cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, backend=backend)
+    if backend == "flex":
+        return AttentionContext(
+            cu_seqlens=cu_seqlens,
+            max_seqlen=max_seqlen,
+            backend=backend,
+            block_mask=document_block_mask(cu_seqlens),
+        )
     # Inference only: in training, autograd turns each run's slice of q, k, v into a full-size zero gradient
     # plus an add (quadratic in the number of runs), so the grid is far cheaper there.
-    if cu_seqlens.device.type == "cpu" and not torch.is_grad_enabled():  # offsets read without a device sync
+    if allow_runs and cu_seqlens.device.type == "cpu" and not torch.is_grad_enabled():  # no device sync
         runs = equal_length_runs(cu_seqlens.tolist())
         if int(cu_seqlens[-1]) >= MIN_TOKENS_PER_RUN * len(runs):
             return AttentionContext(cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, runs=runs)
@@ -92,6 +183,26 @@ def packed_context(cu_seqlens: torch.Tensor, max_seqlen: int, use_flash: bool = 
         grid_index=grid_index,
         grid_mask=grid_mask.view(n, 1, 1, max_seqlen),
     )
+
+
+def document_ids(cu_seqlens: torch.Tensor, total: int | None = None) -> torch.Tensor:
+    """Index of the sequence each packed token belongs to: (T,) int32."""
+    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+    ids = torch.arange(lengths.shape[0], device=cu_seqlens.device, dtype=torch.int32)
+    total = int(cu_seqlens[-1]) if total is None else total
+    return torch.repeat_interleave(ids, lengths, output_size=total)
+
+
+def document_block_mask(cu_seqlens: torch.Tensor) -> object:
+    """FlexAttention BlockMask letting each token attend within its own sequence only (blocks of 128
+    tokens that straddle no document boundary are skipped or run unmasked by the kernel)."""
+    total = int(cu_seqlens[-1])
+    docs = document_ids(cu_seqlens, total)
+
+    def same_document(b, h, q_idx, kv_idx):
+        return docs[q_idx] == docs[kv_idx]
+
+    return create_block_mask(same_document, None, None, total, total, device=cu_seqlens.device)
 
 
 def equal_length_runs(offsets: list[int]) -> list[tuple[int, int, int]]:
@@ -118,13 +229,22 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttentionCont
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=ctx.key_mask
         )  # (B, H, L, D)
         return out.transpose(1, 2)
-    if ctx.use_flash and q.is_cuda:
-        from flash_attn import flash_attn_varlen_func
+    if ctx.backend == "varlen":
+        return _torch_varlen()(q, k, v, ctx.cu_seqlens, ctx.cu_seqlens, ctx.max_seqlen, ctx.max_seqlen)
+    if ctx.backend == "flash_attn":
+        from flash_attn import flash_attn_varlen_func  # optional package, imported only where used
 
         return flash_attn_varlen_func(q, k, v, ctx.cu_seqlens, ctx.cu_seqlens, ctx.max_seqlen, ctx.max_seqlen)
+    if ctx.backend == "flex":
+        return _attend_flex(q, k, v, ctx.block_mask)
     if ctx.runs:
         return _attend_runs(q, k, v, ctx.runs)
     return _attend_packed_sdpa(q, k, v, ctx)
+
+
+def _attend_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask: object) -> torch.Tensor:
+    grid = [x.transpose(0, 1)[None] for x in (q, k, v)]  # (1, H, T, D)
+    return flex_attention(*grid, block_mask=block_mask)[0].transpose(0, 1)  # (T, H, D)
 
 
 def _attend_runs(

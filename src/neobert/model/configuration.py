@@ -19,6 +19,8 @@ MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig))
 
 # Keys found in the released config.json that carry no architecture information; accepted and dropped.
 RELEASE_ONLY_KEYS = ("kwargs", "pretrained_model_name_or_path", "trust_remote_code")
+# Runtime choices that configs written by neobert < 0.2 stored; accepted and dropped (see set_runtime).
+LEGACY_RUNTIME_KEYS = ("attn_backend", "unpad")
 
 # Keys transformers itself writes or understands on every config.
 TRANSFORMERS_KEYS = frozenset(
@@ -68,7 +70,7 @@ class NeoBERTConfig(_NeoBERTConfigFields):
         model_type = kwargs.pop("model_type", "neobert")
         if model_type != "neobert":
             raise ConfigError(f"this is a {model_type!r} config, not a NeoBERT one (model_type 'neobert')")
-        for key in RELEASE_ONLY_KEYS:
+        for key in RELEASE_ONLY_KEYS + LEGACY_RUNTIME_KEYS:
             kwargs.pop(key, None)
         unknown = sorted(set(kwargs) - TRANSFORMERS_KEYS)
         if unknown:

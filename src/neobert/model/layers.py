@@ -46,8 +46,8 @@ class SwiGLU(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.w12 = nn.Linear(config.hidden_size, 2 * config.ffn_hidden_size, bias=False)
-        self.w3 = nn.Linear(config.ffn_hidden_size, config.hidden_size, bias=False)
+        self.w12 = nn.Linear(config.hidden_size, 2 * config.ffn_hidden_size, bias=config.linear_bias)
+        self.w3 = nn.Linear(config.ffn_hidden_size, config.hidden_size, bias=config.linear_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.w12(x).chunk(2, dim=-1)
@@ -59,8 +59,8 @@ class GeluMLP(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.w1 = nn.Linear(config.hidden_size, config.ffn_hidden_size, bias=False)
-        self.w3 = nn.Linear(config.ffn_hidden_size, config.hidden_size, bias=False)
+        self.w1 = nn.Linear(config.hidden_size, config.ffn_hidden_size, bias=config.linear_bias)
+        self.w3 = nn.Linear(config.ffn_hidden_size, config.hidden_size, bias=config.linear_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w3(F.gelu(self.w1(x)))
@@ -78,8 +78,9 @@ class EncoderBlock(nn.Module):
         self.head_dim = config.head_dim
         self.use_rope = config.position_embedding == "rope"
         self.attention_norm = make_norm(config)
-        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=False)
-        self.wo = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
+        # a qkv bias follows the same per-head [q | k | v] layout as the weight rows
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.linear_bias)
+        self.wo = nn.Linear(config.hidden_size, config.hidden_size, bias=config.linear_bias)
         self.ffn_norm = make_norm(config)
         self.ffn = SwiGLU(config) if config.ffn == "swiglu" else GeluMLP(config)
         self.dropout = nn.Dropout(config.hidden_dropout)

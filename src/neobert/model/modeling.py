@@ -22,10 +22,12 @@ from transformers.modeling_outputs import (
 
 from ..config import ModelConfig
 from .attention import (
-    flash_attn_available,
+    VARLEN_KERNELS,
+    AttentionRuntime,
     packed_context,
     padded_context,
     positions_from_cu_seqlens,
+    resolve_backend,
     unpad,
 )
 from .configuration import NeoBERTConfig
@@ -131,14 +133,7 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
             self.rotary = RotaryTables(cfg)
         self.transformer_encoder = nn.ModuleList(EncoderBlock(cfg) for _ in range(cfg.num_hidden_layers))
         self.layer_norm = make_norm(cfg)
-        # Chosen once: flash-attn's varlen kernel for packed inputs on CUDA, else SDPA.
-        self.use_flash = cfg.attn_backend == "flash_attn" or (
-            cfg.attn_backend == "auto" and flash_attn_available()
-        )
-        if cfg.attn_backend == "flash_attn" and not flash_attn_available():
-            raise ImportError(
-                "attn_backend='flash_attn' needs the flash-attn package: pip install 'neobert[flash]'"
-            )
+        self.runtime = AttentionRuntime()  # kernel and unpadding: see neobert.model.set_runtime
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -185,8 +180,12 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
             # ids: its scores depend on relative positions only.
             mask = attention_mask.long()
             position_ids = (mask.cumsum(-1) - 1).clamp(min=0) * mask
+        backend = resolve_backend(
+            self.runtime.backend, input_ids.device, self._compute_dtype(input_ids.device)
+        )
+        unpad_batch = self.runtime.unpad if self.runtime.unpad is not None else backend in VARLEN_KERNELS
         indices = None  # positions of real tokens when we unpad a padded batch
-        if cu_seqlens is None and attention_mask is not None and cfg.unpad and input_ids.dim() == 2:
+        if cu_seqlens is None and attention_mask is not None and unpad_batch and input_ids.dim() == 2:
             indices, cu_seqlens, max_seqlen = unpad(attention_mask)
             input_ids = input_ids.flatten()[indices]
             if position_ids is not None:
@@ -200,7 +199,7 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
                 position_ids = positions_from_cu_seqlens(cu_seqlens, input_ids.shape[0])
             else:
                 position_ids = position_ids.flatten()
-            ctx = packed_context(cu_seqlens, max_seqlen, use_flash=self.use_flash and input_ids.is_cuda)
+            ctx = packed_context(cu_seqlens, max_seqlen, backend, allow_runs=not self.runtime.compiled)
         else:
             self._check_length(shape[-1])
             ctx = padded_context(attention_mask)
@@ -226,6 +225,12 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
         if not return_dict:
             return tuple(v for v in (x, hidden_states) if v is not None)
         return BaseModelOutput(last_hidden_state=x, hidden_states=hidden_states)
+
+    def _compute_dtype(self, device: torch.device) -> torch.dtype:
+        """The dtype attention will see: autocast's when it is on, else the weights'."""
+        if torch.is_autocast_enabled(device.type):
+            return torch.get_autocast_dtype(device.type)
+        return self.encoder.weight.dtype
 
     def _check_length(self, length: int) -> None:
         cfg = self.model_config

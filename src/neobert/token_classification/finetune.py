@@ -15,13 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 
 from ..evaluation.metrics import MetricResult
 from ..finetuning.config import FinetuneConfigError, ModelSource, TrainSettings, _positive_int
 from ..finetuning.models import check_vocabulary, is_preset, load_tokenizer_for, max_positions
 from ..finetuning.reporting import write_json_atomic, write_text_atomic
-from ..finetuning.trainer import EvalSpec, _autocast, fit
+from ..finetuning.trainer import ClassificationTask, EvalSpec, _autocast, fit
+from ..training.engine import LossTerms, is_main_process, wait_for_everyone
 from .data import IGNORE, OUTSIDE, Sentence, TokenDataset, collate_tokens, label_names, read_sentences
 from .entities import entity_scores, spans
 
@@ -83,11 +86,31 @@ def load_token_classifier(source: str, labels: list[str], preset_overrides: dict
     )
 
 
+class TokenClassificationTask(ClassificationTask):
+    """Fine-tuning's task (same data order, evaluations, resume and processes) with one label per word:
+    the loss is summed over the labelled sub-words, and the engine divides by their global count."""
+
+    def collate(self, rows: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
+        return collate_tokens(rows, self.pad)
+
+    def count(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return (batch["labels"] != IGNORE).sum()
+
+    def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> LossTerms:
+        batch = {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
+        labels = batch.pop("labels")  # (B, L)
+        with _autocast(self.engine.device, self.precision):
+            logits = model(**batch).logits.float()  # (B, L, num_labels)
+        loss_sum = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="sum")
+        return LossTerms(loss_sum, tokens=int(batch["attention_mask"].sum()))
+
+
 @torch.no_grad()
 def evaluate_tokens(
     model: torch.nn.Module, data: TokenDataset, batch_size: int, pad_token_id: int, precision: str
-) -> tuple[MetricResult, list[list[str]], float]:
-    """Entity-level metrics of ``model`` on ``data``, the predicted tags per sentence, the mean loss."""
+) -> tuple[MetricResult, np.ndarray, float]:
+    """Entity-level metrics of ``model`` on ``data``, the predicted label ids per word (N, most words;
+    -1 past a sentence's end), the mean loss per labelled word."""
     device = next(model.parameters()).device
     id2label = {int(k): v for k, v in model.config.id2label.items()}
     was_training = model.training
@@ -108,7 +131,20 @@ def evaluate_tokens(
             predicted.append(tags + [OUTSIDE] * (len(sentence.words) - len(tags)))  # truncated words: O
     model.train(was_training)
     gold = [s.tags for s in data.sentences]
-    return entity_metrics(gold, predicted), predicted, loss_sum / max(counted, 1)
+    label2id = {name: i for i, name in id2label.items()}
+    return entity_metrics(gold, predicted), _tag_ids(predicted, label2id), loss_sum / max(counted, 1)
+
+
+def _tag_ids(tags: list[list[str]], label2id: dict[str, int]) -> np.ndarray:
+    """Tags per sentence as one int array (N, most words), -1 past each sentence's end (checkpoint state)."""
+    ids = np.full((len(tags), max((len(t) for t in tags), default=0)), -1, dtype=np.int64)
+    for row, sentence in enumerate(tags):
+        ids[row, : len(sentence)] = [label2id[t] for t in sentence]
+    return ids
+
+
+def _tag_names(ids: np.ndarray, labels: list[str]) -> list[list[str]]:
+    return [[labels[i] for i in row if i >= 0] for row in np.asarray(ids).tolist()]
 
 
 def entity_metrics(gold: list[list[str]], predicted: list[list[str]]) -> MetricResult:
@@ -156,32 +192,34 @@ def run_tokens(config: TokensConfig | dict[str, Any]) -> TokensResult:
         model, tokenizer, train, {"validation": validation}, spec, config.train_settings(), output / "model",
         log_dir=output / "tensorboard" if config.tensorboard else None, device=config.device,
         precision=config.precision, show_progress=config.show_progress,
-        description=f"tokens {Path(config.train).name}", collate_fn=collate_tokens,
+        description=f"tokens {Path(config.train).name}", state_dir=output, resume=config.resume,
+        task_class=TokenClassificationTask,
     )  # fmt: skip
-    predictions_file = _write_predictions(output / "predictions.jsonl", val_sentences,
-                                          fitted.best.predictions["validation"])  # fmt: skip
+    predicted = _tag_names(fitted.best.predictions["validation"], labels)
     best = fitted.best.results["validation"]
-    report = {
-        "task_type": "token-classification",
-        "metrics": best.to_dict()["values"],
-        "notes": best.notes,
-        "per_type": entity_scores([s.tags for s in val_sentences], fitted.best.predictions["validation"])[
-            "per_type"
-        ],
-        "best_step": fitted.best.step,
-        "steps": fitted.steps,
-        "stopped_early": fitted.stopped_early,
-        "num_train": len(train),
-        "num_validation": len(validation),
-        "truncated_sentences": {"train": train.truncated, "validation": validation.truncated},
-        "labels": labels,
-        "model": config.model,
-        "model_type": model.config.model_type,
-        "seconds": round(fitted.seconds, 2),
-        "config": config.to_dict(),
-        "history": [e.to_dict() for e in fitted.history],
-    }
-    metrics_file = write_json_atomic(output / "metrics.json", report)
+    predictions_file, metrics_file = output / "predictions.jsonl", output / "metrics.json"
+    if is_main_process():  # under torchrun every process trained the same model; one writes
+        _write_predictions(predictions_file, val_sentences, predicted)
+        report = {
+            "task_type": "token-classification",
+            "metrics": best.to_dict()["values"],
+            "notes": best.notes,
+            "per_type": entity_scores([s.tags for s in val_sentences], predicted)["per_type"],
+            "best_step": fitted.best.step,
+            "steps": fitted.steps,
+            "stopped_early": fitted.stopped_early,
+            "num_train": len(train),
+            "num_validation": len(validation),
+            "truncated_sentences": {"train": train.truncated, "validation": validation.truncated},
+            "labels": labels,
+            "model": config.model,
+            "model_type": model.config.model_type,
+            "seconds": round(fitted.seconds, 2),
+            "config": config.to_dict(),
+            "history": [e.to_dict() for e in fitted.history],
+        }
+        write_json_atomic(metrics_file, report)
+    wait_for_everyone()
     return TokensResult(best.values, best.notes, output / "model", metrics_file, predictions_file,
                         fitted.best.step, fitted.steps, labels)  # fmt: skip
 

@@ -57,7 +57,9 @@ class PretrainConfig:
     tokens_per_step: int = 2_097_152  # the paper's 2M-token batch, kept fixed when seq_len grows
     micro_batch_size: int = 32  # rows per process per forward
     precision: str = "bf16"  # bf16 | fp32
-    compile: bool = False
+    device: str | None = None  # None: CUDA when available (one GPU per process); "cpu" forces the CPU
+    compile: bool = False  # regional compilation of the encoder blocks
+    activation_checkpointing: bool = False  # recompute each block's activations in the backward
     seed: int = 0
     output: str = "runs/pretrain"
     init_from: str | None = None  # a model directory to start from (stage 2 from stage 1)
@@ -72,6 +74,8 @@ class PretrainConfig:
     def __post_init__(self) -> None:
         if self.precision not in ("bf16", "fp32"):
             raise ConfigError(f"precision must be bf16 or fp32, got {self.precision!r}")
+        if self.device not in (None, "cpu", "cuda"):
+            raise ConfigError(f"device must be cpu or cuda (or unset: CUDA when available), got {self.device!r}")
         if self.data.mask_scheme not in ("mask", "bert"):
             raise ConfigError(f"data.mask_scheme must be 'mask' or 'bert', got {self.data.mask_scheme!r}")
         if self.optim.name not in ("adamw", "adam"):

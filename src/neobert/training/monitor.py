@@ -15,6 +15,7 @@ class RunLogger:
         output_dir: str | Path,
         report_to: tuple[str, ...] = ("tensorboard",),
         run_config: dict | None = None,
+        tensorboard_dir: str | Path | None = None,  # default: OUTPUT_DIR/tensorboard
     ):
         self.output_dir = Path(output_dir)
         self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -24,7 +25,7 @@ class RunLogger:
         if "tensorboard" in report_to:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(log_dir=str(self.output_dir / "tensorboard"))
+            self._tb = SummaryWriter(log_dir=str(tensorboard_dir or self.output_dir / "tensorboard"))
         if "wandb" in report_to:
             import wandb  # optional: pip install wandb
 

@@ -55,12 +55,13 @@ def build_optimizer(
     eps: float = 1e-8,
     weight_decay: float = 0.1,
     decay_norms_biases_embeddings: bool = False,
+    fused: bool | None = None,
 ) -> torch.optim.Optimizer:
     """AdamW (NeoBERT) or Adam (the BERT baseline) over :func:`parameter_groups`.
 
     AdamW decays weights directly (decoupled); Adam adds ``weight_decay * w`` to the gradient (an L2 penalty
-    that the adaptive step rescales), so pass ``weight_decay=0`` for plain Adam. The fused / foreach
-    implementation is left to torch's defaults.
+    that the adaptive step rescales), so pass ``weight_decay=0`` for plain Adam. ``fused=True`` (the training
+    core passes it on CUDA) runs one fused kernel per step; None leaves the choice to torch.
     """
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}; got {name!r}")
@@ -70,4 +71,4 @@ def build_optimizer(
     if not groups:
         raise ValueError("the model has no trainable parameters")
     cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
-    return cls(groups, lr=lr, betas=betas, eps=eps)
+    return cls(groups, lr=lr, betas=betas, eps=eps, fused=fused)

@@ -1,24 +1,19 @@
-"""The pretraining loop: MLM on packed (or padded) rows, on one CPU or many GPUs through accelerate.
+"""Pretraining: MLM on packed (or padded) rows, as a task of the training core (:mod:`.engine`).
 
-``pretrain(config)`` is the entry point used by the CLI and the tests. Its pieces are the pure functions of
-this package (masking, schedule, optimizer groups, batching, loss normalisation); the loop itself only
-orders them:
+``pretrain(config)`` is the entry point used by the CLI and the tests. The core owns device, precision,
+distribution, accumulation, clipping, the NaN guard, checkpoints and logging; this module owns the data and
+the loss:
 
 1. each step takes ``tokens_per_step / seq_len`` rows from a deterministic :class:`RowStream`; process ``r``
    takes every ``world``-th micro-batch of ``micro_batch_size`` rows;
 2. each row is masked with a generator keyed by (seed, step, row), so the data of a step does not depend on
    the number of processes or the micro-batch size, and a resumed run sees exactly the same batches;
-3. the loss of a step is the sum of masked-token cross-entropies divided by the step's *global* count of
-   masked tokens, so gradient accumulation and data parallelism compute the same gradient as one big batch;
-4. non-finite loss or gradient norm stops the run before the optimizer step: the last checkpoint stays the
-   last good one.
+3. a micro-batch's loss is its summed masked-token cross-entropy and its count its masked tokens: the core
+   divides by the step's *global* count, so accumulation and data parallelism give one big batch's gradient.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,22 +21,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
+from ..inference import save_pretrained
 from .batching import collate_packed, micro_batches_for
-from .checkpointing import latest_checkpoint, load_checkpoint, save_checkpoint, write_atomic_dir
 from .config import PretrainConfig
 from .data_setup import TrainingData, open_training_data
-from .loss import global_masked_count, masked_lm_loss_sum, normalize_loss
+from .engine import Engine, EngineSettings, LossTerms, NonFiniteLossError
+from .loss import masked_lm_loss_sum
 from .masking import generator_for, mask_tokens
-from .monitor import RunLogger, plot_loss_curve
+from .monitor import plot_loss_curve, read_metrics
 from .optim import build_optimizer
 from .schedule import make_scheduler
 from .stream import RowStream
 
+__all__ = ["NonFiniteLossError", "PretrainResult", "evaluate", "pretrain"]
 
-class NonFiniteLossError(RuntimeError):
-    """The loss or the gradient norm became NaN or infinite."""
+# what may not change between a run and its resumption
+RESUME_KEYS = ("preset", "model", "data", "optim", "schedule", "tokens_per_step", "micro_batch_size", "seed")
 
 
 @dataclass
@@ -59,18 +55,88 @@ class PretrainResult:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
-@dataclass
-class _Progress:
-    """What a checkpoint must restore besides model/optimizer/scheduler/RNG: registered with accelerate."""
+def engine_settings(config: PretrainConfig, progress_bar: bool = True, device: str | None = None) -> EngineSettings:
+    """The core's settings for a pretraining config (the training benchmark builds the same ones)."""
+    return EngineSettings(
+        max_steps=config.max_steps,
+        output=config.output,
+        log_dir=config.output,
+        report_to=tuple(config.report_to),
+        precision=config.precision,
+        device=device or config.device,
+        clip_grad_norm=config.optim.clip_grad_norm,
+        micro_batch_size=config.micro_batch_size,
+        log_every=config.log_every,
+        save_every=config.save_every,
+        keep_last=config.keep_last,
+        max_minutes=config.max_minutes,
+        compile=config.compile,
+        activation_checkpointing=config.activation_checkpointing,
+        progress_bar=progress_bar,
+        description="pretrain",
+    )
 
-    step: int = 0
-    tokens: int = 0
 
-    def state_dict(self) -> dict[str, int]:
-        return {"step": self.step, "tokens": self.tokens}
+def prepare_engine(engine: Engine, config: PretrainConfig, model: torch.nn.Module) -> None:
+    """Model, AdamW (fused on CUDA) and the warmup + decay schedule, prepared on ``engine``."""
+    warmup = config.schedule.warmup_steps
+    if config.schedule.kind != "constant" and warmup >= config.schedule.decay_fraction * config.max_steps:
+        warmup = max(1, config.max_steps // 10)
+        engine.print(
+            f"warning: schedule.warmup_steps {config.schedule.warmup_steps} does not fit in "
+            f"{config.max_steps} steps; warming up over {warmup} steps instead"
+        )
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.step, self.tokens = int(state["step"]), int(state["tokens"])
+    def optimizer(model: torch.nn.Module, fused: bool) -> torch.optim.Optimizer:
+        return build_optimizer(
+            model,
+            name=config.optim.name,
+            lr=config.optim.lr,
+            betas=tuple(config.optim.betas),
+            eps=config.optim.eps,
+            weight_decay=config.optim.weight_decay,
+            decay_norms_biases_embeddings=config.optim.decay_norms_biases_embeddings,
+            fused=fused,
+        )
+
+    def scheduler(optimizer: torch.optim.Optimizer) -> Any:
+        return make_scheduler(
+            optimizer,
+            warmup_steps=warmup,
+            total_steps=config.max_steps,
+            kind=config.schedule.kind,
+            final_ratio=config.schedule.final_ratio,
+            decay_fraction=config.schedule.decay_fraction,
+        )
+
+    engine.prepare(model, optimizer, scheduler)
+
+
+class MLMTask:
+    """Masked language modelling on the rows of a :class:`RowStream`, for the training core."""
+
+    def __init__(self, config: PretrainConfig, data: TrainingData, engine: Engine, stream: RowStream):
+        self.config, self.data, self.engine, self.stream = config, data, engine, stream
+        self.rows_per_step = config.tokens_per_step // config.data.seq_len
+
+    def batches(self, step: int) -> list[dict]:
+        rows = self.stream.take(self.rows_per_step)
+        return _my_micro_batches(rows, step, self.config, self.data, self.engine.rank, self.engine.world)
+
+    def count(self, batch: dict) -> torch.Tensor:
+        return (batch["labels"] != -100).sum()
+
+    def loss(self, model: torch.nn.Module, batch: dict) -> LossTerms:
+        loss_sum, hits, _ = _mlm_sums(model, batch, self.engine.device)
+        return LossTerms(loss_sum, {"accuracy": hits}, tokens=int(batch["attention_mask"].sum()))
+
+    def after_step(self, step: int, final: bool) -> tuple[dict[str, float], bool]:
+        if step % self.config.eval_every and not final:
+            return {}, False
+        return evaluate(self.engine.model, self.engine.accelerator, self.data, self.config), False
+
+    def state_objects(self) -> list[Any]:
+        return [self.stream]
 
 
 def pretrain(
@@ -80,45 +146,16 @@ def pretrain(
     progress_bar: bool = True,
 ) -> PretrainResult:
     """Train an MLM encoder from ``config``; returns the final metrics and where the model was exported."""
-    from accelerate import Accelerator
     from accelerate.utils import set_seed
 
     started = time.perf_counter()
-    # cpu=True when there is no GPU: accelerate then runs several CPU processes (torchrun) over gloo
-    accelerator = Accelerator(
-        mixed_precision="bf16" if config.precision == "bf16" else "no", cpu=not torch.cuda.is_available()
+    engine = Engine(engine_settings(config, progress_bar))
+    engine.set_accumulation(
+        micro_batches_for(config.tokens_per_step, config.data.seq_len, config.micro_batch_size, engine.world)
     )
     set_seed(config.seed)
-    output = Path(config.output)
-    data = open_training_data(config, accelerator)
-    model = data.build_model(config)
-    optimizer = build_optimizer(
-        model,
-        name=config.optim.name,
-        lr=config.optim.lr,
-        betas=tuple(config.optim.betas),
-        eps=config.optim.eps,
-        weight_decay=config.optim.weight_decay,
-        decay_norms_biases_embeddings=config.optim.decay_norms_biases_embeddings,
-    )
-    warmup = config.schedule.warmup_steps
-    if config.schedule.kind != "constant" and warmup >= config.schedule.decay_fraction * config.max_steps:
-        warmup = max(1, config.max_steps // 10)
-        accelerator.print(
-            f"warning: schedule.warmup_steps {config.schedule.warmup_steps} does not fit in "
-            f"{config.max_steps} steps; warming up over {warmup} steps instead"
-        )
-    scheduler = make_scheduler(
-        optimizer,
-        warmup_steps=warmup,
-        total_steps=config.max_steps,
-        kind=config.schedule.kind,
-        final_ratio=config.schedule.final_ratio,
-        decay_fraction=config.schedule.decay_fraction,
-    )
-    model, optimizer = accelerator.prepare(model, optimizer)
-    if config.compile:
-        model = torch.compile(model)
+    data = open_training_data(config, engine.accelerator)
+    prepare_engine(engine, config, data.build_model(config))
     stream = RowStream(
         data.train,
         data.train.lengths,
@@ -127,113 +164,12 @@ def pretrain(
         config.data.packing,
         config.data.mixture,
     )
-    progress = _Progress()
-    accelerator.register_for_checkpointing(scheduler, stream, progress)
-    if resume:
-        _resume(accelerator, output, config)
-    elif latest_checkpoint(output / "checkpoints") is not None:
-        raise FileExistsError(
-            f"{output} already holds checkpoints of a run: pass --resume to continue it, or choose another --output"
-        )
-
-    world = accelerator.num_processes
-    accumulation = micro_batches_for(
-        config.tokens_per_step, config.data.seq_len, config.micro_batch_size, world
-    )
-    if accelerator.distributed_type.value == "DEEPSPEED" and accumulation > 1:
-        # DeepSpeed's engine steps the optimizer inside every backward; our exact global-count loss needs
-        # all micro-batches of a step in one backward per process.
-        raise ValueError(
-            f"with DeepSpeed, micro_batch_size x processes must hold the whole step "
-            f"({accumulation} accumulation micro-batches requested)"
-        )
-    rows_per_step = config.tokens_per_step // config.data.seq_len
-    logger = (
-        RunLogger(output, tuple(config.report_to), config.to_dict()) if accelerator.is_main_process else None
-    )
-    bar = tqdm(
-        total=config.max_steps,
-        initial=progress.step,
-        desc="pretrain",
-        unit="step",
-        disable=not (progress_bar and accelerator.is_main_process),
-    )
-    last: dict[str, float] = {}
-    window = {"loss": 0.0, "correct": 0.0, "count": 0.0, "tokens": 0.0, "time": time.perf_counter()}
-    try:
-        while progress.step < config.max_steps:
-            step = progress.step
-            rows = stream.take(rows_per_step)
-            mine = _my_micro_batches(rows, step, config, data, accelerator.process_index, world)
-            stats = _train_step(model, optimizer, accelerator, mine, config, accumulation)
-            scheduler.step()
-            progress.step += 1
-            progress.tokens += stats["tokens"]
-            for key in ("loss", "correct", "count", "tokens"):
-                window[key] += stats[key]
-            bar.update(1)
-            stop = _time_is_up(started, config, accelerator)
-            final = stop or progress.step == config.max_steps
-            if progress.step % config.log_every == 0 or final:
-                last.update(_log_window(progress.step, window, scheduler, stats, logger, bar))
-            if progress.step % config.eval_every == 0 or final:
-                evaluation = evaluate(model, accelerator, data, config)
-                last.update(evaluation)
-                if logger and evaluation:
-                    logger.log(progress.step, evaluation)
-            if progress.step % config.save_every == 0 or final:
-                save_checkpoint(
-                    accelerator,
-                    output / "checkpoints",
-                    progress.step,
-                    {"step": progress.step, "config": config.to_dict()},
-                    config.keep_last,
-                )
-            if on_step_end is not None:
-                on_step_end(progress.step, last)
-            if stop:
-                break
-    finally:
-        bar.close()
-        if logger:
-            logger.close()
+    task = MLMTask(config, data, engine, stream)
+    fingerprint = {key: config.to_dict()[key] for key in RESUME_KEYS}
+    last = engine.run(task, resume=resume, fingerprint=fingerprint, on_step_end=on_step_end)
     if "val/loss" not in last:  # nothing left to train (a finished run resumed): evaluate for the result
-        last.update(evaluate(model, accelerator, data, config))
-    return _finish(accelerator, model, data, config, progress, last, started)
-
-
-def _resume(accelerator, output: Path, config: PretrainConfig) -> None:
-    path = latest_checkpoint(output / "checkpoints")
-    if path is None:
-        accelerator.print(f"no checkpoint under {output / 'checkpoints'}: starting from scratch")
-        return
-    state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
-    saved, now = state.get("config", {}), json.loads(json.dumps(config.to_dict()))  # tuples -> lists
-    for key in (
-        "preset",
-        "model",
-        "data",
-        "optim",
-        "schedule",
-        "tokens_per_step",
-        "micro_batch_size",
-        "seed",
-    ):
-        if saved.get(key) != now.get(key):
-            raise ValueError(
-                f"cannot resume from {path}: config {key!r} changed ({saved.get(key)!r} -> {now.get(key)!r})"
-            )
-    load_checkpoint(accelerator, path)
-    if accelerator.is_main_process:  # forget what was logged after the checkpoint: those steps run again
-        metrics = output / "metrics.jsonl"
-        if metrics.is_file():
-            kept = [
-                line
-                for line in metrics.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line)["step"] <= state["step"]
-            ]
-            metrics.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-    accelerator.print(f"resumed from {path} at step {state['step']}")
+        last.update(evaluate(engine.model, engine.accelerator, data, config))
+    return _finish(engine, data, config, last, started)
 
 
 def _my_micro_batches(rows, step: int, config: PretrainConfig, data: TrainingData, rank: int, world: int):
@@ -280,66 +216,6 @@ def _mlm_sums(model, batch: dict, device) -> tuple[torch.Tensor, torch.Tensor, t
     return masked_lm_loss_sum(out.logits, targets), hits, selected.sum()
 
 
-def _train_step(model, optimizer, accelerator, batches, config: PretrainConfig, accumulation: int) -> dict:
-    device = accelerator.device
-    global_count = global_masked_count([b["labels"] for b in batches], device=device)
-    loss_total = torch.zeros((), device=device)
-    correct = torch.zeros((), device=device)
-    for i, batch in enumerate(batches):
-        sync = i == len(batches) - 1
-        context = accelerator.no_sync(model) if not sync else contextlib.nullcontext()
-        with context:
-            loss_sum, hits, _ = _mlm_sums(model, batch, device)
-            accelerator.backward(normalize_loss(loss_sum, global_count, world_size=accelerator.num_processes))
-        loss_total += loss_sum.detach()
-        correct += hits
-    grad_norm = accelerator.clip_grad_norm_(model.parameters(), config.optim.clip_grad_norm)
-    loss_total = accelerator.reduce(loss_total, "sum")
-    correct = accelerator.reduce(correct, "sum")
-    count = float(global_count)
-    # DeepSpeed clips inside its engine and returns no norm here
-    loss_value, grad_value = (
-        float(loss_total) / max(count, 1.0),
-        float(grad_norm) if grad_norm is not None else 0.0,
-    )
-    if not (math.isfinite(loss_value) and math.isfinite(grad_value)):
-        optimizer.zero_grad(set_to_none=True)
-        raise NonFiniteLossError(
-            f"non-finite {'loss' if not math.isfinite(loss_value) else 'gradient norm'} "
-            f"(loss {loss_value}, grad norm {grad_value}); stopping. The last checkpoint is the last good state."
-        )
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    tokens = sum(int(b["attention_mask"].sum()) for b in batches) * accelerator.num_processes
-    return {
-        "loss": float(loss_total),
-        "correct": float(correct),
-        "count": count,
-        "tokens": tokens,
-        "grad_norm": grad_value,
-    }
-
-
-def _log_window(step: int, window: dict, scheduler, stats: dict, logger, bar) -> dict[str, float]:
-    now = time.perf_counter()
-    metrics = {
-        "train/loss": window["loss"] / max(window["count"], 1.0),
-        "train/accuracy": window["correct"] / max(window["count"], 1.0),
-        "train/lr": scheduler.get_last_lr()[0],
-        "train/grad_norm": stats["grad_norm"],
-        "train/tokens_per_second": window["tokens"] / max(now - window["time"], 1e-9),
-    }
-    bar.set_postfix(
-        loss=f"{metrics['train/loss']:.3f}",
-        lr=f"{metrics['train/lr']:.2e}",
-        tok_s=f"{metrics['train/tokens_per_second']:.0f}",
-    )
-    if logger:
-        logger.log(step, metrics)
-    window.update(loss=0.0, correct=0.0, count=0.0, tokens=0.0, time=now)
-    return metrics
-
-
 @torch.no_grad()
 def evaluate(model, accelerator, data: TrainingData, config: PretrainConfig) -> dict[str, float]:
     """MLM loss and accuracy on a fixed set of validation rows with fixed masks."""
@@ -366,57 +242,31 @@ def evaluate(model, accelerator, data: TrainingData, config: PretrainConfig) -> 
     return {"val/loss": float(loss) / n, "val/accuracy": float(correct) / n}
 
 
-def _time_is_up(started: float, config: PretrainConfig, accelerator) -> bool:
-    if config.max_minutes is None:
-        return False
-    # every process must agree, or one would wait forever for the others at the next collective
-    flag = torch.tensor(
-        float(time.perf_counter() - started > 60 * config.max_minutes), device=accelerator.device
-    )
-    return bool(accelerator.reduce(flag, "sum") > 0)
-
-
 def _finish(
-    accelerator,
-    model,
-    data: TrainingData,
-    config: PretrainConfig,
-    progress: _Progress,
-    last: dict[str, float],
-    started: float,
+    engine: Engine, data: TrainingData, config: PretrainConfig, last: dict[str, float], started: float
 ) -> PretrainResult:
     output = Path(config.output)
-    final_dir, curve = None, None
-    accelerator.wait_for_everyone()
-    state_dict = accelerator.get_state_dict(
-        model
-    )  # gathers sharded (FSDP / ZeRO-3) weights; every rank calls
-    if accelerator.is_main_process:
-        unwrapped = accelerator.unwrap_model(model)
-        unwrapped = getattr(unwrapped, "_orig_mod", unwrapped)  # torch.compile wrapper
 
-        def build(tmp: Path) -> None:
-            from ..inference import save_pretrained
+    def build(model: torch.nn.Module, state_dict: dict, tmp: Path) -> None:
+        save_pretrained(model, data.tokenizer, tmp, state_dict=state_dict)  # + vocab.txt, no auto_map
 
-            save_pretrained(unwrapped, data.tokenizer, tmp, state_dict=state_dict)  # + vocab.txt, no auto_map
-
-        final_dir = write_atomic_dir(build, output / "final")
+    final_dir = engine.export(build, output / "final")
+    curve = None
+    if engine.is_main:
         curve = plot_loss_curve(
             output / "metrics.jsonl", output / "loss_curve.png", baseline=data.unigram_entropy
         )
-    accelerator.wait_for_everyone()
-    from .monitor import read_metrics
-
+    engine.accelerator.wait_for_everyone()
     return PretrainResult(
         output=output,
         final_model=final_dir,
-        steps=progress.step,
+        steps=engine.state.step,
         train_loss=last.get("train/loss"),
         val_loss=last.get("val/loss"),
         val_accuracy=last.get("val/accuracy"),
         unigram_entropy=data.unigram_entropy,
-        tokens_seen=progress.tokens,
+        tokens_seen=engine.state.tokens,
         seconds=time.perf_counter() - started,
         loss_curve=curve,
-        history=read_metrics(output / "metrics.jsonl") if accelerator.is_main_process else [],
+        history=read_metrics(output / "metrics.jsonl") if engine.is_main else [],
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .instructions import dataset_instruction
+from ..evaluation.instructions import dataset_instruction
 
 QUERY_COLUMNS = ("query", "anchor", "question", "sentence1", "title", "premise")
 POSITIVE_COLUMNS = ("positive", "pos", "answer", "document", "passage", "sentence2", "body", "hypothesis")
@@ -204,6 +204,22 @@ class BatchSampler:
         window = self._take(index, self.batch_size * self.world_size)
         mine = window[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
         return index, [self.datasets[index].examples[i] for i in mine]
+
+    def state_dict(self) -> dict:
+        """The position in every data set's order and the generators' states (a resumable checkpoint)."""
+        return {
+            "choice": self._choice.bit_generator.state,
+            "shuffle": [rng.bit_generator.state for rng in self._shuffle],
+            "orders": [order.tolist() for order in self._orders],
+            "cursors": list(self._cursors),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self._choice.bit_generator.state = state["choice"]
+        for rng, saved in zip(self._shuffle, state["shuffle"]):
+            rng.bit_generator.state = saved
+        self._orders = [np.asarray(order, dtype=np.int64) for order in state["orders"]]
+        self._cursors = [int(c) for c in state["cursors"]]
 
     def _take(self, index: int, count: int) -> list[int]:
         """The next ``count`` positions of data set ``index``'s order. An epoch's tail shorter than

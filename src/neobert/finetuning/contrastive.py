@@ -1,0 +1,343 @@
+"""Contrastive fine-tuning of any encoder into an embedding model: the paper's protocol (Section 4, Table 4),
+as a task of the training core (:mod:`neobert.training.engine`).
+
+InfoNCE on cosine similarity at temperature 0.07: each query scores its positive against every other
+positive and every hard negative of the batch (in-batch negatives plus hard negatives). Under several
+processes (``torchrun``) the candidates of all processes are gathered, with a gather whose backward sums the
+gradient of every process's loss into the rows' owner, so each process's loss is the sum over its own
+queries and the core's global-count normalisation gives exactly the gradient of the global mean. Each batch
+comes from one data set, data sets drawn in proportion to size^alpha, queries prefixed with their data
+set's instruction, masked mean pooling, 2,000 steps by default. The core adds resumable checkpoints
+(``resume``), bf16, clipping at 1.0, the NaN guard and logging (``OUTPUT/metrics.jsonl``, TensorBoard).
+
+Entry point: :func:`run` (a :class:`ContrastiveConfig` in, a :class:`ContrastiveResult` out); the CLI
+``neobert finetune contrastive`` is a thin layer over it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from ..evaluation.encoder import Encoder, embed_batch, load_encoder, tokenize
+from ..evaluation.instructions import TEMPLATE, apply_instruction
+from ..training.engine import Engine, EngineSettings, LossTerms
+from ..training.schedule import make_scheduler
+from .contrastive_data import BatchSampler, ContrastiveDataset, Example, load_datasets
+
+
+@dataclass
+class ContrastiveConfig:
+    model: str
+    data: list[str]  # data set specs, see contrastive_data.parse_data_spec
+    output: str
+    tokenizer: str | None = None
+    steps: int = 2000
+    batch_size: int = 64  # queries per process per step
+    lr: float = 2e-5
+    weight_decay: float = 0.01
+    warmup_steps: int = 100
+    temperature: float = 0.07
+    alpha: float = 0.5  # data set sampling exponent
+    hard_negatives: int = 1  # at most this many hard negatives per query
+    max_length: int = 512
+    instructions: dict[str, str] = field(default_factory=dict)  # data set name -> instruction override
+    template: str = TEMPLATE
+    seed: int = 0
+    log_every: int = 10
+    save_every: int = 500  # steps between resumable checkpoints (OUTPUT/checkpoints, removed at the end)
+    resume: bool = False  # continue an interrupted run of OUTPUT
+    device: str | None = None
+    bf16: bool = False
+    gradient_checkpointing: bool = False
+    show_progress: bool = True
+
+
+@dataclass
+class ContrastiveResult:
+    output: Path
+    steps: int
+    losses: list[float]  # mean loss of each logging window
+    dataset_steps: dict[str, int]
+    seconds: float
+
+
+def info_nce(
+    queries: torch.Tensor,
+    candidates: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float = 0.07,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """-log softmax(cos(q, candidates) / temperature)[target], averaged (or summed) over queries.
+
+    queries (B, C), candidates (N, C), targets (B,) index of each query's positive among the candidates.
+    """
+    q = F.normalize(queries.float(), dim=-1)
+    c = F.normalize(candidates.float(), dim=-1)
+    logits = q @ c.T / temperature  # (B, N)
+    return F.cross_entropy(logits, targets, reduction=reduction)
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+class _GatherRows(torch.autograd.Function):
+    """Rows of every process in rank order; the backward sums every process's gradient for this process's
+    rows (every process's loss depends on them), so gradients cross processes exactly."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        world, rank = dist.get_world_size(), dist.get_rank()
+        count = torch.tensor([x.shape[0]], device=x.device)
+        counts = [torch.zeros_like(count) for _ in range(world)]
+        dist.all_gather(counts, count)
+        sizes = [int(c) for c in counts]
+        padded = x.new_zeros((max(sizes), *x.shape[1:]))  # all_gather needs equal shapes
+        padded[: x.shape[0]] = x
+        parts = [torch.zeros_like(padded) for _ in range(world)]
+        dist.all_gather(parts, padded)
+        ctx.start, ctx.count = sum(sizes[:rank]), sizes[rank]
+        return torch.cat([part[:n] for part, n in zip(parts, sizes)])
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad)
+        return grad[ctx.start : ctx.start + ctx.count]
+
+
+def gather_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Rows of ``x`` from every process, concatenated in rank order (row counts may differ), and where
+    this process's rows start. Differentiable across processes (see :class:`_GatherRows`)."""
+    if not _distributed():
+        return x, 0
+    counts = [torch.zeros(1, dtype=torch.long, device=x.device) for _ in range(dist.get_world_size())]
+    dist.all_gather(counts, torch.tensor([x.shape[0]], device=x.device))
+    return _GatherRows.apply(x), int(sum(int(c) for c in counts[: dist.get_rank()]))
+
+
+def contrastive_loss_sum(
+    queries: torch.Tensor, positives: torch.Tensor, negatives: torch.Tensor, temperature: float = 0.07
+) -> torch.Tensor:
+    """Summed InfoNCE of this process's queries against every positive and hard negative of every process.
+
+    queries and positives (B, C), row i of one paired with row i of the other; negatives (M, C), any count
+    (a hard negative of one query is an in-batch negative of all others). Summed over processes and divided
+    by the global query count, this is the global batch's mean loss.
+    """
+    all_positives, offset = gather_rows(positives)
+    candidates = torch.cat([all_positives, gather_rows(negatives)[0]])
+    targets = offset + torch.arange(queries.shape[0], device=queries.device)
+    return info_nce(queries, candidates, targets, temperature, reduction="sum")
+
+
+def contrastive_loss(
+    queries: torch.Tensor, positives: torch.Tensor, negatives: torch.Tensor, temperature: float = 0.07
+) -> torch.Tensor:
+    """Mean InfoNCE over one process's batch (see :func:`contrastive_loss_sum`)."""
+    return contrastive_loss_sum(queries, positives, negatives, temperature) / queries.shape[0]
+
+
+def batch_texts(
+    examples: list[Example], dataset: ContrastiveDataset, config: ContrastiveConfig
+) -> tuple[list[str], int, int]:
+    """All texts of a batch, [queries | positives | negatives], with the query and negative counts.
+
+    Queries get the data set's instruction; documents are encoded as they are.
+    """
+    queries = [apply_instruction(dataset.instruction, ex.query, config.template) for ex in examples]
+    positives = [ex.positive for ex in examples]
+    negatives = [n for ex in examples for n in ex.negatives[: config.hard_negatives]]
+    return queries + positives + negatives, len(queries), len(negatives)
+
+
+def step_loss(encoder: Encoder, texts: list[str], n_queries: int, config: ContrastiveConfig) -> torch.Tensor:
+    """Summed loss of this process's queries (see :func:`contrastive_loss_sum`)."""
+    # One forward over every text of the step: one graph, which DDP requires, and one padded batch.
+    inputs = tokenize(encoder, texts, config.max_length)
+    with torch.autocast(encoder.device.type, dtype=torch.bfloat16, enabled=config.bf16):
+        vectors = embed_batch(encoder, inputs)  # (T, C)
+    q, p, n = vectors.split([n_queries, n_queries, len(texts) - 2 * n_queries])
+    return contrastive_loss_sum(q, p, n, config.temperature)
+
+
+@torch.no_grad()
+def dataset_loss(encoder: Encoder, dataset: ContrastiveDataset, config: ContrastiveConfig) -> float:
+    """Mean InfoNCE over consecutive batches of ``dataset`` in file order, dropout off: a fixed measurement."""
+    was_training = encoder.model.training
+    encoder.model.eval()
+    total, count = 0.0, 0
+    for start in range(0, len(dataset), config.batch_size):
+        examples = dataset.examples[start : start + config.batch_size]
+        texts, n_queries, _ = batch_texts(examples, dataset, config)
+        total += float(step_loss(encoder, texts, n_queries, config))
+        count += n_queries
+    encoder.model.train(was_training)
+    return total / count
+
+
+class ContrastiveTask:
+    """One batch of one data set per step, for the training core; its state is the sampler's position."""
+
+    def __init__(self, encoder: Encoder, datasets: list[ContrastiveDataset], config: ContrastiveConfig,
+                 engine: Engine):  # fmt: skip
+        self.encoder, self.datasets, self.config, self.engine = encoder, datasets, config, engine
+        self.sampler = BatchSampler(datasets, config.batch_size, config.alpha, config.seed, engine.rank,
+                                    engine.world)  # fmt: skip
+        self.dataset_steps = {d.name: 0 for d in datasets}
+
+    def batches(self, step: int) -> list[tuple[list[str], int]]:
+        index, examples = self.sampler.next_batch()
+        self.dataset_steps[self.datasets[index].name] += 1
+        texts, n_queries, _ = batch_texts(examples, self.datasets[index], self.config)
+        return [(texts, n_queries)]
+
+    def count(self, batch: tuple[list[str], int]) -> torch.Tensor:
+        return torch.tensor(batch[1])
+
+    def loss(self, model: torch.nn.Module, batch: tuple[list[str], int]) -> LossTerms:
+        texts, n_queries = batch
+        # the prepared (possibly DDP-wrapped) bare encoder stands in for the encoder's own
+        encoder = Encoder(model, self.encoder.tokenizer, self.encoder.name, self.encoder.max_length)
+        return LossTerms(step_loss(encoder, texts, n_queries, self.config))
+
+    def after_step(self, step: int, final: bool) -> tuple[dict[str, float], bool]:
+        return {}, False
+
+    def state_objects(self) -> list[Any]:
+        return [self.sampler, self]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"dataset_steps": dict(self.dataset_steps)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.dataset_steps = dict(state["dataset_steps"])
+
+
+def run(
+    config: ContrastiveConfig, on_step_end: Callable[[int, dict[str, float]], None] | None = None
+) -> ContrastiveResult:
+    """Fine-tune ``config.model`` contrastively and save it to ``config.output`` (see :func:`save_embedding_model`).
+
+    ``on_step_end(step, metrics)`` is called after every step (and its checkpoint, if one is due)."""
+    start = time.perf_counter()
+    if config.steps < 1 or config.batch_size < 1 or config.save_every < 1:
+        raise ValueError("steps, batch_size and save_every must be positive")
+    output = Path(config.output)
+    engine = Engine(_engine_settings(config))
+    datasets = load_datasets(config.data, config.instructions)  # bad data fails before the model loads
+    torch.manual_seed(config.seed)
+    encoder = load_encoder(config.model, config.tokenizer, device=engine.device)
+    task = ContrastiveTask(encoder, datasets, config, engine)
+
+    def optimizer(model: torch.nn.Module, fused: bool) -> torch.optim.Optimizer:
+        params = [p for p in model.parameters() if p.requires_grad]
+        return torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, fused=fused)
+
+    warmup = min(config.warmup_steps, config.steps - 1)
+    if warmup < config.warmup_steps:
+        engine.print(f"warning: {config.warmup_steps} warmup steps do not fit in {config.steps}; using {warmup}")
+
+    def scheduler(optimizer: torch.optim.Optimizer) -> Any:  # linear warmup, then linear decay to 0
+        return make_scheduler(
+            optimizer, warmup_steps=warmup, total_steps=config.steps, kind="linear", final_ratio=0.0,
+            decay_fraction=1.0,
+        )  # fmt: skip
+
+    engine.prepare(encoder.base, optimizer, scheduler)
+    fingerprint = {k: v for k, v in asdict(config).items() if k not in _RUN_CONTROLS}
+    engine.run(task, resume=config.resume, fingerprint=fingerprint, on_step_end=on_step_end)
+    encoder.model.eval()
+    losses = _window_losses(output / "metrics.jsonl") if engine.is_main else []
+    if engine.is_main:
+        shutil.rmtree(output / "checkpoints", ignore_errors=True)  # finished: the resume state has served
+        save_embedding_model(encoder, output)
+        _write_log(output, config, datasets, losses, task.dataset_steps)
+    engine.accelerator.wait_for_everyone()
+    return ContrastiveResult(output, engine.state.step, losses, task.dataset_steps, time.perf_counter() - start)
+
+
+# settings that may change between a run and its resumption
+_RUN_CONTROLS = ("resume", "show_progress", "log_every", "save_every", "device")
+
+
+def _engine_settings(config: ContrastiveConfig) -> EngineSettings:
+    return EngineSettings(
+        max_steps=config.steps,
+        output=config.output,
+        log_dir=config.output,
+        precision="fp32",  # step_loss autocasts itself (config.bf16)
+        device=config.device,
+        clip_grad_norm=1.0,
+        log_every=config.log_every,
+        save_every=config.save_every,
+        keep_last=1,
+        activation_checkpointing=config.gradient_checkpointing,
+        find_unused_parameters=True,  # e.g. BERT's pooler: the bare encoder's pooled output is not used
+        progress_bar=config.show_progress,
+        description="contrastive",
+    )
+
+
+def _window_losses(metrics: Path) -> list[float]:
+    records = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [r["train/loss"] for r in records if "train/loss" in r]
+
+
+def _write_log(
+    output: Path,
+    config: ContrastiveConfig,
+    datasets: list[ContrastiveDataset],
+    losses: list[float],
+    dataset_steps: dict[str, int],
+) -> None:
+    info = {
+        "config": asdict(config),
+        "datasets": [
+            {"name": d.name, "source": d.source, "size": len(d), "instruction": d.instruction}
+            for d in datasets
+        ],
+        "dataset_steps": dataset_steps,
+        "losses": losses,
+    }
+    (output / "contrastive_training.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+
+
+def save_embedding_model(encoder: Encoder, output: str | os.PathLike) -> Path:
+    """One directory that is both a sentence-transformers model (mean pooling, no normalization) and a
+    transformers model: ``SentenceTransformer(output)`` (after ``import neobert`` for NeoBERT) and
+    ``AutoModel.from_pretrained(output)`` both load it."""
+    output = Path(output)
+    if encoder.is_neobert:
+        from ..integrations.sentence_transformers import save_sentence_transformer
+
+        return save_sentence_transformer(encoder.model, encoder.tokenizer, output, pooling="mean")
+    return _save_generic_sentence_transformer(encoder, output)
+
+
+def _save_generic_sentence_transformer(encoder: Encoder, output: Path) -> Path:
+    import tempfile
+
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+
+    # Stage the transformers files, then let sentence-transformers write its own layout from them.
+    with tempfile.TemporaryDirectory(prefix="neobert-st-") as staging:
+        encoder.base.save_pretrained(staging)
+        encoder.tokenizer.save_pretrained(staging)
+        transformer = Transformer(staging, max_seq_length=encoder.max_length)
+        pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode="mean")
+        SentenceTransformer(modules=[transformer, pooling], device="cpu").save(str(output))
+    return output
