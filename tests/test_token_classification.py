@@ -271,9 +271,8 @@ def assert_same_tokens_run(reference, got) -> None:
 def test_finetune_tokens_crash_and_resume_continue_exactly(ner_files, tmp_path, monkeypatch, tokenizer):
     """The training core's resume, for the token task: a run stopped after step 3 (last checkpoint at step 2)
     and resumed ends with the history, predictions and weights of the run that never stopped."""
-    from test_training_core import Crash, crash_at
-
     from neobert.token_classification import finetune as tokens_module
+    from test_training_core import Crash, crash_at
 
     run_tokens(tokens_config(ner_files, tmp_path / "reference"))
     real_fit = tokens_module.fit

@@ -31,8 +31,10 @@ import torch
 
 from . import inference
 from .config import ROPE_SCALINGS
+from .fastpath import FusedEncoderBlock, fuse_cpu_epilogues
 from .finetuning.models import max_positions
 from .inference import TokenIds
+from .model import set_runtime
 
 POLICIES = ("truncate", "chunk", "extend")
 EXTEND_METHODS = tuple(m for m in ROPE_SCALINGS if m != "none")
@@ -204,11 +206,8 @@ def _rope_config(model: torch.nn.Module) -> Any:
 
 def _same_runtime(scaled: torch.nn.Module, model: torch.nn.Module) -> None:
     """The original's inference runtime (unpadding, fused CPU blocks) on the scaled copy."""
-    from .fastpath import FusedEncoderBlock, fuse_cpu_epilogues
-
-    source, target = model.base_model, scaled.base_model
-    target.model_config.unpad = source.model_config.unpad
-    target.config.unpad = source.config.unpad
+    source = model.base_model
+    set_runtime(scaled, attn_backend=source.runtime.backend, unpad=source.runtime.unpad)
     fused = any(isinstance(block, FusedEncoderBlock) for block in source.transformer_encoder)
     fuse_cpu_epilogues(scaled, fused)
 
