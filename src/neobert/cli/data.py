@@ -56,7 +56,10 @@ def _register_prepare(commands) -> None:
     p.add_argument("--config", metavar="FILE", help="YAML/JSON file of prepare settings; flags override it")
     p.add_argument("--text-column", help="text column of .jsonl/.csv/.parquet/hf inputs (default: text)")
     p.add_argument(
-        "--txt-mode", choices=["paragraph", "line"], help="documents of .txt files (default: paragraph)"
+        "--txt-mode",
+        choices=["auto", "paragraph", "line"],
+        help="documents of .txt files: blank-line separated paragraphs, one per line, or (default) auto: "
+        "line mode for a file without blank lines",
     )
     p.add_argument(
         "--on-error", choices=["raise", "skip"], help="bad records and empty files (default: raise)"

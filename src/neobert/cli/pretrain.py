@@ -112,7 +112,7 @@ def _print_summary(console, result) -> None:
         ("tokens seen", f"{result.tokens_seen:,}"),
         ("minutes", f"{result.seconds / 60:.1f}"),
         ("last train loss", _fmt(result.train_loss)),
-        ("validation loss", _fmt(result.val_loss)),
+        ("validation loss", "n/a (no validation split)" if result.val_loss is None else _fmt(result.val_loss)),
         ("unigram baseline", _fmt(result.unigram_entropy)),
         ("validation accuracy", _fmt(result.val_accuracy)),
         ("final model", str(result.final_model)),

@@ -29,7 +29,10 @@ def register(subparsers) -> None:
     p.add_argument("--output", required=True, metavar="DIR", help="directory to save the tokenizer in")
     p.add_argument("--text-column", default="text", help="text column of .jsonl/.csv/.parquet/hf inputs")
     p.add_argument(
-        "--txt-mode", choices=["paragraph", "line"], default="paragraph", help="documents of .txt files"
+        "--txt-mode",
+        choices=["auto", "paragraph", "line"],
+        default="auto",
+        help="documents of .txt files (auto: one per line when a file has no blank lines)",
     )
     p.add_argument(
         "--on-error", choices=["raise", "skip"], default="raise", help="bad records and empty files"

@@ -8,7 +8,7 @@ from .corpus import CorpusStats, iter_stdlib_documents, write_stdlib_corpus
 from .dataset import TokenDataset
 from .prepare import PrepareConfig, PrepareResult, is_validation, load_tokenizer, prepare
 from .readers import DataError, ReadStats, expand_inputs, iter_documents
-from .tokenizer import TokenizerResult, train_tokenizer
+from .tokenizer import TokenizerResult, tokenizer_from_vocab, train_tokenizer
 
 __all__ = [
     "CorpusStats",
@@ -24,6 +24,7 @@ __all__ = [
     "iter_stdlib_documents",
     "load_tokenizer",
     "prepare",
+    "tokenizer_from_vocab",
     "train_tokenizer",
     "write_stdlib_corpus",
 ]

@@ -64,7 +64,7 @@ class PrepareConfig:
     tokenizer: str = ""  # a tokenizer directory (or hub name when online)
     output: str = ""
     text_column: str = "text"  # for .jsonl, .csv, .parquet and hf: inputs
-    txt_mode: str = "paragraph"  # .txt documents: blank-line separated (paragraph) or one per line
+    txt_mode: str = "auto"  # .txt documents: blank-line separated (paragraph), one per line, or auto
     on_error: str = "raise"  # bad records / empty files: raise naming file and line, or skip and count
     validation_fraction: float = 0.01
     shard_size: int = 100_000  # input documents per shard

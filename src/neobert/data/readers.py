@@ -2,9 +2,12 @@
 
 Input specifications (one string each):
 
-- a ``.txt`` file. Documents are separated by one or more blank (whitespace-only) lines; the lines of one
-  document are joined with ``"\\n"`` exactly as written. With ``txt_mode="line"`` every non-blank line is
-  a document instead (the usual layout of dumped corpora).
+- a ``.txt`` file. ``txt_mode="paragraph"``: documents are separated by one or more blank (whitespace-only)
+  lines; the lines of one document are joined with ``"\\n"`` exactly as written. ``txt_mode="line"``: every
+  non-blank line is a document (the usual layout of dumped corpora). ``txt_mode="auto"`` (the default)
+  reads a file in line mode when no blank line separates two of its lines, in paragraph mode otherwise, and
+  logs a warning naming each file it reads in line mode (read as paragraphs, such a file would be one
+  single document).
 - a ``.jsonl`` / ``.ndjson`` file: one JSON object per line, the text in ``text_column``.
 - a ``.csv`` file with a header row naming ``text_column``.
 - a ``.parquet`` file with a string column ``text_column``.
@@ -24,15 +27,18 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 FILE_SUFFIXES = (".txt", ".jsonl", ".ndjson", ".csv", ".parquet")
-TXT_MODES = ("paragraph", "line")
+TXT_MODES = ("auto", "paragraph", "line")
 ON_ERROR = ("raise", "skip")
 _MAX_KEPT_MESSAGES = 20
+
+logger = logging.getLogger(__name__)
 
 
 class DataError(ValueError):
@@ -88,7 +94,7 @@ def iter_documents(
     inputs: Iterable[str | os.PathLike],
     *,
     text_column: str = "text",
-    txt_mode: str = "paragraph",
+    txt_mode: str = "auto",
     on_error: str = "raise",
     stats: ReadStats | None = None,
 ) -> Iterator[str]:
@@ -163,10 +169,40 @@ class _Lines:
         return bad
 
 
-def read_txt(
-    path: str, *, mode: str = "paragraph", on_error: str = "raise", stats: ReadStats
-) -> Iterator[str]:
-    """Documents of a text file: blank-line separated paragraphs, or one per line (``mode="line"``)."""
+def txt_has_separators(path: str | os.PathLike) -> bool:
+    """Whether a blank line stands between two non-blank lines of the file (blank lines at its ends do not count).
+
+    Reads only up to the first such blank line; a file without one is read to its end.
+    """
+    seen_text = blank_after_text = False
+    with open(path, "rb") as f:
+        for raw in f:
+            if raw.strip():
+                if blank_after_text:
+                    return True
+                seen_text = True
+            elif seen_text:
+                blank_after_text = True
+    return False
+
+
+def resolve_txt_mode(path: str, mode: str) -> str:
+    """``paragraph`` or ``line`` for this file; ``auto`` picks line mode when no blank line separates text."""
+    if mode != "auto":
+        return mode
+    if txt_has_separators(path):
+        return "paragraph"
+    logger.warning(
+        "%s: no blank lines, so each line is read as one document (txt_mode 'line'); "
+        "use --txt-mode paragraph to read the whole file as one document",
+        path,
+    )
+    return "line"
+
+
+def read_txt(path: str, *, mode: str = "auto", on_error: str = "raise", stats: ReadStats) -> Iterator[str]:
+    """Documents of a text file: blank-line separated paragraphs, one per line, or ``auto`` (see the module)."""
+    mode = resolve_txt_mode(path, mode)
     lines = _Lines(path, on_error)
     block: list[str] = []
     for line in lines:

@@ -36,7 +36,7 @@ def train_tokenizer(
     min_frequency: int = 2,
     *,
     text_column: str = "text",
-    txt_mode: str = "paragraph",
+    txt_mode: str = "auto",
     on_error: str = "raise",
     model_max_length: int | None = None,
 ) -> TokenizerResult:
@@ -71,10 +71,27 @@ def train_tokenizer(
     return TokenizerResult(Path(output_dir), kind, tokenizer.get_vocab_size(), ids, stats.documents)
 
 
-def _wordpiece():
+def tokenizer_from_vocab(
+    vocab_file: str | os.PathLike, output_dir: str | Path, model_max_length: int | None = None
+) -> Path:
+    """Save the WordPiece tokenizer of a ``vocab.txt`` (one token per line, in id order) as ``train_tokenizer``
+    would have: same normalisation, special tokens and template. A fixed vocabulary gives a fixed tokenizer."""
+    from tokenizers import models
+
+    tokens = Path(vocab_file).read_text(encoding="utf-8").splitlines()
+    if tokens[: len(SPECIAL_TOKENS)] != list(SPECIAL_TOKENS) or len(set(tokens)) != len(tokens):
+        raise DataError(f"{vocab_file}: expected unique tokens starting with {', '.join(SPECIAL_TOKENS)}")
+    vocab = {token: i for i, token in enumerate(tokens)}
+    tokenizer = _wordpiece(models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##"))
+    _add_bert_template(tokenizer)
+    _save(tokenizer, Path(output_dir), model_max_length)
+    return Path(output_dir)
+
+
+def _wordpiece(model=None):
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
+    tok = Tokenizer(model or models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
     # bert-base-uncased normalisation: clean control characters, split CJK, lowercase, strip accents.
     tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()

@@ -109,6 +109,8 @@ def open_training_data(config: PretrainConfig, accelerator) -> TrainingData:
         raise ConfigError("the tokenizer needs a [MASK] and a [PAD] token for masked-language modelling")
     train = train_parts[0] if len(train_parts) == 1 else ConcatDocuments(train_parts)
     validation = ConcatDocuments([TokenDataset(p, "validation") for p in prepared])
+    if not len(validation):
+        accelerator.print(empty_validation_message(train_parts))
     return TrainingData(
         train=train,
         validation=validation if len(validation) else None,
@@ -118,6 +120,32 @@ def open_training_data(config: PretrainConfig, accelerator) -> TrainingData:
         special_ids=sorted(set(tokenizer.all_special_ids)),
         vocab_size=len(tokenizer),
         unigram_entropy=unigram_entropy(train, tokenizer.all_special_ids, len(tokenizer)),
+    )
+
+
+def empty_validation_message(train_parts: list[TokenDataset]) -> str:
+    """Why the validation split is empty and what to do about it (validation loss will be n/a)."""
+    fractions = sorted({float(p.manifest["config"].get("validation_fraction", 0.0)) for p in train_parts})
+    documents = sum(len(p) for p in train_parts)
+    where = ", ".join(str(p.path) for p in train_parts)
+    if fractions == [0.0]:
+        return (
+            f"note: no validation split ({where} was prepared with validation_fraction 0), so validation loss "
+            "is n/a; prepare with a validation fraction (e.g. 0.01) to measure it"
+        )
+    why = (
+        f"none of the {documents:,} training documents fell into the held-out split (validation_fraction "
+        f"{', '.join(f'{f:g}' for f in fractions)})"
+    )
+    if documents < 10:
+        why += (
+            "; so few documents often means a .txt file read as blank-line separated paragraphs whose "
+            "documents are lines: prepare it again with --txt-mode line"
+        )
+    return (
+        f"warning: the validation split of {where} is empty, so validation loss will be n/a: {why}. "
+        "Raise the fraction (raw text: --set data.validation_fraction=0.05; prepared data: "
+        "`neobert data prepare --validation-fraction 0.05` into a new directory) to measure it."
     )
 
 

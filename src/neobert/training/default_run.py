@@ -1,8 +1,11 @@
 """The embedded default run: stdlib docstrings -> WordPiece tokenizer -> shards -> a small NeoBERT -> report.
 
 Everything it needs is on any machine with Python: the corpus is the docstrings of the running
-interpreter's standard library. Each stage is skipped when its output already exists, so an interrupted run
-picks up where it stopped (with ``resume=True`` for the training itself).
+interpreter's standard library. The tokenizer is the WordPiece vocabulary shipped beside ``default.yaml``
+(``default_vocab.txt``, trained once on that corpus; see docs/benchmarks/default_recipe/), because the
+WordPiece trainer is not deterministic (huggingface/tokenizers#1794) and a fixed vocabulary makes the run
+repeatable. Each stage is skipped when its output already exists, so an interrupted run picks up where it
+stopped (with ``resume=True`` for the training itself).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from ..data import PrepareConfig, prepare, tokenizer_from_vocab, write_stdlib_corpus
 from .checkpointing import write_atomic_dir
 from .config import PretrainConfig
 from .trainer import PretrainResult, pretrain
@@ -33,6 +37,19 @@ class DefaultRunResult:
     report: Path
 
 
+VOCAB_FILE = "default_vocab.txt"
+
+
+def shipped_tokenizer(output: str | Path) -> Path:
+    """The default run's tokenizer, built from the vocabulary shipped in ``neobert.configs``."""
+    output = Path(output)
+    if not (output / "tokenizer.json").is_file():
+        vocab = resources.files("neobert.configs").joinpath(VOCAB_FILE)
+        with resources.as_file(vocab) as path:
+            write_atomic_dir(lambda tmp: tokenizer_from_vocab(path, tmp), output)
+    return output
+
+
 def default_config() -> PretrainConfig:
     text = resources.files("neobert.configs").joinpath("default.yaml").read_text(encoding="utf-8")
     import yaml
@@ -45,9 +62,7 @@ def run_default(
     resume: bool = False,
     max_minutes: float | None = None,
     progress_bar: bool = True,
-    vocab_size: int = 8192,
 ) -> DefaultRunResult:
-    from ..data import PrepareConfig, prepare, train_tokenizer, write_stdlib_corpus
 
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
@@ -56,9 +71,7 @@ def run_default(
         tmp = out / "corpus.txt.tmp"
         write_stdlib_corpus(tmp)
         tmp.replace(corpus)
-    tokenizer_dir = out / "tokenizer"
-    if not (tokenizer_dir / "tokenizer.json").is_file():
-        write_atomic_dir(lambda tmp: train_tokenizer([corpus], "wordpiece", vocab_size, tmp), tokenizer_dir)
+    tokenizer_dir = shipped_tokenizer(out / "tokenizer")
     config = default_config()
     prepared = prepare(
         PrepareConfig(
