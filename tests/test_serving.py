@@ -123,29 +123,45 @@ def server(model_dir):
         yield srv
 
 
-def test_concurrent_clients_each_get_their_own_vectors(server, reference_model, tokenizer):
-    """16 client threads x 4 requests of 1-3 texts: every vector equals that text encoded alone."""
-    texts = sentences(130, seed=1)
+def concurrent_embeddings(url: str, texts: list[str], clients: int = 16) -> list[tuple[str, list[float]]]:
+    """``clients`` threads x 4 requests of 1-3 texts each: (text, vector) pairs as answered."""
 
     def client(c: int) -> list[tuple[str, list[float]]]:
         got = []
         for r in range(4):
             start = (c * 8 + r * 2) % 120
             batch = texts[start : start + 1 + (c + r) % 3]
-            status, body, _ = post(server.url, "/embed", {"texts": batch})
+            status, body, _ = post(url, "/embed", {"texts": batch})
             assert status == 200, body
             assert len(body["embeddings"]) == len(batch)
             got += list(zip(batch, body["embeddings"]))
         return got
 
-    with ThreadPoolExecutor(16) as pool:
-        results = [pair for rows in pool.map(client, range(16)) for pair in rows]
+    with ThreadPoolExecutor(clients) as pool:
+        return [pair for rows in pool.map(client, range(clients)) for pair in rows]
+
+
+def metric(text: str, name: str) -> float:
+    """The value of the sample ``name`` (labels included, as written) in a Prometheus text page."""
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " ")]
+    assert len(values) == 1, f"{name} not in the metrics page"
+    return values[0]
+
+
+def test_concurrent_clients_each_get_their_own_vectors(server, reference_model, tokenizer):
+    """16 client threads x 4 requests of 1-3 texts, merged into shared model calls: every vector equals
+    that text encoded alone (fp32 weights: equal to float rounding)."""
+    _, before = get(server.url, "/metrics")
+    results = concurrent_embeddings(server.url, sentences(130, seed=1))
     assert len(results) >= 16 * 4
     for text, vector in results:
         alone = inference.encode(reference_model, tokenizer, [text], show_progress=False)[0]
         np.testing.assert_allclose(vector, alone, atol=2e-5, rtol=0)
     status, metrics = get(server.url, "/metrics")
     assert status == 200
+    calls = metric(metrics, "neobert_batch_requests_count") - metric(before, "neobert_batch_requests_count")
+    merged = metric(metrics, "neobert_batch_requests_sum") - metric(before, "neobert_batch_requests_sum")
+    assert merged == 64 and calls < merged, "the requests were never merged"
     assert 'neobert_requests_total{endpoint="/embed",status="200"}' in metrics
     for name in (
         "neobert_request_seconds_bucket",
@@ -155,6 +171,25 @@ def test_concurrent_clients_each_get_their_own_vectors(server, reference_model, 
         "neobert_tokens_per_second",
     ):
         assert name in metrics
+
+
+def test_concurrent_clients_on_the_bf16_fast_path(model_dir, tokenizer):
+    """The default service (bf16 weights, unpadded): merged batches change only bf16 rounding, so every
+    vector is within bf16 precision of that text encoded alone by the same model, and nearer to it than
+    to any other text's vector (each caller got its own rows)."""
+    from neobert.fastpath import fast_inference
+
+    texts = sentences(130, seed=1)
+    model = fast_inference(inference.load_model(model_dir, task="mlm"), torch.bfloat16)
+    alone = {t: inference.encode(model, tokenizer, [t], show_progress=False)[0] for t in texts}
+    matrix = np.stack(list(alone.values()))
+    with BackgroundServer(Service.load(ServeConfig(model=str(model_dir)))) as srv:
+        results = concurrent_embeddings(srv.url, texts)
+        _, metrics = get(srv.url, "/metrics")
+    assert metric(metrics, "neobert_batch_requests_count") < 64  # merged
+    for text, vector in results:
+        np.testing.assert_allclose(vector, alone[text], atol=1e-2, rtol=0)
+        assert list(alone)[int(np.argmax(matrix @ np.asarray(vector)))] == text
 
 
 def test_batcher_merges_waiting_requests_and_routes_rows():

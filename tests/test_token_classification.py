@@ -234,6 +234,24 @@ def test_finetune_tokens_on_a_tiny_bert(tmp_path, tokenizer):
     assert [p["tokens"] for p in predictions] == [r["tokens"] for r in rows]
     assert all(len(p["predicted"]) == len(p["tokens"]) for p in predictions)
 
+    # neobert tag on the BERT model: its entities are the spans of the tags that the evaluation path
+    # (words given pre-split) predicts for the same words, at those words' character offsets
+    from neobert.token_classification.finetune import _tag_names
+
+    texts = [" ".join(r["tokens"]) for r in rows[:8]]
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
+    assert main(["tag", "--model", str(result.model_dir), "--input", str(tmp_path / "in.txt"),
+                 "--output", str(tmp_path / "tags.jsonl")]) == 0  # fmt: skip
+    tagged = [json.loads(line) for line in (tmp_path / "tags.jsonl").read_text().splitlines()]
+    data = TokenDataset(tokenizer, read_sentences(tmp_path / "t.jsonl")[:8], model.config.label2id, 128)
+    _, ids, _ = evaluate_tokens(model.eval(), data, 8, 0, "fp32")
+    assert sum(len(row["entities"]) for row in tagged) > 0
+    for text, row, tags in zip(texts, tagged, _tag_names(ids, result.labels)):
+        starts = np.cumsum([0] + [len(w) + 1 for w in text.split(" ")])
+        expected = [(kind, int(starts[a]), int(starts[b]) + len(text.split(" ")[b]))
+                    for kind, a, b in spans(tags)]  # fmt: skip
+        assert [(e["label"], e["start"], e["end"]) for e in row["entities"]] == expected
+
 
 def test_finetune_tokens_rejects_unseen_validation_tags(tmp_path):
     write_conll(tmp_path / "a.conll", [{"tokens": ["john"], "tags": ["B-PER"]}])
