@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from .. import inference, long_documents
+from ..fastpath import fast_inference
 from ..long_documents import LongDocuments, LongReport
 from ..token_classification.tagging import tag
 from .batcher import Batcher
@@ -69,8 +70,6 @@ def load_for_serving(config: ServeConfig) -> tuple[torch.nn.Module, Any, str]:
     tokenizer = inference.resolve_tokenizer(config.model, config.tokenizer)
     inference.check_vocab(model, tokenizer)
     if is_neobert(model):
-        from ..fastpath import fast_inference
-
         fast_inference(model, torch.bfloat16 if config.precision == "bf16" else None)
     return model, tokenizer, task
 

@@ -19,11 +19,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..config import ModelConfig
 from ..evaluation.metrics import MetricResult
 from ..finetuning.config import FinetuneConfigError, ModelSource, TrainSettings, _positive_int
 from ..finetuning.models import check_vocabulary, is_preset, load_tokenizer_for, max_positions
 from ..finetuning.reporting import write_json_atomic, write_text_atomic
 from ..finetuning.trainer import ClassificationTask, EvalSpec, _autocast, fit
+from ..model import NeoBERTConfig, NeoBERTForTokenClassification
 from ..training.engine import LossTerms, is_main_process, wait_for_everyone
 from .data import IGNORE, OUTSIDE, Sentence, TokenDataset, collate_tokens, label_names, read_sentences
 from .entities import entity_scores, spans
@@ -65,9 +67,6 @@ def load_token_classifier(source: str, labels: list[str], preset_overrides: dict
     """A token classifier with one output per label: a NeoBERT preset (random weights) or any encoder
     by directory / hub id (a head of another size is replaced by a fresh one)."""
     from transformers import AutoConfig, AutoModelForTokenClassification
-
-    from ..config import ModelConfig
-    from ..model import NeoBERTConfig, NeoBERTForTokenClassification
 
     head = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
             "label2id": {name: i for i, name in enumerate(labels)}}  # fmt: skip
