@@ -103,6 +103,7 @@ FLOORS = {
     "neobert.data": 1,
     "neobert.encoders": 2,
     "neobert.inference": 2,
+    "neobert.long_documents": 2,
     "neobert.registration": 2,
     "neobert.training": 2,
     "neobert.training.default_run": 3,
@@ -110,6 +111,8 @@ FLOORS = {
     "neobert.evaluation": 3,
     "neobert.benchmarks": 3,
     "neobert.integrations": 3,
+    "neobert.serving": 3,
+    "neobert.token_classification": 3,
     "neobert.cli": 4,
 }
 

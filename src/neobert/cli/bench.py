@@ -7,7 +7,8 @@
 - ``attention``: the attention kernels torch offers (SDPA, compiled SDPA, chunked matmul + softmax,
   compiled flex_attention) on NeoBERT's head shapes;
 - ``precision``: fp32, bf16 and int8 inference (torch and torchao quantization) for tokens/s and cosine to
-  fp32.
+  fp32;
+- ``serve``: a load test of ``neobert serve`` (requests/s, p50/p95/p99) with and without dynamic batching.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ..benchmarks.training import markdown as training_markdown
 from ..benchmarks.training import run as run_training
 from ..config import PRESETS
 from ..encoders import PRECISIONS
+from . import bench_serve
 from .common import CLIError, make_console, quiet_transformers
 from .options import add_options, config_from_args
 
@@ -85,6 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser = commands.add_parser(name, help=help_text, description=description)
         add_options(parser, config, rename={"length_range": "range"}, choices=CHOICES)
         parser.set_defaults(func=runners.get(name, attention), config_class=config)
+    bench_serve.register(commands)  # `bench serve` lives in its own module
 
 
 def throughput(args: argparse.Namespace, console: Console | None = None) -> int:

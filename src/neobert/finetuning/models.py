@@ -31,16 +31,20 @@ def load_classifier(
     num_labels: int,
     id2label: dict[int, str] | None = None,
     preset_overrides: dict[str, Any] | None = None,
+    task: str = "sequence-classification",
 ) -> torch.nn.Module:
-    """A sequence-classification model with a ``num_labels`` head (1 = regression).
+    """A ``task`` model (sequence- or token-classification) with a ``num_labels`` head (sequences: 1 =
+    regression).
 
     A checkpoint whose head has another label count (MNLI's 3 classes for RTE's 2) keeps its encoder and
     gets a freshly initialised classifier; a head of the right size is kept.
     """
     head = head_config(num_labels, id2label)
+    if task != "sequence-classification":
+        del head["problem_type"]  # a per-token head: num_labels=1 is one class, not a regression
     if is_preset(source):
-        return load_model(source, task="sequence-classification", **(preset_overrides or {}), **head)
+        return load_model(source, task=task, **(preset_overrides or {}), **head)
     if preset_overrides:
         raise ValueError(f"preset overrides apply to presets only, and {source} is not one")
     config = AutoConfig.from_pretrained(model_dir(source) or source, **head)
-    return load_model(source, task="sequence-classification", config=config, ignore_mismatched_sizes=True)
+    return load_model(source, task=task, config=config, ignore_mismatched_sizes=True)
