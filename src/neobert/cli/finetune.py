@@ -25,7 +25,7 @@ from .options import add_options, given
 CHOICES = {"precision": ("auto", "fp32", "bf16"), "task_type": TASK_TYPES}
 
 
-def _add_settings(parser: argparse.ArgumentParser, config: type) -> None:
+def add_settings(parser: argparse.ArgumentParser, config: type) -> None:
     """One option per field of ``config`` (help from the field's comment) and the few written by hand."""
     group = parser.add_argument_group(
         "settings (a flag given overrides --config; the defaults are the config's)"
@@ -57,7 +57,7 @@ def _parse_override(item: str) -> tuple[str, Any]:
     return key.strip(), yaml.safe_load(value)
 
 
-def _settings(args: argparse.Namespace, config: type) -> dict[str, Any]:
+def settings_from_args(args: argparse.Namespace, config: type) -> dict[str, Any]:
     """The config mapping: --config file, then every flag actually given."""
     data = load_mapping(args.config, FinetuneConfigError) if args.config else {}
     data.update(given(config, args))
@@ -76,7 +76,7 @@ def _cell(value: float | None) -> str:
 
 def _glue(args: argparse.Namespace) -> int:
     quiet_transformers()
-    data = _settings(args, GlueConfig)
+    data = settings_from_args(args, GlueConfig)
     if args.task:
         data["tasks"] = [t.strip() for item in args.task for t in item.split(",") if t.strip()]
     results = run_glue(data)
@@ -96,9 +96,14 @@ def _glue(args: argparse.Namespace) -> int:
 
 def _classify(args: argparse.Namespace) -> int:
     quiet_transformers()
-    result = run_classify(_settings(args, ClassifyConfig))
+    print_fitted(run_classify(settings_from_args(args, ClassifyConfig)))
+    return 0
+
+
+def print_fitted(result: Any, metric_prefix: str = "") -> None:
+    """The summary of a file fine-tuning run (classify, tokens): best scores, notes, files written."""
     console = make_console()
-    scores = ", ".join(f"{name} {_cell(value)}" for name, value in result.metrics.items())
+    scores = ", ".join(f"{metric_prefix}{name} {_cell(value)}" for name, value in result.metrics.items())
     console.print(f"best step {result.best_step} of {result.steps}: {scores}", highlight=False)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
@@ -106,7 +111,6 @@ def _classify(args: argparse.Namespace) -> int:
         f"wrote {escape(str(result.metrics_file))}, {escape(str(result.predictions_file))} and the model "
         f"in {escape(str(result.model_dir))}"
     )
-    return 0
 
 
 def _register_glue(subparsers: argparse._SubParsersAction) -> None:
@@ -124,7 +128,7 @@ def _register_glue(subparsers: argparse._SubParsersAction) -> None:
         default=argparse.SUPPRESS,
         help="'paper' (60 points) or a YAML file mapping settings to value lists",
     )
-    _add_settings(parser, GlueConfig)
+    add_settings(parser, GlueConfig)
     parser.set_defaults(func=_glue)
 
 
@@ -135,7 +139,7 @@ def _register_classify(subparsers: argparse._SubParsersAction) -> None:
         description="Writes OUTPUT/model (AutoModelForSequenceClassification + tokenizer), "
         "OUTPUT/metrics.json and OUTPUT/predictions.jsonl.",
     )
-    _add_settings(parser, ClassifyConfig)
+    add_settings(parser, ClassifyConfig)
     parser.set_defaults(func=_classify)
 
 
