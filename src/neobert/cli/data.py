@@ -18,14 +18,16 @@ def register(subparsers) -> None:
     commands = parser.add_subparsers(title="data commands", dest="data_command", metavar="COMMAND")
     commands.required = True
     _register_prepare(commands)
-    corpus = commands.add_parser(
-        "corpus", help="write the offline English corpus (the interpreter's stdlib docstrings) to a .txt file"
+    corpus = add_command(
+        commands,
+        "corpus",
+        run_corpus,
+        help="write the offline English corpus (the interpreter's stdlib docstrings) to a .txt file",
     )
     corpus.add_argument(
         "--output", required=True, help="the .txt file to write (blank line between documents)"
     )
     corpus.add_argument("--modules", nargs="+", help="only these top-level stdlib modules (default: all)")
-    corpus.set_defaults(func=run_corpus)
 
 
 def _register_prepare(commands) -> None:
