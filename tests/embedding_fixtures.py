@@ -27,21 +27,21 @@ def save_tiny_neobert(path: Path, seed: int = 0, **overrides) -> Path:
     return save_pretrained(model, load_tokenizer(), path)
 
 
+def tiny_bert_config(**overrides):
+    """The BertConfig of the tests' tiny BERTs: 2 layers, 32 wide, bert-base-uncased's vocabulary."""
+    from transformers import BertConfig
+
+    sizes = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    return BertConfig(**{"vocab_size": 30522, "max_position_embeddings": 128, **sizes, **overrides})
+
+
 def save_tiny_bert(path: Path, seed: int = 0) -> Path:
     """A 1-layer, 32-wide BertForMaskedLM from its config, saved with the same tokenizer."""
-    from transformers import BertConfig, BertForMaskedLM
+    from transformers import BertForMaskedLM
 
     from neobert.encoders import load_tokenizer
 
     torch.manual_seed(seed)
-    config = BertConfig(
-        vocab_size=30522,
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-    )
-    BertForMaskedLM(config).eval().save_pretrained(path)
+    BertForMaskedLM(tiny_bert_config(num_hidden_layers=1)).eval().save_pretrained(path)
     load_tokenizer().save_pretrained(path)
     return Path(path)

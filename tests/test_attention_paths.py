@@ -9,6 +9,7 @@ import neobert.model.attention as attention
 import neobert.model.layers as layers
 import neobert.model.modeling as modeling
 from neobert import ModelConfig, NeoBERTConfig, NeoBERTModel
+from neobert.config import PRESETS
 from neobert.model import packed_context, padded_context, set_runtime, unpad
 
 LENGTHS = (7, 12, 3)  # deliberately uneven
@@ -17,15 +18,7 @@ ATOL = 1e-5
 
 def tiny_baseline() -> ModelConfig:
     """The BERT-baseline shape (learned positions, GELU, LayerNorm) at tiny sizes."""
-    return ModelConfig.from_name(
-        "bert-baseline",
-        vocab_size=128,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=256,
-        max_length=128,
-    )
+    return ModelConfig.from_name("bert-baseline", **{**PRESETS["tiny"], "intermediate_size": 256})
 
 
 def make_model(

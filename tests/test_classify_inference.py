@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
+from embedding_fixtures import tiny_bert_config
 from neobert.cli import classify as classify_cli
 from neobert.cli.common import CLIError
 from neobert.cli.main import build_parser, main
@@ -137,20 +138,12 @@ def test_classify_edge_cases_and_errors(classifier, tokenizer):
 def test_classify_tiny_bert_with_token_types(tokenizer, tmp_path):
     """Any transformers classifier; BERT pairs get the token types its own tokenizer would give. The CLI
     runs it as loaded (no NeoBERT fast path), whatever --precision says."""
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+    from transformers import AutoTokenizer, BertForSequenceClassification
 
     from neobert.encoders import default_tokenizer_dir
 
     torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=30522,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        num_labels=2,
-    )
+    config = tiny_bert_config(max_position_embeddings=64, num_labels=2)
     bert = spread_weights(BertForSequenceClassification(config))
     own = AutoTokenizer.from_pretrained(default_tokenizer_dir())  # emits token_type_ids
     for pairs in (None, PAIRS):

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import neobert  # noqa: F401  (registers NeoBERT with the Auto classes, as a user would)
+from embedding_fixtures import tiny_bert_config
 from neobert.cli.main import build_parser, main
 from neobert.finetuning import ClassifyConfig, DataError, FinetuneConfigError, run_classify
 
@@ -76,21 +77,15 @@ def files(tmp_path_factory):
 @pytest.fixture(scope="module")
 def bert_dir(tmp_path_factory):
     """A randomly initialised tiny BERT with the real bert-base-uncased tokenizer, saved like a hub model."""
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+    from transformers import AutoTokenizer, BertForSequenceClassification
 
     from neobert.encoders import default_tokenizer_dir
 
     path = tmp_path_factory.mktemp("bert") / "tiny-bert"
     torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=30522,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=128,
-        max_position_embeddings=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
+    no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = tiny_bert_config(
+        hidden_size=64, num_attention_heads=4, intermediate_size=128, max_position_embeddings=64, **no_dropout
     )
     BertForSequenceClassification(config).save_pretrained(path)
     AutoTokenizer.from_pretrained(default_tokenizer_dir()).save_pretrained(path)

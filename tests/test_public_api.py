@@ -26,15 +26,7 @@ def test_module_imports_and_its_all_resolves(name):
 def test_import_registers_the_auto_classes():
     from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
-    config = AutoConfig.for_model(
-        "neobert",
-        num_hidden_layers=1,
-        hidden_size=64,
-        num_attention_heads=4,
-        intermediate_size=128,
-        vocab_size=100,
-        max_length=32,
-    )
+    config = AutoConfig.for_model("neobert", **neobert.ModelConfig.from_name("tiny").to_dict())
     assert isinstance(config, neobert.NeoBERTConfig)
     assert isinstance(AutoModel.from_config(config), neobert.NeoBERTModel)
     assert isinstance(AutoModelForMaskedLM.from_config(config), neobert.NeoBERTForMaskedLM)

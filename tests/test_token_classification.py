@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from embedding_fixtures import tiny_bert_config
+
 pytest.importorskip("seqeval")
 
 from neobert.cli.main import main
@@ -215,12 +217,10 @@ def test_finetune_tokens_then_tag_end_to_end(tmp_path, tokenizer):
 
 
 def test_finetune_tokens_on_a_tiny_bert(tmp_path, tokenizer):
-    from transformers import AutoModelForTokenClassification, BertConfig, BertModel
+    from transformers import AutoModelForTokenClassification, BertModel
 
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128)  # fmt: skip
-    BertModel(config).save_pretrained(tmp_path / "bert")
+    BertModel(tiny_bert_config()).save_pretrained(tmp_path / "bert")
     tokenizer.save_pretrained(tmp_path / "bert")
     rows = synthetic_ner(24, seed=2)
     (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -19,13 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
+from transformers import AutoConfig
 
 from .config import PRESETS, ModelConfig
 from .data.tokenizer import EXAMPLES_HINT as EXAMPLES_HINT  # the tokenizer loader lives in the data layer
@@ -33,28 +27,11 @@ from .data.tokenizer import MODEL_INPUT_NAMES, load_tokenizer
 from .data.tokenizer import default_tokenizer_dir as default_tokenizer_dir
 from .fastpath import fast_inference
 from .io import atomic_dir
-from .model import (
-    NeoBERTConfig,
-    NeoBERTForMaskedLM,
-    NeoBERTForSequenceClassification,
-    NeoBERTForTokenClassification,
-    NeoBERTModel,
-)
+from .model import NeoBERTConfig
 from .model.pooling import mean_pool
+from .registration import AUTO_CLASSES, NEOBERT_CLASSES
 
 TASKS = ("base", "mlm", "sequence-classification", "token-classification")
-_AUTO_CLASSES = {
-    "base": AutoModel,
-    "mlm": AutoModelForMaskedLM,
-    "sequence-classification": AutoModelForSequenceClassification,
-    "token-classification": AutoModelForTokenClassification,
-}
-_PRESET_CLASSES = {
-    "base": NeoBERTModel,
-    "mlm": NeoBERTForMaskedLM,
-    "sequence-classification": NeoBERTForSequenceClassification,
-    "token-classification": NeoBERTForTokenClassification,
-}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
 PRECISIONS = ("bf16", "fp32")
 # RoBERTa-style models number positions from padding_idx + 1, so the first pad_token_id + 1 rows of their
@@ -137,9 +114,9 @@ def load_model(source: str | os.PathLike, task: str = "base", **kw: Any) -> torc
         overrides = {k: v for k, v in kw.items() if k in fields}
         extra = {k: v for k, v in kw.items() if k not in fields}
         config = NeoBERTConfig.from_model_config(ModelConfig.from_name(str(source), **overrides), **extra)
-        return _PRESET_CLASSES[task](config).eval()
+        return NEOBERT_CLASSES[task](config).eval()
     try:
-        model = _AUTO_CLASSES[task].from_pretrained(path or str(source), **kw)
+        model = AUTO_CLASSES[task].from_pretrained(path or str(source), **kw)
     except OSError as err:
         if path is not None:
             raise

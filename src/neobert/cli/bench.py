@@ -37,7 +37,7 @@ from ..benchmarks.training import run as run_training
 from ..config import PRESETS
 from ..encoders import PRECISIONS
 from . import bench_serve
-from .common import CLIError, make_console, quiet_transformers
+from .common import CLIError, add_command, make_console, quiet_transformers
 from .options import add_options, config_from_args
 
 COMMANDS = {  # name: (config class, help, description)
@@ -84,9 +84,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     commands = bench.add_subparsers(title="benchmarks", dest="benchmark", metavar="BENCHMARK", required=True)
     runners = {"throughput": throughput, "training": training, "encode": encode, "precision": precision}
     for name, (config, help_text, description) in COMMANDS.items():
-        parser = commands.add_parser(name, help=help_text, description=description)
+        parser = add_command(commands, name, runners.get(name, attention), help_text, description)
         add_options(parser, config, rename={"length_range": "range"}, choices=CHOICES)
-        parser.set_defaults(func=runners.get(name, attention), config_class=config)
+        parser.set_defaults(config_class=config)
     bench_serve.register(commands)  # `bench serve` lives in its own module
 
 

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..benchmarks.serve import ServeBenchConfig, run_serve_bench
-from .common import make_console
+from .common import add_command, make_console
 
 
 def _ints(text: str) -> list[int]:
@@ -52,8 +52,10 @@ def bench_serve(args: argparse.Namespace, console: Console | None = None) -> int
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    s = commands.add_parser(
+    s = add_command(
+        commands,
         "serve",
+        bench_serve,
         help="load test of neobert serve: req/s and p50/p95/p99 latency, batching on vs off",
         description="Starts `neobert serve` on a free port of 127.0.0.1 (once without, once with dynamic "
         "batching), drives it with closed-loop clients at each concurrency, stops it. Defaults: the "
@@ -68,4 +70,3 @@ def register(commands: argparse._SubParsersAction) -> None:
     s.add_argument("--words", type=int, help="words per request text (default 16)")
     s.add_argument("--max-queue", type=int, help="the server's queue limit (default 64)")
     s.add_argument("--output", help="directory for results.json / results.md (default docs/benchmarks/serve)")
-    s.set_defaults(func=bench_serve)

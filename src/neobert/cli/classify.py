@@ -24,6 +24,7 @@ from ..long_documents import TRUNCATE, LongDocuments, LongReport
 from ..long_documents import classify as classify_long
 from .common import (
     CLIError,
+    add_command,
     add_model_arguments,
     empty_rows,
     make_console,
@@ -210,8 +211,10 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "classify",
+        _main,
         help="classify texts (a text file or a table) with a sequence classifier, into JSONL",
         description=(
             "Run a sequence classifier (e.g. the model directory written by `neobert finetune classify`) "
@@ -252,4 +255,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="bf16: NeoBERT fast path (bf16 weights, unpadded; probabilities within ~0.05 of fp32); fp32: exact",
     )
     add_long_document_arguments(parser)
-    parser.set_defaults(func=_main)

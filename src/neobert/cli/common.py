@@ -1,7 +1,9 @@
-"""Pieces shared by the CLI commands: the error type, the console, the model options, empty-row notes."""
+"""Pieces shared by the CLI commands: the error type, the console, a subcommand, the model options, empty-row notes."""
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -20,6 +22,16 @@ def quiet_transformers() -> None:
     """Hide transformers' per-file progress bars and info chatter: the commands report what matters."""
     logging.disable_progress_bar()
     logging.set_verbosity_error()
+
+
+def add_command(
+    subparsers: Any, name: str, func: Callable[[argparse.Namespace], int], help: str, description: str | None = None
+) -> argparse.ArgumentParser:
+    """Add the subcommand ``name`` and the function that runs it (given the parsed arguments, it returns the
+    exit code)."""
+    parser = subparsers.add_parser(name, help=help, description=description)
+    parser.set_defaults(func=func)
+    return parser
 
 
 def add_model_arguments(parser: Any) -> None:

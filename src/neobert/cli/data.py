@@ -8,7 +8,7 @@ from rich.table import Table
 
 from ..data import PrepareConfig, PrepareResult, prepare, write_stdlib_corpus
 from ..data.prepare import ON_ERROR, TXT_MODES
-from .common import make_console, quiet_transformers
+from .common import add_command, make_console, quiet_transformers
 from .options import add_options, given
 
 CHOICES = {"txt_mode": TXT_MODES, "on_error": ON_ERROR}
@@ -18,19 +18,23 @@ def register(subparsers) -> None:
     commands = parser.add_subparsers(title="data commands", dest="data_command", metavar="COMMAND")
     commands.required = True
     _register_prepare(commands)
-    corpus = commands.add_parser(
-        "corpus", help="write the offline English corpus (the interpreter's stdlib docstrings) to a .txt file"
+    corpus = add_command(
+        commands,
+        "corpus",
+        run_corpus,
+        help="write the offline English corpus (the interpreter's stdlib docstrings) to a .txt file",
     )
     corpus.add_argument(
         "--output", required=True, help="the .txt file to write (blank line between documents)"
     )
     corpus.add_argument("--modules", nargs="+", help="only these top-level stdlib modules (default: all)")
-    corpus.set_defaults(func=run_corpus)
 
 
 def _register_prepare(commands) -> None:
-    p = commands.add_parser(
+    p = add_command(
+        commands,
         "prepare",
+        run_prepare,
         help="tokenize documents into memory-mapped shards with a validation split",
         description="Inputs: .txt (blank line between documents), .jsonl, .csv, .parquet, directories of "
         "those, hf:NAME[:CONFIG[:SPLIT]] (Hugging Face data set) or stdlib: (offline docstring corpus). "
@@ -40,7 +44,6 @@ def _register_prepare(commands) -> None:
     p.add_argument("--config", metavar="FILE", help="YAML/JSON file of prepare settings; flags override it")
     settings = p.add_argument_group("settings (neobert.data.PrepareConfig; a flag given wins over --config)")
     add_options(settings, PrepareConfig, skip=("inputs",), choices=CHOICES, given_only=True)
-    p.set_defaults(func=run_prepare)
 
 
 def config_from_args(args: argparse.Namespace) -> PrepareConfig:

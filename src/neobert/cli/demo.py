@@ -28,7 +28,7 @@ from ..config import ModelConfig
 from ..encoders import load_tokenizer, save_pretrained
 from ..inference import encode, fill_mask
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
-from .common import make_console, quiet_transformers
+from .common import add_command, make_console, quiet_transformers
 from .fill_mask import FillMaskResult
 from .fill_mask import render as render_fill_mask
 
@@ -214,11 +214,12 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "demo",
+        _main,
         help="showcase on a small random NeoBERT: save, reload, embed, fill-mask, sentence-transformers",
         description="Run the inference path end to end on a small NeoBERT with RANDOM weights and the real "
         "bert-base-uncased tokenizer, checking each step.",
     )
     parser.add_argument("--output", metavar="DIR", help="keep the saved model directories here")
-    parser.set_defaults(func=_main)

@@ -18,6 +18,7 @@ from ..long_documents import TRUNCATE, LongDocuments, LongReport
 from ..long_documents import embed as embed_long
 from .common import (
     CLIError,
+    add_command,
     add_model_arguments,
     empty_rows,
     make_console,
@@ -141,8 +142,10 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "embed",
+        _main,
         help="embed a text file (one text per line) into a .npy array",
         description="Embed each line of a UTF-8 text file; row i of the output is line i.",
     )
@@ -170,4 +173,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="bf16: NeoBERT fast path (bf16 weights, unpadded; cosine > 0.99 to fp32); fp32: exact",
     )
     add_long_document_arguments(parser)
-    parser.set_defaults(func=_main)

@@ -17,7 +17,7 @@ from rich.markup import escape
 from ..evaluation import embedding_files as files
 from ..evaluation import mteb_adapter, pppl
 from ..evaluation.instructions import read_instruction_file
-from .common import CLIError, make_console, quiet_transformers
+from .common import CLIError, add_command, make_console, quiet_transformers
 
 FAMILY_OPTIONS = {
     "sts": "JSONL of sentence1, sentence2, score",
@@ -144,7 +144,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     commands = parser.add_subparsers(title="evaluations", dest="evaluation", metavar="EVALUATION")
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
 
-    mteb = commands.add_parser("mteb", help="MTEB tasks with instructions and mean pooling (Table 4)")
+    mteb = add_command(commands, "mteb", _mteb, help="MTEB tasks with instructions and mean pooling (Table 4)")
     _common(mteb, "results/mteb")
     mteb.add_argument("--tasks", nargs="+", help="MTEB task names (default: every task of --benchmark)")
     mteb.add_argument(
@@ -156,10 +156,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     mteb.add_argument("--no-instructions", action="store_true", help="encode texts as they are (zero-shot)")
     mteb.add_argument("--batch-size", type=int, default=32)
-    mteb.set_defaults(func=_mteb)
 
-    emb = commands.add_parser(
-        "embeddings", help="STS, retrieval, classification, clustering, pair classification on local files"
+    emb = add_command(
+        commands,
+        "embeddings",
+        _embeddings,
+        help="STS, retrieval, classification, clustering, pair classification on local files",
     )
     _common(emb, "results/embeddings")
     emb.add_argument(
@@ -170,9 +172,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     emb.add_argument("--instructions", help="JSON: task -> instruction or {query, corpus} (default: none)")
     emb.add_argument("--batch-size", type=int, default=32)
     emb.add_argument("--seed", type=int, default=0, help="for k-means and logistic regression")
-    emb.set_defaults(func=_embeddings)
 
-    pp = commands.add_parser("pppl", help="pseudo-perplexity per sequence-length bin (Figure 2)")
+    pp = add_command(commands, "pppl", _pppl, help="pseudo-perplexity per sequence-length bin (Figure 2)")
     _common(pp, "results/pppl", "; PATH@yarn[:LENGTH] extends one model's RoPE")
     pp.add_argument("--input", required=True, help="documents: .jsonl with a text field, or one per line")
     pp.add_argument(
@@ -187,4 +188,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-positions", type=int, help="score at most this many tokens per document (evenly spread)"
     )
     pp.add_argument("--max-docs-per-bin", type=int, help="use at most this many documents per bin")
-    pp.set_defaults(func=_pppl)

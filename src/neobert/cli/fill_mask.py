@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..encoders import is_preset, load_model, resolve_tokenizer
 from ..inference import fill_mask
-from .common import add_model_arguments, make_console, quiet_transformers
+from .common import add_command, add_model_arguments, make_console, quiet_transformers
 
 RANDOM_WEIGHTS_NOTE = (
     "weights are random (a preset, not a trained checkpoint): predictions are meaningless until pretraining"
@@ -54,12 +54,13 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "fill-mask",
+        _main,
         help="predict the tokens behind each [MASK] of a text",
         description="Show the top-k tokens, with probabilities, for every [MASK] in TEXT.",
     )
     add_model_arguments(parser)
     parser.add_argument("text", help='text holding one or more [MASK], e.g. "Paris is the [MASK] of France."')
     parser.add_argument("--top-k", type=int, default=5)
-    parser.set_defaults(func=_main)

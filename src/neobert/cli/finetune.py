@@ -19,7 +19,7 @@ from rich.table import Table
 from ..config import load_mapping
 from ..finetuning import ClassifyConfig, GlueConfig, run_classify, run_glue
 from ..finetuning.config import TASK_TYPES, FinetuneConfigError
-from .common import CLIError, make_console, quiet_transformers
+from .common import CLIError, add_command, make_console, quiet_transformers
 from .options import add_options, given
 
 CHOICES = {"precision": ("auto", "fp32", "bf16"), "task_type": TASK_TYPES}
@@ -114,8 +114,10 @@ def print_fitted(result: Any, metric_prefix: str = "") -> None:
 
 
 def _register_glue(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "glue",
+        _glue,
         help="GLUE dev with the paper's protocol (sweep, early stopping, MNLI transfer)",
         description="Fine-tune any encoder on GLUE tasks; writes OUTPUT/results.md (Table 3 layout) and "
         "OUTPUT/results.json, and each task's best checkpoint in OUTPUT/<task>/best.",
@@ -129,18 +131,18 @@ def _register_glue(subparsers: argparse._SubParsersAction) -> None:
         help="'paper' (60 points) or a YAML file mapping settings to value lists",
     )
     add_settings(parser, GlueConfig)
-    parser.set_defaults(func=_glue)
 
 
 def _register_classify(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "classify",
+        _classify,
         help="fine-tune on your own CSV / JSONL / parquet: classification, regression, text pairs",
         description="Writes OUTPUT/model (AutoModelForSequenceClassification + tokenizer), "
         "OUTPUT/metrics.json and OUTPUT/predictions.jsonl.",
     )
     add_settings(parser, ClassifyConfig)
-    parser.set_defaults(func=_classify)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from ..finetuning.contrastive import ContrastiveConfig, run
-from .common import CLIError, make_console, quiet_transformers
+from .common import CLIError, add_command, make_console, quiet_transformers
 from .options import add_options, config_from_args
 
 
@@ -53,8 +53,10 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "contrastive",
+        _main,
         help="contrastive fine-tuning into an embedding model (InfoNCE, in-batch + hard negatives)",
         description="InfoNCE on cosine similarity with in-batch and hard negatives; one data set per batch, "
         "data sets sampled by size^alpha; instructions prefixed to queries; mean pooling.",
@@ -72,4 +74,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--instruction", action="append", metavar="NAME=TEXT", help="instruction of data set NAME"
     )
     parser.add_argument("--instructions", metavar="JSON", help="JSON file: data set name -> instruction")
-    parser.set_defaults(func=_main)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..token_classification.finetune import TokensConfig, run_tokens
-from .common import quiet_transformers
+from .common import add_command, quiet_transformers
 from .finetune import add_settings, print_fitted, settings_from_args
 
 
@@ -16,8 +16,10 @@ def _tokens(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "tokens",
+        _tokens,
         help="token classification (NER): CoNLL-style or JSONL files with BIO / IOB2 tags",
         description="Fine-tune any encoder for token classification. Files: CoNLL style (a token and its tag "
         "per line, the tag in the last column, blank lines between sentences, -DOCSTART- skipped) or JSONL "
@@ -25,4 +27,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "OUTPUT/metrics.json (entity-level P/R/F1, seqeval's definition) and OUTPUT/predictions.jsonl.",
     )
     add_settings(parser, TokensConfig)
-    parser.set_defaults(func=_tokens)

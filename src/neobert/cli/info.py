@@ -15,7 +15,7 @@ from safetensors import safe_open
 from ..config import PRESETS, ModelConfig
 from ..encoders import is_preset, model_dir
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
-from .common import CLIError, make_console
+from .common import CLIError, add_command, make_console
 
 
 @dataclass
@@ -122,8 +122,10 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "info",
+        _main,
         help="architecture and parameter counts of a preset or model directory",
         description="Summarize a NeoBERT architecture; counts come from the real modules built on the "
         "meta device, so even the full model costs no memory.",
@@ -131,4 +133,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "model", metavar="PATH_OR_PRESET", help=f"model directory or preset ({', '.join(PRESETS)})"
     )
-    parser.set_defaults(func=_main)

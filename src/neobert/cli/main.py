@@ -1,7 +1,7 @@
 """``neobert`` entry point: one subcommand per module listed in :data:`COMMAND_MODULES`.
 
-Each module ``neobert.cli.<name>`` defines ``register(subparsers)``, which adds its subparser and sets
-``func`` (called with the parsed arguments, returning an exit code) via ``set_defaults``.
+Each module ``neobert.cli.<name>`` defines ``register(subparsers)``, which adds its subparser and the
+function that runs it (called with the parsed arguments, returning an exit code) with ``common.add_command``.
 """
 
 from __future__ import annotations

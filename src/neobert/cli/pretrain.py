@@ -16,7 +16,7 @@ from ..config import ConfigError, load_mapping
 from ..training.config import PretrainConfig, set_dotted
 from ..training.default_run import run_default
 from ..training.trainer import pretrain
-from .common import CLIError, make_console
+from .common import CLIError, add_command, make_console
 from .options import add_options, given
 
 # Fields written by hand below (data paths, tokenizer) or only reachable through --set / --config (sections).
@@ -26,8 +26,10 @@ _DEFAULT_RUN_FIXED = ("data.paths", "data.tokenizer")
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "pretrain",
+        run_from_args,
         help="pretrain a NeoBERT encoder (no arguments: the embedded offline default)",
         description=(
             "MLM pretraining with the paper's recipe. Without --data, --config and --preset: the embedded "
@@ -63,7 +65,6 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     settings = parser.add_argument_group("settings (neobert.training.PretrainConfig; a flag given wins)")
     add_options(settings, PretrainConfig, skip=_SKIP, choices=CHOICES, given_only=True)
-    parser.set_defaults(func=run_from_args)
 
 
 CHOICES = {"precision": ("bf16", "fp32"), "device": ("cpu", "cuda")}

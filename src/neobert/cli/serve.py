@@ -10,7 +10,7 @@ import typing
 from rich.markup import escape
 
 from ..serving.config import ServeConfig, ServeConfigError
-from .common import CLIError, make_console, quiet_transformers
+from .common import CLIError, add_command, make_console, quiet_transformers
 
 _HELP = {
     "model": "model directory, preset name (random weights) or hub id",
@@ -80,11 +80,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "serve",
+        _serve,
         help="HTTP service: embeddings (also OpenAI-style), classification, tagging, fill-mask",
         description="Serve a model over HTTP with dynamic batching, a bounded queue, limits, /health and "
         "/metrics (Prometheus). Needs pip install 'neobert[serve]'. See docs/serving.md.",
     )
     add_config_flags(parser, ServeConfig, _HELP)
-    parser.set_defaults(func=_serve)

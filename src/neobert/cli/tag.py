@@ -12,7 +12,7 @@ from rich.markup import escape
 from ..encoders import load_model, resolve_tokenizer
 from ..io import write_text
 from ..token_classification import tag
-from .common import CLIError, make_console, quiet_transformers
+from .common import CLIError, add_command, make_console, quiet_transformers
 from .embed import read_texts
 from .long_documents import add_long_document_arguments, long_document_settings, note_long_documents
 
@@ -64,8 +64,10 @@ def _tag(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "tag",
+        _tag,
         help="tag entities with a fine-tuned token classifier (character offsets), JSONL out",
         description="One JSON line per input text: {text, entities: [{label, start, end, text, score}]}; "
         "offsets are characters of the text, end exclusive.",
@@ -76,4 +78,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output", required=True, help="output .jsonl")
     parser.add_argument("--batch-size", type=int, default=32)
     add_long_document_arguments(parser)
-    parser.set_defaults(func=_tag)

@@ -7,15 +7,17 @@ import argparse
 from rich.table import Table
 
 from ..data import train_tokenizer
-from .common import make_console, quiet_transformers
+from .common import add_command, make_console, quiet_transformers
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("tokenizer", help="train tokenizers")
     commands = parser.add_subparsers(title="tokenizer commands", dest="tokenizer_command", metavar="COMMAND")
     commands.required = True
-    p = commands.add_parser(
+    p = add_command(
+        commands,
         "train",
+        run_train,
         help="train a WordPiece or BPE tokenizer with the BERT special tokens",
         description="Reads the same inputs as `neobert data prepare` (.txt, .jsonl, .csv, .parquet, "
         "directories, hf:NAME, stdlib:) and saves a directory that AutoTokenizer.from_pretrained loads.",
@@ -38,7 +40,6 @@ def register(subparsers) -> None:
         "--on-error", choices=["raise", "skip"], default="raise", help="bad records and empty files"
     )
     p.add_argument("--model-max-length", type=int, help="record this maximum length in the tokenizer config")
-    p.set_defaults(func=run_train)
 
 
 def run_train(args: argparse.Namespace) -> int:

@@ -98,6 +98,13 @@ class NeoBERTPreTrainedModel(PreTrainedModel):
         elif isinstance(module, RotaryTables):
             module.reset()
 
+    def _head_output(self, output_class: type, loss, logits, hidden_states, return_dict: bool | None):
+        """A head's ``output_class(loss, logits, hidden_states)``, or with ``return_dict`` false (default: the
+        config's) the tuple of those that are set."""
+        if not (return_dict if return_dict is not None else self.config.return_dict):
+            return tuple(v for v in (loss, logits, hidden_states) if v is not None)
+        return output_class(loss=loss, logits=logits, hidden_states=hidden_states)
+
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         """transformers' loader, made strict: missing, unexpected or wrongly shaped tensors raise, listed.
@@ -322,10 +329,7 @@ class NeoBERTForMaskedLM(NeoBERTPreTrainedModel):
             logits = self.decoder(h)  # (..., V)
             if labels is not None:
                 loss = F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), ignore_index=-100)
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
-        if not return_dict:
-            return tuple(v for v in (loss, logits, out.hidden_states) if v is not None)
-        return MaskedLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+        return self._head_output(MaskedLMOutput, loss, logits, out.hidden_states, return_dict)
 
 
 class NeoBERTForSequenceClassification(NeoBERTPreTrainedModel):
@@ -364,10 +368,7 @@ class NeoBERTForSequenceClassification(NeoBERTPreTrainedModel):
         x = torch.tanh(self.dense(self.dropout(pooled)))
         logits = self.classifier(self.dropout(x))  # (B, num_labels)
         loss = self._loss(logits, labels) if labels is not None else None
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
-        if not return_dict:
-            return tuple(v for v in (loss, logits, out.hidden_states) if v is not None)
-        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+        return self._head_output(SequenceClassifierOutput, loss, logits, out.hidden_states, return_dict)
 
     def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         problem = self.config.problem_type
@@ -417,7 +418,4 @@ class NeoBERTForTokenClassification(NeoBERTPreTrainedModel):
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
-        if not return_dict:
-            return tuple(v for v in (loss, logits, out.hidden_states) if v is not None)
-        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+        return self._head_output(TokenClassifierOutput, loss, logits, out.hidden_states, return_dict)

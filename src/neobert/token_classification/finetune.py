@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from ..encoders import check_vocab, max_positions, resolve_tokenizer
 from ..evaluation.metrics import MetricResult
+from ..finetuning.classify import ClassifyResult
 from ..finetuning.config import FinetuneConfigError, ModelSource, TrainSettings, _positive_int
 from ..finetuning.models import load_classifier
 from ..finetuning.trainer import ClassificationTask, EvalSpec, _autocast, fit
@@ -51,15 +52,8 @@ class TokensConfig(TrainSettings, ModelSource):
 
 
 @dataclass
-class TokensResult:
-    metrics: dict[str, float]
-    notes: list[str]
-    model_dir: Path
-    metrics_file: Path
-    predictions_file: Path
-    best_step: int
-    steps: int
-    labels: list[str]
+class TokensResult(ClassifyResult):
+    """A file fine-tuning run's result, as ``run_classify``'s; ``labels`` are the tags by id."""
 
 
 def load_token_classifier(source: str, labels: list[str], preset_overrides: dict[str, Any] | None = None):
