@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "finetune",
     "eval",
     "bench",
+    "ablate",
 ]
 
 
