@@ -47,7 +47,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         max_steps=args.max_steps,
         keep_checkpoints=args.keep_checkpoints,
     )
-    result = run_ladder(config, log=lambda line: console.print(line, highlight=False))
+    result = run_ladder(config, log=lambda line: console.print(line, highlight=False, soft_wrap=True))
     console.print(f"ran {len(result.ran)} run(s), skipped {len(result.skipped)} finished")
     console.print(f"wrote {result.report_md}" + (f" and {result.report_png}" if result.report_png else ""))
     return 0
