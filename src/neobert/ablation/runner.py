@@ -24,13 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
+from transformers import AutoTokenizer
 
 from ..config import ModelConfig
 from ..data import PrepareConfig, TokenDataset, prepare, train_tokenizer
 from ..finetuning.classify import run_classify
 from ..finetuning.reporting import write_json_atomic, write_text_atomic
 from ..inference import default_tokenizer_dir, save_pretrained
+from ..model import NeoBERTConfig, NeoBERTForMaskedLM
 from ..training.checkpointing import write_atomic_dir
 from ..training.config import PretrainConfig
 from ..training.default_run import shipped_tokenizer
@@ -161,11 +164,6 @@ def _pretrain(config: PretrainConfig, plan: RungPlan, run: Path, on_step_end) ->
 
 
 def _export_random(config: PretrainConfig, final: Path) -> None:
-    import torch
-    from transformers import AutoTokenizer
-
-    from ..model import NeoBERTConfig, NeoBERTForMaskedLM
-
     tokenizer = AutoTokenizer.from_pretrained(str(TokenDataset(config.data.paths[0]).tokenizer_path))
     overrides = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id, **config.model}
     torch.manual_seed(config.seed)
