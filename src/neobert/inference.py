@@ -227,9 +227,14 @@ def token_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | Non
     return batches
 
 
-def _batched_inputs(
+class TokenIds(list):
+    """Rows already tokenized, special tokens included, each within the model's length: :func:`encode` and
+    :func:`classify` take them in place of texts (the long-document policies cut texts into such rows)."""
+
+
+def batched_inputs(
     tokenizer: Any,
-    texts: Sequence[str],
+    texts: Sequence[str] | TokenIds,
     pairs: Sequence[str] | None,
     batch_size: int,
     max_tokens: int | None,
@@ -246,14 +251,19 @@ def _batched_inputs(
     for start in range(0, len(by_chars), TOKENIZE_CHUNK):
         chunk = by_chars[start : start + TOKENIZE_CHUNK]
         second = [pairs[i] for i in chunk] if pairs is not None else None
-        ids = tokenizer(
-            [texts[i] for i in chunk],
-            second,
-            truncation=True,
-            max_length=max_length,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-        )["input_ids"]
+        if isinstance(texts, TokenIds):
+            ids = [texts[i] for i in chunk]
+            if any(len(row) > max_length for row in ids):
+                raise ValueError(f"a tokenized row is longer than max_length {max_length}")
+        else:
+            ids = tokenizer(
+                [texts[i] for i in chunk],
+                second,
+                truncation=True,
+                max_length=max_length,
+                return_attention_mask=False,
+                return_token_type_ids=False,
+            )["input_ids"]
         for batch in token_batches([len(row) for row in ids], batch_size, max_tokens):
             width = len(ids[batch[0]])
             input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
@@ -293,7 +303,7 @@ def encode(
     max_length = max_length or encoder.config.max_length
     device = next(encoder.parameters()).device
     out = np.empty((len(texts), encoder.config.hidden_size), dtype=np.float32)
-    batches = _batched_inputs(tokenizer, texts, None, batch_size, max_tokens, max_length, device)
+    batches = batched_inputs(tokenizer, texts, None, batch_size, max_tokens, max_length, device)
     progress = tqdm(total=len(texts), unit="text", disable=not show_progress)
     with _eval_mode(encoder), torch.inference_mode(), progress:
         for index, inputs in batches:
@@ -343,7 +353,7 @@ def classify(
     device = next(inner.parameters()).device
     token_types = pairs is not None and _pair_token_types(inner, tokenizer)
     out = np.empty((len(texts), inner.config.num_labels), dtype=np.float32)
-    batches = _batched_inputs(tokenizer, texts, pairs, batch_size, max_tokens, max_length, device)
+    batches = batched_inputs(tokenizer, texts, pairs, batch_size, max_tokens, max_length, device)
     progress = tqdm(total=len(texts), unit="text", disable=not show_progress)
     with _eval_mode(model), torch.inference_mode(), progress:
         for index, inputs in batches:

@@ -7,7 +7,8 @@
 - ``attention``: the attention kernels torch offers (SDPA, compiled SDPA, chunked matmul + softmax,
   compiled flex_attention) on NeoBERT's head shapes;
 - ``precision``: fp32, bf16 and int8 inference (torch and torchao quantization) for tokens/s and cosine to
-  fp32.
+  fp32;
+- ``serve``: a load test of ``neobert serve`` (requests/s, p50/p95/p99) with and without dynamic batching.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from . import bench_serve
 from .common import CLIError, make_console, quiet_transformers
 
 
@@ -188,6 +190,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     a.add_argument("--kernels", type=_names, default="sdpa,sdpa-compile,math,flex-compile")
     a.add_argument("--output", help="directory for results.json and results.md")
     a.set_defaults(func=attention)
+    bench_serve.register(commands)  # `bench serve` lives in its own module
 
 
 def throughput(args: argparse.Namespace, console: Console | None = None) -> int:

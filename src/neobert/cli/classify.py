@@ -16,6 +16,8 @@ import torch
 from rich.markup import escape
 from rich.table import Table
 
+from ..long_documents import TRUNCATE, LongDocuments, LongReport
+from ..long_documents import classify as classify_long
 from .common import (
     CLIError,
     add_model_arguments,
@@ -28,6 +30,7 @@ from .common import (
     quiet_transformers,
 )
 from .embed import read_texts
+from .long_documents import add_long_document_arguments, long_document_settings, note_long_documents
 
 
 @dataclass
@@ -40,6 +43,7 @@ class ClassifyResult:
     seconds: float
     random_weights: bool  # a preset: the head and encoder are untrained
     empty_rows: list[int]  # 1-based rows whose text is empty or blank (classified as such, and reported)
+    long: LongReport | None = None  # what the long-document policy did (None for pairs / explicit max_length)
 
 
 def read_inputs(
@@ -120,6 +124,7 @@ def run(
     tokenizer: str | None = None,
     show_progress: bool = True,
     precision: str = "bf16",
+    long_documents: LongDocuments = TRUNCATE,
 ) -> ClassifyResult:
     """Classify every row of ``input`` with ``model`` and write one JSON object per row to ``output``.
 
@@ -139,16 +144,22 @@ def run(
     classifier = load_model(model, task="sequence-classification")
     _require_head(model, classifier)
     apply_precision(classifier, precision)
-    logits = classify(
-        classifier,
-        tok,
-        texts,
-        pairs,
-        batch_size=batch_size,
-        max_length=max_length,
-        show_progress=show_progress,
-        max_tokens=max_tokens,
-    )
+    report = None
+    if pairs is None and max_length is None:  # single texts at the model's window: the policy decides
+        logits, report = classify_long(classifier, tok, texts, long_documents, batch_size, max_tokens, show_progress)
+    elif long_documents.policy != "truncate":
+        raise CLIError(f"--long-documents {long_documents.policy} applies to single texts without --max-length")
+    else:
+        logits = classify(
+            classifier,
+            tok,
+            texts,
+            pairs,
+            batch_size=batch_size,
+            max_length=max_length,
+            show_progress=show_progress,
+            max_tokens=max_tokens,
+        )
     config = classifier.config
     rows = prediction_rows(logits, config)
     path = write_text_atomic(output, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
@@ -163,7 +174,7 @@ def run(
         counts = {name: predicted[name] for name in dict.fromkeys(label_names(config))}
     seconds = time.perf_counter() - start
     empty = empty_rows(texts)
-    return ClassifyResult(path, len(rows), regression, counts, value_range, seconds, is_preset(model), empty)
+    return ClassifyResult(path, len(rows), regression, counts, value_range, seconds, is_preset(model), empty, report)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -179,6 +190,7 @@ def _main(args: argparse.Namespace) -> int:
         max_length=args.max_length,
         tokenizer=args.tokenizer,
         precision=args.precision,
+        long_documents=long_document_settings(args),
     )
     console = make_console()
     console.print(
@@ -195,6 +207,7 @@ def _main(args: argparse.Namespace) -> int:
             table.add_row(escape(name), f"{count:,}", f"{count / max(result.rows, 1):.1%}")
     console.print(table)
     note_empty_rows(console, result.empty_rows, "row", "their predictions say nothing about any text")
+    note_long_documents(console, result.long, long_document_settings(args), "row")
     if result.random_weights:
         console.print("[yellow]note:[/] a preset has random weights: these predictions are meaningless")
     return 0
@@ -242,4 +255,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="bf16",
         help="bf16: NeoBERT fast path (bf16 weights, unpadded; probabilities within ~0.05 of fp32); fp32: exact",
     )
+    add_long_document_arguments(parser)
     parser.set_defaults(func=_main)

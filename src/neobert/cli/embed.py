@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 from rich.markup import escape
 
+from ..long_documents import TRUNCATE, LongDocuments, LongReport
+from ..long_documents import embed as embed_long
 from .common import (
     CLIError,
     add_model_arguments,
@@ -22,6 +24,7 @@ from .common import (
     note_empty_rows,
     quiet_transformers,
 )
+from .long_documents import add_long_document_arguments, long_document_settings, note_long_documents
 
 
 @dataclass
@@ -32,6 +35,7 @@ class EmbedResult:
     normalized: bool
     seconds: float
     empty_rows: list[int]  # 1-based lines whose text is empty or blank (embedded as such, and reported)
+    long: LongReport | None = None  # what the long-document policy did (None with an explicit max_length)
 
 
 def read_texts(path: str | os.PathLike) -> list[str]:
@@ -86,6 +90,7 @@ def run(
     show_progress: bool = True,
     precision: str = "bf16",
     max_tokens: int | None = None,
+    long_documents: LongDocuments = TRUNCATE,
 ) -> EmbedResult:
     """Embed every line of ``input`` with ``model`` and save the (lines, hidden) float32 array to ``output``.
 
@@ -99,20 +104,26 @@ def run(
     start = time.perf_counter()
     tok = resolve_tokenizer(model, tokenizer)
     encoder = apply_precision(load_model(model, task="base"), precision)
-    vectors = encode(
-        encoder,
-        tok,
-        texts,
-        batch_size=batch_size,
-        pooling=pooling,
-        normalize=normalize,
-        max_length=max_length,
-        show_progress=show_progress,
-        max_tokens=max_tokens,
-    )
+    report = None
+    if max_length is None:  # the model's window: the long-document policy decides
+        vectors, report = embed_long(
+            encoder, tok, texts, long_documents, pooling, normalize, batch_size, max_tokens, show_progress
+        )
+    else:
+        vectors = encode(
+            encoder,
+            tok,
+            texts,
+            batch_size=batch_size,
+            pooling=pooling,
+            normalize=normalize,
+            max_length=max_length,
+            show_progress=show_progress,
+            max_tokens=max_tokens,
+        )
     path = save_npy_atomic(output, vectors)
     seconds = time.perf_counter() - start
-    return EmbedResult(path, vectors.shape, pooling, normalize, seconds, empty_rows(texts))
+    return EmbedResult(path, vectors.shape, pooling, normalize, seconds, empty_rows(texts), report)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -128,6 +139,7 @@ def _main(args: argparse.Namespace) -> int:
         tokenizer=args.tokenizer,
         precision=args.precision,
         max_tokens=args.max_tokens,
+        long_documents=long_document_settings(args),
     )
     n, dim = result.shape
     norm = "L2-normalized" if result.normalized else "not normalized"
@@ -141,6 +153,7 @@ def _main(args: argparse.Namespace) -> int:
     note_empty_rows(
         console, result.empty_rows, "line", "their rows embed an empty text, so that row i is line i"
     )
+    note_long_documents(console, result.long, long_document_settings(args), "line")
     return 0
 
 
@@ -173,4 +186,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="bf16",
         help="bf16: NeoBERT fast path (bf16 weights, unpadded; cosine > 0.99 to fp32); fp32: exact",
     )
+    add_long_document_arguments(parser)
     parser.set_defaults(func=_main)

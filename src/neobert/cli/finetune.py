@@ -198,6 +198,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
     _register_glue(finetune_subparsers)
     _register_classify(finetune_subparsers)
-    # Contrastive fine-tuning lives in its own module; it joins this command group when present.
-    if importlib.util.find_spec(f"{__package__}.finetune_contrastive") is not None:
-        importlib.import_module(f"{__package__}.finetune_contrastive").register(finetune_subparsers)
+    # Contrastive and token fine-tuning live in their own modules; they join this group when present.
+    for name in ("finetune_contrastive", "finetune_tokens"):
+        if importlib.util.find_spec(f"{__package__}.{name}") is not None:
+            importlib.import_module(f"{__package__}.{name}").register(finetune_subparsers)

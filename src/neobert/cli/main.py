@@ -29,6 +29,8 @@ COMMAND_MODULES = [
     "finetune",
     "eval",
     "bench",
+    "serve",
+    "tag",
     "ablate",
 ]
 

@@ -47,6 +47,9 @@ class EvalSpec:
     metrics: tuple[str, ...]
     score: Callable[[dict[str, MetricResult]], float]
     regression: bool = False
+    # Tasks whose predictions are not one label per example (token classification) evaluate a split
+    # themselves: (model, data, batch_size, pad_token_id, precision) -> (metrics, predictions, mean loss).
+    evaluate_split: Callable[..., tuple[MetricResult, np.ndarray, float]] | None = None
 
 
 @dataclass
@@ -134,8 +137,13 @@ def evaluate(
 ) -> Evaluation:
     results, predictions, losses = {}, {}, []
     for name, data in splits.items():
-        preds, loss = predict(model, data, spec.regression, settings.eval_batch_size, pad_token_id, precision)
-        results[name] = compute_metrics(spec.metrics, preds, np.asarray(data.labels))
+        if spec.evaluate_split is not None:
+            results[name], preds, loss = spec.evaluate_split(
+                model, data, settings.eval_batch_size, pad_token_id, precision
+            )
+        else:
+            preds, loss = predict(model, data, spec.regression, settings.eval_batch_size, pad_token_id, precision)
+            results[name] = compute_metrics(spec.metrics, preds, np.asarray(data.labels))
         predictions[name] = preds
         losses.append(loss)
     score = spec.score(results)
@@ -233,7 +241,9 @@ def step_indices(step: int, examples: int, batch_size: int, world: int, seed: in
 
 
 class ClassificationTask:
-    """Sequence classification or regression, summed over the examples of a batch, for the training core."""
+    """Sequence classification or regression, summed over the examples of a batch, for the training core.
+    Another task over the same data order (token classification) overrides ``collate``, ``count`` and ``loss``
+    and is handed to :func:`fit` as ``task_class``."""
 
     def __init__(self, engine: Engine, train: EncodedDataset, splits, spec: EvalSpec, settings, pad: int,
                  precision: str, keeper: BestKeeper):  # fmt: skip
@@ -247,7 +257,10 @@ class ClassificationTask:
         s = self.settings
         indices = step_indices(step, len(self.train), s.batch_size, self.engine.world, s.seed)
         mine = np.array_split(indices, self.engine.world)[self.engine.rank]
-        return [collate([self.train[int(i)] for i in mine], self.pad)]
+        return [self.collate([self.train[int(i)] for i in mine])]
+
+    def collate(self, rows: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
+        return collate(rows, self.pad)
 
     def count(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return torch.tensor(len(batch["labels"]))
@@ -299,6 +312,7 @@ def fit(
     state_dir: str | Path | None = None,
     resume: bool = False,
     on_step_end: Callable[[int, dict[str, float]], None] | None = None,
+    task_class: type[ClassificationTask] = ClassificationTask,
 ) -> FitResult:
     """Train ``model`` on ``train``; the best evaluation's model and tokenizer end up in ``checkpoint``.
 
@@ -324,7 +338,7 @@ def fit(
         )
     )
     keeper = BestKeeper(model, tokenizer, Path(checkpoint), settings.patience, write=engine.is_main)
-    task = ClassificationTask(engine, train, splits, spec, settings, pad, precision, keeper)
+    task = task_class(engine, train, splits, spec, settings, pad, precision, keeper)
     engine.settings.max_steps = task.total
     engine.settings.save_every = task.eval_every
     engine.prepare(

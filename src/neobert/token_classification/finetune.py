@@ -1,0 +1,231 @@
+"""``neobert finetune tokens``: fine-tune any encoder for token classification (NER) on CoNLL / JSONL files.
+
+Labels sit on the first sub-word of each word (the others, and special tokens, are ignored by the loss);
+evaluation is entity-level precision / recall / F1 (seqeval's definition) over every word of the
+validation sentences, so words lost to truncation count as missed. Writes ``OUTPUT/model`` (the best
+checkpoint, loadable with ``AutoModelForTokenClassification``), ``OUTPUT/metrics.json`` and
+``OUTPUT/predictions.jsonl`` (the best model's validation tags).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..config import ModelConfig
+from ..evaluation.metrics import MetricResult
+from ..finetuning.config import FinetuneConfigError, ModelSource, TrainSettings, _positive_int
+from ..finetuning.models import check_vocabulary, is_preset, load_tokenizer_for, max_positions
+from ..finetuning.reporting import write_json_atomic, write_text_atomic
+from ..finetuning.trainer import ClassificationTask, EvalSpec, _autocast, fit
+from ..model import NeoBERTConfig, NeoBERTForTokenClassification
+from ..training.engine import LossTerms, is_main_process, wait_for_everyone
+from .data import IGNORE, OUTSIDE, Sentence, TokenDataset, collate_tokens, label_names, read_sentences
+from .entities import entity_scores, spans
+
+METRICS = ("precision", "recall", "f1")
+
+
+@dataclass(kw_only=True)
+class TokensConfig(TrainSettings, ModelSource):
+    """``neobert finetune tokens``: the user's own token-classification (NER) task."""
+
+    train: str  # CoNLL-style file, or .jsonl with tokens + tags
+    validation: str
+    output: str
+    max_train_samples: int | None = None  # sentences
+    max_eval_samples: int | None = None
+
+    def __post_init__(self) -> None:
+        TrainSettings.__post_init__(self)
+        ModelSource.__post_init__(self)
+        for name in ("max_train_samples", "max_eval_samples"):
+            if getattr(self, name) is not None:
+                _positive_int(self, name)
+
+
+@dataclass
+class TokensResult:
+    metrics: dict[str, float]
+    notes: list[str]
+    model_dir: Path
+    metrics_file: Path
+    predictions_file: Path
+    best_step: int
+    steps: int
+    labels: list[str]
+
+
+def load_token_classifier(source: str, labels: list[str], preset_overrides: dict[str, Any] | None = None):
+    """A token classifier with one output per label: a NeoBERT preset (random weights) or any encoder
+    by directory / hub id (a head of another size is replaced by a fresh one)."""
+    from transformers import AutoConfig, AutoModelForTokenClassification
+
+    head = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
+            "label2id": {name: i for i, name in enumerate(labels)}}  # fmt: skip
+    if is_preset(source):
+        config = NeoBERTConfig.from_model_config(
+            ModelConfig.from_name(source, **(preset_overrides or {})), **head
+        )
+        return NeoBERTForTokenClassification(config)
+    if preset_overrides:
+        raise FinetuneConfigError(f"preset overrides apply to presets only, and {source} is not one")
+    if source.startswith((".", "/", "~")) and not Path(source).expanduser().is_dir():
+        raise FileNotFoundError(f"{source} is not a model directory (no such directory)")
+    config = AutoConfig.from_pretrained(source, **head)
+    return AutoModelForTokenClassification.from_pretrained(
+        source, config=config, ignore_mismatched_sizes=True
+    )
+
+
+class TokenClassificationTask(ClassificationTask):
+    """Fine-tuning's task (same data order, evaluations, resume and processes) with one label per word:
+    the loss is summed over the labelled sub-words, and the engine divides by their global count."""
+
+    def collate(self, rows: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
+        return collate_tokens(rows, self.pad)
+
+    def count(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return (batch["labels"] != IGNORE).sum()
+
+    def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> LossTerms:
+        batch = {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
+        labels = batch.pop("labels")  # (B, L)
+        with _autocast(self.engine.device, self.precision):
+            logits = model(**batch).logits.float()  # (B, L, num_labels)
+        loss_sum = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="sum")
+        return LossTerms(loss_sum, tokens=int(batch["attention_mask"].sum()))
+
+
+@torch.no_grad()
+def evaluate_tokens(
+    model: torch.nn.Module, data: TokenDataset, batch_size: int, pad_token_id: int, precision: str
+) -> tuple[MetricResult, np.ndarray, float]:
+    """Entity-level metrics of ``model`` on ``data``, the predicted label ids per word (N, most words;
+    -1 past a sentence's end), the mean loss per labelled word."""
+    device = next(model.parameters()).device
+    id2label = {int(k): v for k, v in model.config.id2label.items()}
+    was_training = model.training
+    model.eval()
+    predicted: list[list[str]] = []
+    loss_sum, counted = 0.0, 0
+    for start in range(0, len(data), batch_size):
+        rows = [data[i] for i in range(start, min(start + batch_size, len(data)))]
+        batch = {k: v.to(device) for k, v in collate_tokens(rows, pad_token_id).items()}
+        with _autocast(device, precision):
+            out = model(**batch)
+        labelled = batch["labels"] != IGNORE  # (B, L): the first sub-word of each word
+        loss_sum += float(out.loss) * int(labelled.sum())
+        counted += int(labelled.sum())
+        guesses = out.logits.float().argmax(dim=-1)  # (B, L)
+        for row, sentence in enumerate(data.sentences[start : start + len(rows)]):
+            tags = [id2label[int(i)] for i in guesses[row][labelled[row]].tolist()]
+            predicted.append(tags + [OUTSIDE] * (len(sentence.words) - len(tags)))  # truncated words: O
+    model.train(was_training)
+    gold = [s.tags for s in data.sentences]
+    label2id = {name: i for i, name in id2label.items()}
+    return entity_metrics(gold, predicted), _tag_ids(predicted, label2id), loss_sum / max(counted, 1)
+
+
+def _tag_ids(tags: list[list[str]], label2id: dict[str, int]) -> np.ndarray:
+    """Tags per sentence as one int array (N, most words), -1 past each sentence's end (checkpoint state)."""
+    ids = np.full((len(tags), max((len(t) for t in tags), default=0)), -1, dtype=np.int64)
+    for row, sentence in enumerate(tags):
+        ids[row, : len(sentence)] = [label2id[t] for t in sentence]
+    return ids
+
+
+def _tag_names(ids: np.ndarray, labels: list[str]) -> list[list[str]]:
+    return [[labels[i] for i in row if i >= 0] for row in np.asarray(ids).tolist()]
+
+
+def entity_metrics(gold: list[list[str]], predicted: list[list[str]]) -> MetricResult:
+    """P / R / F1 as :class:`MetricResult`: NaN (with a note) where seqeval would report 0 for 0/0."""
+    scores = entity_scores(gold, predicted)
+    n_gold = sum(len(spans(tags)) for tags in gold)
+    n_pred = sum(len(spans(tags)) for tags in predicted)
+    values = {name: scores[name] for name in METRICS}
+    notes = []
+    if n_pred == 0:
+        values["precision"] = math.nan
+        notes.append("no entity predicted: precision is undefined (NaN)")
+    if n_gold == 0:
+        values["recall"] = math.nan
+        notes.append("no entity in the gold tags: recall is undefined (NaN)")
+    if n_pred == 0 or n_gold == 0:
+        values["f1"] = math.nan if n_pred == n_gold == 0 else 0.0
+    return MetricResult(values, notes)
+
+
+def _score(results: dict[str, MetricResult]) -> float:
+    (result,) = results.values()
+    return result.values["f1"]
+
+
+def run_tokens(config: TokensConfig | dict[str, Any]) -> TokensResult:
+    """Fine-tune ``config.model`` on ``config.train``, select on ``config.validation``, write the outputs."""
+    if isinstance(config, dict):
+        config = TokensConfig.from_dict(config)
+    train_sentences = read_sentences(config.train)[: config.max_train_samples]
+    val_sentences = read_sentences(config.validation)[: config.max_eval_samples]
+    labels = label_names(train_sentences)
+    torch.manual_seed(config.seed)  # the new head's initialisation
+    tokenizer = load_tokenizer_for(config.model, config.tokenizer)
+    model = load_token_classifier(config.model, labels, config.preset_overrides)
+    check_vocabulary(model, tokenizer)
+    max_length = min(config.max_length, max_positions(model) or config.max_length)
+    label2id = {name: i for i, name in enumerate(labels)}
+    train = TokenDataset(tokenizer, train_sentences, label2id, max_length, config.train)
+    validation = TokenDataset(tokenizer, val_sentences, label2id, max_length, config.validation)
+
+    output = Path(config.output)
+    spec = EvalSpec(METRICS, _score, evaluate_split=evaluate_tokens)
+    fitted = fit(
+        model, tokenizer, train, {"validation": validation}, spec, config.train_settings(), output / "model",
+        log_dir=output / "tensorboard" if config.tensorboard else None, device=config.device,
+        precision=config.precision, show_progress=config.show_progress,
+        description=f"tokens {Path(config.train).name}", state_dir=output, resume=config.resume,
+        task_class=TokenClassificationTask,
+    )  # fmt: skip
+    predicted = _tag_names(fitted.best.predictions["validation"], labels)
+    best = fitted.best.results["validation"]
+    predictions_file, metrics_file = output / "predictions.jsonl", output / "metrics.json"
+    if is_main_process():  # under torchrun every process trained the same model; one writes
+        _write_predictions(predictions_file, val_sentences, predicted)
+        report = {
+            "task_type": "token-classification",
+            "metrics": best.to_dict()["values"],
+            "notes": best.notes,
+            "per_type": entity_scores([s.tags for s in val_sentences], predicted)["per_type"],
+            "best_step": fitted.best.step,
+            "steps": fitted.steps,
+            "stopped_early": fitted.stopped_early,
+            "num_train": len(train),
+            "num_validation": len(validation),
+            "truncated_sentences": {"train": train.truncated, "validation": validation.truncated},
+            "labels": labels,
+            "model": config.model,
+            "model_type": model.config.model_type,
+            "seconds": round(fitted.seconds, 2),
+            "config": config.to_dict(),
+            "history": [e.to_dict() for e in fitted.history],
+        }
+        write_json_atomic(metrics_file, report)
+    wait_for_everyone()
+    return TokensResult(best.values, best.notes, output / "model", metrics_file, predictions_file,
+                        fitted.best.step, fitted.steps, labels)  # fmt: skip
+
+
+def _write_predictions(path: Path, sentences: list[Sentence], predicted: list[list[str]]) -> Path:
+    lines = [
+        json.dumps({"tokens": s.words, "tags": s.tags, "predicted": p}, ensure_ascii=False)
+        for s, p in zip(sentences, predicted)
+    ]
+    return write_text_atomic(path, "\n".join(lines) + "\n")
