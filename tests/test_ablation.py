@@ -26,6 +26,7 @@ from neobert.ablation import (
 from neobert.ablation.runner import run_rung
 from neobert.model import NeoBERTConfig, NeoBERTForMaskedLM
 from neobert.model.layers import GeluMLP, RMSNorm, SwiGLU
+from neobert.training.batching import micro_batches_for
 from neobert.training.masking import generator_for, mask_tokens
 from neobert.training.optim import build_optimizer
 from neobert.training.schedule import lr_at
@@ -89,6 +90,8 @@ def test_every_rung_states_the_spec_change(ladder_name):
     assert configs["S2"][2].data.seq_len > configs["M10"][2].data.seq_len
     assert configs["S2"][1].init_from == "M10" and configs["S2"][2].data.mixture
     assert not configs["random"][1].pretrain and all(p.pretrain for _, p, _ in list(configs.values())[1:])
+    for rung, (_, _, c) in configs.items():  # every step's batch splits into whole micro-batches
+        assert micro_batches_for(c.tokens_per_step, c.data.seq_len, c.micro_batch_size, 1) >= 1, rung
 
 
 def _encoder_params(m) -> int:
