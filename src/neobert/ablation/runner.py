@@ -149,7 +149,8 @@ def _pretrain(config: PretrainConfig, plan: RungPlan, run: Path, on_step_end) ->
     if not plan.pretrain:  # rung 0: the architecture with random weights, no training
         _export_random(config, run / "final")
         return {"steps": 0, "val_loss": None, "seconds": time.perf_counter() - started, "tokens": 0}
-    result = pretrain(config, resume=True, on_step_end=on_step_end, progress_bar=False)
+    resume = (run / "checkpoints").is_dir()  # a killed run continues; a fresh one starts quietly
+    result = pretrain(config, resume=resume, on_step_end=on_step_end, progress_bar=False)
     if not (run / "final" / "config.json").is_file():
         raise RuntimeError(f"pretraining of {plan.name} exported no model under {run / 'final'}")
     return {

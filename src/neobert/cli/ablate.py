@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from .common import make_console, quiet_transformers
@@ -47,7 +48,23 @@ def run_from_args(args: argparse.Namespace) -> int:
         max_steps=args.max_steps,
         keep_checkpoints=args.keep_checkpoints,
     )
+    _warn_if_oversubscribed(console)
     result = run_ladder(config, log=lambda line: console.print(line, highlight=False, soft_wrap=True))
     console.print(f"ran {len(result.ran)} run(s), skipped {len(result.skipped)} finished")
     console.print(f"wrote {result.report_md}" + (f" and {result.report_png}" if result.report_png else ""))
     return 0
+
+
+def _warn_if_oversubscribed(console) -> None:
+    """Several threads per process on busy cores ran 10x slower than one (docs/ablations.md)."""
+    import torch
+
+    cores = os.cpu_count() or 1
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if torch.get_num_threads() > 1 and load >= cores:
+        console.print(
+            f"[yellow]note:[/] load average {load:.1f} on {cores} cores: with other work running, "
+            "OMP_NUM_THREADS=1 trains up to 10x faster (docs/ablations.md)",
+            highlight=False,
+            soft_wrap=True,
+        )
