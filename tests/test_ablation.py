@@ -354,3 +354,16 @@ def test_real_tasks_split_by_movie_and_speaker():
     held_out = [r["text"] for r in splits["validation"] + party["validation"] if len(r["text"]) > 60]
     assert len(held_out) > 1000 and not any(text in corpus for text in held_out)
     assert any(r["text"] in corpus for r in party["train"][:20])  # the training side is in it
+
+
+def test_run_killed_before_its_first_checkpoint_starts_clean(smoke, tmp_path):
+    out = smoke[0]
+    for name in ("data", "tokenizers", "tasks"):
+        shutil.copytree(out / name, tmp_path / name)
+    run = tmp_path / "runs" / "M0" / "seed-0"
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "train/loss": 123.0}) + "\n")  # the killed try
+    run_ladder(AblateConfig(ladder="smoke", output=str(tmp_path), rungs=["M0"]), log=lambda line: None)
+    history = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [h["step"] for h in history if "train/loss" in h] == [1, 2, 3]
+    assert all(h.get("train/loss") != 123.0 for h in history)

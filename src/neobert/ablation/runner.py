@@ -34,7 +34,7 @@ from ..finetuning.classify import run_classify
 from ..finetuning.reporting import write_json_atomic, write_text_atomic
 from ..inference import default_tokenizer_dir, save_pretrained
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
-from ..training.checkpointing import write_atomic_dir
+from ..training.checkpointing import latest_checkpoint, write_atomic_dir
 from ..training.config import PretrainConfig
 from ..training.default_run import shipped_tokenizer
 from ..training.trainer import pretrain
@@ -149,7 +149,9 @@ def _pretrain(config: PretrainConfig, plan: RungPlan, run: Path, on_step_end) ->
     if not plan.pretrain:  # rung 0: the architecture with random weights, no training
         _export_random(config, run / "final")
         return {"steps": 0, "val_loss": None, "seconds": time.perf_counter() - started, "tokens": 0}
-    resume = (run / "checkpoints").is_dir()  # a killed run continues; a fresh one starts quietly
+    resume = latest_checkpoint(run / "checkpoints") is not None  # a killed run continues from it
+    if not resume:  # killed before its first checkpoint: its logged steps will be trained again
+        (run / "metrics.jsonl").unlink(missing_ok=True)
     result = pretrain(config, resume=resume, on_step_end=on_step_end, progress_bar=False)
     if not (run / "final" / "config.json").is_file():
         raise RuntimeError(f"pretraining of {plan.name} exported no model under {run / 'final'}")
