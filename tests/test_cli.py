@@ -74,14 +74,15 @@ def test_info_directory_with_weights(model_dir):
 
 def test_info_errors(tmp_path, capsys):
     assert main(["info", "no-such-preset"]) == 1
-    assert "neither a model directory nor a preset" in capsys.readouterr().err
+    assert "is not a preset (neobert, " in capsys.readouterr().err
     assert main(["info", str(tmp_path)]) == 1  # a directory without config.json
     assert "config.json" in capsys.readouterr().err
 
 
 @NEEDS_TOKENIZER
 def test_embed_writes_the_encode_array(model_dir, texts_file, tmp_path):
-    from neobert.inference import encode, load_model, load_tokenizer
+    from neobert.encoders import load_model, load_tokenizer
+    from neobert.inference import encode
 
     out = tmp_path / "sub" / "vectors.npy"
     args = ["embed", "--model", str(model_dir), "--input", str(texts_file), "--output", str(out)]
@@ -109,7 +110,8 @@ def test_embed_reports_empty_lines(model_dir, tmp_path, capsys):
 
 @NEEDS_TOKENIZER
 def test_embed_options(model_dir, texts_file, tmp_path):
-    from neobert.inference import encode, load_model, load_tokenizer
+    from neobert.encoders import load_model, load_tokenizer
+    from neobert.inference import encode
 
     options = {"pooling": "cls", "normalize": False, "max_length": 4, "show_progress": False}
     result = embed.run(
@@ -155,8 +157,8 @@ def test_read_texts_keeps_line_alignment(tmp_path):
 
 @NEEDS_TOKENIZER
 def test_fill_mask_command(model_dir, capsys):
+    from neobert.encoders import load_model, load_tokenizer
     from neobert.inference import fill_mask as fill
-    from neobert.inference import load_model, load_tokenizer
 
     text = "the [MASK] sat on the mat"
     assert main(["fill-mask", "--model", str(model_dir), text, "--top-k", "3"]) == 0

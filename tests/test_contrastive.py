@@ -199,12 +199,18 @@ def _write_pairs(tmp_path):
 
 
 @NEEDS_TOKENIZER
+def _encode_loaded(encoder, texts):
+    from neobert.inference import encode
+
+    return encode(encoder.model, encoder.tokenizer, texts, normalize=False, show_progress=False)
+
+
 def test_two_dataset_run_lowers_the_loss_and_saves_a_sentence_transformer(tmp_path):
     from sentence_transformers import SentenceTransformer
 
     import neobert  # noqa: F401  (registers NeoBERT for SentenceTransformer)
-    from neobert.evaluation.encoder import encode_texts, load_encoder
-    from neobert.inference import encode, load_model, load_tokenizer
+    from neobert.encoders import load_encoder, load_model, load_tokenizer
+    from neobert.inference import encode
 
     model_dir = save_tiny_neobert(tmp_path / "tiny")
     animals, colors = _write_pairs(tmp_path)
@@ -235,7 +241,7 @@ def test_two_dataset_run_lowers_the_loss_and_saves_a_sentence_transformer(tmp_pa
         load_model(result.output), load_tokenizer(result.output), texts, normalize=False, show_progress=False
     )
     np.testing.assert_allclose(st_vectors, reference, atol=1e-5, rtol=0)
-    ours = encode_texts(load_encoder(result.output), texts, normalize=False, show_progress=False)
+    ours = _encode_loaded(load_encoder(result.output), texts)
     np.testing.assert_allclose(ours, reference, atol=1e-5, rtol=0)
 
 
@@ -244,7 +250,7 @@ def test_any_transformers_encoder_through_the_cli(tmp_path):
     from sentence_transformers import SentenceTransformer
 
     from neobert.cli.main import main
-    from neobert.evaluation.encoder import encode_texts, load_encoder
+    from neobert.encoders import load_encoder
 
     bert_dir = save_tiny_bert(tmp_path / "bert")
     animals, colors = _write_pairs(tmp_path)
@@ -275,7 +281,7 @@ def test_any_transformers_encoder_through_the_cli(tmp_path):
     texts = ["paint it red", "a dog makes a noise"]
     st_vectors = SentenceTransformer(str(out), device="cpu").encode(texts)
     np.testing.assert_allclose(
-        st_vectors, encode_texts(load_encoder(out), texts, normalize=False, show_progress=False), atol=1e-5
+        st_vectors, _encode_loaded(load_encoder(out), texts), atol=1e-5
     )
     assert (
         main(

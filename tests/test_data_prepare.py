@@ -300,7 +300,7 @@ def test_crash_mid_shard_leaves_no_corrupt_shard(tmp_path, monkeypatch):
         run(tmp_path, [path], **settings)
     out = tmp_path / "out"
     assert sorted(p.name for p in out.iterdir() if "-00002" in p.name) == []  # no partial or final files
-    assert not list(out.glob("*.tmp"))
+    assert not list(out.glob(".tmp-*"))
     partial = TokenDataset(out)  # the finished shards stay readable
     assert not partial.complete and len(json.loads((out / "manifest.json").read_text())["shards"]) == 2
 

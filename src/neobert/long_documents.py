@@ -31,8 +31,8 @@ import torch
 
 from . import inference
 from .config import ROPE_SCALINGS
+from .encoders import max_positions
 from .fastpath import FusedEncoderBlock, fuse_cpu_epilogues
-from .finetuning.models import max_positions
 from .inference import TokenIds
 from .model import set_runtime
 

@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
+
+from .model import (
+    NeoBERTConfig,
+    NeoBERTForMaskedLM,
+    NeoBERTForSequenceClassification,
+    NeoBERTForTokenClassification,
+    NeoBERTModel,
+)
+
 
 def register() -> None:
     """Make AutoConfig / AutoModel* resolve ``model_type: neobert`` to this package (idempotent)."""
-    from transformers import (
-        AutoConfig,
-        AutoModel,
-        AutoModelForMaskedLM,
-        AutoModelForSequenceClassification,
-        AutoModelForTokenClassification,
-    )
-
-    from .model import (
-        NeoBERTConfig,
-        NeoBERTForMaskedLM,
-        NeoBERTForSequenceClassification,
-        NeoBERTForTokenClassification,
-        NeoBERTModel,
-    )
-
     AutoConfig.register("neobert", NeoBERTConfig, exist_ok=True)
     for auto, cls in (
         (AutoModel, NeoBERTModel),

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from neobert.data import PrepareConfig, prepare, train_tokenizer, write_stdlib_corpus
-from neobert.training.checkpointing import write_atomic_dir
+from neobert.io import write_dir
 from neobert.training.default_run import FILL_MASK_EXAMPLES, _fill_mask_examples, default_config
 from neobert.training.trainer import pretrain
 
@@ -66,7 +66,7 @@ def tokenizer_dir(work: Path, name: str, corpus: Path) -> Path:
     size = int(name.removeprefix("wp"))
     out = work / f"tok-{name}"
     if not (out / "tokenizer.json").is_file():
-        write_atomic_dir(lambda tmp: train_tokenizer([corpus], "wordpiece", size, tmp), out)
+        write_dir(lambda tmp: train_tokenizer([corpus], "wordpiece", size, tmp), out)
     return out
 
 

@@ -30,15 +30,15 @@ KERNELS = ("sdpa", "sdpa-compile", "math", "flex-compile")
 
 @dataclass
 class AttentionBenchConfig:
-    lengths: tuple[int, ...] = (512, 1024, 2048)
+    lengths: tuple[int, ...] = (512, 1024, 2048)  # sequence lengths
     tokens: int = 2048  # batch = tokens // length sequences
-    heads: int = 12
-    head_dim: int = 64
-    kernels: tuple[str, ...] = KERNELS
-    math_chunk: int = 2
-    repeats: int = 5
+    heads: int = 12  # attention heads (NeoBERT's)
+    head_dim: int = 64  # head dimension (NeoBERT's)
+    kernels: tuple[str, ...] = KERNELS  # from KERNELS
+    math_chunk: int = 2  # (batch x head) slices per matmul+softmax call
+    repeats: int = 5  # timed rounds (the median is reported)
     peak_sizes: tuple[int, ...] = (2048, 4096)  # square bf16 GEMMs for the matmul peak
-    output: str | None = None
+    output: str | None = None  # directory for results.json and results.md
 
     def __post_init__(self) -> None:
         unknown = [k for k in self.kernels if k not in KERNELS]

@@ -24,7 +24,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..inference import CPU_MAX_TOKENS, TOKENIZE_CHUNK, encode, load_model, resolve_tokenizer, token_batches
+from ..encoders import check_vocab, load_model, max_positions, resolve_tokenizer
+from ..fastpath import fast_inference
+from ..inference import CPU_MAX_TOKENS, TOKENIZE_CHUNK, encode, token_batches
 from .measure import machine_info, time_call
 from .report import write_json_and_markdown
 from .throughput import read_lengths
@@ -38,17 +40,17 @@ WARMUP_TEXTS = 8
 @dataclass
 class EncodeBenchConfig:
     model: str = "neobert"  # a preset (random weights) or a model directory (with its tokenizer)
-    texts: int = 96
+    texts: int = 96  # number of texts
     length_range: tuple[int, int] = (16, 512)  # token counts (with [CLS] and [SEP]) drawn uniformly
     lengths_file: str | None = None  # or drawn from this file's values, one integer per line
     batch_sizes: tuple[int, ...] = (8, 32)  # measured without a token budget
-    max_tokens: tuple[int, ...] = (1024, 2048, 4096, 8192)  # measured with max_tokens_batch_size
-    max_tokens_batch_size: int = 256
+    max_tokens: tuple[int, ...] = (1024, 2048, 4096, 8192)  # padded-token budgets per batch
+    max_tokens_batch_size: int = 256  # batch size used with the max_tokens budgets
     precision: str = "bf16"  # bf16: fast_inference (bf16 weights, unpadded attention); fp32: as loaded
     repeats: int = 2  # timed rounds; the median rate is reported
-    seed: int = 0
+    seed: int = 0  # seed of the lengths and texts
     output: str | None = None  # directory for results.json and results.md
-    progress: bool = True
+    progress: bool = True  # a progress bar
 
     def __post_init__(self) -> None:
         self.length_range = tuple(self.length_range)
@@ -144,15 +146,12 @@ def _label(batch_size: int, max_tokens: int | None) -> str:
 
 
 def run(config: EncodeBenchConfig) -> dict:
-    from ..fastpath import fast_inference
-    from ..inference import check_vocab
-
     model = load_model(config.model)
     tokenizer = resolve_tokenizer(config.model, None)
     check_vocab(model, tokenizer)
     if config.precision == "bf16":
         model = fast_inference(model)
-    max_length = model.base_model.config.max_length
+    max_length = max_positions(model, tokenizer)
 
     targets = target_lengths(config)
     texts = synthetic_texts(tokenizer, targets, config.seed)

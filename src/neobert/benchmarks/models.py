@@ -21,42 +21,43 @@ well-known checkpoint (speed does not depend on the weights' values). Shapes use
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import nn
+from transformers import (
+    BertConfig,
+    BertModel,
+    ModernBertConfig,
+    ModernBertModel,
+    RobertaConfig,
+    RobertaModel,
+)
 
 from ..config import PRESETS, ModelConfig
-from ..fastpath import fast_inference
+from ..encoders import Encoder, is_neobert, max_positions
+from ..fastpath import FusedEncoderBlock, fast_inference
 from ..model import NeoBERTConfig, NeoBERTModel
 
 
-@dataclass
-class Encoder:
-    """A built model and what the benchmark needs to know about it."""
+def linear_params(model: nn.Module) -> int:
+    """Weights of every matrix multiply, one multiply-add per weight per token (embeddings excluded)."""
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
 
-    name: str
-    model: nn.Module
-    hidden_size: int
-    max_length: int  # longest input it accepts
-    vocab_size: int
-    pad_token_id: int
-    windows: list[int | None]  # per layer: keys a query may see (None = all)
-    is_neobert: bool = False
-    fuse: bool = True  # NeoBERT: the fast path's fused CPU epilogues
 
-    @property
-    def linear_params(self) -> int:
-        """Weights of every matrix multiply, one multiply-add per weight per token (embeddings excluded)."""
-        return sum(m.weight.numel() for m in self.model.modules() if isinstance(m, nn.Linear))
+def attention_windows(model: nn.Module) -> list[int | None]:
+    """Per layer: how many keys a query may see (None = all); ModernBERT's local layers see a window."""
+    config = model.config
+    local = getattr(config, "local_attention", None)
+    types = getattr(config, "layer_types", None)
+    if local is not None and types is not None:
+        return [None if t == "full_attention" else local for t in types]
+    return [None] * config.num_hidden_layers
 
-    @property
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.model.parameters())
 
-    def flops_per_token(self, length: int) -> int:
-        keys = [length if w is None else min(length, w) for w in self.windows]
-        return forward_flops_per_token(self.linear_params, self.hidden_size, keys)
+def flops_per_token(encoder: Encoder, length: int) -> int:
+    """Forward FLOPs per token of ``encoder`` on ``length``-token inputs (see :func:`forward_flops_per_token`)."""
+    keys = [length if w is None else min(length, w) for w in attention_windows(encoder.model)]
+    return forward_flops_per_token(linear_params(encoder.model), encoder.hidden_size, keys)
 
 
 def forward_flops_per_token(linear_params: int, hidden_size: int, keys_per_layer: Sequence[int]) -> int:
@@ -71,29 +72,12 @@ def forward_flops_per_token(linear_params: int, hidden_size: int, keys_per_layer
     return 2 * linear_params + sum(4 * n * hidden_size for n in keys_per_layer)
 
 
-def _neobert(preset: str, fuse: bool = True) -> Callable[[], Encoder]:
-    def build() -> Encoder:
-        cfg = ModelConfig.from_name(preset)
-        model = NeoBERTModel(NeoBERTConfig.from_model_config(cfg))
-        return Encoder(
-            "",  # named by build_encoder
-            model,
-            cfg.hidden_size,
-            cfg.max_length,
-            cfg.vocab_size,
-            cfg.pad_token_id,
-            [None] * cfg.num_hidden_layers,
-            is_neobert=True,
-            fuse=fuse,
-        )
-
-    return build
+def _neobert(preset: str) -> Callable[[], nn.Module]:
+    return lambda: NeoBERTModel(NeoBERTConfig.from_model_config(ModelConfig.from_name(preset)))
 
 
 def _bert(layers: int, hidden: int, heads: int, ffn: int, vocab: int = 30522, roberta: bool = False):
-    def build() -> Encoder:
-        from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
-
+    def build() -> nn.Module:
         common = dict(
             vocab_size=vocab,
             hidden_size=hidden,
@@ -103,20 +87,17 @@ def _bert(layers: int, hidden: int, heads: int, ffn: int, vocab: int = 30522, ro
         )
         if roberta:
             config = RobertaConfig(**common, max_position_embeddings=514, pad_token_id=1, type_vocab_size=1)
-            model, max_length = RobertaModel(config, add_pooling_layer=False), 512
+            model = RobertaModel(config, add_pooling_layer=False)
         else:
-            config = BertConfig(**common, max_position_embeddings=512)
-            model, max_length = BertModel(config, add_pooling_layer=False), 512
-        config._attn_implementation = "sdpa"
-        return Encoder("", model, hidden, max_length, vocab, config.pad_token_id, [None] * layers)
+            model = BertModel(BertConfig(**common, max_position_embeddings=512), add_pooling_layer=False)
+        model.config._attn_implementation = "sdpa"
+        return model
 
     return build
 
 
 def _modernbert(layers: int, hidden: int, heads: int, ffn: int, vocab: int = 50368, positions: int = 8192):
-    def build() -> Encoder:
-        from transformers import ModernBertConfig, ModernBertModel
-
+    def build() -> nn.Module:
         # the released special-token ids lie outside a test-sized vocabulary
         special = {}
         if vocab < 50368:
@@ -133,14 +114,12 @@ def _modernbert(layers: int, hidden: int, heads: int, ffn: int, vocab: int = 503
             local_attention=128,
         )
         config._attn_implementation = "sdpa"
-        model = ModernBertModel(config)
-        windows = [None if t == "full_attention" else config.local_attention for t in config.layer_types]
-        return Encoder("", model, hidden, positions, vocab, config.pad_token_id, windows)
+        return ModernBertModel(config)
 
     return build
 
 
-BUILDERS: dict[str, Callable[[], Encoder]] = {
+BUILDERS: dict[str, Callable[[], nn.Module]] = {
     "bert-base": _bert(12, 768, 12, 3072),
     "bert-large": _bert(24, 1024, 16, 4096),
     "roberta-base": _bert(12, 768, 12, 3072, vocab=50265, roberta=True),
@@ -151,8 +130,9 @@ BUILDERS: dict[str, Callable[[], Encoder]] = {
     "modernbert-tiny": _modernbert(3, 64, 4, 96, vocab=128, positions=512),
     "neobert": _neobert("neobert"),
     **{f"neobert-{p}": _neobert(p) for p in PRESETS if p != "neobert"},
-    "neobert-unfused": _neobert("neobert", fuse=False),
+    "neobert-unfused": _neobert("neobert"),
 }
+UNFUSED = ("neobert-unfused",)
 
 
 def build_encoder(name: str, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Encoder:
@@ -160,19 +140,18 @@ def build_encoder(name: str, dtype: torch.dtype = torch.float32, device: str = "
     if name not in BUILDERS:
         raise ValueError(f"unknown model {name!r}; available: {', '.join(BUILDERS)}")
     torch.manual_seed(0)
-    encoder = BUILDERS[name]()
-    encoder.name = name
-    encoder.model = encoder.model.to(device=device, dtype=dtype).eval()
-    if encoder.is_neobert:
-        fast_inference(encoder.model, dtype, fuse=encoder.fuse)  # what we ship: also the unpadded path
-    return encoder
+    model = BUILDERS[name]().to(device=device, dtype=dtype).eval()
+    if is_neobert(model):
+        fast_inference(model, dtype, fuse=name not in UNFUSED)  # what we ship: also the unpadded path
+    return Encoder(model, None, name, max_positions(model))
 
 
 def set_unpad(encoder: Encoder, unpad: bool) -> None:
     """Switch a NeoBERT encoder between the padded and the unpadded (real tokens only) path."""
     if not encoder.is_neobert:
         raise ValueError(f"{encoder.name} has no unpadded path")
-    fast_inference(encoder.model, dtype=None, unpad=unpad, fuse=encoder.fuse)
+    fused = any(isinstance(m, FusedEncoderBlock) for m in encoder.model.modules())
+    fast_inference(encoder.model, dtype=None, unpad=unpad, fuse=fused)
 
 
 def random_inputs(

@@ -22,7 +22,11 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from ..data.corpus import iter_stdlib_documents
+from ..encoders import is_neobert, load_model, resolve_tokenizer
+from ..fastpath import fast_inference
 from ..model import set_runtime
+from ..model.pooling import mean_pool
 from .measure import machine_info
 from .report import write_json_and_markdown
 
@@ -45,14 +49,14 @@ COSINE_FLOOR = 0.99
 @dataclass
 class PrecisionBenchConfig:
     model: str = "neobert"  # a NeoBERT preset (random weights) or any encoder directory (e.g. real weights)
-    tokenizer: str | None = None
-    variants: tuple[str, ...] = DEFAULT_VARIANTS
-    length: int = 512
-    batch: int = 4
-    repeats: int = 3
-    output: str | None = None
-    progress: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)
+    tokenizer: str | None = None  # tokenizer directory (default: the model's own)
+    variants: tuple[str, ...] = DEFAULT_VARIANTS  # from VARIANTS
+    length: int = 512  # tokens per row
+    batch: int = 4  # rows per forward
+    repeats: int = 3  # timed rounds (the median is reported)
+    output: str | None = None  # directory for results.json and results.md
+    progress: bool = True  # a progress bar
+    extra: dict[str, Any] = field(default_factory=dict)  # load_model keyword arguments
 
     def __post_init__(self) -> None:
         unknown = [v for v in self.variants if v not in VARIANTS]
@@ -65,7 +69,6 @@ class PrecisionBenchConfig:
 def text_rows(tokenizer: Any, rows: int, length: int, skip: int = 0) -> torch.Tensor:
     """``rows`` x ``length`` token ids of real text: stdlib-corpus documents packed end to end, each row
     starting with [CLS] and ending with [SEP]; ``skip`` rows are passed over first (a disjoint set)."""
-    from ..data.corpus import iter_stdlib_documents
 
     body = length - 2
     needed = (rows + skip) * body
@@ -81,25 +84,19 @@ def text_rows(tokenizer: Any, rows: int, length: int, skip: int = 0) -> torch.Te
     return torch.tensor(out)
 
 
-def _is_neobert(model: torch.nn.Module) -> bool:
-    return hasattr(getattr(model, "base_model", model), "model_config")
-
-
 def _hidden(model: torch.nn.Module) -> Forward:
     return lambda ids, mask: model(input_ids=ids, attention_mask=mask).last_hidden_state
 
 
 def _bf16(model: torch.nn.Module) -> torch.nn.Module:
     model = copy.deepcopy(model)
-    if _is_neobert(model):
-        from ..fastpath import fast_inference
-
+    if is_neobert(model):
         return fast_inference(model)
     return model.to(torch.bfloat16)
 
 
 def _set_unpad(model: torch.nn.Module, unpad: bool) -> None:
-    if _is_neobert(model):
+    if is_neobert(model):
         set_runtime(model, unpad=unpad)
 
 
@@ -168,14 +165,7 @@ def _static_pt2e(fp32: torch.nn.Module, calibration: tuple[torch.Tensor, torch.T
     return forward
 
 
-def _pooled(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    m = mask.unsqueeze(-1).float()
-    return (hidden.float() * m).sum(1) / m.sum(1)
-
-
 def run(config: PrecisionBenchConfig) -> dict:
-    from ..inference import load_model, resolve_tokenizer
-
     torch.manual_seed(0)  # preset weights
     fp32 = load_model(config.model, **config.extra).float().eval()
     tokenizer = resolve_tokenizer(config.model, config.tokenizer)
@@ -187,14 +177,14 @@ def run(config: PrecisionBenchConfig) -> dict:
     rows: dict[str, dict] = {}
     forwards: dict[str, Forward] = {}
     with torch.inference_mode():
-        reference = _pooled(_hidden(fp32)(ids, mask), mask)
+        reference = mean_pool(_hidden(fp32)(ids, mask).float(), mask)
     for variant in tqdm(config.variants, desc="build + warm up", disable=not config.progress):
         rows[variant] = {"variant": variant, "what": VARIANTS[variant]}
         try:
             start = time.perf_counter()
             forward = build(variant, fp32, calibration)
             with torch.inference_mode():
-                pooled = _pooled(forward(ids, mask), mask)  # warm-up (compiles) and the accuracy check
+                pooled = mean_pool(forward(ids, mask).float(), mask)  # warm-up (compiles) and the accuracy check
             rows[variant]["setup_s"] = time.perf_counter() - start
         except Exception as err:  # a missing library or an unsupported op: reported, not fatal
             rows[variant]["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"

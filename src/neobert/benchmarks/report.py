@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
+
+from ..io import atomic_file, write_json, write_text
 
 CSV_FIELDS = [
     "mode",
@@ -28,23 +29,21 @@ CSV_FIELDS = [
 def write_json_and_markdown(results: dict, markdown_text: str, output: str | Path) -> Path:
     """``output/results.json`` and ``output/results.md``: what every benchmark command writes."""
     out = Path(output)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
-    (out / "results.md").write_text(markdown_text, encoding="utf-8")
+    write_json(out / "results.json", results, default=str)
+    write_text(out / "results.md", markdown_text)
     return out
 
 
 def write_outputs(results: dict, output: Path) -> dict[str, Path]:
     """Write the four files into ``output``; return their paths by kind."""
-    output.mkdir(parents=True, exist_ok=True)
     paths = {kind: output / f"results.{kind}" for kind in ("json", "csv", "md", "png")}
-    paths["json"].write_text(json.dumps(results, indent=2, default=str) + "\n")
-    with paths["csv"].open("w", newline="") as f:
+    write_json(paths["json"], results, default=str)
+    with atomic_file(paths["csv"], newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
         for row in results["fixed"] + results.get("realistic", []):
             writer.writerow({"mode": "fixed", **row})
-    paths["md"].write_text(markdown(results))
+    write_text(paths["md"], markdown(results))
     plot(results, paths["png"])
     return paths
 
@@ -162,5 +161,6 @@ def plot(results: dict, path: Path) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_file(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=120)
     plt.close(fig)

@@ -27,36 +27,39 @@ import torch
 
 from ..fastpath import fast_inference
 from .measure import DTYPES, machine_info, matmul_peak, peak_memory, time_call
-from .models import BUILDERS, Encoder, build_encoder, random_inputs, set_unpad
+from .models import BUILDERS, Encoder, build_encoder, flops_per_token, linear_params, random_inputs, set_unpad
+from .report import write_outputs
 
 
 @dataclass
 class BenchConfig:
     """What to measure. Lengths above a model's positions are skipped for that model."""
 
+    # neobert, neobert-<preset>, neobert-unfused, bert-base/large, roberta-base/large, modernbert-base/large,
+    # bert-tiny, modernbert-tiny
     models: list[str] = field(
         default_factory=lambda: ["neobert", "modernbert-base", "bert-base", "roberta-base"]
     )
-    lengths: list[int] = field(default_factory=lambda: [128, 512, 1024])
-    dtype: str = "bf16"  # bf16 | fp32
+    lengths: list[int] = field(default_factory=lambda: [128, 512, 1024])  # sequence lengths
+    dtype: str = "bf16"  # weights and activations dtype: bf16 | fp32
     device: str = "cpu"  # cpu | cuda
     output: str | None = None  # directory for results.json/.csv/.md/.png; None writes nothing
     batch_tokens: list[int] = field(
         default_factory=lambda: [2048, 4096, 8192]
-    )  # batch sizes tried: n // length
-    repeats: int = 3
-    warmup: int = 1
+    )  # tokens per batch to try: the batch sizes searched are these // length
+    repeats: int = 3  # timed rounds (the median is reported)
+    warmup: int = 1  # untimed forwards before timing
     time_budget: float | None = (
         None  # seconds for the whole run; (model, length) cells not started are skipped
     )
     compile: bool = False  # torch.compile each model (compile time is absorbed by the warm-up)
-    realistic: bool = False
+    realistic: bool = False  # also run a variable-length batch, padded/unpadded
     realistic_range: tuple[int, int] = (16, 512)  # lengths drawn uniformly in [lo, hi]
     lengths_file: str | None = None  # or read them, one integer per line
     realistic_tokens: int = 8192  # real tokens in the realistic batch (about)
-    peak_sizes: tuple[int, ...] = (2048, 4096)
-    seed: int = 0
-    progress: bool = True
+    peak_sizes: tuple[int, ...] = (2048, 4096)  # square GEMM sizes for the matmul peak
+    seed: int = 0  # seed of the random ids and lengths
+    progress: bool = True  # a progress bar
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.models if m not in BUILDERS]
@@ -98,7 +101,7 @@ def run(config: BenchConfig) -> dict:
 
     encoders = [build_encoder(name, dtype, device) for name in config.models]
     results["models"] = {
-        e.name: {"params": e.num_params, "linear_params": e.linear_params, "max_length": e.max_length}
+        e.name: {"params": e.num_params, "linear_params": linear_params(e.model), "max_length": e.max_length}
         for e in encoders
     }
     if config.compile:
@@ -118,8 +121,6 @@ def run(config: BenchConfig) -> dict:
     results["summary"] = summarize(results)
     results["seconds"] = time.perf_counter() - clock.start
     if config.output:
-        from .report import write_outputs
-
         write_outputs(results, Path(config.output))
     return results
 
@@ -160,7 +161,7 @@ def _measure_length(
         e, batch, _ = calls[row["model"]]
         seconds = statistics.median(times[row["model"]])
         tokens_per_s = batch * length / seconds
-        flops = e.flops_per_token(length)
+        flops = flops_per_token(e, length)
         row.update(
             mode="fixed",
             tokens_per_s=tokens_per_s,
@@ -243,7 +244,7 @@ def _realistic(
         if not times[i]:
             continue
         seconds = statistics.median(times[i])
-        useful = sum(n * e.flops_per_token(n) for n in seq)  # FLOPs of the real tokens only
+        useful = sum(n * flops_per_token(e, n) for n in seq)  # FLOPs of the real tokens only
         rows.append(
             dict(
                 mode=mode,

@@ -45,20 +45,20 @@ MASK_ID = 4
 
 @dataclass
 class TrainBenchConfig:
-    presets: list[str] = field(default_factory=lambda: ["tiny", "120m"])
-    dtypes: list[str] = field(default_factory=lambda: ["fp32", "bf16"])
+    presets: list[str] = field(default_factory=lambda: ["tiny", "120m"])  # NeoBERT presets
+    dtypes: list[str] = field(default_factory=lambda: ["fp32", "bf16"])  # fp32 and/or bf16 (autocast)
     device: str | None = None  # cpu | cuda; None: cuda when available
-    seq_len: int = 512
+    seq_len: int = 512  # row length
     rows: int = 8  # rows per optimizer step
     micro_batch_size: int | None = None  # rows per forward; None: all rows in one micro-batch
     steps: int = 5  # timed steps (median), after `warmup`
-    warmup: int = 2
-    mask_rate: float = 0.2
-    compile: bool = False
+    warmup: int = 2  # untimed steps first
+    mask_rate: float = 0.2  # share of tokens masked
+    compile: bool = False  # torch.compile the blocks (regional)
     checkpointing: bool = False  # activation checkpointing
     peak_tflops: float | None = None  # MFU denominator; None: the measured matmul peak
     peak_sizes: list[int] = field(default_factory=lambda: [2048, 4096])  # square GEMMs for the matmul peak
-    output: str | None = None
+    output: str | None = None  # directory for results.json and results.md
 
     def resolved_device(self) -> str:
         return self.device or ("cuda" if torch.cuda.is_available() else "cpu")

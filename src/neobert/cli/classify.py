@@ -16,15 +16,16 @@ import torch
 from rich.markup import escape
 from rich.table import Table
 
+from ..encoders import PRECISIONS, apply_precision, check_precision, is_preset, load_model, resolve_tokenizer
+from ..finetuning import data
+from ..inference import classify
+from ..io import write_text
 from ..long_documents import TRUNCATE, LongDocuments, LongReport
 from ..long_documents import classify as classify_long
 from .common import (
     CLIError,
     add_model_arguments,
-    apply_precision,
-    check_precision,
     empty_rows,
-    is_preset,
     make_console,
     note_empty_rows,
     quiet_transformers,
@@ -51,8 +52,6 @@ def read_inputs(
 ) -> tuple[list[str], list[str] | None]:
     """Texts (and second texts) from a table (.csv/.tsv/.jsonl/.json/.parquet) or, for any other file, its
     lines (one text per line)."""
-    from ..finetuning import data
-
     path = Path(path)
     if path.suffix.lower() not in data.TABLE_SUFFIXES:
         if pair_column is not None:
@@ -131,9 +130,6 @@ def run(
     ``precision="bf16"`` (default) runs NeoBERT models on the fast path (bf16 weights, unpadded attention;
     probabilities within 0.05 of fp32, typically 0.01-0.02); ``fp32`` is exact. Other encoders run as loaded.
     """
-    from ..finetuning.reporting import write_text_atomic
-    from ..inference import classify, load_model, resolve_tokenizer
-
     check_precision(precision)
     for name, value in (("batch size", batch_size), ("max tokens", max_tokens), ("max length", max_length)):
         if value is not None and value < 1:
@@ -162,7 +158,7 @@ def run(
         )
     config = classifier.config
     rows = prediction_rows(logits, config)
-    path = write_text_atomic(output, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    path = write_text(output, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     regression = is_regression(config)
     counts: dict[str, int] = {}
     value_range = None
@@ -251,7 +247,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--precision",
-        choices=["bf16", "fp32"],
+        choices=PRECISIONS,
         default="bf16",
         help="bf16: NeoBERT fast path (bf16 weights, unpadded; probabilities within ~0.05 of fp32); fp32: exact",
     )

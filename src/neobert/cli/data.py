@@ -7,25 +7,11 @@ import argparse
 from rich.table import Table
 
 from ..data import PrepareConfig, PrepareResult, prepare, write_stdlib_corpus
+from ..data.prepare import ON_ERROR, TXT_MODES
 from .common import make_console, quiet_transformers
+from .options import add_options, given
 
-# CLI flag -> PrepareConfig field, for flags whose default is "not given" so that --config values survive.
-_OVERRIDES = {
-    "input": "inputs",
-    "tokenizer": "tokenizer",
-    "output": "output",
-    "text_column": "text_column",
-    "txt_mode": "txt_mode",
-    "on_error": "on_error",
-    "validation_fraction": "validation_fraction",
-    "shard_size": "shard_size",
-    "batch_size": "batch_size",
-    "min_tokens": "min_tokens",
-    "max_tokens": "max_tokens",
-    "length_thresholds": "length_thresholds",
-    "split_seed": "split_seed",
-}
-
+CHOICES = {"txt_mode": TXT_MODES, "on_error": ON_ERROR}
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("data", help="prepare pretraining data (token shards, offline corpus)")
@@ -51,46 +37,18 @@ def _register_prepare(commands) -> None:
         "Re-running resumes, skipping finished shards.",
     )
     p.add_argument("--input", nargs="+", metavar="PATH", help="input files, directories or specs")
-    p.add_argument("--tokenizer", metavar="DIR", help="tokenizer directory (e.g. bert-base-uncased files)")
-    p.add_argument("--output", metavar="DIR", help="output directory for the shards")
     p.add_argument("--config", metavar="FILE", help="YAML/JSON file of prepare settings; flags override it")
-    p.add_argument("--text-column", help="text column of .jsonl/.csv/.parquet/hf inputs (default: text)")
-    p.add_argument(
-        "--txt-mode",
-        choices=["auto", "paragraph", "line"],
-        help="documents of .txt files: blank-line separated paragraphs, one per line, or (default) auto: "
-        "line mode for a file without blank lines",
-    )
-    p.add_argument(
-        "--on-error", choices=["raise", "skip"], help="bad records and empty files (default: raise)"
-    )
-    p.add_argument("--validation-fraction", type=float, help="held-out share of documents (default: 0.01)")
-    p.add_argument("--shard-size", type=int, help="input documents per shard (default: 100000)")
-    p.add_argument("--batch-size", type=int, help="documents per tokenizer call (default: 1000)")
-    p.add_argument("--min-tokens", type=int, help="drop documents with fewer tokens (default: 2)")
-    p.add_argument(
-        "--max-tokens", type=int, help="truncate documents to this many tokens (default: keep whole)"
-    )
-    p.add_argument(
-        "--length-thresholds", type=int, nargs="+", help="long-document counts (default: 1024 2048)"
-    )
-    p.add_argument("--split-seed", type=int, help="salt of the validation hash (default: 0)")
-    p.add_argument("--overwrite", action="store_true", help="replace shards prepared with other settings")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    settings = p.add_argument_group("settings (neobert.data.PrepareConfig; a flag given wins over --config)")
+    add_options(settings, PrepareConfig, skip=("inputs",), choices=CHOICES, given_only=True)
     p.set_defaults(func=run_prepare)
 
 
 def config_from_args(args: argparse.Namespace) -> PrepareConfig:
     """The --config file (if any) with every given flag laid over it."""
-    values = PrepareConfig.from_file(args.config).__dict__ if args.config else {}
-    values = dict(values)
-    for flag, name in _OVERRIDES.items():
-        if getattr(args, flag, None) is not None:
-            values[name] = getattr(args, flag)
-    if args.overwrite:
-        values["overwrite"] = True
-    if args.no_progress:
-        values["progress"] = False
+    values = dict(PrepareConfig.from_file(args.config).__dict__) if args.config else {}
+    values.update(given(PrepareConfig, args))
+    if args.input is not None:
+        values["inputs"] = args.input
     config = PrepareConfig.from_dict(values)
     config.check_required()
     return config

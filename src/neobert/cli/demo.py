@@ -16,11 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
+from safetensors import safe_open
+from transformers import AutoModelForMaskedLM
 
+from ..config import ModelConfig
+from ..encoders import load_tokenizer, save_pretrained
+from ..inference import encode, fill_mask
+from ..model import NeoBERTConfig, NeoBERTForMaskedLM
 from .common import make_console, quiet_transformers
 from .fill_mask import FillMaskResult
 from .fill_mask import render as render_fill_mask
@@ -96,12 +103,6 @@ def _workdir(output_dir: str | Path | None) -> Iterator[Path]:
 
 
 def _build(console: Console):
-    import torch
-
-    from ..config import ModelConfig
-    from ..inference import load_tokenizer
-    from ..model import NeoBERTConfig, NeoBERTForMaskedLM
-
     config = ModelConfig.from_name(PRESET)
     torch.manual_seed(SEED)
     model = NeoBERTForMaskedLM(NeoBERTConfig.from_model_config(config)).eval()
@@ -121,10 +122,6 @@ def _build(console: Console):
 
 
 def _save(model, tokenizer, model_dir: Path, console: Console) -> bool:
-    from safetensors import safe_open
-
-    from ..inference import save_pretrained
-
     save_pretrained(model, tokenizer, model_dir)
     with safe_open(str(model_dir / "model.safetensors"), framework="pt") as f:
         keys = list(f.keys())
@@ -140,9 +137,6 @@ def _save(model, tokenizer, model_dir: Path, console: Console) -> bool:
 
 
 def _check_reload(model, tokenizer, model_dir: Path, console: Console) -> float:
-    import torch
-    from transformers import AutoModelForMaskedLM
-
     reloaded = AutoModelForMaskedLM.from_pretrained(model_dir, trust_remote_code=False).eval()
     inputs = tokenizer(SENTENCES, padding=True, return_tensors="pt", return_token_type_ids=False)
     with torch.inference_mode():
@@ -156,8 +150,6 @@ def _check_reload(model, tokenizer, model_dir: Path, console: Console) -> float:
 
 
 def _similarities(model, tokenizer, console: Console) -> np.ndarray:
-    from ..inference import encode
-
     vectors = encode(model, tokenizer, SENTENCES, pooling="mean", normalize=True, show_progress=False)
     sims = vectors @ vectors.T
     table = Table(title="3. cosine similarity of mean-pooled embeddings (random weights!)")
@@ -175,8 +167,6 @@ def _similarities(model, tokenizer, console: Console) -> np.ndarray:
 
 
 def _fill_mask(model, tokenizer, console: Console) -> list[list[tuple[str, float]]]:
-    from ..inference import fill_mask
-
     predictions = fill_mask(model, tokenizer, MASK_TEXT, top_k=5)
     console.print("[bold]4. fill-mask[/]")
     render_fill_mask(FillMaskResult(MASK_TEXT, predictions, random_weights=True), console)
@@ -189,8 +179,6 @@ def _check_sentence_transformer(model, tokenizer, model_dir: Path, st_dir: Path,
     except ImportError:
         console.print("[bold]5. sentence-transformers[/] skipped: pip install 'neobert[st]'")
         return None
-    from ..inference import encode
-
     save_sentence_transformer(model_dir, None, st_dir, pooling="mean")
     st_vectors = load_sentence_transformer(st_dir, device="cpu").encode(SENTENCES, convert_to_numpy=True)
     ours = encode(model, tokenizer, SENTENCES, pooling="mean", normalize=False, show_progress=False)

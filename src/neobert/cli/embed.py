@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,13 +11,14 @@ from pathlib import Path
 import numpy as np
 from rich.markup import escape
 
+from ..encoders import PRECISIONS, apply_precision, check_precision, load_model, resolve_tokenizer
+from ..inference import encode
+from ..io import atomic_file
 from ..long_documents import TRUNCATE, LongDocuments, LongReport
 from ..long_documents import embed as embed_long
 from .common import (
     CLIError,
     add_model_arguments,
-    apply_precision,
-    check_precision,
     empty_rows,
     make_console,
     note_empty_rows,
@@ -61,23 +61,6 @@ def read_texts(path: str | os.PathLike) -> list[str]:
     return texts
 
 
-def save_npy_atomic(path: str | os.PathLike, array: np.ndarray) -> Path:
-    """Write ``array`` to a temporary file beside ``path``, then rename: no half-written output on failure."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, array)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def run(
     model: str,
     input: str | os.PathLike,
@@ -97,8 +80,6 @@ def run(
     ``precision="bf16"`` (default) runs NeoBERT models on the fast path (bf16 weights, unpadded attention;
     embeddings within cosine 0.99 of fp32, typically > 0.999); ``fp32`` is exact. Other encoders run as loaded.
     """
-    from ..inference import encode, load_model, resolve_tokenizer
-
     check_precision(precision)
     texts = read_texts(input)  # validate the input before paying for the model
     start = time.perf_counter()
@@ -121,7 +102,9 @@ def run(
             show_progress=show_progress,
             max_tokens=max_tokens,
         )
-    path = save_npy_atomic(output, vectors)
+    with atomic_file(output, "wb") as handle:
+        np.save(handle, vectors)
+    path = Path(output)
     seconds = time.perf_counter() - start
     return EmbedResult(path, vectors.shape, pooling, normalize, seconds, empty_rows(texts), report)
 
@@ -182,7 +165,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--precision",
-        choices=["bf16", "fp32"],
+        choices=PRECISIONS,
         default="bf16",
         help="bf16: NeoBERT fast path (bf16 weights, unpadded; cosine > 0.99 to fp32); fp32: exact",
     )

@@ -11,8 +11,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import torch
 from rich.markup import escape
 
+from ..evaluation import embedding_files as files
+from ..evaluation import mteb_adapter, pppl
+from ..evaluation.instructions import read_instruction_file
 from .common import CLIError, make_console, quiet_transformers
 
 FAMILY_OPTIONS = {
@@ -25,8 +29,6 @@ FAMILY_OPTIONS = {
 
 
 def _instructions(path: str | None) -> dict:
-    from ..evaluation.instructions import read_instruction_file
-
     if path is None:
         return {}
     if not Path(path).is_file():
@@ -47,8 +49,6 @@ def _mteb(args: argparse.Namespace) -> int:
         import mteb  # noqa: F401
     except ImportError as err:
         raise ImportError("`neobert eval mteb` needs the mteb package: pip install 'neobert[mteb]'") from err
-    from ..evaluation import mteb_adapter
-
     tasks = mteb_adapter.select_tasks(args.tasks, args.benchmark, args.task_types)
     report = mteb_adapter.run(
         args.model,
@@ -67,8 +67,6 @@ def _mteb(args: argparse.Namespace) -> int:
 
 def _embeddings(args: argparse.Namespace) -> int:
     quiet_transformers()
-    from ..evaluation import embedding_files as files
-
     tasks = files.discover_tasks(args.tasks_dir) if args.tasks_dir else []
     for family in FAMILY_OPTIONS:
         for path in getattr(args, family) or []:
@@ -105,8 +103,6 @@ def _int_list(text: str) -> list[int]:
 
 def _pppl(args: argparse.Namespace) -> int:
     quiet_transformers()
-    from ..evaluation import pppl
-
     report = pppl.run(
         args.model,
         args.input,
@@ -126,8 +122,6 @@ def _pppl(args: argparse.Namespace) -> int:
 
 
 def _device(name: str | None) -> str:
-    import torch
-
     return name or ("cuda" if torch.cuda.is_available() else "cpu")
 
 

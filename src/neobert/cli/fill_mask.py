@@ -9,7 +9,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .common import add_model_arguments, is_preset, make_console, quiet_transformers
+from ..encoders import is_preset, load_model, resolve_tokenizer
+from ..inference import fill_mask
+from .common import add_model_arguments, make_console, quiet_transformers
 
 RANDOM_WEIGHTS_NOTE = (
     "weights are random (a preset, not a trained checkpoint): predictions are meaningless until pretraining"
@@ -24,8 +26,6 @@ class FillMaskResult:
 
 
 def run(model: str, text: str, top_k: int = 5, tokenizer: str | None = None) -> FillMaskResult:
-    from ..inference import fill_mask, load_model, resolve_tokenizer
-
     tok = resolve_tokenizer(model, tokenizer)
     mlm = load_model(model, task="mlm")
     return FillMaskResult(text, fill_mask(mlm, tok, text, top_k=top_k), is_preset(model))

@@ -1,7 +1,8 @@
 """``neobert finetune``: GLUE with the paper's protocol (``glue``) and the user's own tasks (``classify``).
 
-Flags map onto :class:`neobert.finetuning.GlueConfig` / :class:`ClassifyConfig`; a flag left out keeps the
-config's default (or the value from ``--config FILE``), so the dataclass stays the one source of defaults.
+The options are derived from :class:`neobert.finetuning.GlueConfig` / :class:`ClassifyConfig` (one per field,
+help from the field's comment, see :mod:`neobert.cli.options`); a flag left out keeps the config's default
+(or the value from ``--config FILE``), so the dataclass stays the one source of settings.
 """
 
 from __future__ import annotations
@@ -11,38 +12,34 @@ import importlib.util
 import math
 from typing import Any
 
+import yaml
 from rich.markup import escape
 from rich.table import Table
 
-from .common import CLIError, add_model_arguments, make_console, quiet_transformers
+from ..config import load_mapping
+from ..finetuning import ClassifyConfig, GlueConfig, run_classify, run_glue
+from ..finetuning.config import TASK_TYPES, FinetuneConfigError
+from .common import CLIError, make_console, quiet_transformers
+from .options import add_options, given
 
-# argparse dest -> config field, for the flags shared by both commands.
-TRAINING_FLAGS = {
-    "epochs": int,
-    "batch_size": int,
-    "learning_rate": float,
-    "weight_decay": float,
-    "warmup_ratio": float,
-    "eval_every": int,
-    "patience": int,
-    "max_length": int,
-    "eval_batch_size": int,
-    "seed": int,
-    "max_train_samples": int,
-    "max_eval_samples": int,
-    "device": str,
-    "precision": str,
-}
+CHOICES = {"precision": ("auto", "fp32", "bf16"), "task_type": TASK_TYPES}
 
 
-def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("training (defaults: the config's)")
-    for name, kind in TRAINING_FLAGS.items():
-        flag = "--" + name.replace("_", "-")
-        group.add_argument(flag, type=kind, default=None, help=_HELP.get(name))
-    group.add_argument("--no-tensorboard", action="store_true", help="do not write TensorBoard logs")
+def add_settings(parser: argparse.ArgumentParser, config: type) -> None:
+    """One option per field of ``config`` (help from the field's comment) and the few written by hand."""
+    group = parser.add_argument_group(
+        "settings (a flag given overrides --config; the defaults are the config's)"
+    )
+    skip = ("show_progress",)  # --quiet below
+    add_options(
+        group,
+        config,
+        skip=skip,
+        rename={"transfer_from_mnli": "mnli_transfer"},
+        choices=CHOICES,
+        given_only=True,
+    )
     group.add_argument("--quiet", action="store_true", help="no progress bars")
-    group.add_argument("--resume", action="store_true", help="continue an interrupted run of this output")
     group.add_argument(
         "--preset-override",
         action="append",
@@ -53,48 +50,23 @@ def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--config", metavar="YAML", help="settings file; flags given here override it")
 
 
-_HELP = {
-    "epochs": "maximum epochs (default 10)",
-    "eval_every": "evaluate every N optimizer steps (default: once per epoch)",
-    "patience": "stop after N evaluations without improvement; 0 disables early stopping (default 3)",
-    "max_length": "truncate each example to N tokens (default 512, capped by the model)",
-    "max_train_samples": "use only the first N training rows (quick runs)",
-    "max_eval_samples": "use only the first N validation rows",
-    "precision": "auto (bf16 autocast on CUDA) | fp32 | bf16",
-}
-
-
 def _parse_override(item: str) -> tuple[str, Any]:
-    import yaml
-
     key, sep, value = item.partition("=")
     if not sep or not key:
         raise CLIError(f"--preset-override expects KEY=VALUE, got {item!r}")
     return key.strip(), yaml.safe_load(value)
 
 
-def _settings(args: argparse.Namespace, fields: tuple[str, ...]) -> dict[str, Any]:
+def settings_from_args(args: argparse.Namespace, config: type) -> dict[str, Any]:
     """The config mapping: --config file, then every flag actually given."""
-    data: dict[str, Any] = {}
-    if args.config:
-        from ..config import load_mapping
-        from ..finetuning.config import FinetuneConfigError
-
-        data = load_mapping(args.config, FinetuneConfigError)
-    for name in (*TRAINING_FLAGS, *fields, "model", "tokenizer"):
-        value = getattr(args, name, None)
-        if value is not None:
-            data[name] = value
+    data = load_mapping(args.config, FinetuneConfigError) if args.config else {}
+    data.update(given(config, args))
     if data.get("patience") == 0:
         data["patience"] = None
     if args.preset_override:
         data["preset_overrides"] = dict(_parse_override(item) for item in args.preset_override)
-    if args.no_tensorboard:
-        data["tensorboard"] = False
     if args.quiet:
         data["show_progress"] = False
-    if args.resume:
-        data["resume"] = True
     return data
 
 
@@ -103,14 +75,10 @@ def _cell(value: float | None) -> str:
 
 
 def _glue(args: argparse.Namespace) -> int:
-    from ..finetuning import run_glue
-
     quiet_transformers()
-    data = _settings(args, ("output", "data_dir", "grid", "max_configs", "from_mnli"))
+    data = settings_from_args(args, GlueConfig)
     if args.task:
         data["tasks"] = [t.strip() for item in args.task for t in item.split(",") if t.strip()]
-    if args.no_mnli_transfer:
-        data["transfer_from_mnli"] = False
     results = run_glue(data)
     table = Table(title=f"GLUE dev: {escape(results.model)}")
     for result in results.tasks.values():
@@ -127,13 +95,15 @@ def _glue(args: argparse.Namespace) -> int:
 
 
 def _classify(args: argparse.Namespace) -> int:
-    from ..finetuning import run_classify
-
     quiet_transformers()
-    fields = ("output", "train", "validation", "text_column", "text_pair_column", "label_column", "task_type")
-    result = run_classify(_settings(args, fields))
+    print_fitted(run_classify(settings_from_args(args, ClassifyConfig)))
+    return 0
+
+
+def print_fitted(result: Any, metric_prefix: str = "") -> None:
+    """The summary of a file fine-tuning run (classify, tokens): best scores, notes, files written."""
     console = make_console()
-    scores = ", ".join(f"{name} {_cell(value)}" for name, value in result.metrics.items())
+    scores = ", ".join(f"{metric_prefix}{name} {_cell(value)}" for name, value in result.metrics.items())
     console.print(f"best step {result.best_step} of {result.steps}: {scores}", highlight=False)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
@@ -141,7 +111,6 @@ def _classify(args: argparse.Namespace) -> int:
         f"wrote {escape(str(result.metrics_file))}, {escape(str(result.predictions_file))} and the model "
         f"in {escape(str(result.model_dir))}"
     )
-    return 0
 
 
 def _register_glue(subparsers: argparse._SubParsersAction) -> None:
@@ -151,21 +120,15 @@ def _register_glue(subparsers: argparse._SubParsersAction) -> None:
         description="Fine-tune any encoder on GLUE tasks; writes OUTPUT/results.md (Table 3 layout) and "
         "OUTPUT/results.json, and each task's best checkpoint in OUTPUT/<task>/best.",
     )
-    add_model_arguments(parser)
     parser.add_argument(
         "--task", action="append", help="task name(s), comma-separated or repeated, or 'all' (default)"
     )
-    parser.add_argument("--output", help="output directory")
     parser.add_argument(
-        "--data-dir", help="local files DIR/<task>/{train,validation}.{csv,tsv,jsonl,parquet}"
+        "--grid",
+        default=argparse.SUPPRESS,
+        help="'paper' (60 points) or a YAML file mapping settings to value lists",
     )
-    parser.add_argument("--grid", help="'paper' (60 points) or a YAML file mapping settings to value lists")
-    parser.add_argument("--max-configs", type=int, help="sample N grid points (seeded) instead of all")
-    parser.add_argument("--from-mnli", metavar="DIR", help="start RTE, MRPC and STS-B from this checkpoint")
-    parser.add_argument(
-        "--no-mnli-transfer", action="store_true", help="start RTE, MRPC and STS-B from --model too"
-    )
-    _add_training_arguments(parser)
+    add_settings(parser, GlueConfig)
     parser.set_defaults(func=_glue)
 
 
@@ -176,15 +139,7 @@ def _register_classify(subparsers: argparse._SubParsersAction) -> None:
         description="Writes OUTPUT/model (AutoModelForSequenceClassification + tokenizer), "
         "OUTPUT/metrics.json and OUTPUT/predictions.jsonl.",
     )
-    add_model_arguments(parser)
-    parser.add_argument("--train", help="training file (.csv, .tsv, .jsonl, .json, .parquet)")
-    parser.add_argument("--validation", help="validation file, same columns")
-    parser.add_argument("--text-column", help="column holding the text (default: text)")
-    parser.add_argument("--text-pair-column", help="column holding the second text of a pair")
-    parser.add_argument("--label-column", help="column holding the label or target (default: label)")
-    parser.add_argument("--task-type", choices=["classification", "regression"])
-    parser.add_argument("--output", help="output directory")
-    _add_training_arguments(parser)
+    add_settings(parser, ClassifyConfig)
     parser.set_defaults(func=_classify)
 
 

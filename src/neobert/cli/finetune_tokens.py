@@ -4,26 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from rich.markup import escape
-
-from .common import add_model_arguments, make_console, quiet_transformers
-from .finetune import _add_training_arguments, _cell, _settings
+from ..token_classification.finetune import TokensConfig, run_tokens
+from .common import quiet_transformers
+from .finetune import add_settings, print_fitted, settings_from_args
 
 
 def _tokens(args: argparse.Namespace) -> int:
-    from ..token_classification.finetune import run_tokens
-
     quiet_transformers()
-    result = run_tokens(_settings(args, ("output", "train", "validation")))
-    console = make_console()
-    scores = ", ".join(f"entity {name} {_cell(value)}" for name, value in result.metrics.items())
-    console.print(f"best step {result.best_step} of {result.steps}: {scores}", highlight=False)
-    for note in result.notes:
-        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
-    console.print(
-        f"wrote {escape(str(result.metrics_file))}, {escape(str(result.predictions_file))} and the model "
-        f"in {escape(str(result.model_dir))}"
-    )
+    print_fitted(run_tokens(settings_from_args(args, TokensConfig)), metric_prefix="entity ")
     return 0
 
 
@@ -36,9 +24,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(tokens + tags lists). Writes OUTPUT/model (AutoModelForTokenClassification + tokenizer), "
         "OUTPUT/metrics.json (entity-level P/R/F1, seqeval's definition) and OUTPUT/predictions.jsonl.",
     )
-    add_model_arguments(parser)
-    parser.add_argument("--train", help="training file (CoNLL style, or .jsonl)")
-    parser.add_argument("--validation", help="validation file, same format")
-    parser.add_argument("--output", help="output directory")
-    _add_training_arguments(parser)
+    add_settings(parser, TokensConfig)
     parser.set_defaults(func=_tokens)

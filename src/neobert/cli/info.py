@@ -6,12 +6,16 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from safetensors import safe_open
 
 from ..config import PRESETS, ModelConfig
-from .common import CLIError, is_preset, make_console
+from ..encoders import is_preset, model_dir
+from ..model import NeoBERTConfig, NeoBERTForMaskedLM
+from .common import CLIError, make_console
 
 
 @dataclass
@@ -34,10 +38,6 @@ class InfoResult:
 
 def count_parameters(config: ModelConfig) -> tuple[int, int]:
     """(encoder, encoder + MLM head) parameters of the real modules, built on the meta device (no memory)."""
-    import torch
-
-    from ..model import NeoBERTConfig, NeoBERTForMaskedLM
-
     with torch.device("meta"):
         model = NeoBERTForMaskedLM(NeoBERTConfig.from_model_config(config))
     encoder = sum(p.numel() for p in model.model.parameters())
@@ -49,8 +49,6 @@ def _summarize_weights(directory: Path) -> WeightsSummary | None:
     path = directory / "model.safetensors"
     if not path.is_file():
         return None
-    from safetensors import safe_open
-
     tensors = parameters = 0
     dtypes: set[str] = set()
     with safe_open(str(path), framework="pt") as f:
@@ -71,18 +69,16 @@ def _numel(shape: list[int]) -> int:
 
 def run(name_or_path: str) -> InfoResult:
     """Summarize a preset name or a directory holding config.json (the released one included)."""
-    path = Path(name_or_path)
-    if is_preset(name_or_path):
+    path = model_dir(name_or_path)  # a clear error for a missing directory, a file, no config.json
+    if path is None and is_preset(name_or_path):
         config, source, weights = ModelConfig.from_name(name_or_path), "preset", None
-    elif path.is_dir():
-        if not (path / "config.json").is_file():
-            raise CLIError(f"{path} holds no config.json")
-        from ..model import NeoBERTConfig
-
+    elif path is not None:
         config = NeoBERTConfig.from_pretrained(path).to_model_config()
         source, weights = "directory", _summarize_weights(path)
     else:
-        raise CLIError(f"{name_or_path} is neither a model directory nor a preset ({', '.join(PRESETS)})")
+        raise CLIError(
+            f"{name_or_path} is not a preset ({', '.join(PRESETS)}) nor a local model directory"
+        )
     encoder, mlm = count_parameters(config)
     return InfoResult(source, name_or_path, config, encoder, mlm, weights)
 

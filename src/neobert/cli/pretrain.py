@@ -1,4 +1,8 @@
-"""``neobert pretrain``: from text to a NeoBERT checkpoint. With no arguments, the embedded default run."""
+"""``neobert pretrain``: from text to a NeoBERT checkpoint. With no data, the embedded default run.
+
+The options are derived from :class:`neobert.training.PretrainConfig`'s top-level fields (see
+:mod:`neobert.cli.options`); sections (model, data, optim, schedule) take ``--set`` or ``--config``.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,17 @@ from typing import Any
 import yaml
 from rich.table import Table
 
-from .common import make_console
+from ..config import ConfigError, load_mapping
+from ..training.config import PretrainConfig, set_dotted
+from ..training.default_run import run_default
+from ..training.trainer import pretrain
+from .common import CLIError, make_console
+from .options import add_options, given
+
+# Fields written by hand below (data paths, tokenizer) or only reachable through --set / --config (sections).
+_SKIP = ("model", "data", "optim", "schedule")
+# What a flag or --set cannot change in the embedded default run: its data and pinned tokenizer.
+_DEFAULT_RUN_FIXED = ("data.paths", "data.tokenizer")
 
 
 def register(subparsers: Any) -> None:
@@ -16,25 +30,26 @@ def register(subparsers: Any) -> None:
         "pretrain",
         help="pretrain a NeoBERT encoder (no arguments: the embedded offline default)",
         description=(
-            "MLM pretraining with the paper's recipe. Options not listed here come from --config (a YAML file "
-            "mapping onto neobert.training.PretrainConfig) or --set KEY=VALUE (dotted keys, YAML values). "
-            "Launch with `torchrun` or `accelerate launch` for several processes."
+            "MLM pretraining with the paper's recipe. Without --data, --config and --preset: the embedded "
+            "default run (its settings still change with the flags below and --set). Settings not listed "
+            "here come from --config (a YAML file mapping onto neobert.training.PretrainConfig) or --set "
+            "KEY=VALUE (dotted keys, YAML values). Small presets (tiny, small) come with a sequence length "
+            "and batch that suit them; settings given win. Launch with `torchrun` or `accelerate launch` "
+            "for several processes."
         ),
     )
     parser.add_argument(
-        "--data", nargs="+", help="prepared data directories or text files (.txt/.jsonl/.csv/.parquet)"
+        "--data",
+        nargs="+",
+        dest="data_paths",
+        help="prepared data directories or text files (.txt/.jsonl/.csv/.parquet)",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        help="tokenizer directory for raw text inputs (default: the one stored with prepared data; for "
+        "the neobert presets, bert-base-uncased from the examples extra)",
     )
     parser.add_argument("--config", help="YAML config file (e.g. one of neobert/configs/*.yaml)")
-    parser.add_argument(
-        "--preset", help="model preset (neobert, neobert-1024, 120m, 250m-wide, bert-baseline, small, tiny)"
-    )
-    parser.add_argument("--max-steps", type=int)
-    parser.add_argument("--output", help="run directory (checkpoints, logs, final model)")
-    parser.add_argument("--tokenizer", help="tokenizer directory (needed for raw text inputs)")
-    parser.add_argument(
-        "--resume", action="store_true", help="continue from the latest checkpoint in --output"
-    )
-    parser.add_argument("--max-minutes", type=float, help="stop (saving a checkpoint) after this much time")
     parser.add_argument(
         "--set",
         action="append",
@@ -42,55 +57,70 @@ def register(subparsers: Any) -> None:
         metavar="KEY=VALUE",
         help="override any config field, e.g. --set data.seq_len=512 --set optim.lr=1e-4",
     )
+    parser.add_argument(
+        "--resume", action="store_true", help="continue from the latest checkpoint in --output"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    settings = parser.add_argument_group("settings (neobert.training.PretrainConfig; a flag given wins)")
+    add_options(settings, PretrainConfig, skip=_SKIP, choices=CHOICES, given_only=True)
     parser.set_defaults(func=run_from_args)
 
 
+CHOICES = {"precision": ("bf16", "fp32"), "device": ("cpu", "cuda")}
+
+
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Dotted key -> value for every setting given: --set first, then the named flags."""
     changes: dict[str, Any] = {}
     for item in args.set:
-        if "=" not in item:
-            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
-        key, value = item.split("=", 1)
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CLIError(f"--set expects KEY=VALUE, got {item!r}")
         changes[key.strip()] = yaml.safe_load(value)
-    named = {
-        "data.paths": args.data,
-        "preset": args.preset,
-        "max_steps": args.max_steps,
-        "output": args.output,
-        "data.tokenizer": args.tokenizer,
-        "max_minutes": args.max_minutes,
-    }
-    changes.update({k: v for k, v in named.items() if v is not None})
+    changes.update(given(PretrainConfig, args))
+    if args.data_paths is not None:
+        changes["data.paths"] = args.data_paths
+    if args.tokenizer is not None:
+        changes["data.tokenizer"] = args.tokenizer
     return changes
+
+
+def config_from_args(args: argparse.Namespace) -> PretrainConfig:
+    """--config's mapping (or none) with every setting given laid over it; small presets' defaults fill in
+    what is still missing (:func:`neobert.training.config.with_preset_training`)."""
+    data = load_mapping(args.config) if args.config else {}
+    for dotted, value in _overrides(args).items():
+        set_dotted(data, dotted, value)
+    try:
+        return PretrainConfig.from_dict(data)
+    except ConfigError as err:
+        raise ConfigError(f"{args.config}: {err}" if args.config else str(err)) from None
 
 
 def run_from_args(args: argparse.Namespace) -> int:
     console = make_console()
-    from ..training.config import PretrainConfig
-
-    if args.data is None and args.config is None and args.preset is None:
+    if args.data_paths is None and args.config is None and getattr(args, "preset", None) is None:
         return _run_default(args, console)
-    config = PretrainConfig.from_file(args.config) if args.config else PretrainConfig()
-    config = config.override(**_overrides(args))
-    from ..training.trainer import pretrain
-
-    result = pretrain(config, resume=args.resume, progress_bar=not args.no_progress)
+    result = pretrain(config_from_args(args), resume=args.resume, progress_bar=not args.no_progress)
     _print_summary(console, result)
     return 0
 
 
 def _run_default(args: argparse.Namespace, console) -> int:
-    from ..training.default_run import run_default
-
+    overrides = _overrides(args)
+    fixed = [key for key in _DEFAULT_RUN_FIXED if key in overrides]
+    if fixed:
+        flags = " and ".join("--tokenizer" if key == "data.tokenizer" else key for key in fixed)
+        raise CLIError(
+            f"{flags}: the embedded default run (no --data, --config or --preset) trains on its own corpus "
+            "with its pinned tokenizer; give --data (and --preset or --config) to train on other data"
+        )
     console.print(
         "[bold]neobert pretrain[/]: embedded default run (Python stdlib docstrings, small NeoBERT, CPU)"
     )
+    output = overrides.pop("output", "runs/default")
     result = run_default(
-        output=args.output or "runs/default",
-        resume=args.resume,
-        max_minutes=args.max_minutes,
-        progress_bar=not args.no_progress,
+        output=output, resume=args.resume, progress_bar=not args.no_progress, overrides=overrides
     )
     _print_summary(console, result.pretrain)
     table = Table(title="fill-mask (top 3)")

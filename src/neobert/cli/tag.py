@@ -9,7 +9,9 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from ..finetuning.reporting import write_text_atomic
+from ..encoders import load_model, resolve_tokenizer
+from ..io import write_text
+from ..token_classification import tag
 from .common import CLIError, make_console, quiet_transformers
 from .embed import read_texts
 from .long_documents import add_long_document_arguments, long_document_settings, note_long_documents
@@ -36,25 +38,20 @@ def read_input(path: str) -> list[str]:
 
 
 def _tag(args: argparse.Namespace) -> int:
-    from transformers import AutoModelForTokenClassification
-
-    from ..inference import resolve_tokenizer
-    from ..token_classification import tag
-
     quiet_transformers()
     if not Path(args.model).is_dir():
         raise CLIError(f"--model {args.model}: expected a fine-tuned token-classification model directory")
     texts = read_input(args.input)
     settings = long_document_settings(args)
     start = time.perf_counter()
-    model = AutoModelForTokenClassification.from_pretrained(args.model).eval()
+    model = load_model(args.model, task="token-classification")
     tokenizer = resolve_tokenizer(args.model, args.tokenizer)
     entities, report = tag(model, tokenizer, texts, settings, batch_size=args.batch_size)
     lines = [
         json.dumps({"text": text, "entities": [e.to_dict() for e in row]}, ensure_ascii=False)
         for text, row in zip(texts, entities)
     ]
-    write_text_atomic(args.output, "\n".join(lines) + "\n")
+    write_text(args.output, "\n".join(lines) + "\n")
     console = make_console()
     found = sum(len(row) for row in entities)
     console.print(

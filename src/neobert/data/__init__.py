@@ -1,14 +1,19 @@
 """Pretraining data: readers for many formats, the offline stdlib corpus, tokenizer training, token shards.
 
-Heavy libraries (transformers, tokenizers, pyarrow, datasets) are imported inside the functions that need
-them, so importing this package is cheap.
+The optional readers' libraries (pyarrow, datasets) are imported inside the functions that need them.
 """
 
 from .corpus import CorpusStats, iter_stdlib_documents, write_stdlib_corpus
 from .dataset import TokenDataset
-from .prepare import PrepareConfig, PrepareResult, is_validation, load_tokenizer, prepare
+from .prepare import PrepareConfig, PrepareResult, is_validation, prepare, tokenizer_backend
 from .readers import DataError, ReadStats, expand_inputs, iter_documents
-from .tokenizer import TokenizerResult, tokenizer_from_vocab, train_tokenizer
+from .tokenizer import (
+    TokenizerResult,
+    default_tokenizer_dir,
+    load_tokenizer,
+    tokenizer_from_vocab,
+    train_tokenizer,
+)
 
 __all__ = [
     "CorpusStats",
@@ -18,12 +23,14 @@ __all__ = [
     "ReadStats",
     "TokenDataset",
     "TokenizerResult",
+    "default_tokenizer_dir",
     "expand_inputs",
     "is_validation",
     "iter_documents",
     "iter_stdlib_documents",
     "load_tokenizer",
     "prepare",
+    "tokenizer_backend",
     "tokenizer_from_vocab",
     "train_tokenizer",
     "write_stdlib_corpus",

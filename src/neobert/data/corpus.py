@@ -25,6 +25,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..io import atomic_file
+
 _TEST_DIRS = {"test", "tests", "idle_test"}
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
@@ -87,16 +89,13 @@ def write_stdlib_corpus(
 ) -> CorpusStats:
     """Write the corpus as a ``.txt`` file, one blank line between documents."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     documents = characters = 0
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+    with atomic_file(path, newline="\n") as f:
         for doc in iter_stdlib_documents(modules, include_tests=include_tests):
             f.write(("\n\n" if documents else "") + doc)
             documents += 1
             characters += len(doc)
         f.write("\n")
-    tmp.replace(path)
     return CorpusStats(path=path, documents=documents, characters=characters)
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..config import ConfigError, check_known_keys, load_mapping
+from ..io import clean_temporaries, write_dir
 from .readers import ON_ERROR, TXT_MODES, DataError, ReadStats, expand_inputs, iter_documents
 from .shards import (
     FORMAT,
@@ -41,6 +42,7 @@ from .shards import (
     token_dtype,
     totals,
 )
+from .tokenizer import load_tokenizer
 
 # Settings that change the shards' content; a resume under other values would mix two data sets.
 _CONTENT_KEYS = (
@@ -61,20 +63,22 @@ class PrepareConfig:
     """Settings of ``neobert data prepare``; a YAML/JSON file maps onto it 1:1 (unknown keys raise)."""
 
     inputs: list[str] = field(default_factory=list)  # files, directories, hf:NAME[:CONFIG[:SPLIT]], stdlib:
-    tokenizer: str = ""  # a tokenizer directory (or hub name when online)
-    output: str = ""
+    tokenizer: str = ""  # a tokenizer directory, e.g. bert-base-uncased files (or a hub name when online)
+    output: str = ""  # output directory for the shards
     text_column: str = "text"  # for .jsonl, .csv, .parquet and hf: inputs
     txt_mode: str = "auto"  # .txt documents: blank-line separated (paragraph), one per line, or auto
     on_error: str = "raise"  # bad records / empty files: raise naming file and line, or skip and count
-    validation_fraction: float = 0.01
+    validation_fraction: float = 0.01  # held-out share of documents
     shard_size: int = 100_000  # input documents per shard
     batch_size: int = 1_000  # documents per tokenizer call (the tokenizer parallelizes within a batch)
     min_tokens: int = 2  # documents with fewer tokens (not counting [CLS]/[SEP]) are dropped and counted
     max_tokens: int | None = None  # truncate documents (special tokens included); None keeps them whole
-    length_thresholds: list[int] = field(default_factory=lambda: [1024, 2048])  # stage-2 sub-set counts
+    # documents longer than N tokens, counted per split (summary and manifest): the sizes of the stage-2
+    # sub-sets that a pretraining data.mixture key "gtN" samples
+    length_thresholds: list[int] = field(default_factory=lambda: [1024, 2048])
     split_seed: int = 0  # salt of the validation hash: another seed draws another held-out set
     overwrite: bool = False  # delete shards prepared earlier with other settings instead of refusing
-    progress: bool = True
+    progress: bool = True  # a progress bar
 
     def __post_init__(self) -> None:
         if isinstance(self.inputs, (str, os.PathLike)):
@@ -136,7 +140,7 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     config.check_required()
     expand_inputs(config.inputs)  # a missing file fails before anything is written
     start = time.perf_counter()
-    hf_tokenizer, encoder = load_tokenizer(config.tokenizer)
+    hf_tokenizer, encoder = tokenizer_backend(config.tokenizer)
     if config.max_tokens is not None:
         encoder.enable_truncation(config.max_tokens)
     out = Path(config.output)
@@ -182,26 +186,17 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     return _result(out, manifest, written, resumed, stats, seconds, new_tokens)
 
 
-def load_tokenizer(name_or_path: str):
-    """The transformers tokenizer and a private copy of its Rust tokenizer without padding or truncation.
-
-    A copy, because saved tokenizers (e.g. sentence-transformers ones) often carry fixed padding and
-    truncation settings that would cut documents short.
-    """
-    from tokenizers import Tokenizer
-    from transformers import AutoTokenizer
-
+def tokenizer_backend(name_or_path: str):
+    """The transformers tokenizer and its Rust tokenizer, without the fixed padding and truncation that saved
+    tokenizers (e.g. sentence-transformers ones) often carry, which would cut documents short."""
     try:
-        hf_tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        hf_tokenizer = load_tokenizer(name_or_path, neobert=False)
     except Exception as e:  # a missing directory, a broken file or an unreachable hub name
         raise DataError(f"cannot load tokenizer {name_or_path!r}: {e}") from e
     backend = getattr(hf_tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise DataError(f"tokenizer {name_or_path!r} has no fast (tokenizers) backend; need tokenizer.json")
-    encoder = Tokenizer.from_str(backend.to_str())
-    encoder.no_padding()
-    encoder.no_truncation()
-    return hf_tokenizer, encoder
+    return hf_tokenizer, backend
 
 
 def is_validation(text: str, fraction: float, seed: int = 0) -> bool:
@@ -329,16 +324,12 @@ def _open_manifest(out: Path, config: PrepareConfig, hf_tokenizer, encoder) -> d
                 f"{out} was prepared with other settings ({', '.join(changed)}); use another output "
                 "directory or set overwrite"
             )
-        for stale in out.glob("*.tmp"):  # debris of an interrupted run
-            stale.unlink()
+        clean_temporaries(out)  # debris of an interrupted run
         return manifest
     if out.exists() and any(out.iterdir()):
         raise DataError(f"{out} is not empty and holds no {MANIFEST}; refusing to write into it")
     out.mkdir(parents=True, exist_ok=True)
-    # Saved without the fixed padding/truncation some tokenizer files carry (MiniLM's pads to 128).
-    hf_tokenizer.backend_tokenizer.no_padding()
-    hf_tokenizer.backend_tokenizer.no_truncation()
-    hf_tokenizer.save_pretrained(out / "tokenizer")
+    write_dir(hf_tokenizer.save_pretrained, out / "tokenizer")  # without fixed padding/truncation
     vocab_size = len(hf_tokenizer)
     manifest = {
         "format": FORMAT,

@@ -33,6 +33,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .corpus import iter_stdlib_documents
+
 FILE_SUFFIXES = (".txt", ".jsonl", ".ndjson", ".csv", ".parquet")
 TXT_MODES = ("auto", "paragraph", "line")
 ON_ERROR = ("raise", "skip")
@@ -119,8 +121,6 @@ def iter_documents(
 
 def _read_one(spec: str, text_column: str, txt_mode: str, on_error: str, stats: ReadStats) -> Iterator[str]:
     if spec.startswith("stdlib:"):
-        from .corpus import iter_stdlib_documents
-
         names = [n for n in spec[len("stdlib:") :].split(",") if n]
         return iter_stdlib_documents(modules=names or None)
     if spec.startswith("hf:"):

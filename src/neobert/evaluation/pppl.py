@@ -15,6 +15,7 @@ context extension. A model asked for documents longer than it accepts gets NaN f
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import time
@@ -27,7 +28,11 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .encoder import Encoder, load_encoder
+from ..config import ModelConfig
+from ..encoders import Encoder, is_preset, load_encoder
+from ..io import atomic_file
+from ..model import NeoBERTConfig, NeoBERTForMaskedLM
+from .report import markdown_table
 
 DEFAULT_BINS = (128, 256, 512, 1024, 2048, 4096)
 ROPE_METHODS = ("none", "linear", "ntk", "yarn")
@@ -86,8 +91,6 @@ def token_nll(
 
 
 def _supports_masked_only(model: torch.nn.Module) -> bool:
-    from ..model import NeoBERTForMaskedLM
-
     return isinstance(model, NeoBERTForMaskedLM)
 
 
@@ -131,6 +134,11 @@ def load_mlm(
     """A masked-LM model, its RoPE extended to ``context`` tokens when asked (NeoBERT only)."""
     path, method, length = parse_model_spec(spec, context, rope_scaling)
     if method is None:
+        if length is not None:
+            raise ValueError(
+                f"{spec}: a context length ({length}) needs a RoPE scaling method to reach it "
+                f"(--rope-scaling METHOD or {path}@METHOD:{length}; methods: {', '.join(ROPE_METHODS)})"
+            )
         return load_encoder(path, tokenizer, task="mlm", device=device)
     if length is None:
         raise ValueError(
@@ -142,10 +150,7 @@ def load_mlm(
 
 def _extended_fields(path: str, method: str, length: int) -> dict[str, Any]:
     """The ModelConfig fields that change when NeoBERT ``path`` is extended to ``length`` tokens."""
-    from ..config import PRESETS, ModelConfig
-    from ..model import NeoBERTConfig
-
-    if path in PRESETS and not Path(path).is_dir():
+    if is_preset(path):
         base = ModelConfig.from_name(path)
     else:
         try:
@@ -161,8 +166,6 @@ def _extended_fields(path: str, method: str, length: int) -> dict[str, Any]:
 
 def read_documents(path: str | os.PathLike) -> list[str]:
     """Documents from a ``.jsonl`` file (a ``text`` field per line) or a text file (one document per line)."""
-    import json
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"input file {path} does not exist")
@@ -275,16 +278,13 @@ def _cap_per_bin(ids: list[list[int]], edges: Sequence[int], cap: int | None) ->
 
 
 def write_csv(bins: Sequence[BinResult], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", newline="", encoding="utf-8") as f:
+    with atomic_file(path, newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["model", "bin_low", "bin_high", "documents", "tokens", "pppl"])
         for b in bins:
             writer.writerow(
                 [b.model, b.low, b.high, b.documents, b.tokens, "" if math.isnan(b.pppl) else f"{b.pppl:.6g}"]
             )
-    os.replace(tmp, path)
     return path
 
 
@@ -309,15 +309,13 @@ def plot(bins: Sequence[BinResult], path: Path) -> Path:
     axes.grid(True, which="both", alpha=0.3)
     axes.legend()
     figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
+    with atomic_file(path, "wb") as handle:
+        figure.savefig(handle, format=path.suffix.lstrip(".") or "png", dpi=120)
     plt.close(figure)
     return path
 
 
 def markdown(bins: Sequence[BinResult]) -> str:
-    from .report import markdown_table
-
     edges = sorted({b.high for b in bins})
     models = list(dict.fromkeys(b.model for b in bins))
     rows = [

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from .. import io
 
 
 def fmt(value: Any, scale: float = 1.0, digits: int = 2) -> str:
@@ -42,14 +43,6 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def write_text(path: str | os.PathLike, text: str) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
-
-
 def write_json(path: str | os.PathLike, data: Any) -> Path:
-    return write_text(path, json.dumps(_json_safe(data), indent=2) + "\n")
+    """``data`` as JSON, undefined scores (NaN) written as null, atomically."""
+    return io.write_json(path, _json_safe(data))

@@ -9,7 +9,7 @@ from .config import ClassifyConfig, FinetuneConfigError, GlueConfig, TrainSettin
 from .data import DataError, read_table
 from .glue import GlueResults, GlueTaskResult, run_glue
 from .glue_tasks import GLUE_TASKS, MNLI_TRANSFER_TASKS, TABLE3_TASKS, GlueTask, get_task
-from .models import load_classifier, load_tokenizer_for
+from .models import load_classifier
 from .sweep import PAPER_GRID, expand_grid, load_grid
 
 __all__ = [
@@ -30,7 +30,6 @@ __all__ = [
     "get_task",
     "load_classifier",
     "load_grid",
-    "load_tokenizer_for",
     "read_table",
     "run_classify",
     "run_glue",

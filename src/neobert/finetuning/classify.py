@@ -17,7 +17,9 @@ from typing import Any
 
 import torch
 
+from ..encoders import check_vocab, max_positions, resolve_tokenizer
 from ..evaluation.metrics import MetricResult
+from ..io import atomic_file, write_json
 from ..training.engine import is_main_process, wait_for_everyone
 from .config import ClassifyConfig
 from .data import (
@@ -30,8 +32,7 @@ from .data import (
     require_columns,
     text_column,
 )
-from .models import check_vocabulary, load_classifier, load_tokenizer_for, max_positions
-from .reporting import write_json_atomic
+from .models import load_classifier
 from .trainer import EvalSpec, fit
 
 CLASSIFICATION_METRICS = ("accuracy", "macro_f1")
@@ -98,13 +99,13 @@ def run_classify(config: ClassifyConfig | dict[str, Any]) -> ClassifyResult:
     train_labels, val_labels, label_map = _encode_labels(config, train_raw, val_raw)
 
     torch.manual_seed(config.seed)  # the new head's initialisation
-    tokenizer = load_tokenizer_for(config.model, config.tokenizer)
+    tokenizer = resolve_tokenizer(config.model, config.tokenizer)
     num_labels = len(label_map.names) if label_map else 1
     model = load_classifier(
         config.model, num_labels, label_map.id2label if label_map else None, config.preset_overrides
     )
-    check_vocabulary(model, tokenizer)
-    max_length = min(config.max_length, max_positions(model) or config.max_length)
+    check_vocab(model, tokenizer)
+    max_length = min(config.max_length, max_positions(model, tokenizer))
     train = EncodedDataset(
         tokenizer, train_texts, train_pairs, train_labels, max_length, config.show_progress
     )
@@ -168,12 +169,12 @@ def _write_report(config, fitted, model, label_map, num_train: int, num_validati
         "config": config.to_dict(),
         "history": [e.to_dict() for e in fitted.history],
     }
-    return write_json_atomic(Path(config.output) / "metrics.json", report)
+    return write_json(Path(config.output) / "metrics.json", report, allow_nan=False, default=str)
 
 
 def _write_predictions(output, texts, pairs, labels, predictions, label_map) -> Path:
     path = output / "predictions.jsonl"
-    with path.open("w", encoding="utf-8") as f:
+    with atomic_file(path) as f:
         for i, text in enumerate(texts):
             row = {"text": text}
             if pairs is not None:

@@ -22,17 +22,17 @@ class FinetuneConfigError(ValueError):
 class TrainSettings:
     """One fine-tuning run's hyperparameters (one point of a sweep)."""
 
-    epochs: int = 10  # the paper's upper bound; early stopping usually ends a run sooner
-    batch_size: int = 32
-    learning_rate: float = 2e-5
-    weight_decay: float = 0.01
+    epochs: int = 10  # maximum epochs (the paper's bound; early stopping usually ends a run sooner)
+    batch_size: int = 32  # examples per optimizer step
+    learning_rate: float = 2e-5  # peak learning rate (AdamW)
+    weight_decay: float = 0.01  # AdamW weight decay
     warmup_ratio: float = 0.1  # linear warmup over this fraction of the steps, then linear decay to 0
     eval_every: int | None = None  # optimizer steps between evaluations; None: once per epoch
-    patience: int | None = 3  # evaluations without improvement before stopping; None: never stop early
+    patience: int | None = 3  # evaluations without improvement before stopping; None (CLI: 0): never stop early
     max_length: int = 512  # tokens per example (pair) after truncation; capped by the model's limit
-    eval_batch_size: int = 64
-    grad_clip: float | None = 1.0
-    seed: int = 0
+    eval_batch_size: int = 64  # examples per evaluation forward
+    grad_clip: float | None = 1.0  # gradient-norm clipping; None: off
+    seed: int = 0  # seed of the head's initialization and the data order
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "max_length", "eval_batch_size"):
@@ -89,8 +89,8 @@ class ModelSource:
     preset_overrides: dict[str, Any] = field(default_factory=dict)  # ModelConfig fields, presets only
     device: str | None = None  # default: cuda when available, else cpu
     precision: str = "auto"  # auto (bf16 autocast on CUDA) | fp32 | bf16
-    tensorboard: bool = True
-    show_progress: bool = True
+    tensorboard: bool = True  # TensorBoard logs in OUTPUT
+    show_progress: bool = True  # progress bars
     resume: bool = False  # continue an interrupted run from its last evaluation's checkpoint
 
     def __post_init__(self) -> None:
@@ -102,7 +102,7 @@ class ModelSource:
 class GlueConfig(TrainSettings, ModelSource):
     """``neobert finetune glue``: one or all GLUE tasks, optionally swept over a hyperparameter grid."""
 
-    output: str
+    output: str  # output directory
     tasks: list[str] | str = "all"  # a task name, a list of them, or "all" (the 8 tasks of Table 3)
     data_dir: str | None = None  # local files; None: the hub data set nyu-mll/glue
     grid: str | dict[str, list] | None = (
@@ -112,7 +112,7 @@ class GlueConfig(TrainSettings, ModelSource):
     from_mnli: str | None = None  # start RTE / MRPC / STS-B from this checkpoint
     transfer_from_mnli: bool = True  # with MNLI in the run, start RTE / MRPC / STS-B from its best checkpoint
     max_train_samples: int | None = None  # truncate each training set (quick runs)
-    max_eval_samples: int | None = None
+    max_eval_samples: int | None = None  # truncate each validation set
 
     def __post_init__(self) -> None:
         TrainSettings.__post_init__(self)
@@ -120,6 +120,11 @@ class GlueConfig(TrainSettings, ModelSource):
         for name in ("max_configs", "max_train_samples", "max_eval_samples"):
             if getattr(self, name) is not None:
                 _positive_int(self, name)
+        if self.max_configs is not None and self.grid is None:
+            raise FinetuneConfigError(
+                "max_configs samples points of a grid, and no grid is given: add grid "
+                "(--grid paper or --grid FILE.yaml), or drop max_configs (--max-configs)"
+            )
 
 
 TASK_TYPES = ("classification", "regression")
@@ -129,15 +134,15 @@ TASK_TYPES = ("classification", "regression")
 class ClassifyConfig(TrainSettings, ModelSource):
     """``neobert finetune classify``: the user's own classification, regression or pair task."""
 
-    train: str
-    validation: str
-    output: str
-    text_column: str = "text"
-    label_column: str = "label"
-    text_pair_column: str | None = None
-    task_type: str = "classification"
-    max_train_samples: int | None = None
-    max_eval_samples: int | None = None
+    train: str  # training file (.csv, .tsv, .jsonl, .json, .parquet)
+    validation: str  # validation file, same columns
+    output: str  # output directory
+    text_column: str = "text"  # column holding the text
+    label_column: str = "label"  # column holding the label or target
+    text_pair_column: str | None = None  # column holding the second text of a pair
+    task_type: str = "classification"  # classification | regression
+    max_train_samples: int | None = None  # use only the first N training rows (quick runs)
+    max_eval_samples: int | None = None  # use only the first N validation rows
 
     def __post_init__(self) -> None:
         TrainSettings.__post_init__(self)

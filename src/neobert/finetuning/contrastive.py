@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -29,8 +30,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from ..evaluation.encoder import Encoder, embed_batch, load_encoder, tokenize
+from ..encoders import Encoder, embed_batch, load_encoder, tokenize
 from ..evaluation.instructions import TEMPLATE, apply_instruction
+from ..io import write_dir, write_json
 from ..training.engine import Engine, EngineSettings, LossTerms
 from ..training.schedule import make_scheduler
 from .contrastive_data import BatchSampler, ContrastiveDataset, Example, load_datasets
@@ -38,29 +40,29 @@ from .contrastive_data import BatchSampler, ContrastiveDataset, Example, load_da
 
 @dataclass
 class ContrastiveConfig:
-    model: str
+    model: str  # model directory, NeoBERT preset or hub id
     data: list[str]  # data set specs, see contrastive_data.parse_data_spec
-    output: str
-    tokenizer: str | None = None
-    steps: int = 2000
+    output: str  # directory for the fine-tuned model
+    tokenizer: str | None = None  # tokenizer directory (default: the model's own)
+    steps: int = 2000  # optimizer steps
     batch_size: int = 64  # queries per process per step
-    lr: float = 2e-5
-    weight_decay: float = 0.01
-    warmup_steps: int = 100
-    temperature: float = 0.07
-    alpha: float = 0.5  # data set sampling exponent
+    lr: float = 2e-5  # peak learning rate
+    weight_decay: float = 0.01  # AdamW weight decay
+    warmup_steps: int = 100  # linear warmup, then linear decay
+    temperature: float = 0.07  # InfoNCE temperature
+    alpha: float = 0.5  # data sets are sampled in proportion to size^alpha
     hard_negatives: int = 1  # at most this many hard negatives per query
-    max_length: int = 512
+    max_length: int = 512  # truncate texts to this many tokens
     instructions: dict[str, str] = field(default_factory=dict)  # data set name -> instruction override
     template: str = TEMPLATE
-    seed: int = 0
-    log_every: int = 10
+    seed: int = 0  # random seed (data order)
+    log_every: int = 10  # steps between loss logs
     save_every: int = 500  # steps between resumable checkpoints (OUTPUT/checkpoints, removed at the end)
     resume: bool = False  # continue an interrupted run of OUTPUT
-    device: str | None = None
-    bf16: bool = False
-    gradient_checkpointing: bool = False
-    show_progress: bool = True
+    device: str | None = None  # cpu, cuda ... (default: this process's GPU if any)
+    bf16: bool = False  # bf16 autocast
+    gradient_checkpointing: bool = False  # recompute each block's activations in the backward
+    show_progress: bool = True  # progress bar
 
 
 @dataclass
@@ -312,7 +314,7 @@ def _write_log(
         "dataset_steps": dataset_steps,
         "losses": losses,
     }
-    (output / "contrastive_training.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    write_json(output / "contrastive_training.json", info, indent=2)
 
 
 def save_embedding_model(encoder: Encoder, output: str | os.PathLike) -> Path:
@@ -328,8 +330,6 @@ def save_embedding_model(encoder: Encoder, output: str | os.PathLike) -> Path:
 
 
 def _save_generic_sentence_transformer(encoder: Encoder, output: Path) -> Path:
-    import tempfile
-
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
 
@@ -339,5 +339,5 @@ def _save_generic_sentence_transformer(encoder: Encoder, output: Path) -> Path:
         encoder.tokenizer.save_pretrained(staging)
         transformer = Transformer(staging, max_seq_length=encoder.max_length)
         pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode="mean")
-        SentenceTransformer(modules=[transformer, pooling], device="cpu").save(str(output))
-    return output
+        model = SentenceTransformer(modules=[transformer, pooling], device="cpu")
+        return write_dir(lambda tmp: model.save(str(tmp)), output)

@@ -10,50 +10,22 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
+from ..encoders import check_vocab, is_preset, max_positions, resolve_tokenizer
+from ..io import replace_dir
 from ..training.engine import is_main_process, wait_for_everyone
 from .config import GlueConfig, TrainSettings
 from .data import EncodedDataset
-from .glue_report import table3_average, write_glue_report, write_sweep_report
+from .glue_report import GlueResults, GlueTaskResult, table3_average, write_glue_report, write_sweep_report
 from .glue_tasks import MNLI_TRANSFER_TASKS, GlueTask, load_split, resolve_tasks
-from .models import (
-    check_vocabulary,
-    is_preset,
-    load_classifier,
-    load_tokenizer_for,
-    max_positions,
-    replace_dir,
-)
+from .models import load_classifier
 from .sweep import SweepRow, best_index, expand_grid, load_grid, run_label
 from .trainer import EvalSpec, fit, is_better
-
-
-@dataclass
-class GlueTaskResult:
-    task: GlueTask
-    score: float  # the task's Table 3 number (NaN if undefined)
-    metrics: dict[str, dict[str, float]]  # validation split -> metric -> value, of the best run
-    notes: list[str]
-    best_config: dict[str, Any]  # the swept values of the best run
-    best_step: int
-    checkpoint: Path
-    init_from: str  # the model this task's runs started from (MNLI's checkpoint for transfer tasks)
-    sweep: list[SweepRow] = field(default_factory=list)
-
-
-@dataclass
-class GlueResults:
-    model: str
-    tasks: dict[str, GlueTaskResult]
-    average: float  # over the Table 3 tasks run; NaN if one of them is undefined
-    results_md: Path
-    results_json: Path
 
 
 def run_glue(config: GlueConfig | dict[str, Any]) -> GlueResults:
@@ -62,7 +34,7 @@ def run_glue(config: GlueConfig | dict[str, Any]) -> GlueResults:
         config = GlueConfig.from_dict(config)
     tasks = resolve_tasks(config.tasks)
     points = expand_grid(load_grid(config.grid), config.train_settings(), config.max_configs, config.seed)
-    tokenizer = load_tokenizer_for(config.model, config.tokenizer)
+    tokenizer = resolve_tokenizer(config.model, config.tokenizer)
     output = Path(config.output)
     results: dict[str, GlueTaskResult] = {}
     for task in tqdm(
@@ -112,8 +84,8 @@ def _run_task(
     for point, settings in sweep:
         torch.manual_seed(settings.seed)  # the same head initialisation for every grid point
         model = load_classifier(source, task.num_labels, id2label, overrides)
-        check_vocabulary(model, tokenizer)
-        max_length = min(settings.max_length, max_positions(model) or settings.max_length)
+        check_vocab(model, tokenizer)
+        max_length = min(settings.max_length, max_positions(model, tokenizer))
         if max_length not in cache:  # tokenize once per task (unless the grid sweeps max_length)
             cache[max_length] = _encode(config, task, tokenizer, max_length)
         train, splits = cache[max_length]

@@ -4,16 +4,39 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..io import write_json, write_text
+from .config import GlueConfig
 from .glue_tasks import GLUE_TASKS, TABLE3_TASKS, GlueTask
-from .reporting import fmt, markdown_table, write_json_atomic, write_text_atomic
+from .reporting import fmt, markdown_table
 from .sweep import SweepRow, best_index
 
-if TYPE_CHECKING:
-    from .config import GlueConfig
-    from .glue import GlueResults, GlueTaskResult
+
+@dataclass
+class GlueTaskResult:
+    task: GlueTask
+    score: float  # the task's Table 3 number (NaN if undefined)
+    metrics: dict[str, dict[str, float]]  # validation split -> metric -> value, of the best run
+    notes: list[str]
+    best_config: dict[str, Any]  # the swept values of the best run
+    best_step: int
+    checkpoint: Path
+    init_from: str  # the model this task's runs started from (MNLI's checkpoint for transfer tasks)
+    sweep: list[SweepRow] = field(default_factory=list)
+
+
+@dataclass
+class GlueResults:
+    model: str
+    tasks: dict[str, GlueTaskResult]
+    average: float  # over the Table 3 tasks run; NaN if one of them is undefined
+    results_md: Path
+    results_json: Path
+
+
 
 METRIC_SHORT = {"accuracy": "acc", "f1": "F1", "mcc": "MCC", "pearson": "Pearson", "spearman": "Spearman"}
 SCORE_NOTE = (
@@ -53,10 +76,9 @@ def write_sweep_report(task: GlueTask, rows: list[SweepRow], task_dir: Path) -> 
     notes = [f"- {_point_cell(r.point)}: {n}" for r in rows for n in r.notes]
     if notes:
         text += "\nNotes:\n" + "\n".join(notes) + "\n"
-    write_text_atomic(task_dir / "sweep.md", text)
-    write_json_atomic(
-        task_dir / "sweep.json", {"task": task.name, "best": best, "runs": [r.to_dict() for r in rows]}
-    )
+    write_text(task_dir / "sweep.md", text)
+    runs = {"task": task.name, "best": best, "runs": [r.to_dict() for r in rows]}
+    write_json(task_dir / "sweep.json", runs, allow_nan=False, default=str)
 
 
 def table3_average(results: dict[str, GlueTaskResult]) -> float:
@@ -72,8 +94,6 @@ def _clean(value: float) -> float | None:
 
 
 def write_glue_report(config: GlueConfig, results: dict[str, GlueTaskResult], output: Path) -> GlueResults:
-    from .glue import GlueResults
-
     average = table3_average(results)
     columns = [t for t in (*TABLE3_TASKS, "wnli") if t in results]
     ran = sum(t in results for t in TABLE3_TASKS)
@@ -105,8 +125,8 @@ def write_glue_report(config: GlueConfig, results: dict[str, GlueTaskResult], ou
         "tasks": {t: _task_json(results[t]) for t in columns},
         "config": config.to_dict(),
     }
-    md = write_text_atomic(output / "results.md", text)
-    js = write_json_atomic(output / "results.json", data)
+    md = write_text(output / "results.md", text)
+    js = write_json(output / "results.json", data, allow_nan=False, default=str)
     return GlueResults(config.model, results, average, md, js)
 
 

@@ -29,13 +29,13 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
+from ..encoders import save_pretrained
 from ..evaluation.metrics import MetricResult, compute_metrics
 from ..training.engine import Engine, EngineSettings, LossTerms
 from ..training.optim import build_optimizer
 from ..training.schedule import make_scheduler
 from .config import TrainSettings
 from .data import EncodedDataset, collate
-from .models import save_model_atomic
 
 LOG_EVERY = 10  # optimizer steps between training-loss logs
 
@@ -188,7 +188,7 @@ class BestKeeper:
             self.best, self.stale = current, 0
             if self.write:
                 extra = {"eval_results.json": json.dumps(current.to_dict(), indent=2) + "\n"}
-                save_model_atomic(self.model, self.tokenizer, self.checkpoint, extra)
+                save_pretrained(self.model, self.tokenizer, self.checkpoint, extra_files=extra)
             return False
         self.stale += 1
         return self.patience is not None and self.stale >= self.patience

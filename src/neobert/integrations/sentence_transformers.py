@@ -28,7 +28,7 @@ from sentence_transformers.sentence_transformer.modules import Normalize, Poolin
 import neobert  # registers model_type "neobert" with transformers' Auto classes
 
 from ..config import POOLINGS
-from ..inference import load_model, load_tokenizer, save_pretrained
+from ..encoders import load_model, load_tokenizer, save_pretrained
 
 
 def save_sentence_transformer(

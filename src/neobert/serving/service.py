@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from .. import inference, long_documents
+from ..encoders import check_vocab, is_neobert, load_model, resolve_tokenizer
 from ..fastpath import fast_inference
 from ..long_documents import LongDocuments, LongReport
 from ..token_classification.tagging import tag
@@ -57,25 +58,16 @@ def detect_task(model: str) -> str:
 def load_for_serving(config: ServeConfig) -> tuple[torch.nn.Module, Any, str]:
     """The model (on the fast path when it is NeoBERT), its tokenizer, and its head."""
     task = detect_task(config.model) if config.task == "auto" else config.task
-    if task == "token-classification":
-        if not Path(config.model).is_dir():
-            raise ValueError(
-                f"a token classifier is served from a fine-tuned model directory, not {config.model!r}"
-            )
-        from transformers import AutoModelForTokenClassification
-
-        model = AutoModelForTokenClassification.from_pretrained(config.model).eval()
-    else:
-        model = inference.load_model(config.model, task=task)
-    tokenizer = inference.resolve_tokenizer(config.model, config.tokenizer)
-    inference.check_vocab(model, tokenizer)
+    if task == "token-classification" and not Path(config.model).is_dir():
+        raise ValueError(
+            f"a token classifier is served from a fine-tuned model directory, not {config.model!r}"
+        )
+    model = load_model(config.model, task=task)
+    tokenizer = resolve_tokenizer(config.model, config.tokenizer)
+    check_vocab(model, tokenizer)
     if is_neobert(model):
         fast_inference(model, torch.bfloat16 if config.precision == "bf16" else None)
     return model, tokenizer, task
-
-
-def is_neobert(model: torch.nn.Module) -> bool:
-    return hasattr(getattr(model, "base_model", model), "model_config")
 
 
 @dataclass

@@ -19,13 +19,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..config import ModelConfig
+from ..encoders import check_vocab, max_positions, resolve_tokenizer
 from ..evaluation.metrics import MetricResult
 from ..finetuning.config import FinetuneConfigError, ModelSource, TrainSettings, _positive_int
-from ..finetuning.models import check_vocabulary, is_preset, load_tokenizer_for, max_positions
-from ..finetuning.reporting import write_json_atomic, write_text_atomic
+from ..finetuning.models import load_classifier
 from ..finetuning.trainer import ClassificationTask, EvalSpec, _autocast, fit
-from ..model import NeoBERTConfig, NeoBERTForTokenClassification
+from ..io import write_json, write_text
 from ..training.engine import LossTerms, is_main_process, wait_for_everyone
 from .data import IGNORE, OUTSIDE, Sentence, TokenDataset, collate_tokens, label_names, read_sentences
 from .entities import entity_scores, spans
@@ -37,11 +36,11 @@ METRICS = ("precision", "recall", "f1")
 class TokensConfig(TrainSettings, ModelSource):
     """``neobert finetune tokens``: the user's own token-classification (NER) task."""
 
-    train: str  # CoNLL-style file, or .jsonl with tokens + tags
-    validation: str
-    output: str
-    max_train_samples: int | None = None  # sentences
-    max_eval_samples: int | None = None
+    train: str  # training file: CoNLL style (a token and its tag per line), or .jsonl with tokens + tags
+    validation: str  # validation file, same format
+    output: str  # output directory
+    max_train_samples: int | None = None  # use only the first N training sentences (quick runs)
+    max_eval_samples: int | None = None  # use only the first N validation sentences
 
     def __post_init__(self) -> None:
         TrainSettings.__post_init__(self)
@@ -66,23 +65,14 @@ class TokensResult:
 def load_token_classifier(source: str, labels: list[str], preset_overrides: dict[str, Any] | None = None):
     """A token classifier with one output per label: a NeoBERT preset (random weights) or any encoder
     by directory / hub id (a head of another size is replaced by a fresh one)."""
-    from transformers import AutoConfig, AutoModelForTokenClassification
-
-    head = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
-            "label2id": {name: i for i, name in enumerate(labels)}}  # fmt: skip
-    if is_preset(source):
-        config = NeoBERTConfig.from_model_config(
-            ModelConfig.from_name(source, **(preset_overrides or {})), **head
+    try:
+        return load_classifier(
+            source, len(labels), dict(enumerate(labels)), preset_overrides, task="token-classification"
         )
-        return NeoBERTForTokenClassification(config)
-    if preset_overrides:
-        raise FinetuneConfigError(f"preset overrides apply to presets only, and {source} is not one")
-    if source.startswith((".", "/", "~")) and not Path(source).expanduser().is_dir():
-        raise FileNotFoundError(f"{source} is not a model directory (no such directory)")
-    config = AutoConfig.from_pretrained(source, **head)
-    return AutoModelForTokenClassification.from_pretrained(
-        source, config=config, ignore_mismatched_sizes=True
-    )
+    except ValueError as err:
+        if "preset overrides" in str(err):
+            raise FinetuneConfigError(str(err)) from None
+        raise
 
 
 class TokenClassificationTask(ClassificationTask):
@@ -177,9 +167,9 @@ def run_tokens(config: TokensConfig | dict[str, Any]) -> TokensResult:
     val_sentences = read_sentences(config.validation)[: config.max_eval_samples]
     labels = label_names(train_sentences)
     torch.manual_seed(config.seed)  # the new head's initialisation
-    tokenizer = load_tokenizer_for(config.model, config.tokenizer)
+    tokenizer = resolve_tokenizer(config.model, config.tokenizer)
     model = load_token_classifier(config.model, labels, config.preset_overrides)
-    check_vocabulary(model, tokenizer)
+    check_vocab(model, tokenizer)
     max_length = min(config.max_length, max_positions(model) or config.max_length)
     label2id = {name: i for i, name in enumerate(labels)}
     train = TokenDataset(tokenizer, train_sentences, label2id, max_length, config.train)
@@ -217,7 +207,7 @@ def run_tokens(config: TokensConfig | dict[str, Any]) -> TokensResult:
             "config": config.to_dict(),
             "history": [e.to_dict() for e in fitted.history],
         }
-        write_json_atomic(metrics_file, report)
+        write_json(metrics_file, report)
     wait_for_everyone()
     return TokensResult(best.values, best.notes, output / "model", metrics_file, predictions_file,
                         fitted.best.step, fitted.steps, labels)  # fmt: skip
@@ -228,4 +218,4 @@ def _write_predictions(path: Path, sentences: list[Sentence], predicted: list[li
         json.dumps({"tokens": s.words, "tags": s.tags, "predicted": p}, ensure_ascii=False)
         for s, p in zip(sentences, predicted)
     ]
-    return write_text_atomic(path, "\n".join(lines) + "\n")
+    return write_text(path, "\n".join(lines) + "\n")

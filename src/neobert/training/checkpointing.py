@@ -11,14 +11,14 @@ the new one whole; a leftover temporary directory is ignored and cleaned at the 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
+from ..io import TMP_PREFIX, clean_temporaries, fsync_dir, replace_dir, write_json
+
 CHECKPOINT_RE = re.compile(r"^step-(\d{8})$")
-TMP_PREFIX = ".tmp-"
 STATE_FILE = "trainer_state.json"
 
 
@@ -53,16 +53,14 @@ def save_checkpoint(
     tmp = root / f"{TMP_PREFIX}{final.name}"
     if accelerator.is_main_process:
         root.mkdir(parents=True, exist_ok=True)
-        _clean_temporaries(root)
+        clean_temporaries(root)
     accelerator.wait_for_everyone()
     accelerator.save_state(str(tmp))
     if accelerator.is_main_process:
-        _write_json_atomic(tmp / STATE_FILE, state)
-        _fsync_dir(tmp)
-        if final.exists():  # a re-save of the same step (resumed run): replace it whole
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        _fsync_dir(root)
+        write_json(tmp / STATE_FILE, state, durable=True)
+        fsync_dir(tmp)
+        replace_dir(tmp, final)  # a re-save of the same step (resumed run) replaces it whole
+        fsync_dir(root)
         for _, old in list_checkpoints(root)[:-keep_last] if keep_last > 0 else []:
             shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
@@ -77,47 +75,3 @@ def load_checkpoint(accelerator: Any, path: str | Path) -> dict[str, Any]:
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {STATE_FILE})")
     accelerator.load_state(str(path))
     return json.loads(state_file.read_text(encoding="utf-8"))
-
-
-def write_atomic_dir(build, final: str | Path) -> Path:
-    """Build a directory with ``build(tmp_path)`` and rename it to ``final`` only if that succeeds."""
-    final = Path(final)
-    tmp = final.parent / f"{TMP_PREFIX}{final.name}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    try:
-        build(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    return final
-
-
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _clean_temporaries(root: Path) -> None:
-    for path in root.iterdir():
-        if path.name.startswith(TMP_PREFIX):
-            shutil.rmtree(path, ignore_errors=True)

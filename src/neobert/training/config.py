@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, ModelConfig, load_mapping
+from ..config import PRESETS, ConfigError, ModelConfig, load_mapping
 
 
 @dataclass
@@ -20,7 +21,8 @@ class DataConfig:
     text_column: str = "text"
     seq_len: int = 1024
     packing: bool = True  # whole documents packed into rows with per-document attention
-    # stage 2: sampling weights of the full set and the sub-sets of documents longer than 1024 / 2048 tokens
+    # stage 2: sampling weights of the full set ("all") and of sub-sets of the documents longer than N tokens
+    # ("gtN"; `neobert data prepare --length-thresholds` counts them)
     mixture: dict[str, float] | None = None  # e.g. {"all": 0.2, "gt1024": 0.4, "gt2048": 0.4}
     mask_rate: float = 0.2
     mask_scheme: str = "mask"  # mask: every selected token -> [MASK]; bert: 80/10/10
@@ -48,28 +50,28 @@ class ScheduleConfig:
 
 @dataclass
 class PretrainConfig:
-    preset: str = "neobert"
+    preset: str = "neobert"  # model preset (neobert, neobert-1024, 120m, 250m-wide, bert-baseline, small, tiny)
     model: dict[str, Any] = field(default_factory=dict)  # ModelConfig fields overriding the preset
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
-    max_steps: int = 1_000_000
+    max_steps: int = 1_000_000  # optimizer steps
     tokens_per_step: int = 2_097_152  # the paper's 2M-token batch, kept fixed when seq_len grows
     micro_batch_size: int = 32  # rows per process per forward
     precision: str = "bf16"  # bf16 | fp32
     device: str | None = None  # None: CUDA when available (one GPU per process); "cpu" forces the CPU
     compile: bool = False  # regional compilation of the encoder blocks
     activation_checkpointing: bool = False  # recompute each block's activations in the backward
-    seed: int = 0
-    output: str = "runs/pretrain"
+    seed: int = 0  # seed of the initialization, the data order and the masking
+    output: str = "runs/pretrain"  # run directory (checkpoints, logs, final model)
     init_from: str | None = None  # a model directory to start from (stage 2 from stage 1)
     max_minutes: float | None = None  # stop (and save) after this much wall time
-    log_every: int = 10
-    eval_every: int = 1000
-    eval_batches: int = 20
-    save_every: int = 1000
-    keep_last: int = 3
-    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    log_every: int = 10  # steps between training-loss logs
+    eval_every: int = 1000  # steps between validation losses
+    eval_batches: int = 20  # validation batches per evaluation
+    save_every: int = 1000  # steps between resumable checkpoints
+    keep_last: int = 3  # checkpoints kept
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])  # loggers besides metrics.jsonl
 
     def __post_init__(self) -> None:
         if self.precision not in ("bf16", "fp32"):
@@ -82,10 +84,8 @@ class PretrainConfig:
             raise ConfigError(f"optim.name must be 'adamw' or 'adam', got {self.optim.name!r}")
         if self.schedule.kind not in ("cosine", "linear", "constant"):
             raise ConfigError(f"schedule.kind must be cosine, linear or constant, got {self.schedule.kind!r}")
-        if self.data.mixture is not None:
-            unknown = set(self.data.mixture) - {"all", "gt1024", "gt2048"}
-            if unknown:
-                raise ConfigError(f"data.mixture keys must be all, gt1024, gt2048; got {sorted(unknown)}")
+        for name in self.data.mixture or {}:
+            subset_min_length(name)  # raises on a bad name
         for name in (
             "max_steps",
             "tokens_per_step",
@@ -106,7 +106,9 @@ class PretrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PretrainConfig:
-        return _build(cls, data, "")
+        """The config of ``data``; settings it leaves out that a small preset needs come from
+        :data:`PRESET_TRAINING` (see :func:`with_preset_training`)."""
+        return _build(cls, with_preset_training(data), "")
 
     @classmethod
     def from_file(cls, path: str | Path) -> PretrainConfig:
@@ -120,12 +122,72 @@ class PretrainConfig:
         """A copy with dotted keys changed, e.g. ``override(**{"data.seq_len": 128})``."""
         data = self.to_dict()
         for dotted, value in changes.items():
-            target = data
-            *parents, leaf = dotted.split(".")
-            for key in parents:
-                target = target[key]
-            target[leaf] = value
+            set_dotted(data, dotted, value)
         return PretrainConfig.from_dict(data)
+
+
+# Settings that suit a small preset, used where a run leaves them out (settings given always win): the
+# paper's 1024-token rows do not fit tiny's 128 positions, and its 2M-token batch takes minutes a step.
+PRESET_TRAINING: dict[str, dict[str, Any]] = {
+    "tiny": {
+        "data.seq_len": 128,
+        "tokens_per_step": 4096,
+        "micro_batch_size": 32,
+        "schedule.warmup_steps": 50,
+    },
+    "small": {
+        "data.seq_len": 512,
+        "tokens_per_step": 16384,
+        "micro_batch_size": 16,
+        "schedule.warmup_steps": 200,
+    },
+}
+
+
+def with_preset_training(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (a nested mapping) with the settings of :data:`PRESET_TRAINING` for its preset filled in
+    where it has none; and ``data.seq_len``, when not given, at most the model's ``max_length``."""
+    if not isinstance(data, dict):
+        return data
+    data = copy.deepcopy(data)
+    preset = data.get("preset", PretrainConfig.preset)
+    for dotted, value in PRESET_TRAINING.get(preset, {}).items():
+        if get_dotted(data, dotted) is None:
+            set_dotted(data, dotted, value)
+    if get_dotted(data, "data.seq_len") is None and preset in PRESETS:
+        model = data.get("model") if isinstance(data.get("model"), dict) else {}
+        max_length = model.get("max_length", PRESETS[preset].get("max_length", ModelConfig.max_length))
+        if isinstance(max_length, int) and max_length < DataConfig.seq_len:
+            set_dotted(data, "data.seq_len", max_length)
+    return data
+
+
+def get_dotted(data: dict[str, Any], dotted: str) -> Any:
+    """``data["a"]["b"]`` for ``"a.b"``; None where a level is missing."""
+    for key in dotted.split("."):
+        if not isinstance(data, dict) or key not in data:
+            return None
+        data = data[key]
+    return data
+
+
+def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``data["a"]["b"] = value`` for ``"a.b"``, creating missing levels."""
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        data = data.setdefault(key, {})
+        if not isinstance(data, dict):
+            raise ConfigError(f"{dotted}: {key} is not a section")
+    data[leaf] = value
+
+
+def subset_min_length(name: str) -> int:
+    """Smallest document length (tokens) of mixture sub-set ``name``: "all" -> 0, "gtN" -> N + 1."""
+    if name == "all":
+        return 0
+    if name.startswith("gt") and name[2:].isdigit():
+        return int(name[2:]) + 1
+    raise ConfigError(f"data.mixture keys are 'all' and 'gtN' (documents longer than N tokens); got {name!r}")
 
 
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:

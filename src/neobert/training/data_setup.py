@@ -12,6 +12,8 @@ import numpy as np
 from ..config import ConfigError, ModelConfig
 from ..data.dataset import TokenDataset
 from ..data.prepare import MANIFEST, PrepareConfig, prepare
+from ..encoders import EXAMPLES_HINT, default_tokenizer_dir, load_tokenizer
+from ..model import NeoBERTConfig, NeoBERTForMaskedLM
 from .config import PretrainConfig
 
 
@@ -46,8 +48,6 @@ class TrainingData:
 
     def build_model(self, config: PretrainConfig):
         """A fresh MLM model for this tokenizer (or ``init_from``'s weights, e.g. stage 2 from stage 1)."""
-        from ..model import NeoBERTConfig, NeoBERTForMaskedLM
-
         overrides = dict(config.model)
         if config.init_from:
             model = NeoBERTForMaskedLM.from_pretrained(config.init_from, **overrides)
@@ -68,10 +68,28 @@ class TrainingData:
         return model
 
 
+def _default_tokenizer(config: PretrainConfig, accelerator) -> Path:
+    """The tokenizer for raw text given without one: NeoBERT's (bert-base-uncased) for the neobert presets."""
+    if not config.preset.startswith("neobert"):
+        raise ConfigError(
+            f"raw text inputs need a tokenizer: give --tokenizer DIR (data.tokenizer), e.g. one trained with "
+            f"`neobert tokenizer train`; only the neobert presets default to NeoBERT's own (bert-base-uncased, "
+            f"{EXAMPLES_HINT}), and this run's preset is {config.preset!r}"
+        )
+    try:
+        path = default_tokenizer_dir()
+    except (ImportError, FileNotFoundError) as err:
+        raise ConfigError(
+            f"raw text inputs need a tokenizer: preset {config.preset!r} uses NeoBERT's (bert-base-uncased), "
+            f"which is not installed ({EXAMPLES_HINT}); or give --tokenizer DIR (data.tokenizer), e.g. one "
+            "trained with `neobert tokenizer train`"
+        ) from err
+    accelerator.print(f"tokenizer: NeoBERT's (bert-base-uncased) from {path}, the neobert presets' default")
+    return path
+
+
 def open_training_data(config: PretrainConfig, accelerator) -> TrainingData:
     """Open (preparing raw files first, on the main process) the data sets named in ``config.data.paths``."""
-    from transformers import AutoTokenizer
-
     paths = [Path(p) for p in config.data.paths]
     if not paths:
         raise ConfigError("no training data: give --data PATH (prepared directories or text files)")
@@ -80,17 +98,15 @@ def open_training_data(config: PretrainConfig, accelerator) -> TrainingData:
         raise FileNotFoundError(f"training data not found: {', '.join(missing)}")
     prepared = [p for p in paths if (p / MANIFEST).is_file()]
     raw = [str(p) for p in paths if p not in prepared]
+    tokenizer_dir = config.data.tokenizer
     if raw:
-        if not config.data.tokenizer:
-            raise ConfigError(
-                "raw text inputs need a tokenizer: give --tokenizer DIR (or `neobert tokenizer train`)"
-            )
+        tokenizer_dir = tokenizer_dir or _default_tokenizer(config, accelerator)
         target = Path(config.output) / "data"
         if accelerator.is_main_process:
             prepare(
                 PrepareConfig(
                     inputs=raw,
-                    tokenizer=config.data.tokenizer,
+                    tokenizer=str(tokenizer_dir),
                     output=str(target),
                     text_column=config.data.text_column,
                     validation_fraction=config.data.validation_fraction,
@@ -104,7 +120,7 @@ def open_training_data(config: PretrainConfig, accelerator) -> TrainingData:
         raise ConfigError(
             f"the data sets were tokenized with different vocabularies (sizes {sorted(vocab_sizes)})"
         )
-    tokenizer = AutoTokenizer.from_pretrained(str(config.data.tokenizer or train_parts[0].tokenizer_path))
+    tokenizer = load_tokenizer(tokenizer_dir or train_parts[0].tokenizer_path)
     if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
         raise ConfigError("the tokenizer needs a [MASK] and a [PAD] token for masked-language modelling")
     train = train_parts[0] if len(train_parts) == 1 else ConcatDocuments(train_parts)

@@ -13,9 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from ..data import PrepareConfig, prepare, tokenizer_from_vocab, write_stdlib_corpus
-from .checkpointing import write_atomic_dir
+from ..encoders import load_model, load_tokenizer
+from ..inference import fill_mask
+from ..io import write_dir, write_text
 from .config import PretrainConfig
 from .trainer import PretrainResult, pretrain
 
@@ -46,14 +51,12 @@ def shipped_tokenizer(output: str | Path) -> Path:
     if not (output / "tokenizer.json").is_file():
         vocab = resources.files("neobert.configs").joinpath(VOCAB_FILE)
         with resources.as_file(vocab) as path:
-            write_atomic_dir(lambda tmp: tokenizer_from_vocab(path, tmp), output)
+            write_dir(lambda tmp: tokenizer_from_vocab(path, tmp), output)
     return output
 
 
 def default_config() -> PretrainConfig:
     text = resources.files("neobert.configs").joinpath("default.yaml").read_text(encoding="utf-8")
-    import yaml
-
     return PretrainConfig.from_dict(yaml.safe_load(text))
 
 
@@ -62,17 +65,17 @@ def run_default(
     resume: bool = False,
     max_minutes: float | None = None,
     progress_bar: bool = True,
+    overrides: dict[str, Any] | None = None,
 ) -> DefaultRunResult:
-
+    """The default run in ``output``; ``overrides`` (dotted keys, as :meth:`PretrainConfig.override`) change
+    its training settings (not its data or tokenizer)."""
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     corpus = out / "corpus.txt"
     if not corpus.is_file():
-        tmp = out / "corpus.txt.tmp"
-        write_stdlib_corpus(tmp)
-        tmp.replace(corpus)
+        write_stdlib_corpus(corpus)  # atomic
     tokenizer_dir = shipped_tokenizer(out / "tokenizer")
-    config = default_config()
+    config = default_config().override(**(overrides or {}))
     prepared = prepare(
         PrepareConfig(
             inputs=[str(corpus)],
@@ -95,8 +98,6 @@ def run_default(
 def _fill_mask_examples(model_dir: Path | None) -> list[tuple[str, list[tuple[str, float]]]]:
     if model_dir is None:
         return []
-    from ..inference import fill_mask, load_model, load_tokenizer
-
     model = load_model(model_dir, task="mlm")
     tokenizer = load_tokenizer(model_dir)
     return [(text, fill_mask(model, tokenizer, text, top_k=3)[0]) for text in FILL_MASK_EXAMPLES]
@@ -126,9 +127,7 @@ def write_report(out: Path, result: PretrainResult, documents: int, examples) ->
     for text, predictions in examples:
         shown = ", ".join(f"{token} ({prob:.2f})" for token, prob in predictions)
         lines.append(f"| {text} | {shown} |")
-    path = out / "report.md"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return write_text(out / "report.md", "\n".join(lines) + "\n")
 
 
 def _fmt(value: float | None) -> str:

@@ -27,8 +27,9 @@ from typing import Any, Protocol
 import torch
 from tqdm.auto import tqdm
 
+from ..io import write_dir, write_text
 from ..model import compile_blocks
-from .checkpointing import latest_checkpoint, load_checkpoint, save_checkpoint, write_atomic_dir
+from .checkpointing import latest_checkpoint, load_checkpoint, save_checkpoint
 from .loss import normalize_loss
 from .monitor import RunLogger
 
@@ -384,7 +385,7 @@ class Engine:
         path = None
         if self.is_main:
             model = self.unwrapped()
-            path = write_atomic_dir(lambda tmp: build(model, state_dict, tmp), final)
+            path = write_dir(lambda tmp: build(model, state_dict, tmp), final)
         self.accelerator.wait_for_everyone()
         return path
 
@@ -433,4 +434,4 @@ def _forget_after(metrics: Path, step: int) -> None:
         for line in metrics.read_text(encoding="utf-8").splitlines()
         if line.strip() and json.loads(line)["step"] <= step
     ]
-    metrics.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    write_text(metrics, "".join(line + "\n" for line in kept))

@@ -3,7 +3,7 @@
 Documents are taken in blocks of ``block_docs``; block ``b`` is a pure function of ``(seed, b)``, so the
 stream can be restarted at any (block, row) position without replaying what came before:
 - plain: block ``b`` holds the next documents of epoch ``b // blocks_per_epoch``'s permutation;
-- mixture (stage 2): each block picks one sub-set (all / longer than 1024 / longer than 2048 tokens) with the
+- mixture (stage 2): each block picks one sub-set (all, or the documents longer than N tokens) with the
   configured weights and draws its documents from it with replacement, so long documents are seen often.
 Each block is packed into rows (:func:`iter_packed_rows`), or, unpacked, each document is one row.
 """
@@ -16,8 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .batching import PackedRow, iter_packed_rows
-
-SUBSET_MIN_LENGTH = {"all": 0, "gt1024": 1025, "gt2048": 2049}
+from .config import subset_min_length
 
 
 @dataclass
@@ -47,7 +46,7 @@ class RowStream:
         self.subsets: list[tuple[str, float, np.ndarray]] = []
         if mixture:
             for name, weight in mixture.items():
-                members = np.flatnonzero(self.lengths >= SUBSET_MIN_LENGTH[name])
+                members = np.flatnonzero(self.lengths >= subset_min_length(name))
                 if weight > 0 and len(members) == 0:
                     raise ValueError(f"mixture sub-set {name!r} has no documents (none long enough)")
                 if weight > 0:

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ..inference import save_pretrained
+from ..encoders import write_model_files
 from .batching import collate_packed, micro_batches_for
 from .config import PretrainConfig
 from .data_setup import TrainingData, open_training_data
@@ -81,7 +81,7 @@ def prepare_engine(engine: Engine, config: PretrainConfig, model: torch.nn.Modul
     """Model, AdamW (fused on CUDA) and the warmup + decay schedule, prepared on ``engine``."""
     warmup = config.schedule.warmup_steps
     if config.schedule.kind != "constant" and warmup >= config.schedule.decay_fraction * config.max_steps:
-        warmup = max(1, config.max_steps // 10)
+        warmup = config.max_steps // 10  # 0 for a run shorter than 10 steps
         engine.print(
             f"warning: schedule.warmup_steps {config.schedule.warmup_steps} does not fit in "
             f"{config.max_steps} steps; warming up over {warmup} steps instead"
@@ -248,7 +248,7 @@ def _finish(
     output = Path(config.output)
 
     def build(model: torch.nn.Module, state_dict: dict, tmp: Path) -> None:
-        save_pretrained(model, data.tokenizer, tmp, state_dict=state_dict)  # + vocab.txt, no auto_map
+        write_model_files(model, data.tokenizer, tmp, state_dict)  # + vocab.txt, no auto_map
 
     final_dir = engine.export(build, output / "final")
     curve = None

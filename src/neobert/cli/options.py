@@ -1,0 +1,179 @@
+"""Command-line options derived from a config dataclass: each field is written once, with its help beside it.
+
+A field ``batch_size: int = 32  # texts per batch at most`` becomes ``--batch-size N`` (default 32) with that
+trailing comment as its help (``field(metadata={"help": ...})`` takes precedence). Types map as follows:
+``int``/``float``/``str`` (``X | None`` alike), ``bool`` -> a flag (``--name`` when the default is False,
+``--no-name`` when it is True), ``list``/``tuple`` of ``int``/``str`` -> a comma-separated list, and
+``tuple[int, int]`` -> ``LO,HI``. Fields of other types (nested mappings) are left to the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import io
+import textwrap
+import tokenize
+import types
+import typing
+from typing import Any
+
+
+def ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from err
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def names(text: str) -> list[str]:
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def int_range(text: str) -> tuple[int, int]:
+    lo, _, hi = text.partition(",")
+    try:
+        return int(lo), int(hi)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected LO,HI, got {text!r}") from err
+
+
+def field_help(cls: type) -> dict[str, str]:
+    """Help text per field (inherited ones too): ``metadata["help"]``, else the comments on the field's lines
+    and the full-line comments just above it."""
+    found: dict[str, str] = {}
+    for klass in reversed([k for k in cls.__mro__ if dataclasses.is_dataclass(k)]):
+        found.update(_comments(klass))
+    for f in dataclasses.fields(cls):
+        if "help" in f.metadata:
+            found[f.name] = f.metadata["help"]
+    return found
+
+
+def _comments(cls: type) -> dict[str, str]:
+    """The comments of each field that ``cls`` itself declares."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+        return {}
+    comments = {
+        token.start[0]: (token.string.lstrip("#").strip(), token.line.strip().startswith("#"))
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type == tokenize.COMMENT
+    }
+    found: dict[str, str] = {}
+    for node in ast.parse(source).body[0].body:
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        above, line = [], node.lineno - 1
+        while line in comments and comments[line][1]:  # full-line comments right above the field
+            above.insert(0, comments[line][0])
+            line -= 1
+        beside = [comments[n][0] for n in range(node.lineno, node.end_lineno + 1) if n in comments]
+        found[node.target.id] = " ".join(above + beside)
+    return found
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _converter(hint: Any) -> tuple[Any, str | None] | None:
+    """(argparse type, metavar) for a field type, or None when it has no command-line form."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        hint = args[0] if len(args) == 1 else None
+    if hint in (int, float, str):
+        return hint, None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is tuple and args == (int, int):
+        return int_range, "LO,HI"
+    if origin in (list, tuple) and args and args[0] in (int, str):
+        return (ints, "N,N,...") if args[0] is int else (names, "A,B,...")
+    return None
+
+
+def add_options(
+    parser: Any,
+    cls: type,
+    *,
+    skip: tuple[str, ...] = (),
+    rename: dict[str, str] | None = None,
+    choices: dict[str, tuple[str, ...]] | None = None,
+    given_only: bool = False,
+) -> None:
+    """Add one option per field of the dataclass ``cls`` to ``parser`` (or an argument group).
+
+    ``rename``: field -> option name (without dashes). ``given_only``: an option left out sets nothing (so a
+    settings file or the config's own default decides); the help still shows the config's default.
+    """
+    hints = typing.get_type_hints(cls)
+    helps = field_help(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        default, text = _default(f), helps.get(f.name, "")
+        flag = "--" + (rename or {}).get(f.name, f.name).replace("_", "-")
+        unset = argparse.SUPPRESS if given_only else default
+        if hints[f.name] is bool:
+            if default:
+                off = f"turn off: {text}" if text else f"turn {f.name} off"
+                parser.add_argument(
+                    f"--no-{flag[2:]}", dest=f.name, action="store_false", default=unset, help=off
+                )
+            else:
+                parser.add_argument(flag, dest=f.name, action="store_true", default=unset, help=text)
+            continue
+        converter = _converter(hints[f.name])
+        if converter is None:
+            continue
+        kind, metavar = converter
+        if default not in (None, ""):
+            text = f"{text} (default: {_shown(default)})" if text else f"default: {_shown(default)}"
+        required = not given_only and f.default is f.default_factory is dataclasses.MISSING
+        parser.add_argument(
+            flag,
+            dest=f.name,
+            type=kind,
+            default=unset,
+            required=required,
+            metavar=metavar,
+            choices=(choices or {}).get(f.name),
+            help=text,
+        )
+
+
+def given(cls: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The fields of ``cls`` that ``args`` holds (with ``given_only``: those given on the command line).
+
+    An option written by hand for a field is taken too: give it ``default=argparse.SUPPRESS`` (or another
+    ``dest``) so that leaving it out sets nothing."""
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        if hasattr(args, f.name):
+            value = getattr(args, f.name)
+            if typing.get_origin(hints[f.name]) is tuple and isinstance(value, list):
+                value = tuple(value)
+            values[f.name] = value
+    return values
+
+
+def config_from_args(cls: type, args: argparse.Namespace, **changes: Any) -> Any:
+    """An instance of ``cls`` from the options :func:`add_options` added (plus ``changes``)."""
+    return cls(**{**given(cls, args), **changes})

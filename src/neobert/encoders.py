@@ -1,0 +1,364 @@
+"""An encoder and its tokenizer: the one place that loads, inspects, prepares and saves them.
+
+``source`` everywhere below is what a user passes as ``--model``: a NeoBERT preset (random weights, the
+default NeoBERT tokenizer), a model directory, or a transformers hub id. Every model goes through
+transformers' Auto classes (``import neobert`` registered ``model_type: neobert`` with them), so BERT,
+RoBERTa, ModernBERT and NeoBERT get identical treatment; the few NeoBERT-specific steps ask
+:func:`is_neobert`. Inference, fine-tuning, evaluation, benchmarks and the CLI all load through here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
+
+from .config import PRESETS, ModelConfig
+from .data.tokenizer import EXAMPLES_HINT as EXAMPLES_HINT  # the tokenizer loader lives in the data layer
+from .data.tokenizer import MODEL_INPUT_NAMES, load_tokenizer
+from .data.tokenizer import default_tokenizer_dir as default_tokenizer_dir
+from .fastpath import fast_inference
+from .io import atomic_dir
+from .model import (
+    NeoBERTConfig,
+    NeoBERTForMaskedLM,
+    NeoBERTForSequenceClassification,
+    NeoBERTForTokenClassification,
+    NeoBERTModel,
+)
+from .model.pooling import mean_pool
+
+TASKS = ("base", "mlm", "sequence-classification", "token-classification")
+_AUTO_CLASSES = {
+    "base": AutoModel,
+    "mlm": AutoModelForMaskedLM,
+    "sequence-classification": AutoModelForSequenceClassification,
+    "token-classification": AutoModelForTokenClassification,
+}
+_PRESET_CLASSES = {
+    "base": NeoBERTModel,
+    "mlm": NeoBERTForMaskedLM,
+    "sequence-classification": NeoBERTForSequenceClassification,
+    "token-classification": NeoBERTForTokenClassification,
+}
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
+PRECISIONS = ("bf16", "fp32")
+# RoBERTa-style models number positions from padding_idx + 1, so the first pad_token_id + 1 rows of their
+# position table are unusable (514 rows, 512 usable tokens).
+OFFSET_POSITION_MODELS = ("roberta", "xlm-roberta", "camembert", "longformer")
+_NO_LIMIT = 100_000  # tokenizers without a limit report ~1e30 as model_max_length
+_DEFAULT_LIMIT = 512  # a model that states no limit at all: the BERT-era convention
+_HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+
+
+# --- what a source or a model is ------------------------------------------------------------------------
+
+
+def is_preset(source: str | os.PathLike) -> bool:
+    """A NeoBERT preset name that is not shadowed by a directory of the same name."""
+    return str(source) in PRESETS and not Path(source).is_dir()
+
+
+def is_neobert(model: torch.nn.Module) -> bool:
+    """Whether ``model`` (any head, or a torch.compile / DDP wrapper around one) is a NeoBERT model."""
+    for attr in ("_orig_mod", "module"):  # torch.compile, DistributedDataParallel
+        model = getattr(model, attr, model)
+    return getattr(getattr(model, "config", None), "model_type", None) == "neobert"
+
+
+def model_dir(source: str | os.PathLike) -> Path | None:
+    """The model directory ``source`` names; None for a preset or a hub id; a clear error for a path that
+    names no model directory (missing, a file, or without config.json)."""
+    path = Path(source).expanduser()
+    name = str(source)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(
+                f"{name} is a directory but not a model directory: it holds no config.json"
+            )
+        return path
+    if is_preset(name):
+        return None
+    if path.exists():
+        raise NotADirectoryError(f"{name} is a file; --model takes a model directory, a preset or a hub id")
+    if _looks_local(name):
+        raise FileNotFoundError(
+            f"model directory {name} does not exist (nor is it a preset: {', '.join(PRESETS)})"
+        )
+    return None
+
+
+def _looks_local(name: str) -> bool:
+    """A path rather than a hub id ("org/name"): it starts like one, or has more than one part."""
+    return name.startswith((".", "/", "~")) or not _HUB_ID.match(name)
+
+
+def _source_is_neobert(source: str | os.PathLike) -> bool:
+    path = model_dir(source)
+    if path is not None:
+        return json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type") == "neobert"
+    if is_preset(source):
+        return True
+    try:
+        return AutoConfig.from_pretrained(str(source)).model_type == "neobert"
+    except (OSError, ValueError):
+        return False
+
+
+# --- models ---------------------------------------------------------------------------------------------
+
+
+def load_model(source: str | os.PathLike, task: str = "base", **kw: Any) -> torch.nn.Module:
+    """A model in eval mode for ``task`` (base | mlm | sequence-classification | token-classification).
+
+    For a preset (random weights), ``kw`` entries that are :class:`ModelConfig` fields override the preset
+    and the rest go to the transformers config (e.g. ``num_labels``). For directories and hub ids ``kw``
+    goes to ``from_pretrained``.
+    """
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; use one of {', '.join(TASKS)}")
+    path = model_dir(source)
+    if path is None and is_preset(source):
+        fields = {f.name for f in dataclasses.fields(ModelConfig)}
+        overrides = {k: v for k, v in kw.items() if k in fields}
+        extra = {k: v for k, v in kw.items() if k not in fields}
+        config = NeoBERTConfig.from_model_config(ModelConfig.from_name(str(source), **overrides), **extra)
+        return _PRESET_CLASSES[task](config).eval()
+    try:
+        model = _AUTO_CLASSES[task].from_pretrained(path or str(source), **kw)
+    except OSError as err:
+        if path is not None:
+            raise
+        raise OSError(
+            f"{source} is not a local directory, not a preset, and not loadable as a hub id: {err}"
+        ) from err
+    return model.eval()
+
+
+def max_positions(model: torch.nn.Module, tokenizer: Any = None) -> int:
+    """The longest input (in tokens, specials included) that the model, and the tokenizer if given, accept.
+
+    NeoBERT: its ``max_length`` (the stock tokenizer's 512 says nothing about a NeoBERT model). Others:
+    ``max_position_embeddings``, less the ``pad_token_id + 1`` reserved rows of RoBERTa-style tables, and
+    no more than the tokenizer's ``model_max_length``.
+    """
+    config = model.config
+    if is_neobert(model):
+        return int(config.max_length)
+    limits = []
+    if getattr(config, "max_position_embeddings", None):
+        reserved = (config.pad_token_id or 0) + 1 if config.model_type in OFFSET_POSITION_MODELS else 0
+        limits.append(int(config.max_position_embeddings) - reserved)
+    tokenizer_limit = getattr(tokenizer, "model_max_length", None)
+    if tokenizer_limit and tokenizer_limit < _NO_LIMIT:
+        limits.append(int(tokenizer_limit))
+    return min(limits) if limits else _DEFAULT_LIMIT
+
+
+def check_vocab(model: torch.nn.Module, tokenizer: Any) -> None:
+    """Raise if the tokenizer can produce ids the embedding table does not have (an IndexError later)."""
+    embeddings = model.get_input_embeddings()
+    size = embeddings.num_embeddings if embeddings is not None else model.config.vocab_size
+    if len(tokenizer) > size:
+        raise ValueError(
+            f"the tokenizer has {len(tokenizer)} tokens but the model's vocabulary (embedding table) only "
+            f"{size}: its ids would fall outside the table. Use the model's own tokenizer (a preset such as 'tiny' needs "
+            f"vocab_size={len(tokenizer)} to run with this one)"
+        )
+
+
+def check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+
+
+def apply_precision(model: torch.nn.Module, precision: str) -> torch.nn.Module:
+    """NeoBERT models (any head) go on the fast path: bf16 weights for ``bf16``, float32 for ``fp32`` (exact),
+    unpadded attention either way. Other encoders run as loaded."""
+    check_precision(precision)
+    if is_neobert(model):
+        fast_inference(model, torch.bfloat16 if precision == "bf16" else None)
+    return model
+
+
+# --- tokenizers -----------------------------------------------------------------------------------------
+
+
+def resolve_tokenizer(source: str | os.PathLike, tokenizer: str | os.PathLike | None = None) -> Any:
+    """The tokenizer for model ``source``: ``tokenizer`` if given (a directory, or a hub id), else the model
+    directory's own, the default NeoBERT tokenizer for a preset, or the hub id's own."""
+    neobert = _source_is_neobert(source)
+    if tokenizer is not None:
+        given = Path(tokenizer).expanduser()
+        if given.is_dir():
+            return load_tokenizer(given, neobert)
+        if _looks_local(str(tokenizer)):
+            raise FileNotFoundError(f"tokenizer directory {tokenizer} does not exist")
+        return load_tokenizer(str(tokenizer), neobert)
+    path = model_dir(source)
+    if path is not None:
+        if not any((path / name).is_file() for name in TOKENIZER_FILES):
+            raise FileNotFoundError(
+                f"{source} holds no tokenizer files ({', '.join(TOKENIZER_FILES)}); pass a tokenizer directory "
+                "(--tokenizer DIR)"
+            )
+        return load_tokenizer(path, neobert)
+    if is_preset(source):
+        return load_tokenizer(None)
+    return load_tokenizer(str(source), neobert)
+
+
+# --- saving ---------------------------------------------------------------------------------------------
+
+
+def save_pretrained(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    output_dir: str | os.PathLike,
+    state_dict: dict[str, torch.Tensor] | None = None,
+    extra_files: dict[str, str] | None = None,
+) -> Path:
+    """Write model + tokenizer (+ ``extra_files``: name -> text) to ``output_dir`` atomically, whole.
+
+    A NeoBERT model gets the released layout: config.json, model.safetensors, the tokenizer files with
+    vocab.txt, and the tokenizer's ``model_max_length`` set to the model's ``max_length``. ``state_dict``
+    replaces the model's own tensors (e.g. weights gathered from FSDP shards).
+    """
+    with atomic_dir(output_dir) as tmp:
+        write_model_files(model, tokenizer, tmp, state_dict)
+        for name, text in (extra_files or {}).items():
+            (tmp / name).write_text(text, encoding="utf-8")
+    return Path(output_dir)
+
+
+def write_model_files(
+    model: torch.nn.Module, tokenizer: Any, directory: Path, state_dict: dict[str, torch.Tensor] | None = None
+) -> None:
+    """The files of :func:`save_pretrained`, written into ``directory`` as they are (not atomic)."""
+    model.save_pretrained(directory, state_dict=state_dict)
+    if not is_neobert(model):
+        tokenizer.save_pretrained(directory)
+        return
+    _drop_auto_map(directory / "config.json")
+    tokenizer.model_max_length = model.config.max_length
+    tokenizer.model_input_names = list(MODEL_INPUT_NAMES)
+    tokenizer.save_pretrained(directory)
+    # transformers 5 writes only tokenizer.json; vocab.txt and the special-token map keep the directory
+    # readable by older transformers and by the original NeoBERT code.
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    (directory / "vocab.txt").write_text("".join(f"{token}\n" for token, _ in vocab), encoding="utf-8")
+    special = {k: str(v) for k, v in tokenizer.special_tokens_map.items()}
+    (directory / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n", encoding="utf-8")
+
+
+def _drop_auto_map(config_file: Path) -> None:
+    """Remove ``auto_map`` (kept from the released config.json): it names remote code this directory does
+    not hold, and with ``trust_remote_code=True`` transformers would prefer it to the registered classes."""
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    if config.pop("auto_map", None) is not None:
+        config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+# --- an encoder with its tokenizer ----------------------------------------------------------------------
+
+
+@dataclass
+class Encoder:
+    """A model (bare encoder or one with a head), its tokenizer (None where none is needed, e.g. a
+    throughput benchmark on random ids), its name, and the longest input it accepts."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    name: str
+    max_length: int
+
+    @property
+    def base(self) -> torch.nn.Module:
+        """The bare encoder inside any head (a bare encoder is its own base model)."""
+        return getattr(self.model, "base_model", self.model)
+
+    @property
+    def config(self) -> Any:
+        return self.model.config
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.config.hidden_size)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config.vocab_size)
+
+    @property
+    def pad_token_id(self) -> int:
+        return int(self.config.pad_token_id or 0)
+
+    @property
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def is_neobert(self) -> bool:
+        return is_neobert(self.model)
+
+
+def load_encoder(
+    source: str | os.PathLike,
+    tokenizer: str | os.PathLike | Any | None = None,
+    task: str = "base",
+    device: str | torch.device | None = None,
+    **model_kwargs: Any,
+) -> Encoder:
+    """Load ``source`` for ``task`` with its tokenizer (or ``tokenizer``: a directory or a loaded one), in
+    eval mode, on ``device``.
+
+    A NeoBERT preset gets a vocabulary as large as the tokenizer's, so the default tokenizer fits the test
+    presets (``tiny`` has 128 ids otherwise). ``model_kwargs`` go to :func:`load_model`.
+    """
+    loaded = hasattr(tokenizer, "convert_tokens_to_ids")
+    tok = tokenizer if loaded else resolve_tokenizer(source, tokenizer)
+    if is_preset(source):
+        model_kwargs.setdefault("vocab_size", max(len(tok), PRESETS[str(source)].get("vocab_size", 30522)))
+    model = load_model(source, task=task, **model_kwargs)
+    if device is not None:
+        model = model.to(device)
+    check_vocab(model, tok)
+    return Encoder(model, tok, str(source), max_positions(model, tok))
+
+
+def tokenize(encoder: Encoder, texts: Sequence[str], max_length: int | None = None) -> dict:
+    """Right-padded ``input_ids`` and 0/1 ``attention_mask`` on the encoder's device, truncated."""
+    batch = encoder.tokenizer(
+        list(texts),
+        padding=True,
+        truncation=True,
+        max_length=min(max_length or encoder.max_length, encoder.max_length),
+        return_tensors="pt",
+        return_token_type_ids=False,
+    )
+    device = encoder.device
+    return {"input_ids": batch["input_ids"].to(device), "attention_mask": batch["attention_mask"].to(device)}
+
+
+def embed_batch(encoder: Encoder, inputs: dict) -> torch.Tensor:
+    """Masked mean of the last hidden states: (B, C), differentiable (contrastive training uses it)."""
+    states = encoder.base(**inputs).last_hidden_state  # (B, L, C)
+    return mean_pool(states, inputs["attention_mask"])

@@ -1,0 +1,140 @@
+"""The one atomic writer: files and directories appear whole or not at all.
+
+Everything the package writes for a reader (models, tokenizers, checkpoints, shards, result tables,
+embeddings) goes through :func:`atomic_file` or :func:`atomic_dir`: the content is built under a temporary
+name beside the target and renamed into place only once complete, so a reader, or a crash at any moment,
+sees either the previous content whole or the new one whole. Temporaries start with ``.tmp-``; a leftover
+one (after a SIGKILL) is ignored by readers and removed by :func:`clean_temporaries`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+TMP_PREFIX = ".tmp-"
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Make a rename inside ``path`` durable (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_file(
+    path: str | os.PathLike, mode: str = "w", durable: bool = False, **open_kw: Any
+) -> Iterator[Any]:
+    """Open a temporary file beside ``path`` for writing; on success it replaces ``path``.
+
+    ``mode`` is ``"w"`` (text, UTF-8 unless ``encoding`` is given) or ``"wb"``. ``durable`` also fsyncs the
+    file and its directory (checkpoints), so the rename survives a power loss. On an exception the
+    temporary is removed and ``path`` is untouched.
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if mode == "w":
+        open_kw.setdefault("encoding", "utf-8")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.")
+    try:
+        with os.fdopen(fd, mode, **open_kw) as handle:
+            yield handle
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp creates 0600; give the usual permissions
+        os.replace(tmp, path)
+        if durable:
+            fsync_dir(path.parent)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: str | os.PathLike, text: str, durable: bool = False) -> Path:
+    """Write ``text`` (UTF-8, ``\\n`` line ends) to ``path`` atomically."""
+    with atomic_file(path, durable=durable, newline="\n") as handle:
+        handle.write(text)
+    return Path(path)
+
+
+def write_json(path: str | os.PathLike, data: Any, durable: bool = False, **dumps_kw: Any) -> Path:
+    """Write ``data`` as indented JSON (``dumps_kw`` go to :func:`json.dumps`) atomically."""
+    dumps_kw.setdefault("indent", 2)
+    return write_text(path, json.dumps(data, **dumps_kw) + "\n", durable=durable)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike, durable: bool = False) -> Iterator[Path]:
+    """A fresh temporary directory beside ``path`` to fill; on success it replaces ``path`` whole.
+
+    An existing ``path`` is first renamed aside and removed only after the new one is in place, so at every
+    moment ``path`` is either the old directory or the new one. On an exception the temporary is removed.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}."))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp creates 0700; give the usual permissions
+        if durable:
+            fsync_dir(tmp)
+        replace_dir(tmp, path)
+        if durable:
+            fsync_dir(path.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def write_dir(build: Callable[[Path], Any], path: str | os.PathLike, durable: bool = False) -> Path:
+    """Fill a directory with ``build(tmp_dir)`` and move it to ``path`` only if that succeeds."""
+    with atomic_dir(path, durable=durable) as tmp:
+        build(tmp)
+    return Path(path)
+
+
+def replace_dir(source: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Move directory ``source`` to ``target``, replacing an existing ``target`` (renamed aside first)."""
+    source, target = Path(source), Path(target)
+    old = None
+    if target.exists():
+        old = target.with_name(f"{TMP_PREFIX}old-{target.name}.{os.getpid()}")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+    os.replace(source, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def clean_temporaries(directory: str | os.PathLike) -> None:
+    """Remove what an interrupted :func:`atomic_file` / :func:`atomic_dir` left in ``directory``."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return
+    for path in directory.iterdir():
+        if path.name.startswith(TMP_PREFIX):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)

@@ -1,0 +1,151 @@
+"""Every module imports, and the import graph among neobert modules has no cycle (function-local imports
+included, so a cycle cannot hide inside a function)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+import neobert
+
+ROOT = Path(neobert.__file__).parent
+# Optional extras: a module built on one of them is imported only when it is installed.
+OPTIONAL = {"neobert.integrations.sentence_transformers": "sentence_transformers"}
+
+
+def module_names() -> dict[str, Path]:
+    names = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return names
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the neobert modules it imports anywhere in its body (relative imports resolved)."""
+    modules = module_names()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parent + ([node.module] if node.module else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            for target in targets:
+                while target not in modules and "." in target:
+                    target = target.rpartition(".")[0]
+                if target in modules and target != name and target.startswith("neobert"):
+                    graph[name].add(target)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as a path [a, b, ..., a], or None (iterative depth-first search)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: finished
+    for start in sorted(graph):
+        if start in state:
+            continue
+        path, stack = [start], [iter(sorted(graph[start]))]
+        state[start] = 1
+        while stack:
+            child = next(stack[-1], None)
+            if child is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(child) == 1:
+                return [*path[path.index(child) :], child]
+            elif child not in state:
+                state[child] = 1
+                path.append(child)
+                stack.append(iter(sorted(graph[child])))
+    return None
+
+
+def test_find_cycle_finds_a_planted_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_graph_sees_function_local_and_relative_imports():
+    graph = import_graph()
+    assert "neobert.encoders" in graph["neobert.inference"]  # a relative top-level import
+    assert "neobert.model" in graph["neobert.encoders"]
+
+
+def test_no_import_cycle_among_neobert_modules():
+    assert find_cycle(import_graph()) is None
+
+
+@pytest.mark.parametrize("name", sorted(module_names()))
+def test_every_module_imports(name):
+    if name in OPTIONAL:
+        pytest.importorskip(OPTIONAL[name])
+    importlib.import_module(name)
+
+
+# The floors of the house, bottom up (docs/architecture.md). A module imports its own floor or lower ones.
+FLOORS = {
+    "neobert.config": 0,
+    "neobert.io": 0,
+    "neobert.configs": 0,  # the shipped YAML recipes and vocabulary
+    "neobert.model": 1,
+    "neobert.fastpath": 1,
+    "neobert.data": 1,
+    "neobert.encoders": 2,
+    "neobert.inference": 2,
+    "neobert.long_documents": 2,
+    "neobert.registration": 2,
+    "neobert.training": 2,
+    "neobert.training.default_run": 3,
+    "neobert.finetuning": 3,
+    "neobert.evaluation": 3,
+    "neobert.benchmarks": 3,
+    "neobert.integrations": 3,
+    "neobert.serving": 3,
+    "neobert.token_classification": 3,
+    "neobert.cli": 4,
+}
+
+
+def floor(module: str) -> int | None:
+    """The floor of ``module``: its longest prefix in FLOORS (None for the package's own __init__)."""
+    parts = module.split(".")
+    for end in range(len(parts), 1, -1):
+        if ".".join(parts[:end]) in FLOORS:
+            return FLOORS[".".join(parts[:end])]
+    return None
+
+
+def test_every_module_has_a_floor():
+    assert [m for m in module_names() if m != "neobert" and floor(m) is None] == []
+
+
+def test_imports_point_down_cli_tasks_engines_model_data_config():
+    upward = [
+        f"{module} -> {target}"
+        for module, targets in import_graph().items()
+        for target in targets
+        if "neobert" not in (module, target) and floor(target) > floor(module)
+    ]
+    assert upward == []
+    # model and data are side by side: neither imports the other
+    def wing(module: str) -> str:
+        return module.split(".")[1] if "." in module else ""
+
+    across = [
+        f"{m} -> {t}"
+        for m, targets in import_graph().items()
+        for t in targets
+        if {wing(m), wing(t)} == {"model", "data"}
+    ]
+    assert across == []
