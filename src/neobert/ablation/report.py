@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..finetuning.reporting import markdown_table, write_text_atomic
+from ..finetuning.reporting import markdown_table
+from ..io import atomic_file, write_text
 from .ladder import Ladder, RungPlan
 
 METRIC = "accuracy"
@@ -192,15 +192,14 @@ def plot(summaries: list[RungSummary], path: Path, title: str) -> Path | None:
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp)
+    with atomic_file(path, "wb") as handle:
+        fig.savefig(handle, format="png")
     plt.close(fig)
-    os.replace(tmp, path)
     return path
 
 
 def write_report(ladder: Ladder, plans: list[RungPlan], root: Path) -> tuple[Path, Path | None]:
     summaries = collect(ladder, plans, root)
-    md = write_text_atomic(root / "ladder.md", render(ladder, summaries))
+    md = write_text(root / "ladder.md", render(ladder, summaries))
     png = plot(summaries, root / "ladder.png", f"{ladder.name}: downstream score per rung")
     return md, png

@@ -17,6 +17,7 @@ with all its seeds, because a rung may start from an earlier one (``init_from``)
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import time
 from collections.abc import Callable
@@ -31,10 +32,10 @@ from transformers import AutoTokenizer
 from ..config import ModelConfig
 from ..data import PrepareConfig, TokenDataset, prepare, train_tokenizer
 from ..finetuning.classify import run_classify
-from ..finetuning.reporting import write_json_atomic, write_text_atomic
 from ..inference import default_tokenizer_dir, save_pretrained
+from ..io import write_dir, write_json, write_text
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
-from ..training.checkpointing import latest_checkpoint, write_atomic_dir
+from ..training.checkpointing import latest_checkpoint
 from ..training.config import PretrainConfig
 from ..training.default_run import shipped_tokenizer
 from ..training.trainer import pretrain
@@ -126,13 +127,11 @@ def run_rung(
             )
         config = config.override(init_from=str(source))
     # the run's full config beside it: `neobert pretrain --config run/config.yaml` repeats it by hand
-    write_text_atomic(
-        run / "config.yaml", yaml.safe_dump(json.loads(json.dumps(config.to_dict())), sort_keys=False)
-    )
+    write_text(run / "config.yaml", yaml.safe_dump(json.loads(json.dumps(config.to_dict())), sort_keys=False))
     pretrained = _read_json(run / "pretrain.json") if (run / "pretrain.json").is_file() else None
     if pretrained is None:
         pretrained = _pretrain(config, plan, run, on_step_end)
-        write_json_atomic(run / "pretrain.json", pretrained)
+        write_json(run / "pretrain.json", pretrained, allow_nan=False)
     if not keep_checkpoints:
         shutil.rmtree(run / "checkpoints", ignore_errors=True)
     downstream = {}
@@ -140,7 +139,7 @@ def run_rung(
         train, validation = write_task(task, root / "tasks" / task)
         downstream[task] = _score(ladder, run / "final", train, validation, run / "downstream" / task, seed)
     result = {"rung": plan.name, "seed": seed, "pretrain": pretrained, "downstream": downstream}
-    write_json_atomic(run / "result.json", result)
+    write_json(run / "result.json", result, allow_nan=False)
     return result
 
 
@@ -172,7 +171,7 @@ def _export_random(config: PretrainConfig, final: Path) -> None:
     torch.manual_seed(config.seed)
     model_config = ModelConfig.from_name(config.preset, **overrides)
     model = NeoBERTForMaskedLM(NeoBERTConfig.from_model_config(model_config))
-    write_atomic_dir(lambda tmp: save_pretrained(model, tokenizer, tmp), final)
+    write_dir(lambda tmp: save_pretrained(model, tokenizer, tmp), final)
 
 
 def _score(
@@ -199,7 +198,7 @@ def _score(
     }
     result = run_classify(settings)
     shutil.rmtree(result.model_dir, ignore_errors=True)
-    return result.metrics
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in result.metrics.items()}
 
 
 def _read_json(path: Path) -> Any:
@@ -236,7 +235,7 @@ def tokenizer_dir(ladder: Ladder, name: str, root: Path) -> Path:
         return Path(spec.source)
     if not (out / "tokenizer.json").is_file():
         inputs = materialize_inputs(ladder.corpora[spec.corpus].inputs, root / "corpora")
-        write_atomic_dir(
+        write_dir(
             lambda tmp: train_tokenizer(inputs, kind=spec.train, vocab_size=spec.vocab_size, output_dir=tmp),
             out,
         )

