@@ -113,6 +113,7 @@ FLOORS = {
     "neobert.integrations": 3,
     "neobert.serving": 3,
     "neobert.token_classification": 3,
+    "neobert.ablation": 3,  # the ablation ladder: runs the pretraining and fine-tuning tasks
     "neobert.cli": 4,
 }
 

@@ -31,6 +31,7 @@ COMMAND_MODULES = [
     "bench",
     "serve",
     "tag",
+    "ablate",
 ]
 
 
