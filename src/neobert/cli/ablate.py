@@ -6,12 +6,15 @@ import argparse
 import os
 from typing import Any
 
-from .common import make_console, quiet_transformers
+from ..ablation import AblateConfig, run_ladder
+from .common import add_command, make_console, quiet_transformers
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "ablate",
+        run_from_args,
         help="run an ablation ladder (M0 -> NeoBERT, Figure 1) and write its report",
         description=(
             "Pretrain every rung of a ladder (one ordinary pretraining run directory per rung and seed), "
@@ -32,12 +35,9 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--max-steps", type=int, help="pretraining steps per rung instead of the scale's")
     parser.add_argument("--keep-checkpoints", action="store_true", help="keep finished runs' checkpoints")
-    parser.set_defaults(func=run_from_args)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    from ..ablation import AblateConfig, run_ladder
-
     console = make_console()
     quiet_transformers()
     config = AblateConfig(
