@@ -431,3 +431,39 @@ def test_cli_prepare_with_config_file_and_flags(tmp_path, capsys):
     args = parser.parse_args(["data", "corpus", "--output", str(tmp_path / "c.txt"), "--modules", "json"])
     assert args.func(args) == 0
     assert (tmp_path / "c.txt").read_text(encoding="utf-8").startswith("json")
+
+
+# --- the strict JSON-lines reader shared by the task files (embeddings, contrastive, tokens, tag, pppl) ---
+
+
+def test_json_objects_names_file_and_line_of_each_fault(tmp_path):
+    from neobert.data.readers import json_objects
+
+    good = tmp_path / "good.jsonl"
+    good.write_bytes(b'\xef\xbb\xbf{"a": 1}\n\n   \n{"b": [2]}\n')
+    assert list(json_objects(good)) == [(1, {"a": 1}), (4, {"b": [2]})]  # BOM, blank lines skipped, numbered
+    cases = {
+        "json.jsonl": (b'{"a": 1}\n{"a": \n', r"json\.jsonl, line 2: not valid JSON"),
+        "list.jsonl": (b'{"a": 1}\n\n[1, 2]\n', r"list\.jsonl, line 3: expected a JSON object, got list"),
+        "utf8.jsonl": (b'{"a": "\xff"}\n', r"utf8\.jsonl, line 1: not valid UTF-8"),
+    }
+    for name, (data, message) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(DataError, match=message):
+            list(json_objects(tmp_path / name))
+    with pytest.raises(DataError, match=r"task file .*missing\.jsonl does not exist"):
+        list(json_objects(tmp_path / "missing.jsonl", what="task file"))
+
+
+def test_pppl_documents_report_the_real_line_of_a_bad_record(tmp_path):
+    from neobert.evaluation.pppl import read_documents
+
+    path = tmp_path / "docs.jsonl"
+    path.write_text('{"text": "one"}\n\n{"text": "two"}\n\n{"body": "three"}\n{oops\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"docs\.jsonl, line 5: no string 'text' field"):
+        read_documents(path)
+    path.write_text('{"text": "one"}\n\n{oops\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"docs\.jsonl, line 3: not valid JSON"):
+        read_documents(path)
+    path.write_text('{"text": "one"}\n\n{"text": "two"}\n', encoding="utf-8")
+    assert read_documents(path) == ["one", "two"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
+from ..data.readers import json_objects
 from ..encoders import load_model, resolve_tokenizer
 from ..io import write_text
 from ..token_classification import tag
@@ -22,14 +23,8 @@ def read_input(path: str) -> list[str]:
     if Path(path).suffix.lower() != ".jsonl":
         return read_texts(path)
     texts = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise CLIError(f"{path}, line {number}: not valid JSON ({err.msg}, column {err.colno})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+    for number, row in json_objects(path):
+        if not isinstance(row.get("text"), str):
             raise CLIError(f"{path}, line {number}: expected an object with a string 'text' field")
         texts.append(row["text"])
     if not texts:

@@ -227,6 +227,31 @@ def _emit(block: list[str], lines: _Lines, stats: ReadStats, on_error: str) -> I
         yield "\n".join(block)
 
 
+def json_objects(path: str | os.PathLike, what: str = "input file") -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-blank line of a JSON-lines file, strictly: a missing file, invalid
+    UTF-8, invalid JSON or a line that is not a JSON object raises :class:`DataError` naming ``what``, the file
+    and the line (the lenient reader of corpora is :func:`read_jsonl`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{what} {path} does not exist")
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            where = f"{path}, line {number}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DataError(f"{where}: not valid UTF-8 (column {err.start + 1})") from None
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line.removeprefix("\ufeff"))
+            except json.JSONDecodeError as err:
+                raise DataError(f"{where}: not valid JSON ({err.msg}, column {err.colno})") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            yield number, row
+
+
 def read_jsonl(path: str, text_column: str, *, on_error: str = "raise", stats: ReadStats) -> Iterator[str]:
     """The ``text_column`` field of each JSON object of a JSON-lines file (blank lines ignored)."""
     lines = _Lines(path, on_error)

@@ -14,7 +14,6 @@ Task files (UTF-8 JSONL, one object per line; a task's name is its file or direc
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..data.readers import json_objects
 from ..encoders import Encoder, load_encoder
 from ..inference import encode
 from ..io import write_text
@@ -56,24 +56,12 @@ class EmbeddingReport:
 
 def read_jsonl(path: str | os.PathLike, required: Sequence[str]) -> list[dict]:
     """Rows of a JSONL file holding the ``required`` keys; errors name the file, line and available keys."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"task file {path} does not exist")
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}, line {number}: not valid JSON ({err.msg})") from None
-            missing = [k for k in required if k not in row]
-            if missing:
-                raise ValueError(
-                    f"{path}, line {number}: missing {', '.join(missing)}; available: {', '.join(sorted(row))}"
-                )
-            rows.append(row)
+    for number, row in json_objects(path, what="task file"):
+        missing = [k for k in required if k not in row]
+        if missing:
+            raise ValueError(f"{path}, line {number}: missing {', '.join(missing)}; available: {', '.join(sorted(row))}")
+        rows.append(row)
     if not rows:
         raise ValueError(f"task file {path} is empty")
     return rows

@@ -15,7 +15,6 @@ context extension. A model asked for documents longer than it accepts gets NaN f
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 import time
@@ -29,6 +28,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from ..config import ModelConfig
+from ..data.readers import json_objects
 from ..encoders import Encoder, is_preset, load_encoder
 from ..io import atomic_file
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
@@ -167,19 +167,18 @@ def _extended_fields(path: str, method: str, length: int) -> dict[str, Any]:
 def read_documents(path: str | os.PathLike) -> list[str]:
     """Documents from a ``.jsonl`` file (a ``text`` field per line) or a text file (one document per line)."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"input file {path} does not exist")
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     if path.suffix == ".jsonl":
-        docs = []
-        for number, line in enumerate(lines, start=1):
-            row = json.loads(line)
-            if "text" not in row:
+        lines = []
+        for number, row in json_objects(path):
+            if not isinstance(row.get("text"), str):
                 raise ValueError(
-                    f"{path}, line {number}: no 'text' field; available: {', '.join(sorted(row))}"
+                    f"{path}, line {number}: no string 'text' field; available: {', '.join(sorted(row))}"
                 )
-            docs.append(row["text"])
-        lines = docs
+            lines.append(row["text"])
+    elif path.is_file():
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    else:
+        raise FileNotFoundError(f"input file {path} does not exist")
     if not lines:
         raise ValueError(f"input file {path} holds no document")
     return lines

@@ -8,7 +8,6 @@ DDP every process draws the same data set at each step (a shared seed) and its o
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..data.readers import json_objects
 from ..evaluation.instructions import dataset_instruction
 
 QUERY_COLUMNS = ("query", "anchor", "question", "sentence1", "title", "premise")
@@ -59,26 +59,16 @@ def _negatives(row: dict, where: str) -> tuple[str, ...]:
 
 def read_jsonl_examples(path: str | os.PathLike) -> list[Example]:
     """One example per line: {"query", "positive", optional "negatives": [...] or "negative": "..."}."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"contrastive data file {path} does not exist")
     examples = []
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}, line {number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{where}: not valid JSON ({err.msg})") from None
-            missing = [k for k in ("query", "positive") if not isinstance(row.get(k), str)]
-            if missing:
-                raise ValueError(
-                    f"{where}: missing text field(s) {', '.join(missing)}; "
-                    f"available: {', '.join(sorted(row)) or 'none'}"
-                )
-            examples.append(Example(row["query"], row["positive"], _negatives(row, where)))
+    for number, row in json_objects(path, what="contrastive data file"):
+        where = f"{path}, line {number}"
+        missing = [k for k in ("query", "positive") if not isinstance(row.get(k), str)]
+        if missing:
+            raise ValueError(
+                f"{where}: missing text field(s) {', '.join(missing)}; "
+                f"available: {', '.join(sorted(row)) or 'none'}"
+            )
+        examples.append(Example(row["query"], row["positive"], _negatives(row, where)))
     if not examples:
         raise ValueError(f"contrastive data file {path} is empty: expected JSONL with query and positive")
     return examples

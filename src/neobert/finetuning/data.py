@@ -14,11 +14,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..data.readers import DataError
+
 TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json", ".parquet")
-
-
-class DataError(ValueError):
-    """A data file is missing, empty, or lacks what the task needs; the message says what to fix."""
 
 
 def read_table(path: str | Path) -> Any:

@@ -8,7 +8,6 @@ default; ``ner_tags`` is accepted too). Every error names the file and line.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..finetuning.data import DataError
+from ..data.readers import DataError, json_objects
 
 IGNORE = -100  # the label of special tokens and of every sub-word but a word's first
 OUTSIDE = "O"
@@ -84,19 +83,8 @@ def read_conll(path: str | Path) -> list[Sentence]:
 def read_jsonl(
     path: str | Path, tokens_field: str = "tokens", tags_field: str | None = None
 ) -> list[Sentence]:
-    path = Path(path)
     sentences = []
-    for number, line in _lines(path):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataError(
-                f"{path}, line {number}: not valid JSON ({err.msg}, column {err.colno})"
-            ) from None
-        if not isinstance(row, dict):
-            raise DataError(f"{path}, line {number}: expected a JSON object with {tokens_field!r} and tags")
+    for number, row in json_objects(path, what="data file"):
         field = tags_field or next((f for f in ("tags", "ner_tags") if f in row), "tags")
         for name in (tokens_field, field):
             if name not in row:
