@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,7 @@ from neobert.ablation import (
     run_ladder,
     verdict,
 )
-from neobert.ablation.runner import run_rung
+from neobert.ablation.runner import run_rung, shared_lock
 from neobert.model import NeoBERTConfig, NeoBERTForMaskedLM
 from neobert.model.layers import GeluMLP, RMSNorm, SwiGLU
 from neobert.training.batching import micro_batches_for
@@ -367,3 +369,38 @@ def test_run_killed_before_its_first_checkpoint_starts_clean(smoke, tmp_path):
     history = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [h["step"] for h in history if "train/loss" in h] == [1, 2, 3]
     assert all(h.get("train/loss") != 123.0 for h in history)
+
+
+def test_only_seed_runs_that_seed_alone_beside_the_others(smoke, tmp_path):
+    out = smoke[0]
+    for name in ("data", "tokenizers", "tasks"):
+        shutil.copytree(out / name, tmp_path / name)
+    shutil.copytree(out / "runs" / "M0", tmp_path / "runs" / "M0")  # seed 0 finished by another process
+    lines: list[str] = []
+    config = AblateConfig(ladder="smoke", output=str(tmp_path), rungs=["random", "M0"], only_seed=1)
+    result = run_ladder(config, log=lines.append)
+    assert result.ran == ["random/seed-1", "M0/seed-1"] and result.skipped == []
+    assert not (tmp_path / "runs" / "random" / "seed-0").exists()
+    table = result.report_md.read_text()
+    assert "| M0 | " in table and " | 2 | " in table  # the report pools both processes' seeds
+    with pytest.raises(LadderError, match="only_seed"):
+        AblateConfig(ladder="smoke", output=str(tmp_path), only_seed=-1)
+
+
+def test_shared_lock_serializes_processes_preparing_one_directory(tmp_path):
+    order: list[str] = []
+    inside = threading.Event()
+
+    def other():
+        inside.wait(5)
+        with shared_lock(tmp_path):  # a second open file: flock makes it wait as another process would
+            order.append("other")
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with shared_lock(tmp_path):
+        inside.set()
+        time.sleep(0.3)
+        order.append("first")
+    thread.join(5)
+    assert order == ["first", "other"]

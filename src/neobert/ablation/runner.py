@@ -11,11 +11,17 @@ Layout of the output directory::
 
 A killed run is picked up where it stopped: pretraining resumes from its last checkpoint (the trainer's own
 resume), a finished pretraining is not repeated, finished fine-tunings are kept. Rungs run in order, each
-with all its seeds, because a rung may start from an earlier one (``init_from``).
+with all its seeds, because a rung may start from an earlier one (``init_from``) of the same seed.
+
+Seeds are independent, so several processes may share one directory, each with ``only_seed`` (one per
+core: ``neobert ablate --only-seed 0`` beside ``--only-seed 1``); the shared preparation (corpora,
+tokenizers, prepared data, task files) is made once, under a file lock.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import shutil
@@ -52,6 +58,11 @@ class AblateConfig:
     seeds: int | None = None  # default: the ladder's
     max_steps: int | None = None  # override the scale's pretraining steps (quick looks)
     keep_checkpoints: bool = False  # keep each finished run's checkpoints (they are removed by default)
+    only_seed: int | None = None  # run this seed alone (one process per seed shares DIR); default: all
+
+    def __post_init__(self) -> None:
+        if self.only_seed is not None and (isinstance(self.only_seed, bool) or self.only_seed < 0):
+            raise LadderError(f"only_seed must be a seed number (0, 1, ...), got {self.only_seed!r}")
 
 
 @dataclass
@@ -69,7 +80,7 @@ def run_ladder(config: AblateConfig, log: Callable[[str], None] = print) -> Ladd
         ladder.scale.steps = config.max_steps
     plans = resolve(ladder)
     chosen = _choose(plans, config.rungs)
-    seeds = list(range(config.seeds or ladder.seeds))
+    seeds = [config.only_seed] if config.only_seed is not None else list(range(config.seeds or ladder.seeds))
     root = Path(config.output)
     root.mkdir(parents=True, exist_ok=True)
     todo = [
@@ -108,6 +119,19 @@ def _choose(plans: list[RungPlan], names: list[str] | None) -> list[RungPlan]:
     return [p for p in plans if p.name in names]
 
 
+@contextlib.contextmanager
+def shared_lock(root: Path):
+    """Held while the ladder's shared files (corpora, tokenizers, prepared data, tasks) are made, so that
+    processes running other seeds in the same directory wait for one another instead of racing."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".prepare.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _run_dir(root: Path, rung: str, seed: int) -> Path:
     return root / "runs" / rung / f"seed-{seed}"
 
@@ -117,7 +141,9 @@ def run_rung(
 ) -> dict[str, Any]:
     """Pretrain (or initialize) one rung with one seed, score it downstream, write ``result.json``."""
     run = _run_dir(root, plan.name, seed)
-    data_dir = prepared_data(ladder, plan.corpus, plan.tokenizer, root)
+    with shared_lock(root):
+        data_dir = prepared_data(ladder, plan.corpus, plan.tokenizer, root)
+        tasks = {task: write_task(task, root / "tasks" / task) for task in ladder.downstream.tasks}
     config = pretrain_config(ladder, plan, seed, run, data_dir)
     if plan.init_from:
         source = _run_dir(root, plan.init_from, seed) / "final"
@@ -135,8 +161,7 @@ def run_rung(
     if not keep_checkpoints:
         shutil.rmtree(run / "checkpoints", ignore_errors=True)
     downstream = {}
-    for task in ladder.downstream.tasks:
-        train, validation = write_task(task, root / "tasks" / task)
+    for task, (train, validation) in tasks.items():
         downstream[task] = _score(ladder, run / "final", train, validation, run / "downstream" / task, seed)
     result = {"rung": plan.name, "seed": seed, "pretrain": pretrained, "downstream": downstream}
     write_json(run / "result.json", result, allow_nan=False)

@@ -31,6 +31,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--rungs", help="comma-separated rung names to run (default: all within reach)")
     parser.add_argument("--seeds", type=int, help="pretraining seeds per rung (default: the ladder's)")
     parser.add_argument(
+        "--only-seed",
+        type=int,
+        help="run this seed alone; start one process per seed on the same DIR to use more cores",
+    )
+    parser.add_argument(
         "--smoke", action="store_true", help="the smoke ladder: tiny shapes, seconds per rung"
     )
     parser.add_argument("--max-steps", type=int, help="pretraining steps per rung instead of the scale's")
@@ -47,6 +52,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         seeds=args.seeds,
         max_steps=args.max_steps,
         keep_checkpoints=args.keep_checkpoints,
+        only_seed=args.only_seed,
     )
     _warn_if_oversubscribed(console)
     result = run_ladder(config, log=lambda line: console.print(line, highlight=False, soft_wrap=True))
