@@ -404,3 +404,24 @@ def test_shared_lock_serializes_processes_preparing_one_directory(tmp_path):
         order.append("first")
     thread.join(5)
     assert order == ["first", "other"]
+
+
+def test_loss_change_only_where_the_validation_text_and_masking_match():
+    from neobert.ablation.report import RungSummary, _loss_change, comparable_loss
+
+    plans = {p.name: p for p in resolve(load_ladder("figure1-laptop"))}
+
+    def summary(name, losses):
+        return RungSummary(plans[name], [50.0, 51.0], {}, losses)
+
+    m0, m1 = summary("M0", [6.4, 6.2]), summary("M1", [6.1, 6.12])
+    # mean change -0.19; the larger sd is M0's, 0.1414: a real drop
+    assert _loss_change(m1, m0) == "-0.190 (lower)"
+    assert _loss_change(summary("M1", [6.25, 6.3]), m0) == "-0.025 (within noise)"
+    assert comparable_loss(m1, m0)
+    assert not comparable_loss(summary("M2", [6.6, 6.7]), m1)  # another corpus: another validation text
+    assert _loss_change(summary("M2", [6.6, 6.7]), m1) == ""
+    assert not comparable_loss(summary("M3", [6.6, 6.7]), summary("M2", [6.6, 6.7]))  # another tokenizer
+    m4 = summary("M4", [6.5, 6.6])
+    assert not comparable_loss(summary("M5", [6.6, 6.7]), m4)  # another masking
+    assert comparable_loss(summary("M7", [6.4, 6.5]), summary("M5", [6.6, 6.7]))  # size: same text

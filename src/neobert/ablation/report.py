@@ -39,6 +39,10 @@ class RungSummary:
     def spread(self) -> float | None:
         return statistics.stdev(self.scores) if len(self.scores) > 1 else None
 
+    @property
+    def loss_spread(self) -> float | None:
+        return statistics.stdev(self.val_loss) if len(self.val_loss) > 1 else None
+
 
 def collect(ladder: Ladder, plans: list[RungPlan], root: Path) -> list[RungSummary]:
     """Every rung with the results of its finished seeds (``runs/<rung>/seed-*/result.json``)."""
@@ -87,10 +91,11 @@ def _change(summary: RungSummary, by_name: dict[str, RungSummary]) -> tuple[floa
 
 
 def comparable_loss(summary: RungSummary, base: RungSummary | None) -> bool:
-    """Validation MLM losses compare only under the same tokenizer, masking and context."""
+    """Validation MLM losses compare only on the same validation text (corpus), under the same tokenizer,
+    masking and context."""
     if base is None:
         return False
-    keys = ("tokenizer", "context")
+    keys = ("corpus", "tokenizer", "context")
     masking = ("data.mask_rate", "data.mask_scheme")
     return all(getattr(summary.plan, k) == getattr(base.plan, k) for k in keys) and all(
         summary.plan.set.get(k) == base.plan.set.get(k) for k in masking
@@ -101,12 +106,12 @@ def render(ladder: Ladder, summaries: list[RungSummary]) -> str:
     by_name = {s.plan.name: s for s in summaries}
     tasks = ladder.downstream.tasks
     header = ["rung", "change", "score (mean ± sd)", "seeds", "Δ vs base", "paper Δ", "sign reproduced?"]
-    header += [*tasks, "val MLM loss"]
+    header += [*tasks, "val MLM loss", "Δ loss vs base"]
     rows = []
     for s in summaries:
         if s.plan.out_of_reach:
             rows.append([s.plan.name, s.plan.change, f"out of reach: {s.plan.out_of_reach}", 0, "", "", ""])
-            rows[-1] += ["" for _ in tasks] + [""]
+            rows[-1] += ["" for _ in tasks] + ["", ""]
             continue
         delta, noise = _change(s, by_name)
         base = by_name.get(s.plan.base_rung or "")
@@ -124,6 +129,7 @@ def render(ladder: Ladder, summaries: list[RungSummary]) -> str:
                 verdict(delta, s.plan.paper_delta, noise) if s.plan.base_rung else "",
                 *[_mean_sd(statistics.fmean(v) if v else None, None) for v in s.tasks.values()],
                 loss,
+                _loss_change(s, base),
             ]
         )
     lines = [
@@ -135,12 +141,26 @@ def render(ladder: Ladder, summaries: list[RungSummary]) -> str:
         "mean ± sample sd over pretraining seeds. Δ: change of the mean from the rung this one builds on.",
         "Paper Δ: the GLUE change the spec states for the rung (blank: not stated). A change no larger than",
         'the larger sd of the two rungs reads "within noise". † validation MLM loss not comparable with the',
-        "base rung's (other tokenizer, masking or context).",
+        "base rung's (other corpus, tokenizer, masking or context); Δ loss: the change of the mean validation",
+        "MLM loss where comparable (negative: the change helped pretraining), judged against the larger sd the",
+        "same way.",
         "",
         markdown_table(header, rows),
         _headline(summaries),
     ]
     return "\n".join(lines)
+
+
+def _loss_change(summary: RungSummary, base: RungSummary | None) -> str:
+    if not (summary.val_loss and base is not None and base.val_loss and comparable_loss(summary, base)):
+        return ""
+    delta = statistics.fmean(summary.val_loss) - statistics.fmean(base.val_loss)
+    spreads = [s for s in (summary.loss_spread, base.loss_spread) if s is not None]
+    noise = max(spreads) if len(spreads) == 2 else None
+    reading = (
+        "within noise" if noise is not None and abs(delta) <= noise else ("lower" if delta < 0 else "higher")
+    )
+    return f"{delta:+.3f} ({reading})"
 
 
 def _headline(summaries: list[RungSummary]) -> str:
