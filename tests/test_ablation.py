@@ -245,6 +245,11 @@ def test_smoke_ladder_report(smoke):
     assert rows["M7"][4] == f"{scores['M7'] - scores['M5']:+.1f} (vs M5)"
     assert rows["M2"][5] == "+3.6%" and rows["M3"][0] == "M3 (dropped)"
     assert rows["random"][2] == f"{scores['random']:.1f}" and results["random"]["pretrain"]["steps"] == 0
+    unigram = header.index("unigram")  # the context-free loss of the rung's validation text, beside its loss
+    assert (
+        rows["M1"][unigram] == f"{results['M1']['pretrain']['unigram_entropy']:.3f}"
+        and rows["random"][unigram] == ""
+    )
     assert all(results[n]["pretrain"]["steps"] == 3 for n in names[1:])
     assert result.report_png is not None and result.report_png.read_bytes()[:4] == b"\x89PNG"
     assert any("ladder ETA" in line and "M5 seed 0: step 3/3" in line for line in lines)

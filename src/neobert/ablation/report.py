@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ class RungSummary:
     scores: list[float]  # one per finished seed: mean task accuracy x100
     tasks: dict[str, list[float]]  # task -> accuracy x100 per seed
     val_loss: list[float]  # validation MLM loss per seed (pretrained rungs)
+    unigram: list[float] = field(default_factory=list)  # the validation text's unigram entropy per seed
 
     @property
     def mean(self) -> float | None:
@@ -48,7 +49,7 @@ def collect(ladder: Ladder, plans: list[RungPlan], root: Path) -> list[RungSumma
     """Every rung with the results of its finished seeds (``runs/<rung>/seed-*/result.json``)."""
     summaries = []
     for plan in plans:
-        scores, val_loss, tasks = [], [], {t: [] for t in ladder.downstream.tasks}
+        scores, val_loss, unigram, tasks = [], [], [], {t: [] for t in ladder.downstream.tasks}
         for path in sorted((root / "runs" / plan.name).glob("seed-*/result.json")):
             result = json.loads(path.read_text(encoding="utf-8"))
             accuracies = [_accuracy(result["downstream"].get(t)) for t in ladder.downstream.tasks]
@@ -59,7 +60,9 @@ def collect(ladder: Ladder, plans: list[RungPlan], root: Path) -> list[RungSumma
             scores.append(statistics.fmean(accuracies))
             if result["pretrain"].get("val_loss") is not None:
                 val_loss.append(result["pretrain"]["val_loss"])
-        summaries.append(RungSummary(plan, scores, tasks, val_loss))
+            if result["pretrain"].get("unigram_entropy") is not None:
+                unigram.append(result["pretrain"]["unigram_entropy"])
+        summaries.append(RungSummary(plan, scores, tasks, val_loss, unigram))
     return summaries
 
 
@@ -106,12 +109,12 @@ def render(ladder: Ladder, summaries: list[RungSummary]) -> str:
     by_name = {s.plan.name: s for s in summaries}
     tasks = ladder.downstream.tasks
     header = ["rung", "change", "score (mean ± sd)", "seeds", "Δ vs base", "paper Δ", "sign reproduced?"]
-    header += [*tasks, "val MLM loss", "Δ loss vs base"]
+    header += [*tasks, "val MLM loss", "unigram", "Δ loss vs base"]
     rows = []
     for s in summaries:
         if s.plan.out_of_reach:
             rows.append([s.plan.name, s.plan.change, f"out of reach: {s.plan.out_of_reach}", 0, "", "", ""])
-            rows[-1] += ["" for _ in tasks] + ["", ""]
+            rows[-1] += ["" for _ in tasks] + ["", "", ""]
             continue
         delta, noise = _change(s, by_name)
         base = by_name.get(s.plan.base_rung or "")
@@ -129,6 +132,7 @@ def render(ladder: Ladder, summaries: list[RungSummary]) -> str:
                 verdict(delta, s.plan.paper_delta, noise) if s.plan.base_rung else "",
                 *[_mean_sd(statistics.fmean(v) if v else None, None) for v in s.tasks.values()],
                 loss,
+                _fmt(statistics.fmean(s.unigram), 3) if s.unigram else "",
                 _loss_change(s, base),
             ]
         )
@@ -143,7 +147,8 @@ def render(ladder: Ladder, summaries: list[RungSummary]) -> str:
         'the larger sd of the two rungs reads "within noise". † validation MLM loss not comparable with the',
         "base rung's (other corpus, tokenizer, masking or context); Δ loss: the change of the mean validation",
         "MLM loss where comparable (negative: the change helped pretraining), judged against the larger sd the",
-        "same way.",
+        "same way. Unigram: the entropy of the validation tokens' frequencies, the loss of a model that ignores",
+        "the context; a loss near it means the rung has not yet learned to use the context.",
         "",
         markdown_table(header, rows),
         _headline(summaries),

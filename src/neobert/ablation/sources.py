@@ -79,7 +79,7 @@ def task_rows(name: str, seed: int = 0) -> dict[str, list[dict[str, str]]]:
     if name not in TASKS:
         raise DataError(f"unknown task {name!r}; available: {', '.join(TASKS)}")
     if name == "convention-party":
-        return _split(
+        return split_by_group(
             [(p, r["party"], r["speaker"]) for r in speeches() for p in paragraphs(r["text"])], seed
         )
     rows = rotten_tomatoes()
@@ -89,10 +89,10 @@ def task_rows(name: str, seed: int = 0) -> dict[str, list[dict[str, str]]]:
         plots = [(r, "plot") for r in rows if r["category"] == "plot"]
         reviews = [(r, "review") for r in rows if r["category"] != "plot"]
         labelled = plots + random.Random(seed).sample(reviews, len(plots))
-    return _split([(row["text"].strip(), label, row["movie_name"]) for row, label in labelled], seed)
+    return split_by_group([(row["text"].strip(), label, row["movie_name"]) for row, label in labelled], seed)
 
 
-def _split(rows: list[tuple[str, str, str]], seed: int) -> dict[str, list[dict[str, str]]]:
+def split_by_group(rows: list[tuple[str, str, str]], seed: int) -> dict[str, list[dict[str, str]]]:
     """(text, label, group) rows split by group, each split in a fixed shuffle (its first N rows are a
     fair sample)."""
     splits: dict[str, list[dict[str, str]]] = {"train": [], "validation": []}
