@@ -13,6 +13,7 @@ Run several at once with OMP_NUM_THREADS=1, one per core.
 """
 
 import csv
+import io
 import json
 import random
 import shutil
@@ -25,6 +26,7 @@ from neobert.ablation import load_ladder, pretrain_config, resolve
 from neobert.ablation.runner import prepared_data
 from neobert.ablation.sources import rotten_tomatoes, split_by_group, write_task
 from neobert.finetuning import run_classify
+from neobert.io import write_text
 from neobert.training.trainer import pretrain
 
 
@@ -66,12 +68,12 @@ def _word_order_task(folder: Path) -> tuple[Path, Path]:
                 (" ".join(words[:start] + shuffled + words[start + 4 :]), "shuffled", row["movie_name"])
             )
     splits = split_by_group(rows, 0)
-    folder.mkdir(parents=True, exist_ok=True)
-    for split in ("train", "validation"):
-        with open(folder / f"{split}.csv", "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=["text", "label"])
-            writer.writeheader()
-            writer.writerows(splits[split])
+    for split in ("train", "validation"):  # atomic: runs started side by side may write it at once
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=["text", "label"])
+        writer.writeheader()
+        writer.writerows(splits[split])
+        write_text(folder / f"{split}.csv", out.getvalue())
     return folder / "train.csv", folder / "validation.csv"
 
 
