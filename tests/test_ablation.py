@@ -179,6 +179,7 @@ def _write_ladder(tmp_path: Path, edit) -> Path:
         (lambda d: d["rungs"][1].update(chnage="typo"), "rungs[1].chnage"),
         (lambda d: d["scale"].update(step=3), "scale.step"),
         (lambda d: d["downstream"].update(task=["x"]), "downstream.task"),
+        (lambda d: d["downstream"]["settings"].update(learning_rat=1e-3), "downstream.settings.learning_rat"),
         (lambda d: d.update(sede=1), "sede"),
         (lambda d: d["rungs"][2]["set"].update({"optim.nme": "adam"}), "optim.nme"),
         (lambda d: d["rungs"][3].update(corpus="wiki"), "corpus 'wiki' is not defined"),

@@ -284,3 +284,30 @@ def test_cli_registers_finetune_commands():
     choices = build_parser()._subparsers._group_actions[0].choices
     sub = choices["finetune"]._subparsers._group_actions[0].choices
     assert {"glue", "classify"} <= set(sub)
+
+
+def test_pooling_choice_reaches_a_neobert_directory_head(tmp_path, bert_dir):
+    from neobert.finetuning.models import load_classifier
+
+    torch.manual_seed(0)
+    load_classifier("tiny", 2, preset_overrides={"vocab_size": 30522}).save_pretrained(tmp_path / "neo")
+    released = load_classifier(str(tmp_path / "neo"), 2).eval()
+    meaned = load_classifier(str(tmp_path / "neo"), 2, pooling="mean").eval()
+    assert released.config.classifier_pooling == "cls" and meaned.config.classifier_pooling == "mean"
+    ids = torch.tensor([[2, 7, 8, 9, 3], [2, 11, 3, 0, 0]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        hidden = meaned.model(ids, mask).last_hidden_state
+        pooled = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)  # mean over real tokens
+        expected = meaned.classifier(torch.tanh(meaned.dense(pooled)))
+        assert torch.allclose(meaned(ids, mask).logits, expected, atol=1e-5)
+        first = released.classifier(torch.tanh(released.dense(hidden[:, 0])))
+        assert torch.allclose(released(ids, mask).logits, first, atol=1e-5)
+    with pytest.raises(
+        ValueError, match="bert model"
+    ):  # BERT's head has no pooling switch: not silently ignored
+        load_classifier(str(bert_dir), 2, pooling="mean")
+    with pytest.raises(FinetuneConfigError, match="pooling must be one of cls, mean"):
+        ClassifyConfig.from_dict(
+            {"model": "tiny", "train": "a", "validation": "b", "output": "c", "pooling": "max"}
+        )

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, load_mapping
+from ..finetuning.config import TrainSettings
 from ..training.config import PretrainConfig
 
 SHIPPED = ("figure1-laptop", "figure1-gpu", "smoke")
@@ -63,12 +64,26 @@ class TokenizerSpec:
             raise LadderError("a trained tokenizer needs corpus (the corpus to train it on)")
 
 
+# the `finetune classify` settings a ladder may give; the runner sets the rest (model, files, seed, device)
+DOWNSTREAM_SETTINGS = frozenset(f.name for f in dataclasses.fields(TrainSettings)) - {"seed"} | {"pooling"}
+
+
 @dataclass
 class Downstream:
     tasks: list[str]  # names from neobert.ablation.sources.TASKS
     train_samples: int | None = None  # rows of each task's training split used
     eval_samples: int | None = None
-    settings: dict[str, Any] = field(default_factory=dict)  # finetune classify settings (TrainSettings)
+    settings: dict[str, Any] = field(
+        default_factory=dict
+    )  # finetune classify settings (TrainSettings, pooling)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.settings) - DOWNSTREAM_SETTINGS)
+        if unknown:  # found now, not at the first fine-tuning after a rung's pretraining
+            raise LadderError(
+                f"unknown key(s) {', '.join('downstream.settings.' + k for k in unknown)}; "
+                f"allowed: {', '.join(sorted(DOWNSTREAM_SETTINGS))}"
+            )
 
 
 @dataclass

@@ -102,7 +102,11 @@ def run_classify(config: ClassifyConfig | dict[str, Any]) -> ClassifyResult:
     tokenizer = resolve_tokenizer(config.model, config.tokenizer)
     num_labels = len(label_map.names) if label_map else 1
     model = load_classifier(
-        config.model, num_labels, label_map.id2label if label_map else None, config.preset_overrides
+        config.model,
+        num_labels,
+        label_map.id2label if label_map else None,
+        config.preset_overrides,
+        pooling=config.pooling,
     )
     check_vocab(model, tokenizer)
     max_length = min(config.max_length, max_positions(model, tokenizer))

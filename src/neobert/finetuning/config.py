@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import check_known_keys, load_mapping
+from ..config import POOLINGS, check_known_keys, load_mapping
 
 
 class FinetuneConfigError(ValueError):
@@ -143,10 +143,13 @@ class ClassifyConfig(TrainSettings, ModelSource):
     task_type: str = "classification"  # classification | regression
     max_train_samples: int | None = None  # use only the first N training rows (quick runs)
     max_eval_samples: int | None = None  # use only the first N validation rows
+    pooling: str | None = None  # NeoBERT head: cls | mean (MLM-only checkpoints); default: the model's own
 
     def __post_init__(self) -> None:
         TrainSettings.__post_init__(self)
         ModelSource.__post_init__(self)
+        if self.pooling is not None and self.pooling not in POOLINGS:
+            raise FinetuneConfigError(f"pooling must be one of {', '.join(POOLINGS)}; got {self.pooling!r}")
         if self.task_type not in TASK_TYPES:
             raise FinetuneConfigError(
                 f"task_type must be one of {', '.join(TASK_TYPES)}; got {self.task_type!r}"

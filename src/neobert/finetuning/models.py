@@ -32,19 +32,28 @@ def load_classifier(
     id2label: dict[int, str] | None = None,
     preset_overrides: dict[str, Any] | None = None,
     task: str = "sequence-classification",
+    pooling: str | None = None,
 ) -> torch.nn.Module:
     """A ``task`` model (sequence- or token-classification) with a ``num_labels`` head (sequences: 1 =
     regression).
 
     A checkpoint whose head has another label count (MNLI's 3 classes for RTE's 2) keeps its encoder and
-    gets a freshly initialised classifier; a head of the right size is kept.
+    gets a freshly initialised classifier; a head of the right size is kept. ``pooling`` (cls | mean)
+    replaces a NeoBERT sequence head's own ``classifier_pooling``; other models have no such switch.
     """
     head = head_config(num_labels, id2label)
     if task != "sequence-classification":
         del head["problem_type"]  # a per-token head: num_labels=1 is one class, not a regression
+    if pooling is not None:
+        head["classifier_pooling"] = pooling
     if is_preset(source):
         return load_model(source, task=task, **(preset_overrides or {}), **head)
     if preset_overrides:
         raise ValueError(f"preset overrides apply to presets only, and {source} is not one")
     config = AutoConfig.from_pretrained(model_dir(source) or source, **head)
+    if pooling is not None and config.model_type != "neobert":
+        raise ValueError(
+            f"pooling={pooling!r} sets a NeoBERT head's pooling, and {source} is a {config.model_type} "
+            "model, whose head pools its own way; leave pooling unset"
+        )
     return load_model(source, task=task, config=config, ignore_mismatched_sizes=True)
