@@ -12,8 +12,6 @@ Usage (DIR: a ladder directory; its prepared data and task files are made if mis
 Run several at once with OMP_NUM_THREADS=1, one per core.
 """
 
-import csv
-import io
 import json
 import random
 import shutil
@@ -24,9 +22,8 @@ from pathlib import Path
 
 from neobert.ablation import load_ladder, pretrain_config, resolve
 from neobert.ablation.runner import prepared_data
-from neobert.ablation.sources import rotten_tomatoes, split_by_group, write_task
+from neobert.ablation.sources import rotten_tomatoes, split_by_group, write_splits, write_task
 from neobert.finetuning import run_classify
-from neobert.io import write_text
 from neobert.training.trainer import pretrain
 
 
@@ -67,14 +64,7 @@ def _word_order_task(folder: Path) -> tuple[Path, Path]:
             rows.append(
                 (" ".join(words[:start] + shuffled + words[start + 4 :]), "shuffled", row["movie_name"])
             )
-    splits = split_by_group(rows, 0)
-    for split in ("train", "validation"):  # atomic: runs started side by side may write it at once
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=["text", "label"])
-        writer.writeheader()
-        writer.writerows(splits[split])
-        write_text(folder / f"{split}.csv", out.getvalue())
-    return folder / "train.csv", folder / "validation.csv"
+    return write_splits(split_by_group(rows, 0), folder)  # atomic: side-by-side runs may write it at once
 
 
 def _finetune(root: Path, model: str, task: str, pooling: str, lr: float, epochs: int, rows, seed) -> None:

@@ -73,9 +73,7 @@ class Downstream:
     tasks: list[str]  # names from neobert.ablation.sources.TASKS
     train_samples: int | None = None  # rows of each task's training split used
     eval_samples: int | None = None
-    settings: dict[str, Any] = field(
-        default_factory=dict
-    )  # finetune classify settings (TrainSettings, pooling)
+    settings: dict[str, Any] = field(default_factory=dict)  # DOWNSTREAM_SETTINGS of finetune classify
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.settings) - DOWNSTREAM_SETTINGS)

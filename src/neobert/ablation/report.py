@@ -88,9 +88,12 @@ def _change(summary: RungSummary, by_name: dict[str, RungSummary]) -> tuple[floa
     base = by_name.get(summary.plan.base_rung or "")
     if base is None or summary.mean is None or base.mean is None:
         return None, None
-    spreads = [s for s in (summary.spread, base.spread) if s is not None]
-    noise = max(spreads) if len(spreads) == 2 else None
-    return summary.mean - base.mean, noise
+    return summary.mean - base.mean, _noise(summary.spread, base.spread)
+
+
+def _noise(spread: float | None, base_spread: float | None) -> float | None:
+    """The larger of two rungs' spreads; unknown (None) unless both have several seeds."""
+    return None if spread is None or base_spread is None else max(spread, base_spread)
 
 
 def comparable_loss(summary: RungSummary, base: RungSummary | None) -> bool:
@@ -160,8 +163,7 @@ def _loss_change(summary: RungSummary, base: RungSummary | None) -> str:
     if not (summary.val_loss and base is not None and base.val_loss and comparable_loss(summary, base)):
         return ""
     delta = statistics.fmean(summary.val_loss) - statistics.fmean(base.val_loss)
-    spreads = [s for s in (summary.loss_spread, base.loss_spread) if s is not None]
-    noise = max(spreads) if len(spreads) == 2 else None
+    noise = _noise(summary.loss_spread, base.loss_spread)
     reading = (
         "within noise" if noise is not None and abs(delta) <= noise else ("lower" if delta < 0 else "higher")
     )

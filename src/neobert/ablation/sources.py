@@ -146,7 +146,12 @@ def write_task(name: str, folder: Path) -> tuple[Path, Path]:
     paths = (folder / "train.csv", folder / "validation.csv")
     if all(p.is_file() for p in paths):
         return paths
-    splits = task_rows(name)
+    return write_splits(task_rows(name), folder)
+
+
+def write_splits(splits: dict[str, list[dict[str, str]]], folder: Path) -> tuple[Path, Path]:
+    """``folder/{train,validation}.csv`` (columns text, label), each written atomically."""
+    paths = (folder / "train.csv", folder / "validation.csv")
     for path, split in zip(paths, ("train", "validation")):
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=["text", "label"])
