@@ -26,6 +26,7 @@ import neobert
 from neobert.data import PrepareConfig, prepare, train_tokenizer, write_stdlib_corpus
 from neobert.training import trainer as pretrain_module
 from neobert.training.checkpointing import list_checkpoints
+from neobert.config import ConfigError
 from neobert.training.config import PretrainConfig
 from neobert.training.trainer import NonFiniteLossError, pretrain
 
@@ -268,6 +269,26 @@ def test_resume_refuses_a_changed_config(prepared, tmp_path):
     changed = tiny_config(prepared, tmp_path / "run", max_steps=6, **{"optim.lr": 1e-4})
     with pytest.raises(ValueError, match="'optim' changed"):
         pretrain(changed, resume=True, progress_bar=False)
+
+
+def test_resume_from_a_checkpoint_older_than_a_new_setting(prepared, tmp_path):
+    """A checkpoint written before data.long_docs existed resumes while the setting is left unset, and is
+    refused once the run sets it (rows would change under the resumed position)."""
+    run = tmp_path / "run"
+    pretrain(tiny_config(prepared, run, max_steps=4), progress_bar=False)
+    for state_file in (run / "checkpoints").glob("step-*/trainer_state.json"):
+        state = json.loads(state_file.read_text())
+        del state["config"]["data"]["long_docs"]  # as written by the version before the setting
+        state_file.write_text(json.dumps(state))
+    assert pretrain(tiny_config(prepared, run, max_steps=6), resume=True, progress_bar=False).steps == 6
+    split = tiny_config(prepared, run, max_steps=8, **{"data.long_docs": "split"})
+    with pytest.raises(ValueError, match="'data' changed"):
+        pretrain(split, resume=True, progress_bar=False)
+
+
+def test_bad_long_docs_value_is_refused(prepared, tmp_path):
+    with pytest.raises(ConfigError, match="data.long_docs must be split or truncate"):
+        tiny_config(prepared, tmp_path / "run", **{"data.long_docs": "cut"})
 
 
 def test_cli_pretrain_on_raw_text(tmp_path, prepared):

@@ -78,3 +78,24 @@ def test_mixture_with_an_empty_subset_is_refused():
     docs = [np.zeros(100, dtype=np.int64)] * 20
     with pytest.raises(ValueError, match="gt2048"):
         RowStream(docs, lengths, 512, seed=0, mixture={"all": 0.5, "gt2048": 0.5})
+
+
+def test_unpacked_split_rows_cover_every_token_in_order():
+    docs = make_docs(40)
+    lengths = np.array([len(d) for d in docs])
+    stream = RowStream(docs, lengths, 16, seed=0, packing=False, block_docs=40, long_docs="split")
+    rows = []
+    while stream.position.block < 1:  # block 0 is one epoch of all 40 documents
+        rows.extend(stream.take(1))
+    assert all(len(row) == 1 and 0 < len(row[0]) <= 16 for row in rows)
+    order = np.random.default_rng([0, 0, 0]).permutation(len(docs))
+    assert flat(rows) == [int(t) for i in order for t in docs[i]]  # each document whole, in its pieces
+    assert len(rows) == sum(-(-len(d) // 16) for d in docs)
+
+
+def test_long_docs_truncate_applies_to_packed_rows_too():
+    docs = make_docs(30)
+    lengths = np.array([len(d) for d in docs])
+    rows = RowStream(docs, lengths, 16, seed=0, block_docs=30, long_docs="truncate").take(10)
+    counts = np.bincount(flat(rows))
+    assert counts.max() <= 16  # a document (its token id) never fills more than one piece

@@ -23,7 +23,7 @@ PackedRow = list[np.ndarray]  # the documents (or pieces of one) that share a ro
 LONG_DOCS = ("split", "truncate")
 
 
-def _pieces(docs: Iterable[np.ndarray], seq_len: int, long_docs: str) -> Iterator[np.ndarray]:
+def document_pieces(docs: Iterable[np.ndarray], seq_len: int, long_docs: str) -> Iterator[np.ndarray]:
     """Each document, or its consecutive ``seq_len`` chunks when it does not fit in one row."""
     for doc in docs:
         doc = np.asarray(doc)
@@ -56,7 +56,7 @@ def iter_packed_rows(
         raise ValueError(f"long_docs must be one of {', '.join(LONG_DOCS)}; got {long_docs!r}")
     rows: list[PackedRow] = []
     room: list[int] = []  # free tokens of each open row
-    for piece in _pieces(docs, seq_len, long_docs):
+    for piece in document_pieces(docs, seq_len, long_docs):
         slot = next((i for i, free in enumerate(room) if free >= len(piece)), None)
         if slot is None:
             if len(rows) == open_rows:  # make room in the window: the oldest row is done

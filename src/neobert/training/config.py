@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import PRESETS, ConfigError, ModelConfig, load_mapping
+from .batching import LONG_DOCS
 
 
 @dataclass
@@ -21,6 +22,9 @@ class DataConfig:
     text_column: str = "text"
     seq_len: int = 1024
     packing: bool = True  # whole documents packed into rows with per-document attention
+    # a document longer than seq_len: "split" into consecutive seq_len pieces (nothing is lost) or "truncate"
+    # to its first seq_len tokens (the paper's rule for unpacked rows); unset: split when packing, else truncate
+    long_docs: str | None = None
     # stage 2: sampling weights of the full set ("all") and of sub-sets of the documents longer than N tokens
     # ("gtN"; `neobert data prepare --length-thresholds` counts them)
     mixture: dict[str, float] | None = None  # e.g. {"all": 0.2, "gt1024": 0.4, "gt2048": 0.4}
@@ -80,6 +84,8 @@ class PretrainConfig:
             raise ConfigError(f"device must be cpu or cuda (or unset: CUDA when available), got {self.device!r}")
         if self.data.mask_scheme not in ("mask", "bert"):
             raise ConfigError(f"data.mask_scheme must be 'mask' or 'bert', got {self.data.mask_scheme!r}")
+        if self.data.long_docs not in (None, *LONG_DOCS):
+            raise ConfigError(f"data.long_docs must be split or truncate (or unset), got {self.data.long_docs!r}")
         if self.optim.name not in ("adamw", "adam"):
             raise ConfigError(f"optim.name must be 'adamw' or 'adam', got {self.optim.name!r}")
         if self.schedule.kind not in ("cosine", "linear", "constant"):

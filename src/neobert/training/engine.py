@@ -360,7 +360,7 @@ class Engine:
             return
         saved = json.loads((path / "trainer_state.json").read_text(encoding="utf-8")).get("config", {})
         for key, value in fingerprint.items():
-            if saved.get(key) != value:
+            if not _same_setting(saved.get(key), value):
                 raise ValueError(
                     f"cannot resume from {path}: config {key!r} changed ({saved.get(key)!r} -> {value!r})"
                 )
@@ -435,3 +435,14 @@ def _forget_after(metrics: Path, step: int) -> None:
         if line.strip() and json.loads(line)["step"] <= step
     ]
     write_text(metrics, "".join(line + "\n" for line in kept))
+
+
+def _same_setting(saved: Any, value: Any) -> bool:
+    """Whether a resumed run's setting equals the one its checkpoint was written with. A setting that a
+    later version added, and that the new run leaves unset (None), is absent from older checkpoints and
+    matches."""
+    if isinstance(saved, dict) and isinstance(value, dict):
+        return all(
+            _same_setting(saved[k], v) if k in saved else v is None for k, v in value.items()
+        ) and saved.keys() <= value.keys()
+    return saved == value

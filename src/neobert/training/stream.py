@@ -5,7 +5,8 @@ stream can be restarted at any (block, row) position without replaying what came
 - plain: block ``b`` holds the next documents of epoch ``b // blocks_per_epoch``'s permutation;
 - mixture (stage 2): each block picks one sub-set (all, or the documents longer than N tokens) with the
   configured weights and draws its documents from it with replacement, so long documents are seen often.
-Each block is packed into rows (:func:`iter_packed_rows`), or, unpacked, each document is one row.
+Each block is packed into rows (:func:`iter_packed_rows`), or, unpacked, each document (or each ``seq_len``
+piece of a long one, with ``long_docs="split"``) is one row.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .batching import PackedRow, iter_packed_rows
+from .batching import PackedRow, document_pieces, iter_packed_rows
 from .config import subset_min_length
 
 
@@ -37,11 +38,13 @@ class RowStream:
         packing: bool = True,
         mixture: dict[str, float] | None = None,
         block_docs: int = 2048,
+        long_docs: str | None = None,  # None: split when packing, truncate when not
     ):
         if len(docs) == 0:
             raise ValueError("the training set holds no documents")
         self.docs, self.lengths = docs, np.asarray(lengths)
         self.seq_len, self.seed, self.packing = seq_len, seed, packing
+        self.long_docs = long_docs or ("split" if packing else "truncate")
         self.block_docs = min(block_docs, len(docs))
         self.subsets: list[tuple[str, float, np.ndarray]] = []
         if mixture:
@@ -71,9 +74,9 @@ class RowStream:
             return self._cached[1]
         docs = (np.asarray(self.docs[i]) for i in self.block_documents(block))
         if self.packing:
-            rows = list(iter_packed_rows(docs, self.seq_len))
+            rows = list(iter_packed_rows(docs, self.seq_len, long_docs=self.long_docs))
         else:
-            rows = [[doc[: self.seq_len]] for doc in docs if len(doc)]
+            rows = [[piece] for piece in document_pieces(docs, self.seq_len, self.long_docs)]
         self._cached = (block, rows)
         return rows
 

@@ -163,6 +163,7 @@ def pretrain(
         config.seed,
         config.data.packing,
         config.data.mixture,
+        long_docs=config.data.long_docs,
     )
     task = MLMTask(config, data, engine, stream)
     fingerprint = {key: config.to_dict()[key] for key in RESUME_KEYS}
@@ -224,7 +225,12 @@ def evaluate(model, accelerator, data: TrainingData, config: PretrainConfig) -> 
     was_training = model.training
     model.eval()
     stream = RowStream(
-        data.validation, data.validation.lengths, config.data.seq_len, seed=12345, packing=config.data.packing
+        data.validation,
+        data.validation.lengths,
+        config.data.seq_len,
+        seed=12345,
+        packing=config.data.packing,
+        long_docs=config.data.long_docs,
     )
     rows = stream.take(config.eval_batches * config.micro_batch_size)  # the same rows whatever the world size
     batches = _my_micro_batches(rows, 0, config, data, accelerator.process_index, accelerator.num_processes)
