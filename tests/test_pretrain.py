@@ -23,10 +23,10 @@ from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 import neobert
+from neobert.config import ConfigError
 from neobert.data import PrepareConfig, prepare, train_tokenizer, write_stdlib_corpus
 from neobert.training import trainer as pretrain_module
 from neobert.training.checkpointing import list_checkpoints
-from neobert.config import ConfigError
 from neobert.training.config import PretrainConfig
 from neobert.training.trainer import NonFiniteLossError, pretrain
 
@@ -287,7 +287,7 @@ def test_resume_from_a_checkpoint_older_than_a_new_setting(prepared, tmp_path):
 
 
 def test_bad_long_docs_value_is_refused(prepared, tmp_path):
-    with pytest.raises(ConfigError, match="data.long_docs must be split or truncate"):
+    with pytest.raises(ConfigError, match=r"data\.long_docs must be split or truncate"):
         tiny_config(prepared, tmp_path / "run", **{"data.long_docs": "cut"})
 
 

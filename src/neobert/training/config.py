@@ -85,7 +85,9 @@ class PretrainConfig:
         if self.data.mask_scheme not in ("mask", "bert"):
             raise ConfigError(f"data.mask_scheme must be 'mask' or 'bert', got {self.data.mask_scheme!r}")
         if self.data.long_docs not in (None, *LONG_DOCS):
-            raise ConfigError(f"data.long_docs must be split or truncate (or unset), got {self.data.long_docs!r}")
+            raise ConfigError(
+                f"data.long_docs must be split or truncate (or unset), got {self.data.long_docs!r}"
+            )
         if self.optim.name not in ("adamw", "adam"):
             raise ConfigError(f"optim.name must be 'adamw' or 'adam', got {self.optim.name!r}")
         if self.schedule.kind not in ("cosine", "linear", "constant"):

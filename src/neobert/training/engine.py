@@ -442,7 +442,8 @@ def _same_setting(saved: Any, value: Any) -> bool:
     later version added, and that the new run leaves unset (None), is absent from older checkpoints and
     matches."""
     if isinstance(saved, dict) and isinstance(value, dict):
-        return all(
-            _same_setting(saved[k], v) if k in saved else v is None for k, v in value.items()
-        ) and saved.keys() <= value.keys()
+        return (
+            all(_same_setting(saved[k], v) if k in saved else v is None for k, v in value.items())
+            and saved.keys() <= value.keys()
+        )
     return saved == value
