@@ -94,6 +94,8 @@ def test_every_rung_states_the_spec_change(ladder_name):
     assert not configs["random"][1].pretrain and all(p.pretrain for _, p, _ in list(configs.values())[1:])
     for rung, (_, _, c) in configs.items():  # every step's batch splits into whole micro-batches
         assert micro_batches_for(c.tokens_per_step, c.data.seq_len, c.micro_batch_size, 1) >= 1, rung
+    if ladder_name != "smoke":  # every rung, packed or not, trains on every token of its corpus
+        assert all(c.data.long_docs == "split" for _, _, c in configs.values())
 
 
 def _encoder_params(m) -> int:
