@@ -241,9 +241,7 @@ def _st_pooling(folder: Path, where: str) -> str:
         modes = [_ST_POOLING_KEYS[k] for k, on in config.items() if k in _ST_POOLING_KEYS and on] or ["mean"]
     names = [_ST_POOLING_NAMES.get(m, m) for m in modes]
     if len(names) != 1 or names[0] not in EMBEDDING_POOLINGS:
-        raise ValueError(
-            f"{where}: pooling {'+'.join(modes)} is not supported (one of mean, cls, lasttoken)"
-        )
+        raise ValueError(f"{where}: pooling {'+'.join(modes)} is not supported (one of mean, cls, lasttoken)")
     return names[0]
 
 

@@ -54,5 +54,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "API key, /info, /health and /metrics (Prometheus). Needs pip install 'neobert[serve]'. See "
         "docs/serving.md.",
     )
-    choices = {"task": TASKS, "precision": PRECISIONS, "long_documents": POLICIES, "rope_scaling": EXTEND_METHODS}
+    choices = {
+        "task": TASKS,
+        "precision": PRECISIONS,
+        "long_documents": POLICIES,
+        "rope_scaling": EXTEND_METHODS,
+    }
     add_options(parser, ServeConfig, choices=choices)

@@ -39,6 +39,8 @@ MODEL_ENDPOINTS = {
     "/fill-mask": "fill-mask",
     "/rerank": "rerank",
 }
+INFO_FIELDS = ("model_type", "head", "serves", "dimensions", "max_input_tokens", "pooling", "normalize",
+               "embedding_settings_from", "labels")  # fmt: skip
 OPEN_PATHS = ("/health", "/openapi.json", "/docs", "/docs/oauth2-redirect")  # no API key needed
 ENDPOINTS = (*MODEL_ENDPOINTS, "/info", "/health", "/metrics")
 
@@ -277,7 +279,9 @@ def create_app(service: Service) -> FastAPI:
 
     def check_texts(texts: list[str], field: str, truncate: bool = True) -> None:
         if len(texts) > config.max_texts:
-            raise ServiceError(413, f"{len(texts)} texts in one request; the limit is {config.max_texts}", field)
+            raise ServiceError(
+                413, f"{len(texts)} texts in one request; the limit is {config.max_texts}", field
+            )
         for i, text in enumerate(texts):
             check_text(text, f"{field}[{i}]", f"text {i}")
         if not truncate:
@@ -376,7 +380,9 @@ def create_app(service: Service) -> FastAPI:
         check_text(request.query, "query", "the query")
         check_texts(request.documents, "documents")
         if not request.truncate:
-            encoded = service.tokenizer([request.query] * len(request.documents), request.documents, verbose=False)
+            encoded = service.tokenizer(
+                [request.query] * len(request.documents), request.documents, verbose=False
+            )
             check_tokens([len(ids) for ids in encoded["input_ids"]], "documents", "query + document")
         scores = await run(("rerank",), [(request.query, d) for d in request.documents])
         order = sorted(range(len(scores)), key=lambda i: -scores[i])[: request.top_n]
@@ -426,8 +432,7 @@ def create_app(service: Service) -> FastAPI:
         return JSONResponse(
             {
                 "model": config.model,
-                **{k: info[k] for k in ("model_type", "head", "serves", "dimensions", "max_input_tokens",
-                                        "pooling", "normalize", "embedding_settings_from", "labels")},  # fmt: skip
+                **{k: info[k] for k in INFO_FIELDS},
                 "precision": config.precision,
                 "long_documents": config.long_documents,
                 "limits": {**limits, "max_body_bytes": config.max_body_bytes},
@@ -524,7 +529,8 @@ class Guard:
         self.expected = f"Bearer {key}".encode() if key else None
         self.model_paths = {path for path, task in MODEL_ENDPOINTS.items() if task in service.tasks}
         busy = error_body(
-            503, f"server busy: {config.max_queue} requests are already waiting; retry after {config.retry_after} s"
+            503,
+            f"server busy: {config.max_queue} requests are already waiting; retry after {config.retry_after} s",
         )
         self.busy = _raw_json(503, busy, [(b"retry-after", str(config.retry_after).encode())])
         self.unauthorized = _raw_json(

@@ -21,12 +21,16 @@ class ServeConfigError(ValueError):
 @dataclass(kw_only=True)
 class ServeConfig:
     model: str  # model directory, preset name (random weights) or hub id
-    tokenizer: str | None = None  # tokenizer directory (default: the model's own; bert-base-uncased for presets)
+    tokenizer: str | None = (
+        None  # tokenizer directory (default: the model's own; bert-base-uncased for presets)
+    )
     task: str = "auto"  # which head to load; auto: the directory's architecture (presets: mlm)
     host: str = "127.0.0.1"  # address to listen on
     port: int = 8000  # port to listen on (0: a free one)
     precision: str = "bf16"  # NeoBERT models run on the fast path (unpadded); bf16 or exact fp32 weights
-    api_key: str | None = field(default=None, repr=False)  # clients must send "Authorization: Bearer KEY" (default: $NEOBERT_API_KEY)
+    api_key: str | None = field(
+        default=None, repr=False
+    )  # clients must send "Authorization: Bearer KEY" (default: $NEOBERT_API_KEY)
     # the model runs in a process of its own beside the HTTP process, so request handling (refusals
     # included) never takes the model's GIL; off: a thread of the HTTP process
     model_process: bool = True
@@ -77,7 +81,9 @@ class ServeConfig:
         if not isinstance(self.threads, int) or isinstance(self.threads, bool) or self.threads < 0:
             raise ServeConfigError(f"threads must be a non-negative integer, got {self.threads!r}")
         if not 0 <= self.refusal_delay <= 60:
-            raise ServeConfigError(f"refusal_delay must be between 0 and 60 seconds, got {self.refusal_delay}")
+            raise ServeConfigError(
+                f"refusal_delay must be between 0 and 60 seconds, got {self.refusal_delay}"
+            )
         if self.api_key is not None and not self.api_key.strip():
             raise ServeConfigError("api_key must not be empty (leave it out to serve without a key)")
 

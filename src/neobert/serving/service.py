@@ -86,7 +86,9 @@ def load_for_serving(config: ServeConfig) -> tuple[torch.nn.Module, Any, str, Em
             f"a token classifier is served from a fine-tuned model directory, not {config.model!r}"
         )
     try:
-        spec: EmbeddingSpec | str = embedding_spec(config.model) if Path(config.model).is_dir() else EmbeddingSpec()
+        spec: EmbeddingSpec | str = (
+            embedding_spec(config.model) if Path(config.model).is_dir() else EmbeddingSpec()
+        )
     except ValueError as err:
         spec = str(err)
     model = load_model(config.model, task=task)

@@ -19,6 +19,7 @@ multiprocessing's ``spawn`` it does not re-run the caller's main script.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -27,8 +28,8 @@ import socket
 import subprocess
 import sys
 import traceback
-from multiprocessing.connection import Connection
 from collections.abc import Callable, Hashable
+from multiprocessing.connection import Connection
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,9 @@ class ModelProcess:
         """Wait for the model to load: its info, or the reason it could not (ValueError / RuntimeError)."""
         while not self.conn.poll(0.2):
             if not self.alive():
-                raise ModelProcessError(f"the model process exited while loading (code {self.process.returncode})")
+                raise ModelProcessError(
+                    f"the model process exited while loading (code {self.process.returncode})"
+                )
         status, *payload = self.conn.recv()
         if status == "error":
             message, user_error = payload
@@ -105,10 +108,8 @@ class ModelProcess:
         return results, tokens, counts
 
     def close(self, timeout: float = 30.0) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.conn.send(None)
-        except OSError:
-            pass
         try:
             self.process.wait(timeout)
         except subprocess.TimeoutExpired:
