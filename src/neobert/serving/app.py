@@ -506,6 +506,10 @@ def _add_error_handlers(app: FastAPI, service: Service) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, err: HTTPException) -> Response:
+        if (
+            err.status_code == 400
+        ):  # FastAPI's answer to a body it cannot decode (not UTF-8): a 422 like the rest
+            return error_response(422, f"body: the body is not valid JSON ({err.detail})", "body")
         return error_response(err.status_code, str(err.detail), headers=err.headers)
 
     @app.exception_handler(Exception)
