@@ -34,7 +34,7 @@ class ServeConfig:
     # the model runs in a process of its own beside the HTTP process, so request handling (refusals
     # included) never takes the model's GIL; off: a thread of the HTTP process
     model_process: bool = True
-    threads: int = 0  # the model's torch threads; 0: torch's default (every core)
+    threads: int = 0  # the model's torch threads; 0: one less than the cores (the HTTP side keeps one)
     batching: bool = True  # merge requests that arrive together (off: one request per model call)
     max_batch_tokens: int = 4096  # padded tokens per forward batch (the CPU optimum of `bench encode`)
     max_batch_texts: int = 64  # texts per model call: requests are merged until this many
