@@ -17,8 +17,7 @@ import numpy as np
 import torch
 
 from .. import inference, long_documents
-from ..encoders import check_vocab, is_neobert, load_model, resolve_tokenizer
-from ..fastpath import fast_inference
+from ..encoders import apply_precision, check_vocab, is_neobert, load_model, resolve_tokenizer
 from ..long_documents import LongDocuments, LongReport
 from ..token_classification.tagging import tag
 from .batcher import Batcher
@@ -65,8 +64,7 @@ def load_for_serving(config: ServeConfig) -> tuple[torch.nn.Module, Any, str]:
     model = load_model(config.model, task=task)
     tokenizer = resolve_tokenizer(config.model, config.tokenizer)
     check_vocab(model, tokenizer)
-    if is_neobert(model):
-        fast_inference(model, torch.bfloat16 if config.precision == "bf16" else None)
+    apply_precision(model, config.precision)
     return model, tokenizer, task
 
 
