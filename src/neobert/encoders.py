@@ -21,11 +21,12 @@ from typing import Any
 import torch
 from transformers import AutoConfig
 
-from .config import PRESETS, ModelConfig
+from .config import PRESETS, ModelConfig, check_precision
 from .data.tokenizer import EXAMPLES_HINT as EXAMPLES_HINT  # the tokenizer loader lives in the data layer
 from .data.tokenizer import MODEL_INPUT_NAMES, load_tokenizer
 from .data.tokenizer import default_tokenizer_dir as default_tokenizer_dir
 from .fastpath import fast_inference
+from .hardware import resolve_precision
 from .io import atomic_dir
 from .model import NeoBERTConfig
 from .model.pooling import mean_pool
@@ -33,7 +34,6 @@ from .registration import AUTO_CLASSES, NEOBERT_CLASSES
 
 TASKS = ("base", "mlm", "sequence-classification", "token-classification")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
-PRECISIONS = ("bf16", "fp32")
 # RoBERTa-style models number positions from padding_idx + 1, so the first pad_token_id + 1 rows of their
 # position table are unusable (514 rows, 512 usable tokens).
 OFFSET_POSITION_MODELS = ("roberta", "xlm-roberta", "camembert", "longformer")
@@ -158,17 +158,20 @@ def check_vocab(model: torch.nn.Module, tokenizer: Any) -> None:
         )
 
 
-def check_precision(precision: str) -> None:
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-
-
-def apply_precision(model: torch.nn.Module, precision: str) -> torch.nn.Module:
+def apply_precision(model: torch.nn.Module, precision: str = "auto") -> torch.nn.Module:
     """NeoBERT models (any head) go on the fast path: bf16 weights for ``bf16``, float32 for ``fp32`` (exact),
-    unpadded attention either way. Other encoders run as loaded."""
-    check_precision(precision)
+    unpadded attention either way; ``auto`` is whichever of the two runs this model's shapes faster on its
+    device (measured once per process: :func:`neobert.hardware.resolve_precision`). Other encoders run as
+    loaded. The precision used is recorded as ``model.neobert_precision``."""
+    check_precision(precision, ValueError)
     if is_neobert(model):
+        config = model.config
+        device = next(model.parameters()).device
+        precision = resolve_precision(precision, config.hidden_size, config.intermediate_size, device)
         fast_inference(model, torch.bfloat16 if precision == "bf16" else None)
+    else:
+        precision = "as loaded"
+    model.neobert_precision = precision
     return model
 
 

@@ -79,7 +79,7 @@ class ServerStartError(OSError):
 class ServeBenchConfig:
     model: str = "small"  # model directory or preset (random weights)
     tokenizer: str | None = None  # tokenizer directory (default: the model's own)
-    precision: str = "bf16"  # the server's --precision
+    precision: str = "auto"  # the server's --precision
     concurrency: list[int] = field(default_factory=lambda: [1, 8, 32])  # closed-loop clients per cell
     duration: float = 10.0  # seconds of measurement per cell (after a short warm-up)
     max_requests: int = 3000  # per cell: the cell also ends after this many requests

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..benchmarks.serve import ServeBenchConfig, run_serve_bench
-from ..encoders import PRECISIONS
+from ..config import PRECISIONS
 from .common import add_command, make_console
 from .options import add_options, config_from_args
 

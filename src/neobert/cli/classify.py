@@ -16,7 +16,8 @@ import torch
 from rich.markup import escape
 from rich.table import Table
 
-from ..encoders import PRECISIONS, apply_precision, check_precision, is_preset, load_model, resolve_tokenizer
+from ..config import PRECISIONS, check_precision
+from ..encoders import apply_precision, is_preset, load_model, resolve_tokenizer
 from ..finetuning import data
 from ..inference import classify
 from ..io import write_text
@@ -123,13 +124,14 @@ def run(
     max_length: int | None = None,
     tokenizer: str | None = None,
     show_progress: bool = True,
-    precision: str = "bf16",
+    precision: str = "auto",
     long_documents: LongDocuments = TRUNCATE,
 ) -> ClassifyResult:
     """Classify every row of ``input`` with ``model`` and write one JSON object per row to ``output``.
 
-    ``precision="bf16"`` (default) runs NeoBERT models on the fast path (bf16 weights, unpadded attention;
-    probabilities within 0.05 of fp32, typically 0.01-0.02); ``fp32`` is exact. Other encoders run as loaded.
+    ``precision="bf16"`` runs NeoBERT models on the fast path (bf16 weights, unpadded attention;
+    probabilities within 0.05 of fp32, typically 0.01-0.02); ``fp32`` is exact; ``auto`` (default) takes the
+    one that is faster for this model on this machine (measured). Other encoders run as loaded.
     """
     check_precision(precision)
     for name, value in (("batch size", batch_size), ("max tokens", max_tokens), ("max length", max_length)):
@@ -251,7 +253,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--precision",
         choices=PRECISIONS,
-        default="bf16",
-        help="bf16: NeoBERT fast path (bf16 weights, unpadded; probabilities within ~0.05 of fp32); fp32: exact",
+        default="auto",
+        help="auto: the faster of fp32 and bf16 for this model here (measured); bf16: NeoBERT fast path (bf16 weights, unpadded; probabilities within ~0.05 of fp32); fp32: exact",
     )
     add_long_document_arguments(parser)

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 from rich.markup import escape
 
-from ..encoders import PRECISIONS, apply_precision, check_precision, load_model, resolve_tokenizer
+from ..config import PRECISIONS, check_precision
+from ..encoders import apply_precision, load_model, resolve_tokenizer
 from ..inference import encode
 from ..io import atomic_file
 from ..long_documents import TRUNCATE, LongDocuments, LongReport
@@ -72,14 +73,15 @@ def run(
     max_length: int | None = None,
     tokenizer: str | None = None,
     show_progress: bool = True,
-    precision: str = "bf16",
+    precision: str = "auto",
     max_tokens: int | None = None,
     long_documents: LongDocuments = TRUNCATE,
 ) -> EmbedResult:
     """Embed every line of ``input`` with ``model`` and save the (lines, hidden) float32 array to ``output``.
 
-    ``precision="bf16"`` (default) runs NeoBERT models on the fast path (bf16 weights, unpadded attention;
-    embeddings within cosine 0.99 of fp32, typically > 0.999); ``fp32`` is exact. Other encoders run as loaded.
+    ``precision="bf16"`` runs NeoBERT models on the fast path (bf16 weights, unpadded attention; embeddings
+    within cosine 0.99 of fp32, typically > 0.999); ``fp32`` is exact; ``auto`` (default) takes the one that
+    is faster for this model on this machine (measured). Other encoders run as loaded.
     """
     check_precision(precision)
     texts = read_texts(input)  # validate the input before paying for the model
@@ -169,7 +171,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--precision",
         choices=PRECISIONS,
-        default="bf16",
-        help="bf16: NeoBERT fast path (bf16 weights, unpadded; cosine > 0.99 to fp32); fp32: exact",
+        default="auto",
+        help="auto: the faster of fp32 and bf16 for this model here (measured); bf16: NeoBERT fast path (bf16 weights, unpadded; cosine > 0.99 to fp32); fp32: exact",
     )
     add_long_document_arguments(parser)

@@ -7,7 +7,7 @@ import argparse
 
 from rich.markup import escape
 
-from ..encoders import PRECISIONS
+from ..config import PRECISIONS
 from ..long_documents import EXTEND_METHODS, POLICIES
 from ..serving.config import TASKS, ServeConfig, ServeConfigError
 from .common import CLIError, add_command, make_console, quiet_transformers

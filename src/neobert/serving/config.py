@@ -6,8 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import check_known_keys
-from ..encoders import PRECISIONS
+from ..config import PRECISIONS, check_known_keys
 from ..long_documents import EXTEND_METHODS, POLICIES
 
 TASKS = ("auto", "base", "mlm", "sequence-classification", "token-classification")
@@ -21,16 +20,13 @@ class ServeConfigError(ValueError):
 @dataclass(kw_only=True)
 class ServeConfig:
     model: str  # model directory, preset name (random weights) or hub id
-    tokenizer: str | None = (
-        None  # tokenizer directory (default: the model's own; bert-base-uncased for presets)
-    )
+    tokenizer: str | None = None  # tokenizer directory (default: the model's; bert-base-uncased for presets)
     task: str = "auto"  # which head to load; auto: the directory's architecture (presets: mlm)
     host: str = "127.0.0.1"  # address to listen on
     port: int = 8000  # port to listen on (0: a free one)
-    precision: str = "bf16"  # NeoBERT models run on the fast path (unpadded); bf16 or exact fp32 weights
-    api_key: str | None = field(
-        default=None, repr=False
-    )  # clients must send "Authorization: Bearer KEY" (default: $NEOBERT_API_KEY)
+    precision: str = "auto"  # NeoBERT models run on the fast path (unpadded): bf16, exact fp32, or auto (the faster here, measured)
+    # clients must send "Authorization: Bearer KEY" (default: the NEOBERT_API_KEY environment variable)
+    api_key: str | None = field(default=None, repr=False)
     # the model runs in a process of its own beside the HTTP process, so request handling (refusals
     # included) never takes the model's GIL; off: a thread of the HTTP process
     model_process: bool = True
