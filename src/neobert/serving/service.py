@@ -259,11 +259,8 @@ class Service:
         """The model in ``config.workers`` processes of its own (``model_process``), or in this one."""
         if config.model_process:
             pool = WorkerPool(config, Model.load)
-            try:
-                spec = embedding_spec(config.model) if Path(config.model).is_dir() else EmbeddingSpec()
-            except ValueError:  # the worker said whether the model still serves something
-                spec = EmbeddingSpec()
-            tokenizer = serving_tokenizer(config, spec)
+            # this side's tokenizer only counts tokens (usage, truncate: false), never cuts a text
+            tokenizer = resolve_tokenizer(config.model, config.tokenizer)
             return cls(config, tokenizer, pool.info, pool.call, pool.close, pool.alive)
         model = Model.load(config)
         return cls(config, model.tokenizer, model.info(), model.call)

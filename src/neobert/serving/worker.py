@@ -20,7 +20,6 @@ multiprocessing's ``spawn`` it does not re-run the caller's main script.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import queue
 import signal
@@ -31,8 +30,6 @@ import traceback
 from collections.abc import Callable, Hashable
 from multiprocessing.connection import Connection
 from typing import Any
-
-log = logging.getLogger(__name__)
 
 
 class ModelProcessError(RuntimeError):
