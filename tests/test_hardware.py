@@ -247,3 +247,24 @@ def test_doctor_prints_tables(monkeypatch, capsys, fresh_checks):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert "fused_adamw" in out and "what auto picks here" in out and "avx2" in out
+
+
+@pytest.mark.parametrize(("threads", "load", "noted"), [(2, 2.5, True), (1, 2.5, False), (2, 0.3, False)])
+def test_oversubscription_note_on_both_sides(monkeypatch, threads, load, noted):
+    monkeypatch.setattr(hardware.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(hardware, "load_average", lambda: load)
+    monkeypatch.setattr(hardware.torch, "get_num_threads", lambda: threads)
+    note = hardware.oversubscription_note()
+    assert (note is not None) == noted
+    if noted:
+        assert "load average 2.5 on 2 cores with 2 threads" in note and "OMP_NUM_THREADS=1" in note
+
+
+def test_throughput_auto_dtype_follows_the_measurement(monkeypatch, measured):
+    from neobert.benchmarks.throughput import BenchConfig, run
+
+    force_timings(monkeypatch, fp32=1.0, bf16=5.0)
+    config = BenchConfig(models=["neobert-tiny"], lengths=[16], batch_tokens=[32], repeats=1, peak_sizes=(64,),
+                         progress=False)  # fmt: skip
+    results = run(config)
+    assert results["config"]["dtype"] == "fp32" and results["config"]["requested_dtype"] == "auto"

@@ -63,6 +63,24 @@ def machine_summary() -> str:
     return f"{name} ({os.cpu_count()} cores; {flags}; torch CPU capability {torch.backends.cpu.get_cpu_capability()})"
 
 
+def load_average() -> float:
+    """The 1-minute load average (0 where the platform has none)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+
+
+def oversubscription_note() -> str | None:
+    """A note when this process runs several intra-op threads on cores that other work already fills:
+    there a multi-threaded matmul waits for its slowest thread (measured: 10x slower training,
+    docs/ablations.md; a 0.5 ms product taking 100 ms). None otherwise."""
+    cores, threads, load = os.cpu_count() or 1, torch.get_num_threads(), load_average()
+    if threads > 1 and load >= cores:
+        return (
+            f"load average {load:.1f} on {cores} cores with {threads} threads per process: with other work "
+            "running, OMP_NUM_THREADS=1 trains up to 10x faster (docs/ablations.md)"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class PrecisionChoice:
     """What ``auto`` became for one model shape on one device, and why."""

@@ -75,7 +75,7 @@ COMMANDS = {  # name: (config class, help, description)
         "float32 and timed interleaved, beside the matmul peak.",
     ),
 }
-CHOICES = {"dtype": ("bf16", "fp32"), "precision": PRECISIONS}
+CHOICES = {"dtype": ("auto", "bf16", "fp32"), "precision": PRECISIONS}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
