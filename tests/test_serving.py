@@ -386,7 +386,7 @@ def test_classify_and_tokens_endpoints(tmp_path, tokenizer):
     probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     for row, p in zip(body["results"], probs):
         assert row["label"] == labels[int(p.argmax())]
-        np.testing.assert_allclose([row["scores"]["negative"], row["scores"]["positive"]], p, atol=1e-5)
+        np.testing.assert_allclose([row["probabilities"]["negative"], row["probabilities"]["positive"]], p, atol=1e-5)
 
     tags = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
     config = NeoBERTConfig.from_model_config(

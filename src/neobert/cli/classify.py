@@ -9,7 +9,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -18,7 +17,7 @@ from rich.table import Table
 
 from ..encoders import PRECISIONS, apply_precision, check_precision, is_preset, load_model, resolve_tokenizer
 from ..finetuning import data
-from ..inference import classify
+from ..inference import classifier_rows, classify, is_regression, label_names
 from ..io import write_text
 from ..long_documents import TRUNCATE, LongDocuments, LongReport
 from ..long_documents import classify as classify_long
@@ -65,40 +64,6 @@ def read_inputs(
     data.require_columns(frame, [text_column, pair_column], path)
     pairs = data.text_column(frame, pair_column, path) if pair_column is not None else None
     return data.text_column(frame, text_column, path), pairs
-
-
-def is_regression(config: Any) -> bool:
-    return config.problem_type == "regression" or config.num_labels == 1
-
-
-def label_names(config: Any) -> list[str]:
-    id2label = config.id2label or {}
-    return [str(id2label.get(i, f"LABEL_{i}")) for i in range(config.num_labels)]
-
-
-def probabilities(logits: np.ndarray, config: Any) -> np.ndarray:
-    """Softmax over the labels; independent sigmoids for a multi-label model."""
-    z = logits.astype(np.float64)
-    if config.problem_type == "multi_label_classification":
-        return 1.0 / (1.0 + np.exp(-z))
-    z -= z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
-
-
-def prediction_rows(logits: np.ndarray, config: Any) -> list[dict[str, Any]]:
-    """One JSON object per row: ``{"value": v}`` for regression, else the top label, its probability and
-    every label's probability."""
-    if is_regression(config):
-        if logits.shape[1] == 1:
-            return [{"value": float(v)} for v in logits[:, 0]]
-        return [{"value": [float(v) for v in row]} for row in logits]
-    names = label_names(config)
-    probs = probabilities(logits, config)
-    return [
-        {"label": names[k], "score": float(p[k]), "probabilities": dict(zip(names, map(float, p)))}
-        for p, k in zip(probs, probs.argmax(axis=1))
-    ]
 
 
 def _require_head(model: str, classifier: torch.nn.Module) -> None:
@@ -158,7 +123,7 @@ def run(
             max_tokens=max_tokens,
         )
     config = classifier.config
-    rows = prediction_rows(logits, config)
+    rows = classifier_rows(logits, config)
     path = write_text(output, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     regression = is_regression(config)
     counts: dict[str, int] = {}
