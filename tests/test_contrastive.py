@@ -15,11 +15,10 @@ from neobert.evaluation.instructions import DATASET_INSTRUCTIONS, TEMPLATE, appl
 from neobert.finetuning.contrastive import (
     ContrastiveConfig,
     batch_texts,
-    contrastive_loss,
     contrastive_loss_sum,
-    dataset_loss,
     info_nce,
     run,
+    step_loss,
 )
 from neobert.finetuning.contrastive_data import (
     BatchSampler,
@@ -31,6 +30,17 @@ from neobert.finetuning.contrastive_data import (
     sampling_probabilities,
 )
 
+
+@torch.no_grad()
+def dataset_loss(encoder, dataset, config) -> float:
+    """Mean InfoNCE over consecutive batches of ``dataset`` in file order, dropout off: a fixed measurement."""
+    encoder.model.eval()
+    total, count = 0.0, 0
+    for start in range(0, len(dataset), config.batch_size):
+        texts, n_queries, _ = batch_texts(dataset.examples[start : start + config.batch_size], dataset, config)
+        total += float(step_loss(encoder, texts, n_queries, config))
+        count += n_queries
+    return total / count
 
 def naive_info_nce(q, p, n, temperature):
     """Per query: -log(exp(cos(q_i, p_i)/t) / sum over every positive and negative of exp(cos/t))."""
@@ -50,9 +60,9 @@ def test_info_nce_with_hard_negatives_matches_a_naive_loop():
     torch.manual_seed(0)
     q, p, n = torch.randn(3, 8), torch.randn(3, 8), torch.randn(4, 8)
     expected = naive_info_nce(q, p, n, 0.07)
-    assert float(contrastive_loss(q, p, n, 0.07)) == pytest.approx(expected, rel=1e-5)
+    assert float(contrastive_loss_sum(q, p, n, 0.07)) / 3 == pytest.approx(expected, rel=1e-5)
     # the hard negatives matter: without them the value is the in-batch-only loss
-    assert float(contrastive_loss(q, p, n[:0], 0.07)) == pytest.approx(
+    assert float(contrastive_loss_sum(q, p, n[:0], 0.07)) / 3 == pytest.approx(
         naive_info_nce(q, p, n[:0], 0.07), rel=1e-5
     )
     assert float(info_nce(q, torch.cat([p, n]), torch.arange(3), 0.07)) == pytest.approx(expected, rel=1e-5)
@@ -328,7 +338,7 @@ def test_ddp_gathers_negatives_and_gives_the_single_process_gradient(tmp_path):
     results = [torch.load(tmp_path / f"{r}.pt") for r in range(2)]
 
     leaves = [t.clone().requires_grad_(True) for t in (q, p, n)]
-    expected = contrastive_loss(*leaves, 0.07)
+    expected = contrastive_loss_sum(*leaves, 0.07) / 4
     expected.backward()
     assert float(expected.detach()) == pytest.approx(naive_info_nce(q, p, n, 0.07), rel=1e-5)
     torch.testing.assert_close((results[0]["loss_sum"] + results[1]["loss_sum"]) / 4, expected.detach())

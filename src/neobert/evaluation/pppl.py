@@ -72,26 +72,22 @@ def token_nll(
     input_ids (L,) one document with its special tokens; positions (P,) indices to score. Returns (P,) float32.
     """
     out = []
-    use_masked_only = _supports_masked_only(model)
+    decode_masked_only = isinstance(model, NeoBERTForMaskedLM)
     for chunk in positions.split(copies):
         n = chunk.numel()
         batch = input_ids.expand(n, -1).clone()  # (n, L): copy i masks position chunk[i]
         rows = torch.arange(n, device=batch.device)
         batch[rows, chunk] = mask_token_id
-        if use_masked_only:
-            labels = torch.full_like(batch, -100)
-            labels[rows, chunk] = input_ids[chunk]
-            # NeoBERT decodes only the labelled positions, in row order: (n, V) instead of (n, L, V).
-            logits = model(input_ids=batch, labels=labels, masked_only=True).logits
+        if decode_masked_only:
+            selected = torch.zeros_like(batch, dtype=torch.bool)
+            selected[rows, chunk] = True
+            # NeoBERT decodes only the masked positions, in row order: (n, V) instead of (n, L, V).
+            logits = model(input_ids=batch, masked_positions=selected).logits
         else:
             logits = model(input_ids=batch).logits[rows, chunk]  # (n, V)
         log_probs = F.log_softmax(logits.float(), dim=-1)
         out.append(-log_probs[rows, input_ids[chunk]])
     return torch.cat(out) if out else torch.zeros(0)
-
-
-def _supports_masked_only(model: torch.nn.Module) -> bool:
-    return isinstance(model, NeoBERTForMaskedLM)
 
 
 def scored_positions(tokenizer: Any, input_ids: Sequence[int], limit: int | None = None) -> torch.Tensor:

@@ -145,13 +145,6 @@ def contrastive_loss_sum(
     return info_nce(queries, candidates, targets, temperature, reduction="sum")
 
 
-def contrastive_loss(
-    queries: torch.Tensor, positives: torch.Tensor, negatives: torch.Tensor, temperature: float = 0.07
-) -> torch.Tensor:
-    """Mean InfoNCE over one process's batch (see :func:`contrastive_loss_sum`)."""
-    return contrastive_loss_sum(queries, positives, negatives, temperature) / queries.shape[0]
-
-
 def batch_texts(
     examples: list[Example], dataset: ContrastiveDataset, config: ContrastiveConfig
 ) -> tuple[list[str], int, int]:
@@ -173,21 +166,6 @@ def step_loss(encoder: Encoder, texts: list[str], n_queries: int, config: Contra
         vectors = embed_batch(encoder, inputs)  # (T, C)
     q, p, n = vectors.split([n_queries, n_queries, len(texts) - 2 * n_queries])
     return contrastive_loss_sum(q, p, n, config.temperature)
-
-
-@torch.no_grad()
-def dataset_loss(encoder: Encoder, dataset: ContrastiveDataset, config: ContrastiveConfig) -> float:
-    """Mean InfoNCE over consecutive batches of ``dataset`` in file order, dropout off: a fixed measurement."""
-    was_training = encoder.model.training
-    encoder.model.eval()
-    total, count = 0.0, 0
-    for start in range(0, len(dataset), config.batch_size):
-        examples = dataset.examples[start : start + config.batch_size]
-        texts, n_queries, _ = batch_texts(examples, dataset, config)
-        total += float(step_loss(encoder, texts, n_queries, config))
-        count += n_queries
-    encoder.model.train(was_training)
-    return total / count
 
 
 class ContrastiveTask:

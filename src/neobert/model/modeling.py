@@ -300,15 +300,17 @@ class NeoBERTForMaskedLM(NeoBERTPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         cu_seqlens: torch.Tensor | None = None,
         max_seqlen: int | None = None,
-        masked_only: bool = False,
+        masked_positions: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         **kwargs,
     ) -> MaskedLMOutput | tuple:
         """MLM logits (..., V); with ``labels`` (-100 = ignore) also the mean cross-entropy over labelled tokens.
 
-        ``masked_only=True`` (with labels) decodes only the labelled positions: logits are (N, V) for the N
-        labelled tokens in row-major order, which saves the full-vocabulary projection of every other token.
+        ``masked_positions`` (bool, shaped like ``input_ids``) decodes only those positions: logits are (N, V)
+        for the N selected tokens in row-major order, which saves the full-vocabulary projection of every
+        other token (labels, when given, are read at the same positions). Without ``labels`` no loss is
+        computed: a caller with its own reduction (the pretraining task sums) computes it once, itself.
         """
         out = self.model(
             input_ids,
@@ -321,10 +323,10 @@ class NeoBERTForMaskedLM(NeoBERTPreTrainedModel):
         )
         h = out.last_hidden_state
         loss = None
-        if labels is not None and masked_only:
-            selected = labels != -100
-            logits = self.decoder(h[selected])  # (N, V)
-            loss = F.cross_entropy(logits.float(), labels[selected])
+        if masked_positions is not None:
+            logits = self.decoder(h[masked_positions])  # (N, V)
+            if labels is not None:
+                loss = F.cross_entropy(logits.float(), labels[masked_positions], ignore_index=-100)
         else:
             logits = self.decoder(h)  # (..., V)
             if labels is not None:

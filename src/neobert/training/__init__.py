@@ -8,14 +8,11 @@ tested alone; the trainer composes them.
 from .batching import (
     PackedRow,
     collate_packed,
-    collate_padded,
     iter_packed_rows,
     micro_batches_for,
-    pack_documents,
-    token_budget_batches,
 )
 from .config import DataConfig, OptimConfig, PretrainConfig, ScheduleConfig
-from .loss import global_masked_count, masked_lm_loss_sum, normalize_loss
+from .loss import masked_lm_loss_sum, normalize_loss
 from .masking import IGNORE_INDEX, generator_for, mask_tokens
 from .optim import build_optimizer, parameter_groups
 from .schedule import lr_at, make_scheduler
@@ -32,10 +29,8 @@ __all__ = [
     "ScheduleConfig",
     "build_optimizer",
     "collate_packed",
-    "collate_padded",
     "evaluate",
     "generator_for",
-    "global_masked_count",
     "iter_packed_rows",
     "lr_at",
     "make_scheduler",
@@ -43,8 +38,6 @@ __all__ = [
     "masked_lm_loss_sum",
     "micro_batches_for",
     "normalize_loss",
-    "pack_documents",
     "parameter_groups",
     "pretrain",
-    "token_budget_batches",
 ]
