@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from embedding_fixtures import NEEDS_TOKENIZER, save_tiny_bert, save_tiny_neobert
+from helpers import write_pairs
 from neobert.evaluation.instructions import DATASET_INSTRUCTIONS, TEMPLATE, apply_instruction
 from neobert.finetuning.contrastive import (
     ContrastiveConfig,
@@ -157,57 +158,6 @@ def test_hub_columns_are_recognized_by_name(monkeypatch):
         load_hub_examples("org/plain")
 
 
-ANIMALS = [
-    "cat",
-    "dog",
-    "horse",
-    "sheep",
-    "goat",
-    "mouse",
-    "eagle",
-    "shark",
-    "whale",
-    "tiger",
-    "lion",
-    "zebra",
-]
-COLORS = [
-    "red",
-    "blue",
-    "green",
-    "yellow",
-    "purple",
-    "orange",
-    "black",
-    "white",
-    "pink",
-    "brown",
-    "grey",
-    "gold",
-]
-
-
-def _write_pairs(tmp_path):
-    animals, colors = tmp_path / "animals.jsonl", tmp_path / "colors.jsonl"
-    with animals.open("w", encoding="utf-8") as f:
-        for i, a in enumerate(ANIMALS):
-            negative = ANIMALS[(i + 1) % len(ANIMALS)]
-            f.write(
-                json.dumps(
-                    {
-                        "query": f"the sound of a {a}",
-                        "positive": f"a {a} makes a noise",
-                        "negatives": [f"a {negative} sleeps"],
-                    }
-                )
-                + "\n"
-            )
-    with colors.open("w", encoding="utf-8") as f:
-        for c in COLORS:
-            f.write(json.dumps({"query": f"paint it {c}", "positive": f"a {c} wall"}) + "\n")
-    return animals, colors
-
-
 @NEEDS_TOKENIZER
 def _encode_loaded(encoder, texts):
     from neobert.inference import encode
@@ -223,7 +173,7 @@ def test_two_dataset_run_lowers_the_loss_and_saves_a_sentence_transformer(tmp_pa
     from neobert.inference import encode
 
     model_dir = save_tiny_neobert(tmp_path / "tiny")
-    animals, colors = _write_pairs(tmp_path)
+    animals, colors = write_pairs(tmp_path)
     config = ContrastiveConfig(
         model=str(model_dir),
         data=[str(animals), f"sts12={colors}"],
@@ -263,7 +213,7 @@ def test_any_transformers_encoder_through_the_cli(tmp_path):
     from neobert.encoders import load_encoder
 
     bert_dir = save_tiny_bert(tmp_path / "bert")
-    animals, colors = _write_pairs(tmp_path)
+    animals, colors = write_pairs(tmp_path)
     out = tmp_path / "bert-embed"
     code = main(
         [

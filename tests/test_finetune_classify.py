@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import random
 
 import numpy as np
 import pandas as pd
@@ -13,6 +12,7 @@ import torch
 
 import neobert  # noqa: F401  (registers NeoBERT with the Auto classes, as a user would)
 from embedding_fixtures import tiny_bert_config
+from helpers import sentiment_rows
 from neobert.cli.main import build_parser, main
 from neobert.finetuning import ClassifyConfig, DataError, FinetuneConfigError, run_classify
 
@@ -24,9 +24,6 @@ pytestmark = [
     pytest.mark.usefixtures("one_thread"),
 ]
 
-POSITIVE = {"great": 5.0, "excellent": 4.5, "wonderful": 4.0, "good": 3.5}
-NEGATIVE = {"awful": 0.0, "terrible": 0.5, "horrible": 1.0, "bad": 1.5}
-SUBJECTS = ["the movie", "this film", "the plot", "the acting", "the show"]
 NEOBERT = {"model": "tiny", "preset_overrides": {"vocab_size": 30522}}
 FAST = {
     "batch_size": 16,
@@ -35,23 +32,6 @@ FAST = {
     "tensorboard": False,
     "device": "cpu",  # predictions are compared with a CPU fp32 reload at 1e-4
 }
-
-
-def sentiment_rows(n: int, seed: int) -> list[dict]:
-    """'<subject> was <word>': the word decides the class (and the regression target)."""
-    rng = random.Random(seed)
-    rows = []
-    for _ in range(n):
-        positive = rng.random() < 0.5
-        word = rng.choice(list(POSITIVE if positive else NEGATIVE))
-        rows.append(
-            {
-                "text": f"{rng.choice(SUBJECTS)} was {word}",
-                "label": "pos" if positive else "neg",
-                "score": {**POSITIVE, **NEGATIVE}[word],
-            }
-        )
-    return rows
 
 
 def pair_rows(n: int, seed: int) -> list[dict]:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from embedding_fixtures import tiny_bert_config
+from helpers import Crash, assert_same_weights, crash_at, run_script, torchrun
 
 pytest.importorskip("seqeval")
 
@@ -277,7 +278,6 @@ def ner_files(tmp_path_factory):
 
 
 def assert_same_tokens_run(reference, got) -> None:
-    from test_training_core import assert_same_weights
 
     ref, res = (json.loads((d / "metrics.json").read_text()) for d in (reference, got))
     assert [h["loss"] for h in res["history"]] == pytest.approx([h["loss"] for h in ref["history"]], abs=1e-6)
@@ -290,7 +290,6 @@ def test_finetune_tokens_crash_and_resume_continue_exactly(ner_files, tmp_path, 
     """The training core's resume, for the token task: a run stopped after step 3 (last checkpoint at step 2)
     and resumed ends with the history, predictions and weights of the run that never stopped."""
     from neobert.token_classification import finetune as tokens_module
-    from test_training_core import Crash, crash_at
 
     run_tokens(tokens_config(ner_files, tmp_path / "reference"))
     real_fit = tokens_module.fit
@@ -330,7 +329,6 @@ def test_token_loss_is_the_mean_over_labelled_words(ner_files, tokenizer):
 def test_finetune_tokens_two_processes_equal_one(ner_files, tmp_path, tokenizer):
     """torchrun, 2 CPU processes: each takes half of every batch; the loss is divided by the global number
     of labelled words, so the run equals one process's."""
-    from test_training_core import run_script, torchrun
 
     run_tokens(tokens_config(ner_files, tmp_path / "one"))
     config = tmp_path / "config.json"
