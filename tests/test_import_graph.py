@@ -106,14 +106,14 @@ FLOORS = {
     "neobert.long_documents": 2,
     "neobert.registration": 2,
     "neobert.training": 2,
-    "neobert.training.default_run": 3,
     "neobert.finetuning": 3,
     "neobert.evaluation": 3,
     "neobert.benchmarks": 3,
     "neobert.integrations": 3,
     "neobert.serving": 3,
     "neobert.token_classification": 3,
-    "neobert.ablation": 3,  # the ablation ladder: runs the pretraining and fine-tuning tasks
+    "neobert.ablation": 3,
+    "neobert.recipes": 3,  # whole runs: the embedded default run  # the ablation ladder: runs the pretraining and fine-tuning tasks
     "neobert.cli": 4,
 }
 

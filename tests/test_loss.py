@@ -155,7 +155,7 @@ def test_the_pretraining_step_computes_its_loss_once(monkeypatch):
     import torch.nn.functional as F
 
     from neobert.training import collate_packed, iter_packed_rows
-    from neobert.training.trainer import _mlm_sums
+    from neobert.training.mlm_task import _mlm_sums
 
     model = _model()
     g = torch.Generator().manual_seed(0)

@@ -25,9 +25,9 @@ import neobert
 from helpers import free_port, logged_losses, tiny_pretrain_config
 from neobert.config import ConfigError
 from neobert.data import PrepareConfig, prepare, train_tokenizer, write_stdlib_corpus
-from neobert.training import trainer as pretrain_module
+from neobert.training import mlm_task as pretrain_module
 from neobert.training.checkpointing import list_checkpoints
-from neobert.training.trainer import NonFiniteLossError, pretrain
+from neobert.training.mlm_task import NonFiniteLossError, pretrain
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +97,7 @@ def test_gradient_accumulation_equals_one_big_micro_batch(prepared, tmp_path):
 KILL_SCRIPT = """
 import os, signal, sys
 from neobert.training.config import PretrainConfig
-from neobert.training.trainer import pretrain
+from neobert.training.mlm_task import pretrain
 config = PretrainConfig.from_file(sys.argv[1])
 def kill_after(step, metrics):
     if step == int(sys.argv[2]):
@@ -138,7 +138,7 @@ def test_sigkill_and_resume_continue_exactly(prepared, tmp_path):
 DDP_SCRIPT = """
 import json, sys
 from neobert.training.config import PretrainConfig
-from neobert.training.trainer import pretrain
+from neobert.training.mlm_task import pretrain
 pretrain(PretrainConfig.from_dict(json.loads(open(sys.argv[1]).read())), progress_bar=False)
 """
 

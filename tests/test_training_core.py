@@ -74,7 +74,7 @@ def test_a_fixed_different_deepspeed_accumulation_is_refused():
 
 def test_pretraining_crash_and_resume_continue_exactly(tmp_path):
     prepared = _pretrain_data(tmp_path)
-    from neobert.training.trainer import pretrain
+    from neobert.training.mlm_task import pretrain
 
     pretrain(tiny_pretrain_config(prepared, tmp_path / "reference", max_steps=6), progress_bar=False)
     config = tiny_pretrain_config(prepared, tmp_path / "crashed", max_steps=6)

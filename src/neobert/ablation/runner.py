@@ -41,10 +41,10 @@ from ..finetuning.classify import run_classify
 from ..inference import default_tokenizer_dir, save_pretrained
 from ..io import write_dir, write_json, write_text
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
+from ..recipes.default_run import shipped_tokenizer
 from ..training.checkpointing import latest_checkpoint
 from ..training.config import PretrainConfig
-from ..training.default_run import shipped_tokenizer
-from ..training.trainer import pretrain
+from ..training.mlm_task import pretrain
 from .ladder import Ladder, LadderError, RungPlan, load_ladder, pretrain_config, resolve
 from .report import write_report
 from .sources import materialize_inputs, write_task

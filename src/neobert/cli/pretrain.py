@@ -13,9 +13,9 @@ import yaml
 from rich.table import Table
 
 from ..config import ConfigError, load_mapping
+from ..recipes.default_run import run_default
 from ..training.config import PretrainConfig, set_dotted
-from ..training.default_run import run_default
-from ..training.trainer import pretrain
+from ..training.mlm_task import pretrain
 from .common import CLIError, add_command, make_console
 from .options import add_options, given
 

@@ -1,4 +1,5 @@
-"""Fine-tuning any encoder: GLUE with the paper's protocol, and the user's own classification tasks.
+"""Fine-tuning any encoder: GLUE with the paper's protocol, the user's own classification and token-classification
+tasks, and contrastive training.
 
 Entry points are functions taking a config and returning results; the ``neobert finetune`` CLI is a thin
 layer over them.

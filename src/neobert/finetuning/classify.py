@@ -21,6 +21,7 @@ from ..encoders import check_vocab, max_positions, resolve_tokenizer
 from ..evaluation.metrics import MetricResult
 from ..io import atomic_file, write_json
 from ..training.engine import is_main_process, wait_for_everyone
+from .classification_task import EvalSpec, fit
 from .config import ClassifyConfig
 from .data import (
     DataError,
@@ -33,7 +34,6 @@ from .data import (
     text_column,
 )
 from .models import load_classifier
-from .trainer import EvalSpec, fit
 
 CLASSIFICATION_METRICS = ("accuracy", "macro_f1")
 REGRESSION_METRICS = ("pearson", "spearman")

@@ -157,3 +157,21 @@ class ClassifyConfig(TrainSettings, ModelSource):
         for name in ("max_train_samples", "max_eval_samples"):
             if getattr(self, name) is not None:
                 _positive_int(self, name)
+
+
+@dataclass(kw_only=True)
+class TokensConfig(TrainSettings, ModelSource):
+    """``neobert finetune tokens``: the user's own token-classification (NER) task."""
+
+    train: str  # training file: CoNLL style (a token and its tag per line), or .jsonl with tokens + tags
+    validation: str  # validation file, same format
+    output: str  # output directory
+    max_train_samples: int | None = None  # use only the first N training sentences (quick runs)
+    max_eval_samples: int | None = None  # use only the first N validation sentences
+
+    def __post_init__(self) -> None:
+        TrainSettings.__post_init__(self)
+        ModelSource.__post_init__(self)
+        for name in ("max_train_samples", "max_eval_samples"):
+            if getattr(self, name) is not None:
+                _positive_int(self, name)

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .classification_task import FitResult, is_better
 from .config import FinetuneConfigError, TrainSettings
-from .trainer import FitResult, is_better
 
 # Section 4 of the paper: every GLUE task is swept over these 5 x 6 x 2 = 60 points.
 PAPER_GRID: dict[str, list] = {

@@ -1,8 +1,9 @@
-"""Pretraining: the loop (:func:`pretrain`) and its pure pieces (MLM masking, batching and packing,
+"""Training: the loop every task drives (:mod:`~neobert.training.engine`), the MLM pretraining task
+(:mod:`~neobert.training.mlm_task`, :func:`pretrain`) and their pure pieces (MLM masking, packing,
 learning-rate schedule, optimizer groups, loss normalisation).
 
-Each is a function of its inputs only (randomness comes from an explicit generator or seed), so each is
-tested alone; the trainer composes them.
+Each piece is a function of its inputs only (randomness comes from an explicit generator or seed), so each
+is tested alone; the MLM task composes them and the engine runs it.
 """
 
 from .batching import (
@@ -14,9 +15,9 @@ from .batching import (
 from .config import DataConfig, OptimConfig, PretrainConfig, ScheduleConfig
 from .loss import masked_lm_loss_sum, normalize_loss
 from .masking import IGNORE_INDEX, generator_for, mask_tokens
+from .mlm_task import NonFiniteLossError, PretrainResult, evaluate, pretrain
 from .optim import build_optimizer, parameter_groups
 from .schedule import lr_at, make_scheduler
-from .trainer import NonFiniteLossError, PretrainResult, evaluate, pretrain
 
 __all__ = [
     "IGNORE_INDEX",

@@ -21,8 +21,8 @@ from ..data import PrepareConfig, prepare, tokenizer_from_vocab, write_stdlib_co
 from ..encoders import load_model, load_tokenizer
 from ..inference import fill_mask
 from ..io import write_dir, write_text
-from .config import PretrainConfig
-from .trainer import PretrainResult, pretrain
+from ..training.config import PretrainConfig
+from ..training.mlm_task import PretrainResult, pretrain
 
 FILL_MASK_EXAMPLES = (
     "Return a new [MASK] containing the items of the iterable.",
