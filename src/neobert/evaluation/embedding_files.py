@@ -26,9 +26,10 @@ from ..data.readers import json_objects
 from ..encoders import Encoder, load_encoder
 from ..inference import encode
 from ..io import write_text
+from ..tables import fmt, markdown_table
 from . import embeddings as E
 from .instructions import TaskInstruction, apply_instruction
-from .report import fmt, markdown_table, nan_mean, write_json
+from .report import nan_mean, write_json
 
 FAMILY_TITLES = {
     "classification": "Class.",

@@ -26,8 +26,9 @@ import torch
 from ..encoders import Encoder, load_encoder
 from ..inference import encode
 from ..io import write_text
+from ..tables import markdown_table
 from .instructions import TaskInstruction, apply_instruction, task_instruction
-from .report import markdown_table, nan_mean, write_json
+from .report import nan_mean, write_json
 
 # Table 4's columns: MTEB task type -> header.
 TABLE4_COLUMNS = {

@@ -32,7 +32,7 @@ from ..data.readers import json_objects
 from ..encoders import Encoder, is_preset, load_encoder
 from ..io import atomic_file
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
-from .report import markdown_table
+from ..tables import markdown_table
 
 DEFAULT_BINS = (128, 256, 512, 1024, 2048, 4096)
 ROPE_METHODS = ("none", "linear", "ntk", "yarn")
