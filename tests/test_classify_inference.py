@@ -15,7 +15,8 @@ from embedding_fixtures import tiny_bert_config
 from neobert.cli import classify as classify_cli
 from neobert.cli.common import CLIError
 from neobert.cli.main import build_parser, main
-from neobert.encoders import load_model, load_tokenizer, save_pretrained
+from neobert.data import load_tokenizer
+from neobert.encoders import load_model, save_pretrained
 from neobert.fastpath import fast_inference
 from neobert.inference import classifier_rows, classify
 
@@ -140,7 +141,7 @@ def test_classify_tiny_bert_with_token_types(tokenizer, tmp_path):
     runs it as loaded (no NeoBERT fast path), whatever --precision says."""
     from transformers import AutoTokenizer, BertForSequenceClassification
 
-    from neobert.encoders import default_tokenizer_dir
+    from neobert.data import default_tokenizer_dir
 
     torch.manual_seed(0)
     config = tiny_bert_config(max_position_embeddings=64, num_labels=2)

@@ -81,7 +81,8 @@ def test_info_errors(tmp_path, capsys):
 
 @NEEDS_TOKENIZER
 def test_embed_writes_the_encode_array(model_dir, texts_file, tmp_path):
-    from neobert.encoders import load_model, load_tokenizer
+    from neobert.data import load_tokenizer
+    from neobert.encoders import load_model
     from neobert.inference import encode
 
     out = tmp_path / "sub" / "vectors.npy"
@@ -110,7 +111,8 @@ def test_embed_reports_empty_lines(model_dir, tmp_path, capsys):
 
 @NEEDS_TOKENIZER
 def test_embed_options(model_dir, texts_file, tmp_path):
-    from neobert.encoders import load_model, load_tokenizer
+    from neobert.data import load_tokenizer
+    from neobert.encoders import load_model
     from neobert.inference import encode
 
     options = {"pooling": "cls", "normalize": False, "max_length": 4, "show_progress": False}
@@ -157,7 +159,8 @@ def test_read_texts_keeps_line_alignment(tmp_path):
 
 @NEEDS_TOKENIZER
 def test_fill_mask_command(model_dir, capsys):
-    from neobert.encoders import load_model, load_tokenizer
+    from neobert.data import load_tokenizer
+    from neobert.encoders import load_model
     from neobert.inference import fill_mask as fill
 
     text = "the [MASK] sat on the mat"

@@ -169,7 +169,8 @@ def test_two_dataset_run_lowers_the_loss_and_saves_a_sentence_transformer(tmp_pa
     from sentence_transformers import SentenceTransformer
 
     import neobert  # noqa: F401  (registers NeoBERT for SentenceTransformer)
-    from neobert.encoders import load_encoder, load_model, load_tokenizer
+    from neobert.data import load_tokenizer
+    from neobert.encoders import load_encoder, load_model
     from neobert.inference import encode
 
     model_dir = save_tiny_neobert(tmp_path / "tiny")

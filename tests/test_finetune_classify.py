@@ -59,7 +59,7 @@ def bert_dir(tmp_path_factory):
     """A randomly initialised tiny BERT with the real bert-base-uncased tokenizer, saved like a hub model."""
     from transformers import AutoTokenizer, BertForSequenceClassification
 
-    from neobert.encoders import default_tokenizer_dir
+    from neobert.data import default_tokenizer_dir
 
     path = tmp_path_factory.mktemp("bert") / "tiny-bert"
     torch.manual_seed(0)

@@ -97,7 +97,7 @@ def glue_dir(tmp_path_factory):
 def bert_dir(tmp_path_factory):
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from neobert.encoders import default_tokenizer_dir
+    from neobert.data import default_tokenizer_dir
 
     path = tmp_path_factory.mktemp("bert") / "tiny-bert"
     torch.manual_seed(0)
@@ -262,7 +262,8 @@ def test_rte_starts_from_the_best_mnli_checkpoint(kind, glue_dir, bert_dir, tmp_
 
 
 def test_explicit_from_mnli_and_no_transfer(glue_dir, tmp_path, monkeypatch):
-    from neobert.encoders import load_model, load_tokenizer, save_pretrained
+    from neobert.data import load_tokenizer
+    from neobert.encoders import load_model, save_pretrained
 
     torch.manual_seed(1)
     mnli_like = load_model("tiny", "sequence-classification", vocab_size=30522, num_labels=3)

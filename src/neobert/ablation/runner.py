@@ -36,9 +36,9 @@ import yaml
 from transformers import AutoTokenizer
 
 from ..config import ModelConfig
-from ..data import PrepareConfig, TokenDataset, prepare, train_tokenizer
+from ..data import PrepareConfig, TokenDataset, default_tokenizer_dir, prepare, train_tokenizer
+from ..encoders import save_pretrained
 from ..finetuning.classify import run_classify
-from ..inference import default_tokenizer_dir, save_pretrained
 from ..io import write_dir, write_json, write_text
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
 from ..recipes.default_run import shipped_tokenizer

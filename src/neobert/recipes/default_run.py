@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from ..data import PrepareConfig, prepare, tokenizer_from_vocab, write_stdlib_corpus
-from ..encoders import load_model, load_tokenizer
+from ..data import PrepareConfig, load_tokenizer, prepare, tokenizer_from_vocab, write_stdlib_corpus
+from ..encoders import load_model
 from ..inference import fill_mask
 from ..io import write_dir, write_text
 from ..tables import fmt
