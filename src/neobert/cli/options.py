@@ -1,7 +1,8 @@
 """Command-line options derived from a config dataclass: each field is written once, with its help beside it.
 
 A field ``batch_size: int = 32  # texts per batch at most`` becomes ``--batch-size N`` (default 32) with that
-trailing comment as its help (``field(metadata={"help": ...})`` takes precedence). Types map as follows:
+trailing comment as its help (``field(metadata={"help": ...})`` takes precedence; ``metadata={"choices":
+...}`` restricts the values). Types map as follows:
 ``int``/``float``/``str`` (``X | None`` alike), ``bool`` -> a flag (``--name`` when the default is False,
 ``--no-name`` when it is True), ``list``/``tuple`` of ``int``/``str`` -> a comma-separated list, and
 ``tuple[int, int]`` -> ``LO,HI``. Fields of other types (nested mappings) are left to the command.
@@ -153,7 +154,7 @@ def add_options(
             default=unset,
             required=required,
             metavar=metavar,
-            choices=(choices or {}).get(f.name),
+            choices=(choices or {}).get(f.name, f.metadata.get("choices")),
             help=text,
         )
 

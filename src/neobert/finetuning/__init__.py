@@ -7,7 +7,7 @@ layer over them.
 
 from .classify import ClassifyResult, run_classify
 from .config import ClassifyConfig, FinetuneConfigError, GlueConfig, TrainSettings
-from .data import DataError, read_table
+from .data import DataError
 from .glue import GlueResults, GlueTaskResult, run_glue
 from .glue_tasks import GLUE_TASKS, MNLI_TRANSFER_TASKS, TABLE3_TASKS, GlueTask, get_task
 from .models import load_classifier
@@ -31,7 +31,6 @@ __all__ = [
     "get_task",
     "load_classifier",
     "load_grid",
-    "read_table",
     "run_classify",
     "run_glue",
 ]
