@@ -9,7 +9,8 @@ trailing comment as its help (``field(metadata={"help": ...})`` takes precedence
 ``metadata={"nargs": "+"}`` takes a list as separate words, ``{"nargs": "append"}`` as a repeated option.
 
 A function's typed keyword parameters work the same way (:func:`add_signature_options`): the help of each
-comes from the ``Args:`` section of its docstring (``name: help``, continued on deeper-indented lines).
+comes from the ``Args:`` section of its docstring (``name: help``, continued on deeper-indented lines);
+``metadata`` per parameter adds ``choices``, ``nargs``, ``required`` or the command's own ``default``.
 """
 
 from __future__ import annotations
@@ -106,9 +107,7 @@ def _optional(hint: Any) -> Any:
     """``X`` for ``X | None``; other hints as they are (None for a union of several types)."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-        return str if set(args) <= {str, os.PathLike, pathlib.Path} else None  # a path
+        hint = args[0] if len(args) == 1 else (str if set(args) <= {str, os.PathLike, pathlib.Path} else None)
     if typing.get_origin(hint) in (collections.abc.Sequence, collections.abc.Iterable):
         return list[typing.get_args(hint)] if typing.get_args(hint) else None
     return hint
@@ -237,7 +236,7 @@ def signature_config(func: Any, *, skip: tuple[str, ...] = (), metadata: dict[st
         if p.name in skip or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         meta = {"help": helps.get(p.name, ""), **(metadata or {}).get(p.name, {})}
-        default = dataclasses.MISSING if p.default is p.empty else p.default
+        default = meta.pop("default", dataclasses.MISSING if p.default is p.empty else p.default)
         if isinstance(default, list | dict | set):
             default = dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=meta)
         else:

@@ -176,7 +176,16 @@ def run(
     device: str | None = None,
     show_progress: bool = True,
 ) -> EmbeddingReport:
-    """Score every model on every task (zero-shot: no instruction unless given per task)."""
+    """Score every model on every task (zero-shot: no instruction unless given per task).
+
+    Args:
+        models: model directory, NeoBERT preset or hub id
+        output: results directory
+        tokenizer: tokenizer directory (default: the model's own)
+        batch_size: texts per batch
+        seed: for k-means and logistic regression
+        device: cpu, cuda, cuda:1 ... (default: cuda when available)
+    """
     start = time.perf_counter()
     report = EmbeddingReport()
     for model in models:

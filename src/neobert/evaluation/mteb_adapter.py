@@ -197,7 +197,13 @@ def table4_markdown(report: MTEBReport) -> str:
 def select_tasks(
     tasks: Sequence[str] | None = None, benchmark: str | None = None, task_types: Sequence[str] | None = None
 ) -> list[Any]:
-    """Tasks by name, or a benchmark's tasks (default the paper's 56 English ones), optionally by type."""
+    """Tasks by name, or a benchmark's tasks (default the paper's 56 English ones), optionally by type.
+
+    Args:
+        tasks: MTEB task names (default: every task of the benchmark)
+        benchmark: an mteb benchmark name (default: 'MTEB(eng, v1)', the paper's 56 tasks)
+        task_types: keep these task types only, e.g. STS Retrieval
+    """
     import mteb
 
     if tasks:
@@ -225,7 +231,16 @@ def run(
     device: str | None = None,
     show_progress: bool = True,
 ) -> MTEBReport:
-    """Evaluate each model on ``tasks`` (mteb task objects) and write Table 4's Markdown and JSON."""
+    """Evaluate each model on ``tasks`` (mteb task objects) and write Table 4's Markdown and JSON.
+
+    Args:
+        models: model directory, NeoBERT preset or hub id
+        output: results directory
+        use_instructions: prepend the task instructions (off: encode texts as they are, zero-shot)
+        tokenizer: tokenizer directory (default: the model's own)
+        batch_size: texts per batch
+        device: cpu, cuda, cuda:1 ... (default: cuda when available)
+    """
     import mteb
 
     start = time.perf_counter()

@@ -232,7 +232,21 @@ def run(
     device: str | None = None,
     show_progress: bool = True,
 ) -> PPPLReport:
-    """Pseudo-perplexity per length bin for every model; CSV and a Figure-2 plot under ``output``."""
+    """Pseudo-perplexity per length bin for every model; CSV and a Figure-2 plot under ``output``.
+
+    Args:
+        models: model directory, NeoBERT preset or hub id; PATH@yarn[:LENGTH] extends one model's RoPE
+        input: documents: .jsonl with a text field, or one per line
+        output: results directory
+        bins: upper bin edges in tokens
+        rope_scaling: extend every NeoBERT model's RoPE: none | linear | ntk | yarn
+        context: length the RoPE scaling extends to (default: none)
+        tokenizer: tokenizer directory (default: the model's own)
+        copies: masked copies of a document per forward
+        max_positions: score at most this many tokens per document (evenly spread)
+        max_docs_per_bin: use at most this many documents per bin
+        device: cpu, cuda, cuda:1 ... (default: cuda when available)
+    """
     start = time.perf_counter()
     edges = sorted(set(int(b) for b in bins))
     if not edges or edges[0] < 3:
