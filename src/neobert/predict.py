@@ -19,7 +19,7 @@ import torch
 from .config import POOLINGS
 from .data.text_files import read_texts
 from .encoders import PRECISIONS, apply_precision, check_precision, is_preset, load_model, resolve_tokenizer
-from .inference import classifier_rows, classify, encode, is_regression, label_names
+from .inference import classifier_rows, classify, encode, fill_mask, is_regression, label_names
 from .io import atomic_file, write_text
 from .long_documents import EXTEND_METHODS, POLICIES, LongDocuments, LongReport
 from .long_documents import classify as classify_long
@@ -241,3 +241,27 @@ def tag_file(config: TagConfig) -> TagResult:
     ]
     path = write_text(c.output, "\n".join(lines) + "\n")
     return TagResult(path, len(texts), entities, time.perf_counter() - start, report)
+
+
+# -- fill-mask -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FillMaskResult:
+    text: str
+    predictions: list[list[tuple[str, float]]]  # one list per [MASK], best first
+    random_weights: bool  # a preset: the predictions mean nothing
+
+
+def fill_mask_text(model: str, text: str, top_k: int = 5, tokenizer: str | None = None) -> FillMaskResult:
+    """The ``top_k`` most likely tokens for each [MASK] of ``text`` (``neobert fill-mask``).
+
+    Args:
+        model: model directory, preset name (random weights) or hub id
+        text: text holding one or more [MASK], e.g. "Paris is the [MASK] of France."
+        top_k: predictions per [MASK]
+        tokenizer: tokenizer directory (default: the model directory's, or bert-base-uncased for presets)
+    """
+    mlm = load_model(model, task="mlm")
+    return FillMaskResult(text, fill_mask(mlm, resolve_tokenizer(model, tokenizer), text, top_k=top_k),
+                          is_preset(model))  # fmt: skip

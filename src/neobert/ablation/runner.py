@@ -52,8 +52,8 @@ from .sources import materialize_inputs, write_task
 
 @dataclass
 class AblateConfig:
-    ladder: str = "figure1-laptop"  # a shipped ladder's name or a YAML file
-    output: str = "runs/ladder"
+    ladder: str = "figure1-laptop"  # figure1-laptop, figure1-gpu, smoke (a shipped ladder's name) or a YAML file
+    output: str = field(default="runs/ladder", metadata={"help": "the ladder's directory", "required": True})
     rungs: list[str] | None = None  # run only these (the report still shows every finished rung)
     seeds: int | None = None  # default: the ladder's
     max_steps: int | None = None  # override the scale's pretraining steps (quick looks)
