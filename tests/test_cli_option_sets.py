@@ -16,7 +16,11 @@ from neobert.cli.main import build_parser
 
 RECORD = Path(__file__).with_name("cli_option_sets.json")
 # (command, old option) -> new option, for options renamed on purpose (issue 18: one name per setting)
-RENAMES: dict[tuple[str, str], str] = {}
+RENAMES: dict[tuple[str, str], str] = {
+    **{(f"finetune {c}", "--learning-rate"): "--lr" for c in ("glue", "classify", "tokens")},
+    **{(f"finetune {c}", "--grad-clip"): "--clip-grad-norm" for c in ("glue", "classify", "tokens")},
+    ("finetune contrastive", "--gradient-checkpointing"): "--activation-checkpointing",
+}
 
 
 def option_sets(parser: argparse.ArgumentParser, path: str = "") -> dict[str, dict[str, bool]]:
@@ -50,6 +54,11 @@ def test_no_option_is_lost():
             elif current[command][new] and not required:
                 missing.append(f"{command}: {new} became required")
     assert missing == []
+
+
+def test_renamed_options_have_their_new_name_only():
+    current = option_sets(build_parser())
+    assert [(c, old) for (c, old), new in RENAMES.items() if old in current[c] or new not in current[c]] == []
 
 
 def test_every_current_option_is_recorded():

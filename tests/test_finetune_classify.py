@@ -27,7 +27,7 @@ pytestmark = [
 NEOBERT = {"model": "tiny", "preset_overrides": {"vocab_size": 30522}}
 FAST = {
     "batch_size": 16,
-    "learning_rate": 1e-3,
+    "lr": 1e-3,
     "show_progress": False,
     "tensorboard": False,
     "device": "cpu",  # predictions are compared with a CPU fp32 reload at 1e-4
@@ -153,7 +153,7 @@ def test_regression_from_parquet(files, tmp_path):
             "task_type": "regression",
             "output": str(out),
             "epochs": 6,
-            "learning_rate": 3e-3,  # the head must first climb to the targets' mean (2.5)
+            "lr": 3e-3,  # the head must first climb to the targets' mean (2.5)
             "eval_every": 10,
             "patience": None,
         }
@@ -220,7 +220,7 @@ def test_other_bad_inputs(files, tmp_path):
 
 def test_collapsed_model_and_undefined_scores_are_reported(files, tmp_path):
     # A head initialised to zero and a negligible learning rate: every prediction is the same class.
-    config = _config(files, tmp_path, learning_rate=1e-9)
+    config = _config(files, tmp_path, lr=1e-9)
     config["preset_overrides"] = {"vocab_size": 30522, "classifier_init_range": 0.0}
     result = run_classify(config)
     assert any("predictions are constant" in n for n in result.notes)
@@ -250,7 +250,7 @@ def test_cli_classify(files, tmp_path, capsys):
     args = ["finetune", "classify", "--model", "tiny", "--preset-override", "vocab_size=30522",
             "--train", str(files / "train.csv"), "--validation", str(files / "val.csv"),
             "--text-column", "text", "--label-column", "label", "--output", str(out),
-            "--epochs", "2", "--learning-rate", "1e-3", "--batch-size", "16", "--quiet"]  # fmt: skip
+            "--epochs", "2", "--lr", "1e-3", "--batch-size", "16", "--quiet"]  # fmt: skip
     assert main(args) == 0
     assert "accuracy" in capsys.readouterr().out
     assert (out / "metrics.json").is_file() and (out / "model" / "config.json").is_file()

@@ -188,7 +188,7 @@ def test_finetune_tokens_then_tag_end_to_end(tmp_path, tokenizer):
     code = main(["finetune", "tokens", "--model", "tiny", "--preset-override", "vocab_size=30522",
                  "--train", str(tmp_path / "train.conll"), "--validation", str(tmp_path / "dev.jsonl"),
                  "--output", str(tmp_path / "out"), "--epochs", "6", "--batch-size", "16",
-                 "--learning-rate", "2e-3", "--warmup-ratio", "0", "--patience", "0", "--quiet",
+                 "--lr", "2e-3", "--warmup-ratio", "0", "--patience", "0", "--quiet",
                  "--no-tensorboard"])  # fmt: skip
     assert code == 0
     report = json.loads((tmp_path / "out" / "metrics.json").read_text())
@@ -265,7 +265,7 @@ def test_finetune_tokens_rejects_unseen_validation_tags(tmp_path):
 def tokens_config(root, output, **changes) -> dict:
     return {"model": "tiny", "preset_overrides": {"vocab_size": 30522, "classifier_dropout": 0.0},
             "train": str(root / "train.jsonl"), "validation": str(root / "dev.jsonl"), "output": str(output),
-            "batch_size": 8, "learning_rate": 1e-3, "epochs": 2, "eval_every": 2, "patience": None,
+            "batch_size": 8, "lr": 1e-3, "epochs": 2, "eval_every": 2, "patience": None,
             "show_progress": False, "tensorboard": False, **changes}  # 3 steps an epoch, 6 in all  # fmt: skip
 
 

@@ -84,7 +84,7 @@ def test_minilm_fine_tuned_on_wnut16_beats_the_baselines(wnut_file, tmp_path):
     write_conll(tmp_path / "dev.conll", held_out)
     code = main(["finetune", "tokens", "--model", str(minilm), "--train", str(tmp_path / "train.conll"),
                  "--validation", str(tmp_path / "dev.conll"), "--output", str(tmp_path / "out"),
-                 "--epochs", str(EPOCHS), "--batch-size", "32", "--learning-rate", LR, "--warmup-ratio", "0",
+                 "--epochs", str(EPOCHS), "--batch-size", "32", "--lr", LR, "--warmup-ratio", "0",
                  "--max-length", "64", "--patience", "0", "--quiet", "--no-tensorboard"])  # fmt: skip
     assert code == 0
     report = json.loads((tmp_path / "out" / "metrics.json").read_text())

@@ -120,7 +120,7 @@ def classify_config(root: Path, output: Path, **changes) -> dict:
         "validation": str(root / "val.csv"),
         "output": str(output),
         "batch_size": 8,
-        "learning_rate": 1e-3,
+        "lr": 1e-3,
         "epochs": 2,
         "eval_every": 2,
         "patience": None,

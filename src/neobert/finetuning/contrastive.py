@@ -48,6 +48,7 @@ class ContrastiveConfig:
     batch_size: int = 64  # queries per process per step
     lr: float = 2e-5  # peak learning rate
     weight_decay: float = 0.01  # AdamW weight decay
+    clip_grad_norm: float | None = 1.0  # gradient-norm clipping; None: off
     warmup_steps: int = 100  # linear warmup, then linear decay
     temperature: float = 0.07  # InfoNCE temperature
     alpha: float = 0.5  # data sets are sampled in proportion to size^alpha
@@ -61,7 +62,7 @@ class ContrastiveConfig:
     resume: bool = False  # continue an interrupted run of OUTPUT
     device: str | None = None  # cpu, cuda ... (default: this process's GPU if any)
     bf16: bool = False  # bf16 autocast
-    gradient_checkpointing: bool = False  # recompute each block's activations in the backward
+    activation_checkpointing: bool = False  # recompute each block's activations in the backward
     show_progress: bool = True  # progress bar
 
 
@@ -260,11 +261,11 @@ def _engine_settings(config: ContrastiveConfig) -> EngineSettings:
         log_dir=config.output,
         precision="fp32",  # step_loss autocasts itself (config.bf16)
         device=config.device,
-        clip_grad_norm=1.0,
+        clip_grad_norm=config.clip_grad_norm,
         log_every=config.log_every,
         save_every=config.save_every,
         keep_last=1,
-        activation_checkpointing=config.gradient_checkpointing,
+        activation_checkpointing=config.activation_checkpointing,
         find_unused_parameters=True,  # e.g. BERT's pooler: the bare encoder's pooled output is not used
         progress_bar=config.show_progress,
         description="contrastive",
