@@ -30,7 +30,9 @@ FAMILY_OPTIONS = {
     "classification": "directory with train.jsonl and test.jsonl (text, label)",
     "retrieval": "directory with queries.jsonl, corpus.jsonl and qrels.tsv (or qrels.jsonl)",
 }
-MODELS = {"nargs": "append", "required": True}
+MODELS = {"nargs": "append", "required": True}  # --model, repeated to compare several
+# what the command itself decides: where results go, and the device when none is named
+DEVICE = {"help": "cpu, cuda, cuda:1 ... (default: cuda when available)"}
 RENAME = {"models": "model"}
 
 
@@ -96,7 +98,8 @@ def _command(commands, name: str, func, run, help: str, output: str, **metadata)
     """A subcommand whose options are ``run``'s parameters (less those the command builds itself)."""
     parser = add_command(commands, name, func, help=help)
     skip = ("tasks", "instructions", "show_progress")
-    metadata = {"models": MODELS, "output": {"default": output}, **metadata}
+    metadata = {"models": MODELS, "output": {"default": output, "help": "results directory"}, "device": DEVICE,
+                **metadata}  # fmt: skip
     options = add_signature_options(parser, run, skip=skip, metadata=metadata,
                                     rename={**RENAME, "use_instructions": "instructions"})  # fmt: skip
     parser.set_defaults(options=options)

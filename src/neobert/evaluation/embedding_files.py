@@ -179,12 +179,10 @@ def run(
     """Score every model on every task (zero-shot: no instruction unless given per task).
 
     Args:
-        models: model directory, NeoBERT preset or hub id
-        output: results directory
+        models: model directories, NeoBERT presets or hub ids, each scored on every task
+        seed: for k-means and logistic regression
         tokenizer: tokenizer directory (default: the model's own)
         batch_size: texts per batch
-        seed: for k-means and logistic regression
-        device: cpu, cuda, cuda:1 ... (default: cuda when available)
     """
     start = time.perf_counter()
     report = EmbeddingReport()

@@ -234,12 +234,10 @@ def run(
     """Evaluate each model on ``tasks`` (mteb task objects) and write Table 4's Markdown and JSON.
 
     Args:
-        models: model directory, NeoBERT preset or hub id
-        output: results directory
+        models: model directories, NeoBERT presets or hub ids, each scored on every task
         use_instructions: prepend the task instructions (off: encode texts as they are, zero-shot)
         tokenizer: tokenizer directory (default: the model's own)
         batch_size: texts per batch
-        device: cpu, cuda, cuda:1 ... (default: cuda when available)
     """
     import mteb
 
