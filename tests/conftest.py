@@ -1,9 +1,34 @@
-"""Fixtures shared by several test modules."""
+"""Fixtures shared by several test modules, and the suite's hardware summary."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+from neobert import fastpath, hardware
+from neobert.model import attention
+
+# "auto" precision is measured per machine (bf16 where it is faster, e.g. with AMX): the suite pins it to
+# fp32 so that results do not depend on the CPU it runs on. tests/test_hardware.py forces both answers.
+os.environ[hardware.AUTO_PRECISION_ENV] = "fp32"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Which hardware-dependent paths ran for real on this machine, and which only in their forced form."""
+    write = terminalreporter.write_line
+    write(f"hardware: {hardware.machine_summary()}")
+    epilogues = fastpath.check_cpu_epilogues()
+    real = "ran on the real op" if epilogues.ok else f"op unavailable here ({(epilogues.error or '')[:60]})"
+    write(f"  fused CPU bf16 epilogues (oneDNN): {real}; the unavailable and disagreeing sides forced")
+    cuda = torch.cuda.is_available()
+    write(
+        "  CUDA kernels (varlen, flash-attn, flex backward, compiled blocks, fused AdamW on GPU): "
+        + ("ran (tests/test_gpu.py)" if cuda else "no GPU: their checks and fallbacks forced on the CPU")
+    )
+    write(f"  flash-attn installed: {attention.flash_attn_available()}; precision auto pinned to fp32 "
+          "(both measured answers forced in tests/test_hardware.py)")  # fmt: skip
 
 
 @pytest.fixture(scope="module")

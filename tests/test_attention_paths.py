@@ -11,6 +11,7 @@ import neobert.model.modeling as modeling
 from neobert import ModelConfig, NeoBERTConfig, NeoBERTModel
 from neobert.config import PRESETS
 from neobert.model import packed_context, padded_context, set_runtime, unpad
+from neobert.model.checks import BackendCheck
 
 LENGTHS = (7, 12, 3)  # deliberately uneven
 ATOL = 1e-5
@@ -238,6 +239,9 @@ def test_unpadded_with_left_padding(variant):
 
 def test_auto_backend_by_device_dtype_and_installed_kernels(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    # the kernels pass their first-use checks here (tests/test_hardware.py forces the failing side)
+    passed = BackendCheck("attention", "cuda", "bfloat16", available=True, checked=True, ok=True)
+    monkeypatch.setattr(attention, "check_attention", lambda *args, **kwargs: passed)
     assert attention.resolve_backend("auto", cpu, torch.bfloat16) == "sdpa"
     assert attention.resolve_backend("auto", cuda, torch.float32) == "sdpa"  # varlen kernels are half only
     monkeypatch.setattr(attention, "flash_attn_available", lambda: False)

@@ -87,7 +87,7 @@ def test_bad_model_paths_say_what_is_wrong(tmp_path):
 
 
 def test_precision_is_checked_and_other_encoders_run_as_loaded():
-    with pytest.raises(ValueError, match="precision must be one of bf16, fp32"):
+    with pytest.raises(ValueError, match="precision must be one of auto, fp32, bf16"):
         check_precision("int4")
     bert = BertModel(BertConfig(**SMALL))
     assert apply_precision(bert, "bf16").embeddings.word_embeddings.weight.dtype == torch.float32

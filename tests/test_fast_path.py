@@ -13,6 +13,7 @@ from neobert import ModelConfig, NeoBERTConfig, NeoBERTModel
 from neobert.fastpath import fast_inference
 from neobert.model import padded_context, rope_tables, set_runtime
 from neobert.model.attention import equal_length_runs
+from neobert.model.checks import BackendCheck
 from neobert.model.layers import EncoderBlock, RMSNorm
 from neobert.model.pooling import mean_pool
 from neobert.model.rope import rotate_pairs
@@ -177,7 +178,10 @@ def _plain_copy(model: NeoBERTModel) -> NeoBERTModel:
     return plain
 
 
-@pytest.mark.skipif(fastpath._linear_pointwise() is None, reason="no oneDNN bf16 linear post-ops here (torch without oneDNN, or a CPU without AVX-512)")
+@pytest.mark.skipif(
+    fastpath._linear_pointwise() is None,
+    reason="no oneDNN bf16 linear post-ops here (torch without oneDNN, or a CPU without AVX-512)",
+)
 def test_fused_epilogues_compute_the_plain_block(monkeypatch):
     model = make_model()
     names = list(model.state_dict())
@@ -216,14 +220,40 @@ def test_fused_epilogues_compute_the_plain_block(monkeypatch):
     assert (fused[~mask.bool()] == 0).all()
 
 
-@pytest.mark.skipif(fastpath._linear_pointwise() is None, reason="no oneDNN bf16 linear post-ops here (torch without oneDNN, or a CPU without AVX-512)")
-def test_fused_blocks_fall_back_to_the_plain_forward_with_gradients_or_fp32():
+class NeverCalled:
+    """Stands in for oneDNN's fused op where a test must show that it is not used."""
+
+    def __call__(self, *args):
+        raise AssertionError("the fused op ran")
+
+    binary = __call__
+
+
+@pytest.fixture
+def epilogue_probe():
+    """Clears the cached probe around a test that forces its answer."""
+    real = fastpath._linear_pointwise
+    real.cache_clear()
+    yield
+    real.cache_clear()
+
+
+def test_fused_blocks_fall_back_to_the_plain_forward_with_gradients_or_fp32(monkeypatch, epilogue_probe):
+    """Runs on every CPU: the op is forced present (and must not be called) where the CPU lacks it."""
+    if fastpath._linear_pointwise() is None:
+        monkeypatch.setattr(fastpath, "_linear_pointwise", NeverCalled)
     model = make_model()
     fast_inference(model, dtype=None)  # fp32 weights: never fused, so exact
+    assert all(type(b) is fastpath.FusedEncoderBlock for b in model.transformer_encoder)
     ids, mask = padded_batch([7, 5, 7, 2])
-    plain = _plain_copy(model)
+    real = mask.bool()
+    plain = _plain_copy(model)  # the padded path
     with torch.no_grad():
-        torch.testing.assert_close(model(ids, mask).last_hidden_state, plain(ids, mask).last_hidden_state)
+        out, reference = model(ids, mask).last_hidden_state, plain(ids, mask).last_hidden_state
+    # the promise: the same function on real tokens; the unpadded path leaves zeros at padding positions
+    # (the padded path computes something there that no one should read)
+    torch.testing.assert_close(out[real], reference[real])
+    assert (out[~real] == 0).all()
     model.to(torch.bfloat16)
     plain.to(torch.bfloat16)
     set_runtime(plain, unpad=True)
@@ -232,13 +262,48 @@ def test_fused_blocks_fall_back_to_the_plain_forward_with_gradients_or_fp32():
     torch.testing.assert_close(out, plain(ids, mask).last_hidden_state, rtol=0, atol=0)
 
 
+def test_without_the_fused_op_blocks_stay_plain_and_compute_the_same(monkeypatch, epilogue_probe):
+    """The "unavailable" side, forced on any CPU: no fused blocks, the plain bf16 unpadded function."""
+    unavailable = BackendCheck("cpu_epilogues", "cpu", "bfloat16", available=False, error="forced")
+    monkeypatch.setattr(fastpath, "check_cpu_epilogues", lambda: unavailable)
+    model = fast_inference(make_model())
+    assert all(type(b) is EncoderBlock for b in model.transformer_encoder)
+    plain = set_runtime(_plain_copy(make_model()).to(torch.bfloat16), unpad=True)
+    ids, mask = padded_batch([7, 5, 7, 2])
+    with torch.inference_mode():
+        torch.testing.assert_close(
+            model(ids, mask).last_hidden_state, plain(ids, mask).last_hidden_state, rtol=0, atol=0
+        )
+
+
+def test_a_fused_op_that_disagrees_is_not_used_and_says_so(monkeypatch, epilogue_probe):
+    wrong = BackendCheck("cpu_epilogues", "cpu", "bfloat16", available=True, checked=True, ok=False,
+                         max_error=0.5, tolerance=3e-2, error="disagrees with the reference path")  # fmt: skip
+    monkeypatch.setattr(fastpath, "check_cpu_epilogues", lambda: wrong)
+    with pytest.warns(RuntimeWarning, match=r"cpu_epilogues .*failed its first-use check.*plain"):
+        assert fastpath._linear_pointwise() is None
+    assert fastpath.fuse_cpu_epilogues(make_model()) == 0
+
+
+def test_the_epilogue_check_judges_the_real_op_or_reports_it_missing():
+    check = fastpath.check_cpu_epilogues()
+    if not check.available:  # an AVX2-only CPU: the op exists but refuses bf16 post-ops
+        assert fastpath._linear_pointwise() is None and check.error
+        return
+    assert check.checked and check.ok, check.describe()
+    assert check.max_error < check.tolerance
+
+
 def test_gelu_blocks_are_not_fused():
     model = make_model(ffn="gelu")
     fast_inference(model)
     assert all(type(b) is not fastpath.FusedEncoderBlock for b in model.transformer_encoder)
 
 
-@pytest.mark.skipif(fastpath._linear_pointwise() is None, reason="no oneDNN bf16 linear post-ops here (torch without oneDNN, or a CPU without AVX-512)")
+@pytest.mark.skipif(
+    fastpath._linear_pointwise() is None,
+    reason="no oneDNN bf16 linear post-ops here (torch without oneDNN, or a CPU without AVX-512)",
+)
 def test_fused_blocks_leave_other_linear_modules_to_their_own_forward():
     """A replaced projection (a quantized or wrapped linear) must run its own forward, not be bypassed."""
 

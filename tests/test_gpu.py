@@ -165,3 +165,42 @@ def test_masked_lm_training_step_with_compiled_blocks_lowers_the_loss():
         opt.zero_grad()
         losses.append(float(out.loss))
     assert losses[-1] < 0.5 * losses[0]
+
+
+# --- the first-use checks on the GPU (tests/test_hardware.py forces their failing sides on any machine) ---
+
+
+@pytest.mark.parametrize("backend", available_backends())
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_every_kernel_passes_its_first_use_check(backend, dtype):
+    check = attention.check_attention(backend, DEVICE, dtype, True)
+    assert check.ok, check.describe()
+
+
+def test_auto_resolves_to_a_checked_kernel_without_warning():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        chosen = attention.resolve_backend("auto", torch.device(DEVICE), torch.bfloat16)
+    assert chosen in ("varlen", "flash_attn")
+
+
+def test_fused_adamw_and_compiled_blocks_pass_their_checks():
+    from neobert.model.runtime import check_compiled_blocks
+    from neobert.training.optim import check_fused_adamw, use_fused_adamw
+
+    assert check_fused_adamw(DEVICE).ok and use_fused_adamw(torch.device(DEVICE))
+    for dtype in (torch.float32, torch.bfloat16):
+        check = check_compiled_blocks(DEVICE, dtype)
+        assert check.ok, check.describe()
+
+
+def test_auto_precision_measures_bf16_faster_for_the_base_model(monkeypatch):
+    from neobert import hardware
+
+    monkeypatch.delenv(hardware.AUTO_PRECISION_ENV)  # the suite's pin
+    hardware.choose_precision.cache_clear()
+    for training in (False, True):
+        choice = hardware.choose_precision(768, 3072, DEVICE, training)
+        assert choice.precision == "bf16", choice

@@ -101,6 +101,7 @@ FLOORS = {
     "neobert.configs": 0,  # the shipped YAML recipes and vocabulary
     "neobert.model": 1,
     "neobert.fastpath": 1,
+    "neobert.hardware": 1,  # CPU flags and the measured precision: beside the model, imports config only
     "neobert.data": 1,
     "neobert.encoders": 2,
     "neobert.inference": 2,

@@ -20,6 +20,10 @@ FFN_TYPES = ("swiglu", "gelu")
 NORM_TYPES = ("rmsnorm", "layernorm")
 ROPE_SCALINGS = ("none", "linear", "ntk", "yarn")
 POOLINGS = ("cls", "mean")
+# Numeric precision of a run, training or inference: "auto" is whichever of fp32 and bf16 runs faster for
+# the model's shapes on this device, measured once per process (neobert.hardware.resolve_precision).
+# Training: bf16 autocast over fp32 weights; inference: bf16 weights (the NeoBERT fast path).
+PRECISIONS = ("auto", "fp32", "bf16")
 
 
 def load_mapping(path: str | Path, error: type[Exception] | None = None) -> dict[str, Any]:
@@ -72,6 +76,13 @@ def renamed_settings(data: dict[str, Any], what: str) -> dict[str, Any]:
             warnings.warn(f"{what}: {old!r} is deprecated, use {new!r}", FutureWarning, stacklevel=3)
             out[new] = out.pop(old)
     return out
+
+
+def check_precision(precision: str, error: type[Exception] = ConfigError) -> str:
+    """``precision`` if it is one of :data:`PRECISIONS`, else ``error`` naming the choices."""
+    if precision not in PRECISIONS:
+        raise error(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return precision
 
 
 def check_known_keys(

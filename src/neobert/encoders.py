@@ -21,11 +21,12 @@ from typing import Any
 import torch
 from transformers import AutoConfig
 
-from .config import PRESETS, ModelConfig
+from .config import PRESETS, ModelConfig, check_precision
 from .data import tokenizer as tokenizer_files
 from .data.tokenizer import EXAMPLES_HINT as EXAMPLES_HINT  # the tokenizer loader lives in the data layer
 from .data.tokenizer import MODEL_INPUT_NAMES
 from .fastpath import fast_inference
+from .hardware import resolve_precision
 from .io import atomic_dir
 from .model import NeoBERTConfig
 from .model.pooling import mean_pool
@@ -33,7 +34,6 @@ from .registration import AUTO_CLASSES, NEOBERT_CLASSES
 
 TASKS = ("base", "mlm", "sequence-classification", "token-classification")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
-PRECISIONS = ("bf16", "fp32")
 # RoBERTa-style models number positions from padding_idx + 1, so the first pad_token_id + 1 rows of their
 # position table are unusable (514 rows, 512 usable tokens).
 OFFSET_POSITION_MODELS = ("roberta", "xlm-roberta", "camembert", "longformer")
@@ -158,18 +158,94 @@ def check_vocab(model: torch.nn.Module, tokenizer: Any) -> None:
         )
 
 
-def check_precision(precision: str) -> None:
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-
-
-def apply_precision(model: torch.nn.Module, precision: str) -> torch.nn.Module:
+def apply_precision(model: torch.nn.Module, precision: str = "auto") -> torch.nn.Module:
     """NeoBERT models (any head) go on the fast path: bf16 weights for ``bf16``, float32 for ``fp32`` (exact),
-    unpadded attention either way. Other encoders run as loaded."""
-    check_precision(precision)
+    unpadded attention either way; ``auto`` is whichever of the two runs this model's shapes faster on its
+    device (measured once per process: :func:`neobert.hardware.resolve_precision`). Other encoders run as
+    loaded. The precision used is recorded as ``model.neobert_precision``."""
+    check_precision(precision, ValueError)
     if is_neobert(model):
+        config = model.config
+        device = next(model.parameters()).device
+        precision = resolve_precision(precision, config.hidden_size, config.intermediate_size, device)
         fast_inference(model, torch.bfloat16 if precision == "bf16" else None)
+    else:
+        precision = "as loaded"
+    model.neobert_precision = precision
     return model
+
+
+# --- how a directory says its embeddings are made ---------------------------------------------------------
+
+# sentence-transformers' Pooling modes (its legacy boolean keys and its ``pooling_mode`` values) -> ours
+_ST_POOLING_KEYS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "last",
+}
+_ST_POOLING_NAMES = {"cls": "cls", "mean": "mean", "lasttoken": "last"}
+EMBEDDING_POOLINGS = ("mean", "cls", "last")  # what inference.encode computes
+
+
+@dataclass(frozen=True)
+class EmbeddingSpec:
+    """How a model's embeddings are made: its pooling, whether they are unit vectors, the longest input
+    (None: the model's own limit), and where that was read (``sentence-transformers`` or ``default``)."""
+
+    pooling: str = "mean"
+    normalize: bool = True
+    max_length: int | None = None
+    declared_by: str = "default"
+
+
+def embedding_spec(source: str | os.PathLike) -> EmbeddingSpec:
+    """The pooling and normalisation a sentence-transformers directory declares (``modules.json``: a
+    Transformer at the root, then ``Pooling`` (its ``config.json``) and optionally ``Normalize``;
+    ``sentence_bert_config.json``'s ``max_seq_length``). Other sources: mean pooling, unit vectors.
+
+    Raises ValueError, naming the module, for what :func:`neobert.inference.encode` cannot reproduce (a
+    Dense layer, max pooling, a transformer in a subfolder), so no caller serves vectors that differ from
+    ``SentenceTransformer(dir).encode``.
+    """
+    path = Path(source).expanduser()
+    modules_file = path / "modules.json"
+    if not modules_file.is_file():
+        return EmbeddingSpec()
+    modules = json.loads(modules_file.read_text(encoding="utf-8"))
+    pooling, normalize = "mean", False
+    for module in modules:
+        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+        where = f"{modules_file}: module {kind} ({module.get('path') or 'the root'})"
+        if kind == "Transformer":
+            if module.get("path"):
+                raise ValueError(f"{where}: the transformer must sit at the directory's root")
+        elif kind == "Pooling":
+            pooling = _st_pooling(path / module.get("path", ""), where)
+        elif kind == "Normalize":
+            normalize = True
+        else:
+            raise ValueError(f"{where} is not supported (only Transformer, Pooling, Normalize)")
+    settings_file = path / "sentence_bert_config.json"
+    settings = json.loads(settings_file.read_text(encoding="utf-8")) if settings_file.is_file() else {}
+    max_length = settings.get("max_seq_length")
+    return EmbeddingSpec(pooling, normalize, int(max_length) if max_length else None, "sentence-transformers")
+
+
+def _st_pooling(folder: Path, where: str) -> str:
+    config_file = folder / "config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+    if "pooling_mode" in config:
+        modes = config["pooling_mode"]
+        modes = [modes] if isinstance(modes, str) else list(modes)
+    else:
+        modes = [_ST_POOLING_KEYS[k] for k, on in config.items() if k in _ST_POOLING_KEYS and on] or ["mean"]
+    names = [_ST_POOLING_NAMES.get(m, m) for m in modes]
+    if len(names) != 1 or names[0] not in EMBEDDING_POOLINGS:
+        raise ValueError(f"{where}: pooling {'+'.join(modes)} is not supported (one of mean, cls, lasttoken)")
+    return names[0]
 
 
 # --- tokenizers -----------------------------------------------------------------------------------------

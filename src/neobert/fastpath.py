@@ -18,9 +18,11 @@ from __future__ import annotations
 import functools
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .model.attention import AttentionContext
+from .model.checks import BackendCheck, run_check, warn_fallback
 from .model.layers import EncoderBlock, SwiGLU
 from .model.runtime import compile_blocks, neobert_encoder, set_runtime
 
@@ -55,23 +57,42 @@ def fast_inference(
 
 @functools.cache
 def _linear_pointwise() -> object | None:
-    """oneDNN's fused linear op, or None where this torch or this CPU cannot run it in bf16.
+    """oneDNN's fused linear op, or None where this torch or this CPU cannot run it in bf16, or where it
+    fails its first-use check (:func:`check_cpu_epilogues`, with one warning)."""
+    check = check_cpu_epilogues()
+    if check.ok:
+        return torch.ops.mkldnn._linear_pointwise
+    if check.available:  # the op runs here but computed something else: say so, use the plain blocks
+        warn_fallback(check, "the plain (unfused) encoder blocks")
+    return None
 
-    Probed once on a tiny input: its bf16 post-ops need AVX-512 (or AVX-NE-CONVERT), which e.g. AVX2-only
-    CPUs lack, and the op says so only when called.
-    """
+
+@functools.cache
+def check_cpu_epilogues() -> BackendCheck:
+    """The three fused bf16 ops the blocks use (silu, mul and add epilogues) against the same computation
+    unfused in float32, on a small random input. Their bf16 post-ops need AVX-512 (or AVX-NE-CONVERT),
+    which e.g. AVX2-only CPUs lack, and the op says so only when called: that is "not available"."""
     ops = getattr(torch.ops, "mkldnn", None)
-    if not torch.backends.mkldnn.is_available() or ops is None:
-        return None
+    if not torch.backends.mkldnn.is_available() or ops is None or not hasattr(ops, "_linear_pointwise"):
+        return BackendCheck("cpu_epilogues", "cpu", "bfloat16", available=False, error="no oneDNN in this torch")
+    op = ops._linear_pointwise
+    g = torch.Generator().manual_seed(0)
+    x, other = (torch.randn(6, 32, generator=g).bfloat16() for _ in range(2))
+    w = (torch.randn(32, 32, generator=g) / 6).bfloat16()
     try:
-        op = ops._linear_pointwise
-        x = torch.ones(2, 16, dtype=torch.bfloat16)
-        w = torch.ones(16, 16, dtype=torch.bfloat16)
         op(x, w, None, "swish", [], "")
-        op.binary(x, x, w, None, "add")
-    except (AttributeError, RuntimeError):
-        return None
-    return op
+    except RuntimeError as err:
+        return BackendCheck("cpu_epilogues", "cpu", "bfloat16", available=False, error=str(err).splitlines()[0])
+
+    def compare() -> list[tuple[torch.Tensor, torch.Tensor]]:
+        plain = x.float() @ w.float().T
+        return [
+            (op(x, w, None, "swish", [], ""), F.silu(plain)),
+            (op.binary(x, other, w, None, "mul"), plain * other.float()),
+            (op.binary(x, other, w, None, "add"), plain + other.float()),
+        ]
+
+    return run_check("cpu_epilogues", "cpu", torch.bfloat16, compare)
 
 
 class FusedEncoderBlock(EncoderBlock):

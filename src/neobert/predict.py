@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import POOLINGS
+from .config import POOLINGS, PRECISIONS, check_precision
 from .data.text_files import read_texts
-from .encoders import PRECISIONS, apply_precision, check_precision, is_preset, load_model, resolve_tokenizer
+from .encoders import apply_precision, is_preset, load_model, resolve_tokenizer
 from .inference import classifier_rows, classify, encode, fill_mask, is_regression, label_names
 from .io import atomic_file, write_text
 from .long_documents import EXTEND_METHODS, POLICIES, LongDocuments, LongReport
@@ -63,7 +63,8 @@ class FileJob:
 
 
 def _precision(what: str) -> str:
-    return field(default="bf16", metadata={"choices": PRECISIONS, "help": f"bf16: NeoBERT fast path (bf16 weights, unpadded; {what}); fp32: exact"})  # fmt: skip
+    return field(default="auto", metadata={"choices": PRECISIONS, "help": "auto: the faster of fp32 and bf16 for this model here (measured); "
+                 f"bf16: NeoBERT fast path (bf16 weights, unpadded; {what}); fp32: exact"})  # fmt: skip
 
 
 def empty_rows(texts: list[str]) -> list[int]:
@@ -98,8 +99,9 @@ class EmbedResult:
 def embed_file(config: EmbedConfig) -> EmbedResult:
     """Embed every line of ``config.input`` and save the (lines, hidden) float32 array to ``config.output``.
 
-    ``precision="bf16"`` (default) runs NeoBERT models on the fast path (bf16 weights, unpadded attention;
-    embeddings within cosine 0.99 of fp32, typically > 0.999); ``fp32`` is exact. Other encoders run as loaded.
+    ``precision="bf16"`` runs NeoBERT models on the fast path (bf16 weights, unpadded attention; embeddings
+    within cosine 0.99 of fp32, typically > 0.999); ``fp32`` is exact; ``auto`` (default) takes the one that
+    is faster for this model on this machine (measured). Other encoders run as loaded.
     """
     c = config
     texts = read_texts(c.input)[0]  # validate the input before paying for the model
@@ -167,8 +169,9 @@ def classify_file(config: ClassifyFileConfig) -> FileClassification:
     """Classify every row of ``config.input`` and write one :func:`~neobert.inference.classifier_rows` object
     per row to ``config.output``.
 
-    ``precision="bf16"`` (default) runs NeoBERT models on the fast path (bf16 weights, unpadded attention;
-    probabilities within 0.05 of fp32, typically 0.01-0.02); ``fp32`` is exact. Other encoders run as loaded.
+    ``precision="bf16"`` runs NeoBERT models on the fast path (bf16 weights, unpadded attention;
+    probabilities within 0.05 of fp32, typically 0.01-0.02); ``fp32`` is exact; ``auto`` (default) takes the
+    one that is faster for this model on this machine (measured). Other encoders run as loaded.
     """
     c = config
     texts, pairs = read_texts(c.input, c.text_column, c.pair_column)  # validate before loading the model

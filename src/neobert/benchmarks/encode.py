@@ -24,14 +24,15 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ..config import check_precision
 from ..encoders import check_vocab, load_model, max_positions, resolve_tokenizer
 from ..fastpath import fast_inference
+from ..hardware import resolve_precision
 from ..inference import CPU_MAX_TOKENS, TOKENIZE_CHUNK, encode, token_batches
 from .measure import machine_info, time_call
 from .report import write_json_and_markdown
 from .throughput import read_lengths
 
-PRECISIONS = ("bf16", "fp32")
 NO_BUDGET = 10**9  # passed as max_tokens for "no token budget": encode's None means CPU_MAX_TOKENS on the CPU
 BASELINE = (32, None)  # batch 32, no budget: encode's default before the token budget
 WARMUP_TEXTS = 8
@@ -46,7 +47,7 @@ class EncodeBenchConfig:
     batch_sizes: tuple[int, ...] = (8, 32)  # measured without a token budget
     max_tokens: tuple[int, ...] = (1024, 2048, 4096, 8192)  # padded-token budgets per batch
     max_tokens_batch_size: int = 256  # batch size used with the max_tokens budgets
-    precision: str = "bf16"  # bf16: fast_inference (bf16 weights, unpadded attention); fp32: as loaded
+    precision: str = "auto"  # bf16: fast_inference (bf16 weights, unpadded attention); fp32: as loaded; auto: the faster here
     repeats: int = 2  # timed rounds; the median rate is reported
     seed: int = 0  # seed of the lengths and texts
     output: str | None = None  # directory for results.json and results.md
@@ -56,8 +57,7 @@ class EncodeBenchConfig:
         self.length_range = tuple(self.length_range)
         self.batch_sizes = tuple(self.batch_sizes)
         self.max_tokens = tuple(self.max_tokens)
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        check_precision(self.precision, ValueError)
         if self.texts < 1 or self.repeats < 1:
             raise ValueError(f"texts and repeats must be positive, got {self.texts} and {self.repeats}")
         if len(self.length_range) != 2 or not 1 <= self.length_range[0] <= self.length_range[1]:
@@ -149,7 +149,8 @@ def run(config: EncodeBenchConfig) -> dict:
     model = load_model(config.model)
     tokenizer = resolve_tokenizer(config.model, None)
     check_vocab(model, tokenizer)
-    if config.precision == "bf16":
+    precision = resolve_precision(config.precision, model.config.hidden_size, model.config.intermediate_size)
+    if precision == "bf16":
         model = fast_inference(model)
     max_length = max_positions(model, tokenizer)
 
@@ -194,7 +195,7 @@ def run(config: EncodeBenchConfig) -> dict:
             "name": config.model,
             "parameters": sum(p.numel() for p in model.parameters()),
             "max_length": max_length,
-            "precision": config.precision,
+            "precision": precision,
         },
         "texts": {
             "count": len(texts),

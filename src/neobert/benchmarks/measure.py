@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from ..hardware import cpu_flags, cpu_info
+
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
@@ -133,21 +135,16 @@ def peak_memory(fn: Callable[[], object], device: str) -> tuple[float, int]:
 
 
 def machine_info(device: str) -> dict:
-    import platform
-
+    name, _ = cpu_info()
     info = {
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": name,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_flags": [flag for flag, present in cpu_flags().items() if present],
         "device": device,
     }
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-        info["cpu"] = re.search(r"model name\s*:\s*(.*)", flags).group(1)
-        info["amx"] = "amx_bf16" in flags
-    except (OSError, AttributeError):
-        pass
+    info["amx"] = cpu_flags()["amx_bf16"]
     if device.startswith("cuda"):
         info["gpu"] = torch.cuda.get_device_name()
     return info

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from ..fastpath import fast_inference
+from ..hardware import resolve_precision
 from .measure import DTYPES, machine_info, matmul_peak, peak_memory, time_call
 from .models import BUILDERS, Encoder, build_encoder, flops_per_token, linear_params, random_inputs, set_unpad
 from .report import write_outputs
@@ -41,7 +42,7 @@ class BenchConfig:
         default_factory=lambda: ["neobert", "modernbert-base", "bert-base", "roberta-base"]
     )
     lengths: list[int] = field(default_factory=lambda: [128, 512, 1024])  # sequence lengths
-    dtype: str = "bf16"  # weights and activations dtype: bf16 | fp32
+    dtype: str = "auto"  # weights and activations dtype: bf16 | fp32 | auto (the faster at the base shapes here)
     device: str = "cpu"  # cpu | cuda
     output: str | None = None  # directory for results.json/.csv/.md/.png; None writes nothing
     batch_tokens: list[int] = field(
@@ -65,7 +66,7 @@ class BenchConfig:
         unknown = [m for m in self.models if m not in BUILDERS]
         if unknown:
             raise ValueError(f"unknown model(s) {', '.join(unknown)}; available: {', '.join(BUILDERS)}")
-        if self.dtype not in DTYPES:
+        if self.dtype not in (*DTYPES, "auto"):
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
@@ -93,11 +94,14 @@ def run(config: BenchConfig) -> dict:
     from rich.progress import Progress
 
     torch.manual_seed(config.seed)
-    dtype, device = DTYPES[config.dtype], config.device
+    device = config.device
+    # auto: measured at the base models' widths (768 x 3072), the same for every model of the run
+    name = resolve_precision(config.dtype, 768, 3072, device) if config.dtype == "auto" else config.dtype
+    dtype = DTYPES[name]
     clock = _Clock(config.time_budget)
-    results: dict = {"config": dataclasses.asdict(config), "machine": machine_info(device)}
+    results: dict = {"config": {**dataclasses.asdict(config), "dtype": name, "requested_dtype": config.dtype}, "machine": machine_info(device)}
     results["matmul_peak"] = {name: matmul_peak(dt, device, config.peak_sizes) for name, dt in DTYPES.items()}
-    peak = results["matmul_peak"][config.dtype]["flops"]
+    peak = results["matmul_peak"][name]["flops"]
 
     encoders = [build_encoder(name, dtype, device) for name in config.models]
     results["models"] = {

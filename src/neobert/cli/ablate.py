@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 from ..ablation import AblateConfig, run_ladder
+from ..hardware import oversubscription_note
 from .common import add_command, make_console, quiet_transformers
 from .options import add_options, config_from_args
 
@@ -39,15 +39,6 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 
 def _warn_if_oversubscribed(console) -> None:
-    """Several threads per process on busy cores ran 10x slower than one (docs/ablations.md)."""
-    import torch
-
-    cores = os.cpu_count() or 1
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    if torch.get_num_threads() > 1 and load >= cores:
-        console.print(
-            f"[yellow]note:[/] load average {load:.1f} on {cores} cores: with other work running, "
-            "OMP_NUM_THREADS=1 trains up to 10x faster (docs/ablations.md)",
-            highlight=False,
-            soft_wrap=True,
-        )
+    note = oversubscription_note()
+    if note:
+        console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)

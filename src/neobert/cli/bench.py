@@ -34,8 +34,7 @@ from ..benchmarks.throughput import run as run_throughput
 from ..benchmarks.training import TrainBenchConfig
 from ..benchmarks.training import markdown as training_markdown
 from ..benchmarks.training import run as run_training
-from ..config import PRESETS
-from ..encoders import PRECISIONS
+from ..config import PRECISIONS, PRESETS
 from . import bench_serve
 from .common import CLIError, add_command, make_console, quiet_transformers
 from .options import add_options, config_from_args
@@ -76,7 +75,7 @@ COMMANDS = {  # name: (config class, help, description)
         "float32 and timed interleaved, beside the matmul peak.",
     ),
 }
-CHOICES = {"dtype": ("bf16", "fp32"), "precision": PRECISIONS}
+CHOICES = {"dtype": ("auto", "bf16", "fp32"), "precision": PRECISIONS}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     "serve",
     "tag",
     "ablate",
+    "doctor",
 ]
 
 

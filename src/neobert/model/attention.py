@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+from .checks import BackendCheck, run_check, warn_fallback
+
 ATTN_BACKENDS = ("auto", "sdpa", "varlen", "flex", "flash_attn")
 VARLEN_KERNELS = ("flash_attn", "varlen", "flex")  # backends that need no padded grid
 _HALF = (torch.bfloat16, torch.float16)
@@ -81,15 +83,34 @@ class AttentionRuntime:
 def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype) -> str:
     """The kernel packed inputs run on, for computations in ``dtype`` on ``device``.
 
-    ``auto`` never fails; an explicit choice that cannot run here raises :class:`AttentionBackendError`.
+    Every kernel other than the reference SDPA path proves itself on first use in the process
+    (:func:`check_attention`). ``auto`` never fails: a kernel that fails its check is replaced by SDPA with
+    one warning. An explicit choice that cannot run here, or fails its check, raises
+    :class:`AttentionBackendError`.
     """
+    candidate = _auto_choice(device, dtype) if requested == "auto" else _explicit_choice(requested, device, dtype)
+    if candidate == "sdpa" or torch.compiler.is_compiling():
+        return candidate
+    check = check_attention(candidate, str(device), dtype, backward=torch.is_grad_enabled())
+    if check.ok:
+        return candidate
+    if requested != "auto":
+        raise AttentionBackendError(f"attn_backend {requested!r} failed its first-use check: {check.error}")
+    warn_fallback(check, "the SDPA attention path")
+    return "sdpa"
+
+
+def _auto_choice(device: torch.device, dtype: torch.dtype) -> str:
     fast = device.type == "cuda" and dtype in _HALF
-    if requested == "auto":
-        if fast and flash_attn_available():
-            return "flash_attn"
-        if fast and _torch_varlen() is not None:
-            return "varlen"
-        return "sdpa"
+    if fast and flash_attn_available():
+        return "flash_attn"
+    if fast and _torch_varlen() is not None:
+        return "varlen"
+    return "sdpa"
+
+
+def _explicit_choice(requested: str, device: torch.device, dtype: torch.dtype) -> str:
+    fast = device.type == "cuda" and dtype in _HALF
     if requested in ("flash_attn", "varlen") and not fast:
         raise AttentionBackendError(
             f"attn_backend {requested!r} needs CUDA and bf16/fp16 computation; got {device.type} {dtype}"
@@ -103,6 +124,46 @@ def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype) ->
             f"attn_backend 'varlen' needs torch.nn.attention.varlen (torch >= 2.10); this is {torch.__version__}"
         )
     return requested
+
+
+CHECK_LENGTHS = (5, 17, 1, 40)  # sequences of the first-use check: odd lengths, a single token
+
+
+@functools.cache
+def check_attention(backend: str, device: str, dtype: torch.dtype, backward: bool = True) -> BackendCheck:
+    """Packed attention through ``backend`` against the padded SDPA path in float32 on the same (rounded)
+    inputs: the output and, with ``backward`` (a training forward), the gradients of q, k and v. Once per
+    (backend, device, dtype, backward) per process."""
+    torch_device = torch.device(device)
+
+    def compare() -> list[tuple[torch.Tensor, torch.Tensor]]:
+        g = torch.Generator().manual_seed(0)
+        total, heads, dim = sum(CHECK_LENGTHS), 2, 64
+        qkv = [torch.randn(total, heads, dim, generator=g).to(torch_device, dtype) for _ in range(3)]
+        grad = torch.randn(total, heads, dim, generator=g).to(torch_device, dtype)
+        offsets = torch.tensor([0, *itertools.accumulate(CHECK_LENGTHS)], device=torch_device)
+        ctx = packed_context(offsets, max(CHECK_LENGTHS), backend)
+        path_inputs = [x.clone().requires_grad_(backward) for x in qkv]
+        out = attend(*path_inputs, ctx)
+        ref_inputs = [x.float().clone().requires_grad_(backward) for x in qkv]
+        ref = _attend_each(*ref_inputs, offsets.tolist())
+        if not backward:
+            return [(out, ref)]
+        out.backward(grad)
+        ref.backward(grad.float())
+        return [(out, ref)] + [(a.grad, b.grad) for a, b in zip(path_inputs, ref_inputs)]
+
+    name = f"attention:{backend}" + ("" if backward else " (forward)")
+    return run_check(name, torch_device, dtype, compare)
+
+
+def _attend_each(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offsets: list[int]) -> torch.Tensor:
+    """The reference: padded SDPA on one sequence at a time."""
+    outs = []
+    for start, end in itertools.pairwise(offsets):
+        view = [x[start:end].transpose(0, 1)[None] for x in (q, k, v)]  # (1, H, l, D)
+        outs.append(F.scaled_dot_product_attention(*view)[0].transpose(0, 1))
+    return torch.cat(outs)
 
 
 @dataclass

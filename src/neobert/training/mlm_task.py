@@ -57,12 +57,14 @@ class PretrainResult:
 
 def engine_settings(config: PretrainConfig, progress_bar: bool = True, device: str | None = None) -> EngineSettings:
     """The core's settings for a pretraining config (the training benchmark builds the same ones)."""
+    model_config = config.model_config()
     return EngineSettings(
         max_steps=config.max_steps,
         output=config.output,
         log_dir=config.output,
         report_to=tuple(config.report_to),
         precision=config.precision,
+        probe_shape=(model_config.hidden_size, model_config.intermediate_size),
         device=device or config.device,
         clip_grad_norm=config.optim.clip_grad_norm,
         micro_batch_size=config.micro_batch_size,

@@ -8,8 +8,12 @@ what the original training code did.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
+
+from ..model.checks import BackendCheck, run_check, warn_fallback
 
 OPTIMIZERS = ("adamw", "adam")
 
@@ -61,7 +65,7 @@ def build_optimizer(
 
     AdamW decays weights directly (decoupled); Adam adds ``weight_decay * w`` to the gradient (an L2 penalty
     that the adaptive step rescales), so pass ``weight_decay=0`` for plain Adam. ``fused=True`` (the training
-    core passes it on CUDA) runs one fused kernel per step; None leaves the choice to torch.
+    core passes it on CUDA, once :func:`check_fused_adamw` passed) runs one fused kernel per step; None leaves the choice to torch.
     """
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}; got {name!r}")
@@ -72,3 +76,41 @@ def build_optimizer(
         raise ValueError("the model has no trainable parameters")
     cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
     return cls(groups, lr=lr, betas=betas, eps=eps, fused=fused)
+
+
+@functools.cache
+def check_fused_adamw(device: str) -> BackendCheck:
+    """Three steps of torch's fused AdamW against the single-tensor (for-loop) implementation on the same
+    parameters and gradients, fp32; once per device per process. The training core uses the fused kernel
+    only where this passes (:func:`use_fused_adamw`)."""
+    torch_device = torch.device(device)
+
+    def compare() -> list[tuple[torch.Tensor, torch.Tensor]]:
+        g = torch.Generator().manual_seed(0)
+        start = [torch.randn(33, 17, generator=g), torch.randn(17, generator=g)]
+        grads = [[torch.randn(p.shape, generator=g) for p in start] for _ in range(3)]
+        results = []
+        for fused in (True, False):
+            params = [p.clone().to(torch_device).requires_grad_() for p in start]
+            optimizer = torch.optim.AdamW(
+                params, lr=1e-2, weight_decay=0.1, fused=fused or None, foreach=False if not fused else None
+            )
+            for step in grads:
+                for p, grad in zip(params, step):
+                    p.grad = grad.to(torch_device)
+                optimizer.step()
+            results.append(params)
+        return list(zip(*results))
+
+    return run_check("fused_adamw", torch_device, torch.float32, compare, tol=1e-5)
+
+
+def use_fused_adamw(device: torch.device) -> bool:
+    """Whether the training core takes fused AdamW on ``device``: on CUDA, once it passed its check (else one
+    warning, and the for-each implementation)."""
+    if device.type != "cuda":
+        return False
+    check = check_fused_adamw(str(device))
+    if not check.ok:
+        warn_fallback(check, "torch's for-each AdamW")
+    return check.ok

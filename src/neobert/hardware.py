@@ -1,0 +1,185 @@
+"""What this machine is and what runs fastest on it, measured rather than assumed.
+
+Machines of one project differ: an AVX2-only CPU emulates bf16 (a bf16 matmul there runs several to 60x
+slower than fp32), a CPU with AVX-512 + AMX runs it natively, a GPU runs it on tensor cores. So the
+precision ``auto`` (:data:`neobert.config.PRECISIONS`) is decided by timing the model's own matmul shapes
+in fp32 and in bf16 on this device, once per process and shape (:func:`choose_precision`); bf16 must win
+by :data:`BF16_MARGIN` to be taken over exact fp32.
+
+Every probe here is a plain module-level function, so tests force either answer on any machine
+(monkeypatch), and ``NEOBERT_AUTO_PRECISION=fp32|bf16`` pins what ``auto`` means for a whole process tree
+(the test suite pins fp32, so its results do not depend on the CPU it runs on).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from .config import check_precision
+
+# The CPU flags that decide which paths are fast or available here.
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+AUTO_PRECISION_ENV = "NEOBERT_AUTO_PRECISION"
+BF16_MARGIN = 1.1  # bf16 must be at least this much faster than fp32 to be chosen by "auto"
+PROBE_TOKENS = 64  # rows of the timed matmuls
+SLOW_FACTOR = 3.0  # one bf16 call this much slower than fp32 ends the measurement early
+# Timed runs: the best of at least MIN_RUNS, more (up to MAX_RUNS) while they add up to less than RUN_BUDGET
+# seconds, so a tiny workload is timed often enough that other work on the machine cannot decide it.
+MIN_RUNS, MAX_RUNS, RUN_BUDGET = 3, 20, 0.05
+
+
+@functools.cache
+def cpu_info() -> tuple[str, frozenset[str]]:
+    """(model name, flags) of this CPU from /proc/cpuinfo; ("", {}) where it cannot be read."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine(), frozenset()
+    name = re.search(r"model name\s*:\s*(.*)", text)
+    flags = re.search(r"^flags\s*:\s*(.*)$", text, re.MULTILINE)
+    return (name.group(1).strip() if name else platform.machine()), frozenset(
+        flags.group(1).split() if flags else ()
+    )
+
+
+def cpu_flags() -> dict[str, bool]:
+    """The flags of :data:`CPU_FLAGS`, present or not."""
+    flags = cpu_info()[1]
+    return {flag: flag in flags for flag in CPU_FLAGS}
+
+
+def machine_summary() -> str:
+    """One line naming the CPU and its relevant flags, e.g. for a benchmark's or a report's header."""
+    name, _ = cpu_info()
+    flags = " ".join(f for f, present in cpu_flags().items() if present) or "none of " + ", ".join(CPU_FLAGS)
+    return f"{name} ({os.cpu_count()} cores; {flags}; torch CPU capability {torch.backends.cpu.get_cpu_capability()})"
+
+
+def load_average() -> float:
+    """The 1-minute load average (0 where the platform has none)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+
+
+def oversubscription_note() -> str | None:
+    """A note when this process runs several intra-op threads on cores that other work already fills:
+    there a multi-threaded matmul waits for its slowest thread (measured: 10x slower training,
+    docs/ablations.md; a 0.5 ms product taking 100 ms). None otherwise."""
+    cores, threads, load = os.cpu_count() or 1, torch.get_num_threads(), load_average()
+    if threads > 1 and load >= cores:
+        return (
+            f"load average {load:.1f} on {cores} cores with {threads} threads per process: with other work "
+            "running, OMP_NUM_THREADS=1 trains up to 10x faster (docs/ablations.md)"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """What ``auto`` became for one model shape on one device, and why."""
+
+    precision: str  # fp32 | bf16
+    reason: str
+    fp32_ms: float | None = None  # the timed workload, best of the runs
+    bf16_ms: float | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def resolve_precision(
+    precision: str,
+    hidden_size: int,
+    intermediate_size: int,
+    device: torch.device | str = "cpu",
+    training: bool = False,
+) -> str:
+    """``precision`` itself, or for ``auto`` the measured faster one (:func:`choose_precision`)."""
+    if check_precision(precision, ValueError) != "auto":
+        return precision
+    return choose_precision(hidden_size, intermediate_size, str(device), training).precision
+
+
+@functools.cache
+def choose_precision(
+    hidden_size: int, intermediate_size: int, device: str, training: bool
+) -> PrecisionChoice:
+    """fp32 or bf16, whichever runs one block's matmuls (qkv, output, SwiGLU in and out) on
+    :data:`PROBE_TOKENS` tokens faster here, forward (inference, bf16 weights) or forward + backward
+    (training, bf16 autocast over fp32 weights). Pinned by ``NEOBERT_AUTO_PRECISION``. On a CPU both are
+    timed on one thread: the ratio is a property of the kernels, and one thread is not thrown off by other
+    processes' threads the way a multi-threaded matmul waiting for its slowest thread is."""
+    pinned = os.environ.get(AUTO_PRECISION_ENV)
+    if pinned:
+        return PrecisionChoice(check_precision(pinned, ValueError), f"pinned by {AUTO_PRECISION_ENV}")
+    torch_device = torch.device(device)
+    if torch_device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        return PrecisionChoice("fp32", "this GPU has no bf16")
+    threads = torch.get_num_threads()
+    if torch_device.type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        fp32 = _time_block(hidden_size, intermediate_size, torch_device, torch.float32, training, None)
+        bf16 = _time_block(
+            hidden_size, intermediate_size, torch_device, torch.bfloat16, training, fp32 * SLOW_FACTOR
+        )
+    finally:
+        torch.set_num_threads(threads)
+    if bf16 * BF16_MARGIN <= fp32:
+        return PrecisionChoice(
+            "bf16", f"bf16 {fp32 / bf16:.1f}x faster than fp32 here", fp32 * 1e3, bf16 * 1e3
+        )
+    return PrecisionChoice("fp32", f"bf16 {bf16 / fp32:.2f}x the time of fp32 here", fp32 * 1e3, bf16 * 1e3)
+
+
+def _time_block(
+    hidden: int,
+    intermediate: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    training: bool,
+    give_up: float | None,
+) -> float:
+    """Best seconds of a few runs of the workload; stops early once a run exceeds ``give_up``."""
+    g = torch.Generator().manual_seed(0)
+    shapes = [(3 * hidden, hidden), (hidden, hidden), (2 * intermediate, hidden), (hidden, intermediate)]
+    weight_dtype = torch.float32 if training else dtype
+    weights = [(torch.randn(*s, generator=g) / s[1] ** 0.5).to(device, weight_dtype) for s in shapes]
+    for w in weights:
+        w.requires_grad_(training)
+    x = torch.randn(PROBE_TOKENS, hidden, generator=g).to(device, weight_dtype)
+
+    def step(backward: bool) -> None:
+        with torch.autocast(device.type, dtype=dtype, enabled=training and dtype != torch.float32):
+            qkv = x @ weights[0].T
+            h = qkv[:, :hidden] @ weights[1].T
+            gate, up = (h @ weights[2].T).chunk(2, dim=-1)
+            out = (torch.nn.functional.silu(gate) * up) @ weights[3].T
+        if backward:
+            out.float().square().mean().backward()
+
+    best, spent = float("inf"), 0.0
+    with torch.inference_mode(not training):
+        for run in range(MAX_RUNS + 1):  # the first run warms up (allocations, kernel selection)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            started = time.perf_counter()
+            # a forward alone warms up a measurement that may give up: it already shows an emulated bf16
+            step(training and (run > 0 or give_up is None))
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            seconds = time.perf_counter() - started
+            if give_up is not None and seconds > give_up:  # already too slow, even warming up
+                return min(best, seconds)
+            if run:
+                best, spent = min(best, seconds), spent + seconds
+            if run >= MIN_RUNS and spent > RUN_BUDGET:
+                break
+    return best
