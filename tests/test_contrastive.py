@@ -11,15 +11,15 @@ import pytest
 import torch
 
 from embedding_fixtures import NEEDS_TOKENIZER, save_tiny_bert, save_tiny_neobert
+from helpers import write_pairs
 from neobert.evaluation.instructions import DATASET_INSTRUCTIONS, TEMPLATE, apply_instruction
 from neobert.finetuning.contrastive import (
     ContrastiveConfig,
     batch_texts,
-    contrastive_loss,
     contrastive_loss_sum,
-    dataset_loss,
     info_nce,
     run,
+    step_loss,
 )
 from neobert.finetuning.contrastive_data import (
     BatchSampler,
@@ -31,6 +31,17 @@ from neobert.finetuning.contrastive_data import (
     sampling_probabilities,
 )
 
+
+@torch.no_grad()
+def dataset_loss(encoder, dataset, config) -> float:
+    """Mean InfoNCE over consecutive batches of ``dataset`` in file order, dropout off: a fixed measurement."""
+    encoder.model.eval()
+    total, count = 0.0, 0
+    for start in range(0, len(dataset), config.batch_size):
+        texts, n_queries, _ = batch_texts(dataset.examples[start : start + config.batch_size], dataset, config)
+        total += float(step_loss(encoder, texts, n_queries, config))
+        count += n_queries
+    return total / count
 
 def naive_info_nce(q, p, n, temperature):
     """Per query: -log(exp(cos(q_i, p_i)/t) / sum over every positive and negative of exp(cos/t))."""
@@ -50,9 +61,9 @@ def test_info_nce_with_hard_negatives_matches_a_naive_loop():
     torch.manual_seed(0)
     q, p, n = torch.randn(3, 8), torch.randn(3, 8), torch.randn(4, 8)
     expected = naive_info_nce(q, p, n, 0.07)
-    assert float(contrastive_loss(q, p, n, 0.07)) == pytest.approx(expected, rel=1e-5)
+    assert float(contrastive_loss_sum(q, p, n, 0.07)) / 3 == pytest.approx(expected, rel=1e-5)
     # the hard negatives matter: without them the value is the in-batch-only loss
-    assert float(contrastive_loss(q, p, n[:0], 0.07)) == pytest.approx(
+    assert float(contrastive_loss_sum(q, p, n[:0], 0.07)) / 3 == pytest.approx(
         naive_info_nce(q, p, n[:0], 0.07), rel=1e-5
     )
     assert float(info_nce(q, torch.cat([p, n]), torch.arange(3), 0.07)) == pytest.approx(expected, rel=1e-5)
@@ -147,57 +158,6 @@ def test_hub_columns_are_recognized_by_name(monkeypatch):
         load_hub_examples("org/plain")
 
 
-ANIMALS = [
-    "cat",
-    "dog",
-    "horse",
-    "sheep",
-    "goat",
-    "mouse",
-    "eagle",
-    "shark",
-    "whale",
-    "tiger",
-    "lion",
-    "zebra",
-]
-COLORS = [
-    "red",
-    "blue",
-    "green",
-    "yellow",
-    "purple",
-    "orange",
-    "black",
-    "white",
-    "pink",
-    "brown",
-    "grey",
-    "gold",
-]
-
-
-def _write_pairs(tmp_path):
-    animals, colors = tmp_path / "animals.jsonl", tmp_path / "colors.jsonl"
-    with animals.open("w", encoding="utf-8") as f:
-        for i, a in enumerate(ANIMALS):
-            negative = ANIMALS[(i + 1) % len(ANIMALS)]
-            f.write(
-                json.dumps(
-                    {
-                        "query": f"the sound of a {a}",
-                        "positive": f"a {a} makes a noise",
-                        "negatives": [f"a {negative} sleeps"],
-                    }
-                )
-                + "\n"
-            )
-    with colors.open("w", encoding="utf-8") as f:
-        for c in COLORS:
-            f.write(json.dumps({"query": f"paint it {c}", "positive": f"a {c} wall"}) + "\n")
-    return animals, colors
-
-
 @NEEDS_TOKENIZER
 def _encode_loaded(encoder, texts):
     from neobert.inference import encode
@@ -209,11 +169,12 @@ def test_two_dataset_run_lowers_the_loss_and_saves_a_sentence_transformer(tmp_pa
     from sentence_transformers import SentenceTransformer
 
     import neobert  # noqa: F401  (registers NeoBERT for SentenceTransformer)
-    from neobert.encoders import load_encoder, load_model, load_tokenizer
+    from neobert.data import load_tokenizer
+    from neobert.encoders import load_encoder, load_model
     from neobert.inference import encode
 
     model_dir = save_tiny_neobert(tmp_path / "tiny")
-    animals, colors = _write_pairs(tmp_path)
+    animals, colors = write_pairs(tmp_path)
     config = ContrastiveConfig(
         model=str(model_dir),
         data=[str(animals), f"sts12={colors}"],
@@ -253,7 +214,7 @@ def test_any_transformers_encoder_through_the_cli(tmp_path):
     from neobert.encoders import load_encoder
 
     bert_dir = save_tiny_bert(tmp_path / "bert")
-    animals, colors = _write_pairs(tmp_path)
+    animals, colors = write_pairs(tmp_path)
     out = tmp_path / "bert-embed"
     code = main(
         [
@@ -328,7 +289,7 @@ def test_ddp_gathers_negatives_and_gives_the_single_process_gradient(tmp_path):
     results = [torch.load(tmp_path / f"{r}.pt") for r in range(2)]
 
     leaves = [t.clone().requires_grad_(True) for t in (q, p, n)]
-    expected = contrastive_loss(*leaves, 0.07)
+    expected = contrastive_loss_sum(*leaves, 0.07) / 4
     expected.backward()
     assert float(expected.detach()) == pytest.approx(naive_info_nce(q, p, n, 0.07), rel=1e-5)
     torch.testing.assert_close((results[0]["loss_sum"] + results[1]["loss_sum"]) / 4, expected.detach())

@@ -10,7 +10,7 @@ from transformers import AutoTokenizer
 
 from neobert.data import DataError, train_tokenizer
 from neobert.data.tokenizer import SPECIAL_TOKENS, tokenizer_from_vocab
-from neobert.training.default_run import VOCAB_FILE, default_config, shipped_tokenizer
+from neobert.recipes.default_run import VOCAB_FILE, default_config, shipped_tokenizer
 
 
 def shipped_vocab() -> list[str]:

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 import neobert.fastpath as fastpath
 import neobert.model.attention as attention
+from helpers import apply_rope
 from neobert import ModelConfig, NeoBERTConfig, NeoBERTModel
 from neobert.fastpath import fast_inference
 from neobert.model import padded_context, rope_tables, set_runtime
@@ -15,7 +16,7 @@ from neobert.model.attention import equal_length_runs
 from neobert.model.checks import BackendCheck
 from neobert.model.layers import EncoderBlock, RMSNorm
 from neobert.model.pooling import mean_pool
-from neobert.model.rope import apply_rope, rotate_pairs
+from neobert.model.rope import rotate_pairs
 
 # Tolerance of the bf16 fast path against float32, on mean-pooled embeddings (what embedding users see).
 BF16_MIN_COSINE = 0.99

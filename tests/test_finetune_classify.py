@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import random
 
 import numpy as np
 import pandas as pd
@@ -13,6 +12,7 @@ import torch
 
 import neobert  # noqa: F401  (registers NeoBERT with the Auto classes, as a user would)
 from embedding_fixtures import tiny_bert_config
+from helpers import sentiment_rows
 from neobert.cli.main import build_parser, main
 from neobert.finetuning import ClassifyConfig, DataError, FinetuneConfigError, run_classify
 
@@ -24,34 +24,14 @@ pytestmark = [
     pytest.mark.usefixtures("one_thread"),
 ]
 
-POSITIVE = {"great": 5.0, "excellent": 4.5, "wonderful": 4.0, "good": 3.5}
-NEGATIVE = {"awful": 0.0, "terrible": 0.5, "horrible": 1.0, "bad": 1.5}
-SUBJECTS = ["the movie", "this film", "the plot", "the acting", "the show"]
 NEOBERT = {"model": "tiny", "preset_overrides": {"vocab_size": 30522}}
 FAST = {
     "batch_size": 16,
-    "learning_rate": 1e-3,
+    "lr": 1e-3,
     "show_progress": False,
     "tensorboard": False,
     "device": "cpu",  # predictions are compared with a CPU fp32 reload at 1e-4
 }
-
-
-def sentiment_rows(n: int, seed: int) -> list[dict]:
-    """'<subject> was <word>': the word decides the class (and the regression target)."""
-    rng = random.Random(seed)
-    rows = []
-    for _ in range(n):
-        positive = rng.random() < 0.5
-        word = rng.choice(list(POSITIVE if positive else NEGATIVE))
-        rows.append(
-            {
-                "text": f"{rng.choice(SUBJECTS)} was {word}",
-                "label": "pos" if positive else "neg",
-                "score": {**POSITIVE, **NEGATIVE}[word],
-            }
-        )
-    return rows
 
 
 def pair_rows(n: int, seed: int) -> list[dict]:
@@ -79,7 +59,7 @@ def bert_dir(tmp_path_factory):
     """A randomly initialised tiny BERT with the real bert-base-uncased tokenizer, saved like a hub model."""
     from transformers import AutoTokenizer, BertForSequenceClassification
 
-    from neobert.encoders import default_tokenizer_dir
+    from neobert.data import default_tokenizer_dir
 
     path = tmp_path_factory.mktemp("bert") / "tiny-bert"
     torch.manual_seed(0)
@@ -173,7 +153,7 @@ def test_regression_from_parquet(files, tmp_path):
             "task_type": "regression",
             "output": str(out),
             "epochs": 6,
-            "learning_rate": 3e-3,  # the head must first climb to the targets' mean (2.5)
+            "lr": 3e-3,  # the head must first climb to the targets' mean (2.5)
             "eval_every": 10,
             "patience": None,
         }
@@ -240,7 +220,7 @@ def test_other_bad_inputs(files, tmp_path):
 
 def test_collapsed_model_and_undefined_scores_are_reported(files, tmp_path):
     # A head initialised to zero and a negligible learning rate: every prediction is the same class.
-    config = _config(files, tmp_path, learning_rate=1e-9)
+    config = _config(files, tmp_path, lr=1e-9)
     config["preset_overrides"] = {"vocab_size": 30522, "classifier_init_range": 0.0}
     result = run_classify(config)
     assert any("predictions are constant" in n for n in result.notes)
@@ -270,7 +250,7 @@ def test_cli_classify(files, tmp_path, capsys):
     args = ["finetune", "classify", "--model", "tiny", "--preset-override", "vocab_size=30522",
             "--train", str(files / "train.csv"), "--validation", str(files / "val.csv"),
             "--text-column", "text", "--label-column", "label", "--output", str(out),
-            "--epochs", "2", "--learning-rate", "1e-3", "--batch-size", "16", "--quiet"]  # fmt: skip
+            "--epochs", "2", "--lr", "1e-3", "--batch-size", "16", "--quiet"]  # fmt: skip
     assert main(args) == 0
     assert "accuracy" in capsys.readouterr().out
     assert (out / "metrics.json").is_file() and (out / "model" / "config.json").is_file()

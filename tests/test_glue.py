@@ -41,7 +41,7 @@ pytestmark = [
 ]
 
 NEOBERT = {"model": "tiny", "preset_overrides": {"vocab_size": 30522}}
-FAST = {"batch_size": 16, "learning_rate": 1e-3, "show_progress": False, "tensorboard": False}
+FAST = {"batch_size": 16, "lr": 1e-3, "show_progress": False, "tensorboard": False}
 WORDS = {"great": 5.0, "good": 4.0, "fine": 3.0, "poor": 1.0, "awful": 0.0}
 NLI = {"yes": "entailment", "maybe": "neutral", "no": "contradiction"}
 
@@ -97,7 +97,7 @@ def glue_dir(tmp_path_factory):
 def bert_dir(tmp_path_factory):
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from neobert.encoders import default_tokenizer_dir
+    from neobert.data import default_tokenizer_dir
 
     path = tmp_path_factory.mktemp("bert") / "tiny-bert"
     torch.manual_seed(0)
@@ -150,13 +150,15 @@ def test_grid_expansion(tmp_path):
     sample = expand_grid(load_grid("paper"), base, max_configs=5, seed=3)
     assert len(sample) == 5 and len({tuple(p.values()) for p, _ in sample}) == 5
     assert sample == expand_grid(load_grid("paper"), base, max_configs=5, seed=3)  # seeded
-    assert all(s.learning_rate == p["learning_rate"] and s.epochs == 10 for p, s in sample)
-    (tmp_path / "grid.yaml").write_text("learning_rate: [1.0e-5, 2.0e-5]\nwarmup_ratio: 0.06\n")
+    assert all(s.lr == p["lr"] and s.epochs == 10 for p, s in sample)
+    (tmp_path / "grid.yaml").write_text("lr: [1.0e-5, 2.0e-5]\nwarmup_ratio: 0.06\n")
     custom = expand_grid(load_grid(str(tmp_path / "grid.yaml")), base)
-    assert [(p["learning_rate"], s.warmup_ratio) for p, s in custom] == [(1e-5, 0.06), (2e-5, 0.06)]
+    assert [(p["lr"], s.warmup_ratio) for p, s in custom] == [(1e-5, 0.06), (2e-5, 0.06)]
     assert load_grid(None) == {} and len(expand_grid({}, base)) == 1
     with pytest.raises(FinetuneConfigError, match="unknown grid key"):
-        load_grid({"lr": [1e-5]})
+        load_grid({"learning_rat": [1e-5]})
+    with pytest.warns(FutureWarning, match="'learning_rate' is deprecated, use 'lr'"):
+        assert load_grid({"learning_rate": [1e-5]}) == {"lr": [1e-5]}  # old grid files still load
     with pytest.raises(FinetuneConfigError, match="unknown GlueConfig key"):
         GlueConfig.from_dict({"model": "tiny", "output": "x", "task": "rte"})
 
@@ -202,18 +204,18 @@ def test_local_files_two_tasks_and_report(glue_dir, tmp_path):
 
 def test_sweep_picks_the_best_config(glue_dir, tmp_path):
     out = tmp_path / "sweep"
-    grid = {"learning_rate": [1e-7, 1e-3, 2e-7]}  # only the middle one can learn in 2 epochs
+    grid = {"lr": [1e-7, 1e-3, 2e-7]}  # only the middle one can learn in 2 epochs
     results = run_glue({**NEOBERT, **FAST, "tasks": "sst2", "data_dir": str(glue_dir), "output": str(out),
                         "grid": grid, "epochs": 4, "patience": None})  # fmt: skip
     result = results.tasks["sst2"]
     scores = [row.score for row in result.sweep]
     assert len(scores) == 3 and result.score == max(scores)
-    assert result.best_config == {"learning_rate": 1e-3} and result.score >= 0.9
+    assert result.best_config == {"lr": 1e-3} and result.score >= 0.9
     sweep = json.loads((out / "sst2" / "sweep.json").read_text())
     assert (
-        sweep["best"] == 1 and [r["config"]["learning_rate"] for r in sweep["runs"]] == grid["learning_rate"]
+        sweep["best"] == 1 and [r["config"]["lr"] for r in sweep["runs"]] == grid["lr"]
     )
-    assert "| **best** | learning_rate=0.001 |" in (out / "sst2" / "sweep.md").read_text()
+    assert "| **best** | lr=0.001 |" in (out / "sst2" / "sweep.md").read_text()
     kept = json.loads((out / "sst2" / "best" / "eval_results.json").read_text())
     assert kept["score"] == pytest.approx(result.score) and kept["step"] == result.best_step
     assert sorted(p.name for p in (out / "sst2").iterdir()) == ["best", "sweep.json", "sweep.md"]
@@ -262,7 +264,8 @@ def test_rte_starts_from_the_best_mnli_checkpoint(kind, glue_dir, bert_dir, tmp_
 
 
 def test_explicit_from_mnli_and_no_transfer(glue_dir, tmp_path, monkeypatch):
-    from neobert.encoders import load_model, load_tokenizer, save_pretrained
+    from neobert.data import load_tokenizer
+    from neobert.encoders import load_model, save_pretrained
 
     torch.manual_seed(1)
     mnli_like = load_model("tiny", "sequence-classification", vocab_size=30522, num_labels=3)

@@ -85,23 +85,27 @@ def test_mlm_loss_is_cross_entropy_over_labelled_positions():
     torch.testing.assert_close(out.loss.double(), expected, rtol=1e-5, atol=1e-6)
 
 
-def test_mlm_masked_only():
+def test_mlm_masked_positions():
     model = build(NeoBERTForMaskedLM)
     ids, mask = batch()
     labels = mlm_labels(ids, mask)
     selected = labels != -100
     with torch.no_grad():
         full = model(ids, attention_mask=mask, labels=labels)
-        sparse = model(ids, attention_mask=mask, labels=labels, masked_only=True)
+        sparse = model(ids, attention_mask=mask, labels=labels, masked_positions=selected)
+        unlabelled = model(ids, attention_mask=mask, masked_positions=selected)
     assert sparse.logits.shape == (int(selected.sum()), VOCAB)
     torch.testing.assert_close(sparse.logits, full.logits[selected])  # row-major order
     torch.testing.assert_close(sparse.loss, full.loss)
+    assert unlabelled.loss is None  # no labels, no loss: the caller computes its own, once
+    torch.testing.assert_close(unlabelled.logits, sparse.logits)
 
 
 def test_mlm_loss_backward_reaches_decoder_and_encoder():
     model = build(NeoBERTForMaskedLM).train()
     ids, mask = batch()
-    model(ids, attention_mask=mask, labels=mlm_labels(ids, mask), masked_only=True).loss.backward()
+    labels = mlm_labels(ids, mask)
+    model(ids, attention_mask=mask, labels=labels, masked_positions=labels != -100).loss.backward()
     assert model.decoder.weight.grad.abs().sum() > 0
     assert model.decoder.bias.grad.abs().sum() > 0
     assert model.model.transformer_encoder[0].qkv.weight.grad.abs().sum() > 0

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from neobert import ModelConfig, NeoBERTConfig, NeoBERTForMaskedLM, NeoBERTModel
-from neobert.encoders import check_vocab, default_tokenizer_dir, load_model, load_tokenizer, save_pretrained
+from neobert.data import default_tokenizer_dir, load_tokenizer
+from neobert.encoders import check_vocab, load_model, save_pretrained
 from neobert.inference import encode, fill_mask, token_batches
 from neobert.model import NeoBERTForSequenceClassification
 

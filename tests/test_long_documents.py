@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from neobert import inference
+from neobert import encoders, inference
 from neobert.config import ModelConfig
 from neobert.long_documents import (
     LongDocuments,
@@ -46,7 +46,7 @@ def spread(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
 
 @pytest.fixture(scope="module")
 def encoder():
-    return spread(inference.load_model("tiny", "base", vocab_size=30522, max_length=WINDOW))
+    return spread(encoders.load_model("tiny", "base", vocab_size=30522, max_length=WINDOW))
 
 
 def test_document_words_are_single_tokens(tokenizer):
@@ -117,7 +117,7 @@ def test_chunk_embedding_equals_the_reference_over_its_windows(encoder, tokenize
 
 
 def test_chunk_classification_averages_window_logits(tokenizer):
-    model = spread(inference.load_model("tiny", "sequence-classification", vocab_size=30522, max_length=WINDOW,
+    model = spread(encoders.load_model("tiny", "sequence-classification", vocab_size=30522, max_length=WINDOW,
                                         num_labels=3), seed=1)  # fmt: skip
     text = document(86)
     windows = windows_by_hand(tokenizer, text, stride=2)
@@ -180,7 +180,7 @@ def test_extend_equals_the_scaled_models_direct_forward(encoder, tokenizer, meth
 
 
 def test_extend_needs_rope(tokenizer):
-    learned = inference.load_model("bert-baseline", "base", vocab_size=30522, max_length=WINDOW,
+    learned = encoders.load_model("bert-baseline", "base", vocab_size=30522, max_length=WINDOW,
                                    num_hidden_layers=1, hidden_size=64, num_attention_heads=4,
                                    intermediate_size=128)  # fmt: skip
     with pytest.raises(ValueError, match="needs a NeoBERT model with RoPE"):

@@ -10,7 +10,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import neobert
-from neobert.training import global_masked_count, masked_lm_loss_sum, normalize_loss
+from neobert.training import masked_lm_loss_sum, normalize_loss
 
 V = 128  # the tiny preset's vocabulary
 
@@ -31,9 +31,11 @@ def test_normalize_loss_and_empty_steps():
     assert normalize_loss(torch.tensor(6.0), torch.tensor(3)).item() == 2.0
     assert normalize_loss(torch.tensor(6.0), 3, world_size=4).item() == 8.0
     assert normalize_loss(torch.tensor(0.0), torch.tensor(0)).item() == 0.0  # no masked token: no NaN
-    labels = [torch.tensor([[-100, 4, 5]]), torch.tensor([-100, -100, 6, 7, 8])]
-    assert global_masked_count(labels).item() == 5
-    assert global_masked_count(labels[0]).item() == 2
+
+
+def masked_count(labels) -> torch.Tensor:
+    """Labelled tokens (label != -100) in the given micro-batches: the count a step normalises by."""
+    return sum((lab != -100).sum() for lab in labels)
 
 
 def _model():
@@ -65,8 +67,10 @@ def _accumulate(model, micro_batches, count, world_size=1) -> float:
     """What the trainer does: per-micro-batch sums over masked positions only, scaled by the global count."""
     total = 0.0
     for mb in micro_batches:
-        out = model(**mb, masked_only=True)  # logits (N, V) at the labelled positions only
-        labels = mb["labels"][mb["labels"] != -100]
+        selected = mb["labels"] != -100
+        out = model(mb["input_ids"], mb["attention_mask"], masked_positions=selected)  # (N, V), no loss
+        assert out.loss is None
+        labels = mb["labels"][selected]
         assert out.logits.shape == (labels.numel(), V)
         loss = normalize_loss(masked_lm_loss_sum(out.logits, labels), count, world_size=world_size)
         loss.backward()
@@ -86,7 +90,7 @@ def test_gradient_accumulation_equals_the_merged_batch():
     micro = [_micro_batch(1, 2, 24, rate=0.05), _micro_batch(2, 2, 24, rate=0.5)]
     counts = [int((mb["labels"] != -100).sum()) for mb in micro]
     assert counts[1] > 3 * counts[0]  # unequal, so a mean of means would differ
-    count = global_masked_count([mb["labels"] for mb in micro])
+    count = masked_count([mb["labels"] for mb in micro])
     assert count.item() == sum(counts)
 
     accumulated = _accumulate(model, micro, count)
@@ -109,7 +113,7 @@ def test_simulated_data_parallel_equals_the_merged_batch():
         [_micro_batch(3, 2, 16, 0.1), _micro_batch(4, 2, 16, 0.3)],
         [_micro_batch(5, 2, 16, 0.6), _micro_batch(6, 2, 16, 0.2)],
     ]
-    count = sum(global_masked_count([mb["labels"] for mb in r]) for r in ranks)  # the all_reduce
+    count = sum(masked_count([mb["labels"] for mb in r]) for r in ranks)  # the all_reduce
     per_rank = []
     for r in ranks:
         _accumulate(model, r, count, world_size=2)
@@ -125,7 +129,8 @@ def _worker(rank: int, init_file: str, results) -> None:
     )
     try:
         labels = [torch.tensor([1, -100, 2]), torch.tensor([-100, 3])] if rank == 0 else [torch.tensor([4])]
-        count = global_masked_count(labels)
+        count = masked_count(labels)
+        dist.all_reduce(count)
         # default world_size comes from torch.distributed
         results[rank] = (count.item(), normalize_loss(torch.tensor(12.0), count).item())
     finally:
@@ -142,3 +147,31 @@ def test_global_count_is_all_reduced_over_processes(tmp_path):
         results = dict(results)
     # 3 labelled tokens on rank 0 and 1 on rank 1: 4 in all; 12 * 2 processes / 4
     assert results == {0: (4, 6.0), 1: (4, 6.0)}
+
+
+def test_the_pretraining_step_computes_its_loss_once(monkeypatch):
+    """The MLM task asks the model for logits at the masked positions only and sums the cross-entropy itself:
+    one cross-entropy per micro-batch, not a second one inside the model that is thrown away."""
+    import torch.nn.functional as F
+
+    from neobert.training import collate_packed, iter_packed_rows
+    from neobert.training.mlm_task import _mlm_sums
+
+    model = _model()
+    g = torch.Generator().manual_seed(0)
+    docs = [torch.randint(5, V, (n,), generator=g).numpy() for n in (9, 14, 6)]
+    batch = collate_packed(list(iter_packed_rows(docs, 16, open_rows=2)), pad_id=0, seq_len=16)
+    labels = torch.full_like(batch["input_ids"], -100)
+    labels[:, 2::3] = batch["input_ids"][:, 2::3]
+    labels[batch["attention_mask"] == 0] = -100
+    batch["labels"] = labels
+    calls = []
+    cross_entropy = F.cross_entropy
+    monkeypatch.setattr(F, "cross_entropy", lambda *a, **k: calls.append(k) or cross_entropy(*a, **k))
+    loss_sum, _, count = _mlm_sums(model, batch, torch.device("cpu"))
+    assert len(calls) == 1 and calls[0]["reduction"] == "sum"
+    assert count == (labels != -100).sum()
+    monkeypatch.undo()
+    out = model(batch["input_ids"], labels=labels, cu_seqlens=batch["cu_seqlens"], max_seqlen=batch["max_seqlen"],
+                position_ids=batch["position_ids"], masked_positions=labels != -100)  # fmt: skip
+    torch.testing.assert_close(loss_sum / count, out.loss)

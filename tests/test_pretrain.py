@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -23,12 +22,12 @@ from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 import neobert
+from helpers import free_port, logged_losses, tiny_pretrain_config
 from neobert.config import ConfigError
 from neobert.data import PrepareConfig, prepare, train_tokenizer, write_stdlib_corpus
-from neobert.training import trainer as pretrain_module
+from neobert.training import mlm_task as pretrain_module
 from neobert.training.checkpointing import list_checkpoints
-from neobert.training.config import PretrainConfig
-from neobert.training.trainer import NonFiniteLossError, pretrain
+from neobert.training.mlm_task import NonFiniteLossError, pretrain
 
 
 @pytest.fixture(scope="module")
@@ -62,38 +61,11 @@ def prepared(tmp_path_factory) -> Path:
     return root / "data"
 
 
-def tiny_config(data: Path, output: Path, **changes) -> PretrainConfig:
-    base = {
-        "preset": "tiny",
-        "model": {"vocab_size": 400, "max_length": 64},
-        "data": {"paths": [str(data)], "seq_len": 32},
-        "optim": {"lr": 3e-3},
-        "schedule": {"warmup_steps": 2},
-        "tokens_per_step": 256,
-        "micro_batch_size": 4,
-        "max_steps": 6,
-        "precision": "fp32",
-        "device": "cpu",  # the multi-process comparisons run CPU processes over gloo; so does the reference
-        "log_every": 1,
-        "eval_every": 3,
-        "eval_batches": 2,
-        "save_every": 2,
-        "output": str(output),
-    }
-    config = PretrainConfig.from_dict(base)
-    return config.override(**changes) if changes else config
-
-
-def losses(output: Path) -> dict[int, float]:
-    records = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["train/loss"] for r in records if "train/loss" in r}
-
-
 def test_end_to_end_run_exports_a_loadable_model(prepared, tmp_path):
-    config = tiny_config(prepared, tmp_path / "run", max_steps=20, eval_every=10)
+    config = tiny_pretrain_config(prepared, tmp_path / "run", max_steps=20, eval_every=10)
     result = pretrain(config, progress_bar=False)
     assert result.steps == 20 and result.final_model == tmp_path / "run" / "final"
-    history = losses(tmp_path / "run")
+    history = logged_losses(tmp_path / "run")
     assert sorted(history) == list(range(1, 21))
     assert history[20] < history[1] - 0.2  # it learns
     assert result.val_loss is not None and result.unigram_entropy is not None
@@ -113,11 +85,11 @@ def test_end_to_end_run_exports_a_loadable_model(prepared, tmp_path):
 
 def test_gradient_accumulation_equals_one_big_micro_batch(prepared, tmp_path):
     """8 rows per step as 2 x 4 (accumulation) or 1 x 8: same data, same masks, same loss sequence."""
-    a = tiny_config(prepared, tmp_path / "a", max_steps=4, micro_batch_size=4)
-    b = tiny_config(prepared, tmp_path / "b", max_steps=4, micro_batch_size=8)
+    a = tiny_pretrain_config(prepared, tmp_path / "a", max_steps=4, micro_batch_size=4)
+    b = tiny_pretrain_config(prepared, tmp_path / "b", max_steps=4, micro_batch_size=8)
     pretrain(a, progress_bar=False)
     pretrain(b, progress_bar=False)
-    la, lb = losses(tmp_path / "a"), losses(tmp_path / "b")
+    la, lb = logged_losses(tmp_path / "a"), logged_losses(tmp_path / "b")
     for step in la:
         assert la[step] == pytest.approx(lb[step], rel=1e-5, abs=1e-5)
 
@@ -125,7 +97,7 @@ def test_gradient_accumulation_equals_one_big_micro_batch(prepared, tmp_path):
 KILL_SCRIPT = """
 import os, signal, sys
 from neobert.training.config import PretrainConfig
-from neobert.training.trainer import pretrain
+from neobert.training.mlm_task import pretrain
 config = PretrainConfig.from_file(sys.argv[1])
 def kill_after(step, metrics):
     if step == int(sys.argv[2]):
@@ -136,10 +108,10 @@ pretrain(config, resume="--resume" in sys.argv, on_step_end=kill_after, progress
 
 @pytest.mark.slow  # the fast in-process variant: tests/test_training_core.py
 def test_sigkill_and_resume_continue_exactly(prepared, tmp_path):
-    reference = tiny_config(prepared, tmp_path / "reference", max_steps=8)
+    reference = tiny_pretrain_config(prepared, tmp_path / "reference", max_steps=8)
     pretrain(reference, progress_bar=False)
 
-    killed = tiny_config(prepared, tmp_path / "killed", max_steps=8)
+    killed = tiny_pretrain_config(prepared, tmp_path / "killed", max_steps=8)
     config_file = tmp_path / "killed.yaml"
     config_file.write_text(yaml.safe_dump(json.loads(json.dumps(killed.to_dict()))))
     script = tmp_path / "run.py"
@@ -153,7 +125,7 @@ def test_sigkill_and_resume_continue_exactly(prepared, tmp_path):
     )
     assert second.returncode == 0, second.stderr.decode()[-2000:]
 
-    expected, got = losses(tmp_path / "reference"), losses(tmp_path / "killed")
+    expected, got = logged_losses(tmp_path / "reference"), logged_losses(tmp_path / "killed")
     assert sorted(got) == list(range(1, 9))
     for step in range(1, 9):
         assert got[step] == pytest.approx(expected[step], rel=1e-6, abs=1e-6), step
@@ -166,15 +138,9 @@ def test_sigkill_and_resume_continue_exactly(prepared, tmp_path):
 DDP_SCRIPT = """
 import json, sys
 from neobert.training.config import PretrainConfig
-from neobert.training.trainer import pretrain
+from neobert.training.mlm_task import pretrain
 pretrain(PretrainConfig.from_dict(json.loads(open(sys.argv[1]).read())), progress_bar=False)
 """
-
-
-def free_port() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return str(sock.getsockname()[1])
 
 
 def run_multiprocess_and_compare(prepared, tmp_path, launcher: list[str]) -> None:
@@ -182,9 +148,9 @@ def run_multiprocess_and_compare(prepared, tmp_path, launcher: list[str]) -> Non
     must agree, and only the main process may log."""
     script = tmp_path / "ddp.py"
     script.write_text(textwrap.dedent(DDP_SCRIPT))
-    pretrain(tiny_config(prepared, tmp_path / "one", max_steps=4), progress_bar=False)
+    pretrain(tiny_pretrain_config(prepared, tmp_path / "one", max_steps=4), progress_bar=False)
     config_file = tmp_path / "multi.json"
-    config_file.write_text(json.dumps(tiny_config(prepared, tmp_path / "multi", max_steps=4).to_dict()))
+    config_file.write_text(json.dumps(tiny_pretrain_config(prepared, tmp_path / "multi", max_steps=4).to_dict()))
     env = {
         k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")
     }
@@ -198,7 +164,7 @@ def run_multiprocess_and_compare(prepared, tmp_path, launcher: list[str]) -> Non
     assert run.returncode == 0, (run.stdout.decode() + run.stderr.decode())[-4000:]
     records = [json.loads(line) for line in (tmp_path / "multi" / "metrics.jsonl").read_text().splitlines()]
     assert len([r for r in records if "train/loss" in r]) == 4  # only the main process logs
-    one, multi = losses(tmp_path / "one"), losses(tmp_path / "multi")
+    one, multi = logged_losses(tmp_path / "one"), logged_losses(tmp_path / "multi")
     for step in one:
         assert multi[step] == pytest.approx(one[step], rel=1e-5, abs=1e-5)
     ref = load_file(tmp_path / "one" / "final" / "model.safetensors")
@@ -246,7 +212,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(prepared, tmp_path
         return loss * float("nan") if calls["n"] > 10 else loss  # steps 1-5 fine (2 micro-batches a step)
 
     monkeypatch.setattr(pretrain_module, "masked_lm_loss_sum", poisoned)
-    config = tiny_config(prepared, tmp_path / "nan", max_steps=8, eval_every=100)
+    config = tiny_pretrain_config(prepared, tmp_path / "nan", max_steps=8, eval_every=100)
     with pytest.raises(NonFiniteLossError, match="non-finite loss"):
         pretrain(config, progress_bar=False)
     steps = [s for s, _ in list_checkpoints(tmp_path / "nan" / "checkpoints")]
@@ -256,7 +222,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(prepared, tmp_path
 
 
 def test_existing_run_is_not_overwritten(prepared, tmp_path):
-    config = tiny_config(prepared, tmp_path / "run", max_steps=4)
+    config = tiny_pretrain_config(prepared, tmp_path / "run", max_steps=4)
     pretrain(config, progress_bar=False)
     with pytest.raises(FileExistsError, match="--resume"):
         pretrain(config, progress_bar=False)
@@ -265,8 +231,8 @@ def test_existing_run_is_not_overwritten(prepared, tmp_path):
 
 
 def test_resume_refuses_a_changed_config(prepared, tmp_path):
-    pretrain(tiny_config(prepared, tmp_path / "run", max_steps=4), progress_bar=False)
-    changed = tiny_config(prepared, tmp_path / "run", max_steps=6, **{"optim.lr": 1e-4})
+    pretrain(tiny_pretrain_config(prepared, tmp_path / "run", max_steps=4), progress_bar=False)
+    changed = tiny_pretrain_config(prepared, tmp_path / "run", max_steps=6, **{"optim.lr": 1e-4})
     with pytest.raises(ValueError, match="'optim' changed"):
         pretrain(changed, resume=True, progress_bar=False)
 
@@ -275,20 +241,20 @@ def test_resume_from_a_checkpoint_older_than_a_new_setting(prepared, tmp_path):
     """A checkpoint written before data.long_docs existed resumes while the setting is left unset, and is
     refused once the run sets it (rows would change under the resumed position)."""
     run = tmp_path / "run"
-    pretrain(tiny_config(prepared, run, max_steps=4), progress_bar=False)
+    pretrain(tiny_pretrain_config(prepared, run, max_steps=4), progress_bar=False)
     for state_file in (run / "checkpoints").glob("step-*/trainer_state.json"):
         state = json.loads(state_file.read_text())
         del state["config"]["data"]["long_docs"]  # as written by the version before the setting
         state_file.write_text(json.dumps(state))
-    assert pretrain(tiny_config(prepared, run, max_steps=6), resume=True, progress_bar=False).steps == 6
-    split = tiny_config(prepared, run, max_steps=8, **{"data.long_docs": "split"})
+    assert pretrain(tiny_pretrain_config(prepared, run, max_steps=6), resume=True, progress_bar=False).steps == 6
+    split = tiny_pretrain_config(prepared, run, max_steps=8, **{"data.long_docs": "split"})
     with pytest.raises(ValueError, match="'data' changed"):
         pretrain(split, resume=True, progress_bar=False)
 
 
 def test_bad_long_docs_value_is_refused(prepared, tmp_path):
     with pytest.raises(ConfigError, match=r"data\.long_docs must be split or truncate"):
-        tiny_config(prepared, tmp_path / "run", **{"data.long_docs": "cut"})
+        tiny_pretrain_config(prepared, tmp_path / "run", **{"data.long_docs": "cut"})
 
 
 def test_cli_pretrain_on_raw_text(tmp_path, prepared):

@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
+from helpers import apply_rope
 from neobert import ModelConfig, NeoBERTConfig, NeoBERTModel, SequenceTooLongError
-from neobert.model import apply_rope, inverse_frequencies, rope_tables
+from neobert.model import inverse_frequencies, rope_tables
 
 D = 64  # the released head dimension
 THETA = 10000.0

@@ -24,7 +24,7 @@ import torch
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from neobert import inference, long_documents
+from neobert import encoders, inference, long_documents
 from neobert.serving import ServeConfig
 from neobert.serving.batcher import Batcher
 from neobert.serving.server import BackgroundServer
@@ -116,7 +116,7 @@ def wait_for(condition, timeout: float = 20.0) -> None:
 
 @pytest.fixture(scope="module")
 def reference_model(model_dir):
-    return inference.load_model(model_dir, task="mlm")
+    return encoders.load_model(model_dir, task="mlm")
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +184,7 @@ def test_concurrent_clients_on_the_bf16_fast_path(model_dir, tokenizer):
     from neobert.fastpath import fast_inference
 
     texts = sentences(130, seed=1)
-    model = fast_inference(inference.load_model(model_dir, task="mlm"), torch.bfloat16)
+    model = fast_inference(encoders.load_model(model_dir, task="mlm"), torch.bfloat16)
     alone = {t: inference.encode(model, tokenizer, [t], show_progress=False)[0] for t in texts}
     matrix = np.stack(list(alone.values()))
     with BackgroundServer(Service.load(ServeConfig(model=str(model_dir)))) as srv:
@@ -374,7 +374,7 @@ def test_classify_and_tokens_endpoints(tmp_path, tokenizer):
 
     torch.manual_seed(0)
     labels = {0: "negative", 1: "positive"}
-    classifier = inference.load_model(
+    classifier = encoders.load_model(
         "tiny",
         "sequence-classification",
         vocab_size=30522,
@@ -382,7 +382,7 @@ def test_classify_and_tokens_endpoints(tmp_path, tokenizer):
         id2label=labels,
         label2id={v: k for k, v in labels.items()},
     )
-    clf_dir = inference.save_pretrained(classifier, tokenizer, tmp_path / "clf")
+    clf_dir = encoders.save_pretrained(classifier, tokenizer, tmp_path / "clf")
     texts = ["a fine day", "a dreadful, dreary day in the rain"]
     with BackgroundServer(make_service(clf_dir)) as srv:
         status, body, _ = post(srv.url, "/classify", {"texts": texts})
@@ -391,7 +391,7 @@ def test_classify_and_tokens_endpoints(tmp_path, tokenizer):
     probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     for row, p in zip(body["results"], probs):
         assert row["label"] == labels[int(p.argmax())]
-        np.testing.assert_allclose([row["scores"]["negative"], row["scores"]["positive"]], p, atol=1e-5)
+        np.testing.assert_allclose([row["probabilities"]["negative"], row["probabilities"]["positive"]], p, atol=1e-5)
 
     tags = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
     config = NeoBERTConfig.from_model_config(
@@ -403,7 +403,7 @@ def test_classify_and_tokens_endpoints(tmp_path, tokenizer):
     tagger = NeoBERTForTokenClassification(config).eval()
     with torch.no_grad():
         tagger.classifier.weight.normal_(0, 2.0)  # random but decisive tags, so entities appear
-    tag_dir = inference.save_pretrained(tagger, tokenizer, tmp_path / "tagger")
+    tag_dir = encoders.save_pretrained(tagger, tokenizer, tmp_path / "tagger")
     texts = ["John Smith flew from New York to Paris.", "nothing much"]
     with BackgroundServer(make_service(tag_dir)) as srv:
         status, body, _ = post(srv.url, "/tokens", {"texts": texts})

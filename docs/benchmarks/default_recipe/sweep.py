@@ -21,10 +21,11 @@ import json
 import time
 from pathlib import Path
 
-from neobert.data import PrepareConfig, prepare, train_tokenizer, write_stdlib_corpus
-from neobert.io import write_dir
 from neobert.training.default_run import FILL_MASK_EXAMPLES, _fill_mask_examples, default_config
 from neobert.training.trainer import pretrain
+
+from neobert.data import PrepareConfig, prepare, train_tokenizer, write_stdlib_corpus
+from neobert.io import write_dir
 
 HERE = Path(__file__).resolve().parent
 
@@ -56,7 +57,7 @@ COMMON = {
 
 def tokenizer_dir(work: Path, name: str, corpus: Path) -> Path:
     if name == "bert":
-        from neobert.inference import default_tokenizer_dir
+        from neobert.data import default_tokenizer_dir
 
         return Path(default_tokenizer_dir())
     if name == "shipped":

@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, load_mapping
+from ..config import ConfigError, load_mapping, renamed_settings
 from ..finetuning.config import TrainSettings
 from ..training.config import PretrainConfig
 
@@ -76,6 +76,7 @@ class Downstream:
     settings: dict[str, Any] = field(default_factory=dict)  # DOWNSTREAM_SETTINGS of finetune classify
 
     def __post_init__(self) -> None:
+        self.settings = renamed_settings(self.settings, "downstream.settings")
         unknown = sorted(set(self.settings) - DOWNSTREAM_SETTINGS)
         if unknown:  # found now, not at the first fine-tuning after a rung's pretraining
             raise LadderError(

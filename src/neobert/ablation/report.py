@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..finetuning.reporting import markdown_table
 from ..io import atomic_file, write_text
+from ..tables import fmt, markdown_table
 from .ladder import Ladder, RungPlan
 
 METRIC = "accuracy"
@@ -121,7 +121,7 @@ def render(ladder: Ladder, summaries: list[RungSummary]) -> str:
             continue
         delta, noise = _change(s, by_name)
         base = by_name.get(s.plan.base_rung or "")
-        loss = _fmt(statistics.fmean(s.val_loss), 3) if s.val_loss else "n/a"
+        loss = fmt(statistics.fmean(s.val_loss), digits=3) if s.val_loss else "n/a"
         if s.val_loss and base is not None and not comparable_loss(s, base):
             loss += " †"
         rows.append(
@@ -135,7 +135,7 @@ def render(ladder: Ladder, summaries: list[RungSummary]) -> str:
                 verdict(delta, s.plan.paper_delta, noise) if s.plan.base_rung else "",
                 *[_mean_sd(statistics.fmean(v) if v else None, None) for v in s.tasks.values()],
                 loss,
-                _fmt(statistics.fmean(s.unigram), 3) if s.unigram else "",
+                fmt(statistics.fmean(s.unigram), digits=3) if s.unigram else "",
                 _loss_change(s, base),
             ]
         )
@@ -183,12 +183,8 @@ def _headline(summaries: list[RungSummary]) -> str:
 
 def _mean_sd(mean: float | None, sd: float | None) -> str:
     if mean is None:
-        return "n/a"
-    return f"{mean:.1f}" + ("" if sd is None else f" ± {sd:.1f}")
-
-
-def _fmt(value: float, digits: int) -> str:
-    return f"{value:.{digits}f}"
+        return fmt(mean)
+    return fmt(mean, digits=1) + ("" if sd is None else f" ± {sd:.1f}")
 
 
 def plot(summaries: list[RungSummary], path: Path, title: str) -> Path | None:

@@ -36,15 +36,15 @@ import yaml
 from transformers import AutoTokenizer
 
 from ..config import ModelConfig
-from ..data import PrepareConfig, TokenDataset, prepare, train_tokenizer
+from ..data import PrepareConfig, TokenDataset, default_tokenizer_dir, prepare, train_tokenizer
+from ..encoders import save_pretrained
 from ..finetuning.classify import run_classify
-from ..inference import default_tokenizer_dir, save_pretrained
 from ..io import write_dir, write_json, write_text
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
+from ..recipes.default_run import shipped_tokenizer
 from ..training.checkpointing import latest_checkpoint
 from ..training.config import PretrainConfig
-from ..training.default_run import shipped_tokenizer
-from ..training.trainer import pretrain
+from ..training.mlm_task import pretrain
 from .ladder import Ladder, LadderError, RungPlan, load_ladder, pretrain_config, resolve
 from .report import write_report
 from .sources import materialize_inputs, write_task
@@ -52,8 +52,8 @@ from .sources import materialize_inputs, write_task
 
 @dataclass
 class AblateConfig:
-    ladder: str = "figure1-laptop"  # a shipped ladder's name or a YAML file
-    output: str = "runs/ladder"
+    ladder: str = "figure1-laptop"  # figure1-laptop, figure1-gpu, smoke (a shipped ladder's name) or a YAML file
+    output: str = field(default="runs/ladder", metadata={"help": "the ladder's directory", "required": True})
     rungs: list[str] | None = None  # run only these (the report still shows every finished rung)
     seeds: int | None = None  # default: the ladder's
     max_steps: int | None = None  # override the scale's pretraining steps (quick looks)

@@ -76,15 +76,15 @@ def _neobert(preset: str) -> Callable[[], nn.Module]:
     return lambda: NeoBERTModel(NeoBERTConfig.from_model_config(ModelConfig.from_name(preset)))
 
 
+def _sizes(layers: int, hidden: int, heads: int, ffn: int, vocab: int) -> dict[str, int]:
+    """The shape of a transformers encoder config, as BERT, RoBERTa and ModernBERT all name it."""
+    names = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+    return dict(zip(names, (layers, hidden, heads, ffn, vocab)))
+
+
 def _bert(layers: int, hidden: int, heads: int, ffn: int, vocab: int = 30522, roberta: bool = False):
     def build() -> nn.Module:
-        common = dict(
-            vocab_size=vocab,
-            hidden_size=hidden,
-            num_hidden_layers=layers,
-            num_attention_heads=heads,
-            intermediate_size=ffn,
-        )
+        common = _sizes(layers, hidden, heads, ffn, vocab)
         if roberta:
             config = RobertaConfig(**common, max_position_embeddings=514, pad_token_id=1, type_vocab_size=1)
             model = RobertaModel(config, add_pooling_layer=False)
@@ -104,11 +104,7 @@ def _modernbert(layers: int, hidden: int, heads: int, ffn: int, vocab: int = 503
             special = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
         config = ModernBertConfig(
             **special,
-            vocab_size=vocab,
-            hidden_size=hidden,
-            num_hidden_layers=layers,
-            num_attention_heads=heads,
-            intermediate_size=ffn,
+            **_sizes(layers, hidden, heads, ffn, vocab),
             max_position_embeddings=positions,
             global_attn_every_n_layers=3,
             local_attention=128,

@@ -1,7 +1,7 @@
 """Training throughput: tokens/s of the product's own pretraining step, MFU and peak memory.
 
 What is timed is :meth:`neobert.training.engine.Engine.train_step` driving the pretraining task
-(:class:`neobert.training.trainer.MLMTask`), built by the same functions ``neobert pretrain`` uses: packed
+(:class:`neobert.training.mlm_task.MLMTask`), built by the same functions ``neobert pretrain`` uses: packed
 rows of documents with per-document attention, 20% masking, forward with logits at masked positions only,
 backward, clipping, the NaN guard, AdamW (fused on CUDA) and the schedule. fp32 keeps everything in fp32;
 bf16 is autocast over fp32 master weights. Data preparation (packing, masking, collation) runs before the
@@ -33,8 +33,8 @@ from ..model import NeoBERTConfig, NeoBERTForMaskedLM
 from ..training.config import PretrainConfig
 from ..training.data_setup import TrainingData
 from ..training.engine import Engine
+from ..training.mlm_task import MLMTask, engine_settings, prepare_engine
 from ..training.stream import RowStream
-from ..training.trainer import MLMTask, engine_settings, prepare_engine
 from .measure import DTYPES, matmul_peak, process_peak_rss, time_call
 from .models import forward_flops_per_token
 from .report import write_json_and_markdown

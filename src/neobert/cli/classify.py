@@ -3,194 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import time
-from collections import Counter
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-import numpy as np
-import torch
 from rich.markup import escape
 from rich.table import Table
 
-from ..config import PRECISIONS, check_precision
-from ..encoders import apply_precision, is_preset, load_model, resolve_tokenizer
-from ..finetuning import data
-from ..inference import classify
-from ..io import write_text
-from ..long_documents import TRUNCATE, LongDocuments, LongReport
-from ..long_documents import classify as classify_long
-from .common import (
-    CLIError,
-    add_command,
-    add_model_arguments,
-    empty_rows,
-    make_console,
-    note_empty_rows,
-    quiet_transformers,
-)
-from .embed import read_texts
-from .long_documents import add_long_document_arguments, long_document_settings, note_long_documents
-
-
-@dataclass
-class ClassifyResult:
-    output: Path
-    rows: int
-    regression: bool
-    label_counts: dict[str, int]  # predicted label -> rows, every label in id order; empty for regression
-    value_range: tuple[float, float, float] | None  # min, mean, max of the predicted values (regression)
-    seconds: float
-    random_weights: bool  # a preset: the head and encoder are untrained
-    empty_rows: list[int]  # 1-based rows whose text is empty or blank (classified as such, and reported)
-    long: LongReport | None = None  # what the long-document policy did (None for pairs / explicit max_length)
-
-
-def read_inputs(
-    path: str | os.PathLike, text_column: str = "text", pair_column: str | None = None
-) -> tuple[list[str], list[str] | None]:
-    """Texts (and second texts) from a table (.csv/.tsv/.jsonl/.json/.parquet) or, for any other file, its
-    lines (one text per line)."""
-    path = Path(path)
-    if path.suffix.lower() not in data.TABLE_SUFFIXES:
-        if pair_column is not None:
-            raise CLIError(
-                f"--pair-column needs a table ({', '.join(data.TABLE_SUFFIXES)}); {path} is read as plain text, "
-                "one text per line"
-            )
-        return read_texts(path), None
-    frame = data.read_table(path)
-    data.require_columns(frame, [text_column, pair_column], path)
-    pairs = data.text_column(frame, pair_column, path) if pair_column is not None else None
-    return data.text_column(frame, text_column, path), pairs
-
-
-def is_regression(config: Any) -> bool:
-    return config.problem_type == "regression" or config.num_labels == 1
-
-
-def label_names(config: Any) -> list[str]:
-    id2label = config.id2label or {}
-    return [str(id2label.get(i, f"LABEL_{i}")) for i in range(config.num_labels)]
-
-
-def probabilities(logits: np.ndarray, config: Any) -> np.ndarray:
-    """Softmax over the labels; independent sigmoids for a multi-label model."""
-    z = logits.astype(np.float64)
-    if config.problem_type == "multi_label_classification":
-        return 1.0 / (1.0 + np.exp(-z))
-    z -= z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
-
-
-def prediction_rows(logits: np.ndarray, config: Any) -> list[dict[str, Any]]:
-    """One JSON object per row: ``{"value": v}`` for regression, else the top label, its probability and
-    every label's probability."""
-    if is_regression(config):
-        if logits.shape[1] == 1:
-            return [{"value": float(v)} for v in logits[:, 0]]
-        return [{"value": [float(v) for v in row]} for row in logits]
-    names = label_names(config)
-    probs = probabilities(logits, config)
-    return [
-        {"label": names[k], "score": float(p[k]), "probabilities": dict(zip(names, map(float, p)))}
-        for p, k in zip(probs, probs.argmax(axis=1))
-    ]
-
-
-def _require_head(model: str, classifier: torch.nn.Module) -> None:
-    """A checkpoint saved without a classification head loads with a random one: refuse it."""
-    architectures = getattr(classifier.config, "architectures", None) or []
-    if architectures and not any(a.endswith("ForSequenceClassification") for a in architectures):
-        raise CLIError(
-            f"{model} is a {architectures[0]} checkpoint without a trained classification head (loading it "
-            "as a classifier would add a random one); fine-tune a classifier first (`neobert finetune "
-            "classify`) and pass its model directory"
-        )
-
-
-def run(
-    model: str,
-    input: str | os.PathLike,
-    output: str | os.PathLike,
-    text_column: str = "text",
-    pair_column: str | None = None,
-    batch_size: int = 32,
-    max_tokens: int | None = None,
-    max_length: int | None = None,
-    tokenizer: str | None = None,
-    show_progress: bool = True,
-    precision: str = "auto",
-    long_documents: LongDocuments = TRUNCATE,
-) -> ClassifyResult:
-    """Classify every row of ``input`` with ``model`` and write one JSON object per row to ``output``.
-
-    ``precision="bf16"`` runs NeoBERT models on the fast path (bf16 weights, unpadded attention;
-    probabilities within 0.05 of fp32, typically 0.01-0.02); ``fp32`` is exact; ``auto`` (default) takes the
-    one that is faster for this model on this machine (measured). Other encoders run as loaded.
-    """
-    check_precision(precision)
-    for name, value in (("batch size", batch_size), ("max tokens", max_tokens), ("max length", max_length)):
-        if value is not None and value < 1:
-            raise CLIError(f"{name} must be positive, got {value}")
-    texts, pairs = read_inputs(input, text_column, pair_column)  # validate the input before loading the model
-    start = time.perf_counter()
-    tok = resolve_tokenizer(model, tokenizer)
-    classifier = load_model(model, task="sequence-classification")
-    _require_head(model, classifier)
-    apply_precision(classifier, precision)
-    report = None
-    if pairs is None and max_length is None:  # single texts at the model's window: the policy decides
-        logits, report = classify_long(classifier, tok, texts, long_documents, batch_size, max_tokens, show_progress)
-    elif long_documents.policy != "truncate":
-        raise CLIError(f"--long-documents {long_documents.policy} applies to single texts without --max-length")
-    else:
-        logits = classify(
-            classifier,
-            tok,
-            texts,
-            pairs,
-            batch_size=batch_size,
-            max_length=max_length,
-            show_progress=show_progress,
-            max_tokens=max_tokens,
-        )
-    config = classifier.config
-    rows = prediction_rows(logits, config)
-    path = write_text(output, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-    regression = is_regression(config)
-    counts: dict[str, int] = {}
-    value_range = None
-    if regression:
-        values = logits.astype(np.float64)
-        value_range = (float(values.min()), float(values.mean()), float(values.max()))
-    else:
-        predicted = Counter(row["label"] for row in rows)
-        counts = {name: predicted[name] for name in dict.fromkeys(label_names(config))}
-    seconds = time.perf_counter() - start
-    empty = empty_rows(texts)
-    return ClassifyResult(path, len(rows), regression, counts, value_range, seconds, is_preset(model), empty, report)
+from ..predict import ClassifyFileConfig, classify_file
+from .common import add_command, make_console, note_empty_rows, quiet_transformers
+from .long_documents import note_long_documents
+from .options import add_options, config_from_args
 
 
 def _main(args: argparse.Namespace) -> int:
     quiet_transformers()
-    result = run(
-        args.model,
-        args.input,
-        args.output,
-        text_column=args.text_column,
-        pair_column=args.pair_column,
-        batch_size=args.batch_size,
-        max_tokens=args.max_tokens,
-        max_length=args.max_length,
-        tokenizer=args.tokenizer,
-        precision=args.precision,
-        long_documents=long_document_settings(args),
-    )
+    config = config_from_args(ClassifyFileConfig, args)
+    result = classify_file(config)
     console = make_console()
     console.print(
         f"classified {result.rows:,} rows in {result.seconds:.1f}s; wrote {escape(str(result.output))}",
@@ -206,7 +32,7 @@ def _main(args: argparse.Namespace) -> int:
             table.add_row(escape(name), f"{count:,}", f"{count / max(result.rows, 1):.1%}")
     console.print(table)
     note_empty_rows(console, result.empty_rows, "row", "their predictions say nothing about any text")
-    note_long_documents(console, result.long, long_document_settings(args), "row")
+    note_long_documents(console, result.long, config.long_documents, "row")
     if result.random_weights:
         console.print("[yellow]note:[/] a preset has random weights: these predictions are meaningless")
     return 0
@@ -223,37 +49,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "over a text file (one text per line) or a table; line i of the JSONL output is input row i."
         ),
     )
-    add_model_arguments(parser)
-    parser.add_argument(
-        "--input",
-        required=True,
-        help="a table (.csv, .tsv, .jsonl, .json, .parquet) or a UTF-8 text file, one text per line",
-    )
-    parser.add_argument("--text-column", default="text", help="the table's text column (default: text)")
-    parser.add_argument(
-        "--pair-column", help="the table's second-text column, for sentence-pair classifiers (tables only)"
-    )
-    parser.add_argument(
-        "--output",
-        required=True,
-        help='where to write the .jsonl: {"label", "score", "probabilities"} per row, or {"value"} (regression)',
-    )
-    parser.add_argument("--batch-size", type=int, default=32, help="texts per batch at most (default: 32)")
-    parser.add_argument(
-        "--max-tokens",
-        type=int,
-        help="padded tokens per batch at most (default: 4,096 on the CPU, the fastest setting measured; "
-        "no limit on a GPU)",
-    )
-    parser.add_argument(
-        "--max-length",
-        type=int,
-        help="truncate inputs to this many tokens (default: the model's position limit)",
-    )
-    parser.add_argument(
-        "--precision",
-        choices=PRECISIONS,
-        default="auto",
-        help="auto: the faster of fp32 and bf16 for this model here (measured); bf16: NeoBERT fast path (bf16 weights, unpadded; probabilities within ~0.05 of fp32); fp32: exact",
-    )
-    add_long_document_arguments(parser)
+    add_options(parser, ClassifyFileConfig, skip=("show_progress",))

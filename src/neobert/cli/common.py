@@ -1,4 +1,4 @@
-"""Pieces shared by the CLI commands: the error type, the console, a subcommand, the model options, empty-row notes."""
+"""Pieces shared by the CLI commands: the error type, the console, a subcommand, empty-row notes."""
 
 from __future__ import annotations
 
@@ -32,22 +32,6 @@ def add_command(
     parser = subparsers.add_parser(name, help=help, description=description)
     parser.set_defaults(func=func)
     return parser
-
-
-def add_model_arguments(parser: Any) -> None:
-    parser.add_argument(
-        "--model", required=True, help="model directory, preset name (random weights) or hub id"
-    )
-    parser.add_argument(
-        "--tokenizer",
-        metavar="DIR",
-        help="tokenizer directory (default: the model directory's, or bert-base-uncased for presets)",
-    )
-
-
-def empty_rows(texts: list[str]) -> list[int]:
-    """1-based positions of the texts that are empty or blank."""
-    return [i + 1 for i, text in enumerate(texts) if not text.strip()]
 
 
 def note_empty_rows(console: Console, rows: list[int], noun: str, consequence: str) -> None:

@@ -9,9 +9,10 @@ from rich.table import Table
 from ..data import PrepareConfig, PrepareResult, prepare, write_stdlib_corpus
 from ..data.prepare import ON_ERROR, TXT_MODES
 from .common import add_command, make_console, quiet_transformers
-from .options import add_options, given
+from .options import add_options, add_signature_options, given
 
 CHOICES = {"txt_mode": TXT_MODES, "on_error": ON_ERROR}
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("data", help="prepare pretraining data (token shards, offline corpus)")
@@ -24,10 +25,9 @@ def register(subparsers) -> None:
         run_corpus,
         help="write the offline English corpus (the interpreter's stdlib docstrings) to a .txt file",
     )
-    corpus.add_argument(
-        "--output", required=True, help="the .txt file to write (blank line between documents)"
-    )
-    corpus.add_argument("--modules", nargs="+", help="only these top-level stdlib modules (default: all)")
+    options = add_signature_options(corpus, write_stdlib_corpus, skip=("include_tests",), rename={"path": "output"},
+                                    metadata={"modules": {"nargs": "+"}})  # fmt: skip
+    corpus.set_defaults(options=options)
 
 
 def _register_prepare(commands) -> None:
@@ -85,7 +85,7 @@ def summary_table(r: PrepareResult) -> Table:
 
 
 def run_corpus(args: argparse.Namespace) -> int:
-    stats = write_stdlib_corpus(args.output, modules=args.modules)
+    stats = write_stdlib_corpus(**given(args.options, args))
     make_console().print(
         f"wrote {stats.documents:,} documents ({stats.characters:,} characters) to {stats.path}",
         highlight=False,

@@ -25,11 +25,12 @@ from safetensors import safe_open
 from transformers import AutoModelForMaskedLM
 
 from ..config import ModelConfig
-from ..encoders import load_tokenizer, save_pretrained
+from ..data import load_tokenizer
+from ..encoders import save_pretrained
 from ..inference import encode, fill_mask
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
+from ..predict import FillMaskResult
 from .common import add_command, make_console, quiet_transformers
-from .fill_mask import FillMaskResult
 from .fill_mask import render as render_fill_mask
 
 PRESET = "small"

@@ -4,6 +4,9 @@
   Table 4's layout.
 - ``eval embeddings``: STS, retrieval, classification, clustering and pair classification on local files.
 - ``eval pppl``: pseudo-perplexity per length bin, CSV and a Figure-2 plot.
+
+Every option comes from the signature of the function the command calls (``mteb_adapter.select_tasks`` and
+``run``, ``embedding_files.run``, ``pppl.run``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from ..evaluation import embedding_files as files
 from ..evaluation import mteb_adapter, pppl
 from ..evaluation.instructions import read_instruction_file
 from .common import CLIError, add_command, make_console, quiet_transformers
+from .options import add_signature_options, given
 
 FAMILY_OPTIONS = {
     "sts": "JSONL of sentence1, sentence2, score",
@@ -26,6 +30,17 @@ FAMILY_OPTIONS = {
     "classification": "directory with train.jsonl and test.jsonl (text, label)",
     "retrieval": "directory with queries.jsonl, corpus.jsonl and qrels.tsv (or qrels.jsonl)",
 }
+MODELS = {"nargs": "append", "required": True}  # --model, repeated to compare several
+# what the command itself decides: where results go, and the device when none is named
+DEVICE = {"help": "cpu, cuda, cuda:1 ... (default: cuda when available)"}
+RENAME = {"models": "model"}
+
+
+def _settings(args: argparse.Namespace, cls: type) -> dict:
+    """The called function's keyword arguments: the options given, the device resolved."""
+    settings = given(cls, args)
+    settings["device"] = settings.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+    return settings
 
 
 def _instructions(path: str | None) -> dict:
@@ -36,11 +51,13 @@ def _instructions(path: str | None) -> dict:
     return read_instruction_file(path)
 
 
-def _print_files(files: list[Path], seconds: float) -> None:
+def _print(markdown: str, report) -> int:
     console = make_console()
-    for path in files:
+    console.print(markdown, highlight=False, markup=False, soft_wrap=True)
+    for path in report.files:
         console.print(f"wrote {escape(str(path))}", highlight=False, soft_wrap=True)
-    console.print(f"done in {seconds:.1f}s", highlight=False)
+    console.print(f"done in {report.seconds:.1f}s", highlight=False)
+    return 0
 
 
 def _mteb(args: argparse.Namespace) -> int:
@@ -49,20 +66,10 @@ def _mteb(args: argparse.Namespace) -> int:
         import mteb  # noqa: F401
     except ImportError as err:
         raise ImportError("`neobert eval mteb` needs the mteb package: pip install 'neobert[mteb]'") from err
-    tasks = mteb_adapter.select_tasks(args.tasks, args.benchmark, args.task_types)
-    report = mteb_adapter.run(
-        args.model,
-        tasks,
-        args.output,
-        use_instructions=not args.no_instructions,
-        instructions=_instructions(args.instructions),
-        tokenizer=args.tokenizer,
-        batch_size=args.batch_size,
-        device=_device(args.device),
-    )
-    make_console().print(mteb_adapter.table4_markdown(report), highlight=False, markup=False, soft_wrap=True)
-    _print_files(report.files, report.seconds)
-    return 0
+    tasks = mteb_adapter.select_tasks(**given(args.select, args))
+    settings = _settings(args, args.options)
+    report = mteb_adapter.run(tasks=tasks, instructions=_instructions(args.instructions), **settings)
+    return _print(mteb_adapter.table4_markdown(report), report)
 
 
 def _embeddings(args: argparse.Namespace) -> int:
@@ -72,69 +79,31 @@ def _embeddings(args: argparse.Namespace) -> int:
         for path in getattr(args, family) or []:
             if not Path(path).exists():
                 raise CLIError(f"--{family.replace('_', '-')} {path} does not exist")
-            tasks.append(
-                files.TaskSpec(
-                    family, Path(path).stem if Path(path).is_file() else Path(path).name, Path(path)
-                )
-            )
+            name = Path(path).stem if Path(path).is_file() else Path(path).name
+            tasks.append(files.TaskSpec(family, name, Path(path)))
     if not tasks:
         raise CLIError("no task given: pass --tasks-dir DIR or per-family options such as --sts FILE")
-    report = files.run(
-        args.model,
-        tasks,
-        args.output,
-        instructions=_instructions(args.instructions),
-        tokenizer=args.tokenizer,
-        batch_size=args.batch_size,
-        seed=args.seed,
-        device=_device(args.device),
-    )
-    make_console().print(files.to_markdown(report), highlight=False, markup=False, soft_wrap=True)
-    _print_files(report.files, report.seconds)
-    return 0
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    settings = _settings(args, args.options)
+    report = files.run(tasks=tasks, instructions=_instructions(args.instructions), **settings)
+    return _print(files.to_markdown(report), report)
 
 
 def _pppl(args: argparse.Namespace) -> int:
     quiet_transformers()
-    report = pppl.run(
-        args.model,
-        args.input,
-        args.output,
-        bins=args.bins,
-        rope_scaling=args.rope_scaling,
-        context=args.context,
-        tokenizer=args.tokenizer,
-        copies=args.copies,
-        max_positions=args.max_positions,
-        max_docs_per_bin=args.max_docs_per_bin,
-        device=_device(args.device),
-    )
-    make_console().print(pppl.markdown(report.bins), highlight=False, markup=False, soft_wrap=True)
-    _print_files(report.files, report.seconds)
-    return 0
+    report = pppl.run(**_settings(args, args.options))
+    return _print(pppl.markdown(report.bins), report)
 
 
-def _device(name: str | None) -> str:
-    return name or ("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def _common(parser: argparse.ArgumentParser, output: str, model_help: str = "") -> None:
-    parser.add_argument(
-        "--model",
-        action="append",
-        required=True,
-        help="model directory, NeoBERT preset or hub id; repeat to compare several models" + model_help,
-    )
-    parser.add_argument("--tokenizer", metavar="DIR", help="tokenizer directory (default: the model's own)")
-    parser.add_argument("--output", default=output, help=f"results directory (default: {output})")
-    parser.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda when available)")
+def _command(commands, name: str, func, run, help: str, output: str, **metadata) -> argparse.ArgumentParser:
+    """A subcommand whose options are ``run``'s parameters (less those the command builds itself)."""
+    parser = add_command(commands, name, func, help=help)
+    skip = ("tasks", "instructions", "show_progress")
+    metadata = {"models": MODELS, "output": {"default": output, "help": "results directory"}, "device": DEVICE,
+                **metadata}  # fmt: skip
+    options = add_signature_options(parser, run, skip=skip, metadata=metadata,
+                                    rename={**RENAME, "use_instructions": "instructions"})  # fmt: skip
+    parser.set_defaults(options=options)
+    return parser
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -144,47 +113,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     commands = parser.add_subparsers(title="evaluations", dest="evaluation", metavar="EVALUATION")
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
 
-    mteb = add_command(commands, "mteb", _mteb, help="MTEB tasks with instructions and mean pooling (Table 4)")
-    _common(mteb, "results/mteb")
-    mteb.add_argument("--tasks", nargs="+", help="MTEB task names (default: every task of --benchmark)")
-    mteb.add_argument(
-        "--benchmark", help="an mteb benchmark name (default: 'MTEB(eng, v1)', the paper's 56 tasks)"
-    )
-    mteb.add_argument("--task-types", nargs="+", help="keep these task types only, e.g. STS Retrieval")
-    mteb.add_argument(
-        "--instructions", help="JSON: task -> instruction or {query, corpus} (overrides the table)"
-    )
-    mteb.add_argument("--no-instructions", action="store_true", help="encode texts as they are (zero-shot)")
-    mteb.add_argument("--batch-size", type=int, default=32)
-
-    emb = add_command(
-        commands,
-        "embeddings",
-        _embeddings,
-        help="STS, retrieval, classification, clustering, pair classification on local files",
-    )
-    _common(emb, "results/embeddings")
+    mteb = _command(commands, "mteb", _mteb, mteb_adapter.run, "MTEB tasks with instructions and mean pooling "
+                    "(Table 4)", "results/mteb")  # fmt: skip
+    many = {"nargs": "+"}
+    mteb.set_defaults(select=add_signature_options(mteb, mteb_adapter.select_tasks,
+                                                   metadata={"tasks": many, "task_types": many}))  # fmt: skip
+    emb = _command(commands, "embeddings", _embeddings, files.run, "STS, retrieval, classification, clustering, "
+                   "pair classification on local files", "results/embeddings")  # fmt: skip
     emb.add_argument(
         "--tasks-dir", help="directory of task files, one subdirectory per family (see docs/evaluation.md)"
     )
     for family, what in FAMILY_OPTIONS.items():
         emb.add_argument(f"--{family.replace('_', '-')}", action="append", metavar="PATH", help=what)
-    emb.add_argument("--instructions", help="JSON: task -> instruction or {query, corpus} (default: none)")
-    emb.add_argument("--batch-size", type=int, default=32)
-    emb.add_argument("--seed", type=int, default=0, help="for k-means and logistic regression")
-
-    pp = add_command(commands, "pppl", _pppl, help="pseudo-perplexity per sequence-length bin (Figure 2)")
-    _common(pp, "results/pppl", "; PATH@yarn[:LENGTH] extends one model's RoPE")
-    pp.add_argument("--input", required=True, help="documents: .jsonl with a text field, or one per line")
-    pp.add_argument(
-        "--bins", type=_int_list, default=[128, 256, 512, 1024, 2048, 4096], help="upper bin edges in tokens"
-    )
-    pp.add_argument(
-        "--rope-scaling", choices=["none", "linear", "ntk", "yarn"], help="extend every NeoBERT model's RoPE"
-    )
-    pp.add_argument("--context", type=int, help="length the RoPE scaling extends to (default: none)")
-    pp.add_argument("--copies", type=int, default=32, help="masked copies of a document per forward")
-    pp.add_argument(
-        "--max-positions", type=int, help="score at most this many tokens per document (evenly spread)"
-    )
-    pp.add_argument("--max-docs-per-bin", type=int, help="use at most this many documents per bin")
+    for command, default in ((mteb, "the table"), (emb, "none")):
+        command.add_argument(
+            "--instructions", help=f"JSON: task -> instruction or {{query, corpus}} (default: {default})"
+        )
+    _command(commands, "pppl", _pppl, pppl.run, "pseudo-perplexity per sequence-length bin (Figure 2)",
+             "results/pppl", input={"required": True},
+             rope_scaling={"choices": ("none", "linear", "ntk", "yarn")})  # fmt: skip

@@ -3,32 +3,18 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..encoders import is_preset, load_model, resolve_tokenizer
-from ..inference import fill_mask
-from .common import add_command, add_model_arguments, make_console, quiet_transformers
+from ..predict import FillMaskResult, fill_mask_text
+from .common import add_command, make_console, quiet_transformers
+from .options import add_signature_options, given
 
 RANDOM_WEIGHTS_NOTE = (
     "weights are random (a preset, not a trained checkpoint): predictions are meaningless until pretraining"
 )
-
-
-@dataclass
-class FillMaskResult:
-    text: str
-    predictions: list[list[tuple[str, float]]]  # one list per [MASK], best first
-    random_weights: bool
-
-
-def run(model: str, text: str, top_k: int = 5, tokenizer: str | None = None) -> FillMaskResult:
-    tok = resolve_tokenizer(model, tokenizer)
-    mlm = load_model(model, task="mlm")
-    return FillMaskResult(text, fill_mask(mlm, tok, text, top_k=top_k), is_preset(model))
 
 
 def render(result: FillMaskResult, console: Console) -> None:
@@ -49,7 +35,7 @@ def render(result: FillMaskResult, console: Console) -> None:
 
 def _main(args: argparse.Namespace) -> int:
     quiet_transformers()
-    render(run(args.model, args.text, top_k=args.top_k, tokenizer=args.tokenizer), make_console())
+    render(fill_mask_text(text=args.text, **given(args.options, args)), make_console())
     return 0
 
 
@@ -61,6 +47,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="predict the tokens behind each [MASK] of a text",
         description="Show the top-k tokens, with probabilities, for every [MASK] in TEXT.",
     )
-    add_model_arguments(parser)
     parser.add_argument("text", help='text holding one or more [MASK], e.g. "Paris is the [MASK] of France."')
-    parser.add_argument("--top-k", type=int, default=5)
+    parser.set_defaults(options=add_signature_options(parser, fill_mask_text, skip=("text",)))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import math
 from typing import Any
 
 import yaml
@@ -19,6 +18,7 @@ from rich.table import Table
 from ..config import PRECISIONS, load_mapping
 from ..finetuning import ClassifyConfig, GlueConfig, run_classify, run_glue
 from ..finetuning.config import TASK_TYPES, FinetuneConfigError
+from ..tables import fmt
 from .common import CLIError, add_command, make_console, quiet_transformers
 from .options import add_options, given
 
@@ -70,10 +70,6 @@ def settings_from_args(args: argparse.Namespace, config: type) -> dict[str, Any]
     return data
 
 
-def _cell(value: float | None) -> str:
-    return "NaN" if value is None or math.isnan(value) else f"{100 * value:.1f}"
-
-
 def _glue(args: argparse.Namespace) -> int:
     quiet_transformers()
     data = settings_from_args(args, GlueConfig)
@@ -84,7 +80,7 @@ def _glue(args: argparse.Namespace) -> int:
     for result in results.tasks.values():
         table.add_column(result.task.title, justify="right")
     table.add_column("Avg", justify="right")
-    table.add_row(*(_cell(r.score) for r in results.tasks.values()), _cell(results.average))
+    table.add_row(*(fmt(r.score, 100, 1) for r in results.tasks.values()), fmt(results.average, 100, 1))
     console = make_console()
     console.print(table)
     for result in results.tasks.values():
@@ -103,7 +99,9 @@ def _classify(args: argparse.Namespace) -> int:
 def print_fitted(result: Any, metric_prefix: str = "") -> None:
     """The summary of a file fine-tuning run (classify, tokens): best scores, notes, files written."""
     console = make_console()
-    scores = ", ".join(f"{metric_prefix}{name} {_cell(value)}" for name, value in result.metrics.items())
+    scores = ", ".join(
+        f"{metric_prefix}{name} {fmt(value, 100, 1)}" for name, value in result.metrics.items()
+    )
     console.print(f"best step {result.best_step} of {result.steps}: {scores}", highlight=False)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)

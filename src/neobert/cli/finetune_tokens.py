@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..token_classification.finetune import TokensConfig, run_tokens
+from ..finetuning.tokens import TokensConfig, run_tokens
 from .common import add_command, quiet_transformers
 from .finetune import add_settings, print_fitted, settings_from_args
 

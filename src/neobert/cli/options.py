@@ -1,19 +1,29 @@
 """Command-line options derived from a config dataclass: each field is written once, with its help beside it.
 
 A field ``batch_size: int = 32  # texts per batch at most`` becomes ``--batch-size N`` (default 32) with that
-trailing comment as its help (``field(metadata={"help": ...})`` takes precedence). Types map as follows:
+trailing comment as its help (``field(metadata={"help": ...})`` takes precedence; ``metadata={"choices":
+...}`` restricts the values). Types map as follows:
 ``int``/``float``/``str`` (``X | None`` alike), ``bool`` -> a flag (``--name`` when the default is False,
 ``--no-name`` when it is True), ``list``/``tuple`` of ``int``/``str`` -> a comma-separated list, and
 ``tuple[int, int]`` -> ``LO,HI``. Fields of other types (nested mappings) are left to the command.
+``metadata={"nargs": "+"}`` takes a list as separate words, ``{"nargs": "append"}`` as a repeated option.
+
+A function's typed keyword parameters work the same way (:func:`add_signature_options`): the help of each
+comes from the ``Args:`` section of its docstring (``name: help``, continued on deeper-indented lines);
+``metadata`` per parameter adds ``choices``, ``nargs``, ``required`` or the command's own ``default``.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import collections.abc
 import dataclasses
 import inspect
 import io
+import os
+import pathlib
+import re
 import textwrap
 import tokenize
 import types
@@ -93,14 +103,24 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def _converter(hint: Any) -> tuple[Any, str | None] | None:
-    """(argparse type, metavar) for a field type, or None when it has no command-line form."""
+def _optional(hint: Any) -> Any:
+    """``X`` for ``X | None``; other hints as they are (None for a union of several types)."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
-        hint = args[0] if len(args) == 1 else None
+        hint = args[0] if len(args) == 1 else (str if set(args) <= {str, os.PathLike, pathlib.Path} else None)
+    if typing.get_origin(hint) in (collections.abc.Sequence, collections.abc.Iterable):
+        return list[typing.get_args(hint)] if typing.get_args(hint) else None
+    return hint
+
+
+def _converter(hint: Any) -> tuple[Any, str | None] | None:
+    """(argparse type, metavar) for a field type, or None when it has no command-line form."""
+    hint = _optional(hint)
     if hint in (int, float, str):
         return hint, None
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if args and typing.get_origin(args[0]) in (typing.Union, types.UnionType):
+        args = (_optional(args[0]),)  # list[str | PathLike]: a list of paths
     if origin is tuple and args == (int, int):
         return int_range, "LO,HI"
     if origin in (list, tuple) and args and args[0] in (int, str):
@@ -143,9 +163,14 @@ def add_options(
         if converter is None:
             continue
         kind, metavar = converter
-        if default not in (None, ""):
+        many = f.metadata.get("nargs")
+        if many:  # a list as separate words (nargs "+") or as a repeated option ("append")
+            kind = _optional(typing.get_args(_optional(hints[f.name]))[0])
+            metavar = None
+        if default not in (None, "") and not f.metadata.get("required"):
             text = f"{text} (default: {_shown(default)})" if text else f"default: {_shown(default)}"
-        required = not given_only and f.default is f.default_factory is dataclasses.MISSING
+        required = f.metadata.get("required", f.default is f.default_factory is dataclasses.MISSING)
+        required = required and not given_only
         parser.add_argument(
             flag,
             dest=f.name,
@@ -153,8 +178,9 @@ def add_options(
             default=unset,
             required=required,
             metavar=metavar,
-            choices=(choices or {}).get(f.name),
+            choices=(choices or {}).get(f.name, f.metadata.get("choices")),
             help=text,
+            **({"action": "append"} if many == "append" else {"nargs": many} if many else {}),
         )
 
 
@@ -177,3 +203,53 @@ def given(cls: type, args: argparse.Namespace) -> dict[str, Any]:
 def config_from_args(cls: type, args: argparse.Namespace, **changes: Any) -> Any:
     """An instance of ``cls`` from the options :func:`add_options` added (plus ``changes``)."""
     return cls(**{**given(cls, args), **changes})
+
+
+def docstring_args(func: Any) -> dict[str, str]:
+    """``name -> help`` from the ``Args:`` section of ``func``'s docstring."""
+    lines = inspect.cleandoc(func.__doc__ or "").splitlines()
+    start = next((i + 1 for i, line in enumerate(lines) if line.strip() == "Args:"), len(lines))
+    found: dict[str, str] = {}
+    name, indent = None, None
+    for line in lines[start:]:
+        if not line.strip():
+            break
+        depth = len(line) - len(line.lstrip())
+        match = re.match(r"(\w+): (.*)", line.strip())
+        if match and (indent is None or depth == indent):
+            indent, name = depth, match[1]
+            found[name] = match[2]
+        elif name is not None and depth > (indent or 0):
+            found[name] += " " + line.strip()
+        else:
+            break
+    return found
+
+
+def signature_config(func: Any, *, skip: tuple[str, ...] = (), metadata: dict[str, dict] | None = None) -> type:
+    """A dataclass whose fields are ``func``'s typed parameters (less ``skip``), helps from its docstring:
+    what :func:`add_options`, :func:`given` and :func:`config_from_args` take."""
+    hints = typing.get_type_hints(func)
+    helps = docstring_args(func)
+    fields = []
+    for p in inspect.signature(func).parameters.values():
+        if p.name in skip or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        meta = {"help": helps.get(p.name, ""), **(metadata or {}).get(p.name, {})}
+        default = meta.pop("default", dataclasses.MISSING if p.default is p.empty else p.default)
+        if isinstance(default, list | dict | set):
+            default = dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=meta)
+        else:
+            default = dataclasses.field(default=default, metadata=meta)
+        fields.append((p.name, hints.get(p.name, Any), default))
+    return dataclasses.make_dataclass(func.__name__, fields, kw_only=True)
+
+
+def add_signature_options(
+    parser: Any, func: Any, *, skip: tuple[str, ...] = (), metadata: dict[str, dict] | None = None, **kwargs: Any
+) -> type:
+    """Options for ``func``'s typed keyword parameters (see :func:`signature_config`); returns the config class
+    to hand to :func:`given` / :func:`config_from_args` (call ``func(**given(cls, args))``)."""
+    cls = signature_config(func, skip=skip, metadata=metadata)
+    add_options(parser, cls, **kwargs)
+    return cls

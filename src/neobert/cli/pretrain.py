@@ -13,9 +13,10 @@ import yaml
 from rich.table import Table
 
 from ..config import PRECISIONS, ConfigError, load_mapping
+from ..recipes.default_run import run_default
+from ..tables import fmt
 from ..training.config import PretrainConfig, set_dotted
-from ..training.default_run import run_default
-from ..training.trainer import pretrain
+from ..training.mlm_task import pretrain
 from .common import CLIError, add_command, make_console
 from .options import add_options, given
 
@@ -142,17 +143,16 @@ def _print_summary(console, result) -> None:
         ("steps", f"{result.steps:,}"),
         ("tokens seen", f"{result.tokens_seen:,}"),
         ("minutes", f"{result.seconds / 60:.1f}"),
-        ("last train loss", _fmt(result.train_loss)),
-        ("validation loss", "n/a (no validation split)" if result.val_loss is None else _fmt(result.val_loss)),
-        ("unigram baseline", _fmt(result.unigram_entropy)),
-        ("validation accuracy", _fmt(result.val_accuracy)),
+        ("last train loss", fmt(result.train_loss, digits=3)),
+        (
+            "validation loss",
+            "n/a (no validation split)" if result.val_loss is None else fmt(result.val_loss, digits=3),
+        ),
+        ("unigram baseline", fmt(result.unigram_entropy, digits=3)),
+        ("validation accuracy", fmt(result.val_accuracy, digits=3)),
         ("final model", str(result.final_model)),
         ("loss curve", str(result.loss_curve)),
     ]
     for name, value in rows:
         table.add_row(name, value)
     console.print(table)
-
-
-def _fmt(value) -> str:
-    return "n/a" if value is None else f"{value:.3f}"

@@ -7,7 +7,18 @@ import argparse
 from rich.table import Table
 
 from ..data import train_tokenizer
+from ..data.readers import TXT_MODES
+from ..data.tokenizer import KINDS
 from .common import add_command, make_console, quiet_transformers
+from .options import add_signature_options, given
+
+OPTIONS = {
+    "inputs": {"nargs": "+"},
+    "kind": {"choices": KINDS},
+    "output_dir": {"required": True},
+    "txt_mode": {"choices": TXT_MODES},
+    "on_error": {"choices": ("raise", "skip")},
+}
 
 
 def register(subparsers) -> None:
@@ -22,39 +33,13 @@ def register(subparsers) -> None:
         description="Reads the same inputs as `neobert data prepare` (.txt, .jsonl, .csv, .parquet, "
         "directories, hf:NAME, stdlib:) and saves a directory that AutoTokenizer.from_pretrained loads.",
     )
-    p.add_argument(
-        "--input", nargs="+", required=True, metavar="PATH", help="input files, directories or specs"
-    )
-    p.add_argument("--kind", choices=["wordpiece", "bpe"], default="wordpiece", help="default: wordpiece")
-    p.add_argument("--vocab-size", type=int, default=30522, help="default: 30522 (bert-base-uncased)")
-    p.add_argument("--min-frequency", type=int, default=2, help="rarest pair to merge (default: 2)")
-    p.add_argument("--output", required=True, metavar="DIR", help="directory to save the tokenizer in")
-    p.add_argument("--text-column", default="text", help="text column of .jsonl/.csv/.parquet/hf inputs")
-    p.add_argument(
-        "--txt-mode",
-        choices=["auto", "paragraph", "line"],
-        default="auto",
-        help="documents of .txt files (auto: one per line when a file has no blank lines)",
-    )
-    p.add_argument(
-        "--on-error", choices=["raise", "skip"], default="raise", help="bad records and empty files"
-    )
-    p.add_argument("--model-max-length", type=int, help="record this maximum length in the tokenizer config")
+    p.set_defaults(options=add_signature_options(p, train_tokenizer, metadata=OPTIONS,
+                                                 rename={"inputs": "input", "output_dir": "output"}))  # fmt: skip
 
 
 def run_train(args: argparse.Namespace) -> int:
     quiet_transformers()
-    result = train_tokenizer(
-        args.input,
-        kind=args.kind,
-        vocab_size=args.vocab_size,
-        output_dir=args.output,
-        min_frequency=args.min_frequency,
-        text_column=args.text_column,
-        txt_mode=args.txt_mode,
-        on_error=args.on_error,
-        model_max_length=args.model_max_length,
-    )
+    result = train_tokenizer(**given(args.options, args))
     table = Table(title=f"{result.kind} tokenizer saved to {result.output_dir}", show_header=False)
     table.add_column(style="bold")
     table.add_column(justify="right")

@@ -87,7 +87,12 @@ def iter_stdlib_documents(
 def write_stdlib_corpus(
     path: str | Path, modules: Sequence[str] | None = None, *, include_tests: bool = False
 ) -> CorpusStats:
-    """Write the corpus as a ``.txt`` file, one blank line between documents."""
+    """Write the corpus as a ``.txt`` file, one blank line between documents.
+
+    Args:
+        path: the .txt file to write (blank line between documents)
+        modules: only these top-level stdlib modules (default: all)
+    """
     path = Path(path)
     documents = characters = 0
     with atomic_file(path, newline="\n") as f:

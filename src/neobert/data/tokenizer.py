@@ -49,7 +49,19 @@ def train_tokenizer(
     on_error: str = "raise",
     model_max_length: int | None = None,
 ) -> TokenizerResult:
-    """Train a tokenizer on the documents of ``inputs`` (any input that ``neobert data prepare`` reads)."""
+    """Train a tokenizer on the documents of ``inputs`` (any input that ``neobert data prepare`` reads).
+
+    Args:
+        inputs: input files, directories or specs
+        kind: wordpiece (as the paper) | bpe (byte-level)
+        vocab_size: vocabulary size (30522: bert-base-uncased's)
+        output_dir: directory to save the tokenizer in
+        min_frequency: rarest pair to merge
+        text_column: text column of .jsonl/.csv/.parquet/hf inputs
+        txt_mode: documents of .txt files (auto: one per line when a file has no blank lines)
+        on_error: bad records and empty files: raise | skip
+        model_max_length: record this maximum length in the tokenizer config
+    """
     from tokenizers import pre_tokenizers, trainers
 
     if kind not in KINDS:

@@ -26,9 +26,10 @@ from ..data.readers import json_objects
 from ..encoders import Encoder, load_encoder
 from ..inference import encode
 from ..io import write_text
+from ..tables import fmt, markdown_table
 from . import embeddings as E
 from .instructions import TaskInstruction, apply_instruction
-from .report import fmt, markdown_table, nan_mean, write_json
+from .report import nan_mean, write_json
 
 FAMILY_TITLES = {
     "classification": "Class.",
@@ -175,7 +176,14 @@ def run(
     device: str | None = None,
     show_progress: bool = True,
 ) -> EmbeddingReport:
-    """Score every model on every task (zero-shot: no instruction unless given per task)."""
+    """Score every model on every task (zero-shot: no instruction unless given per task).
+
+    Args:
+        models: model directories, NeoBERT presets or hub ids, each scored on every task
+        seed: for k-means and logistic regression
+        tokenizer: tokenizer directory (default: the model's own)
+        batch_size: texts per batch
+    """
     start = time.perf_counter()
     report = EmbeddingReport()
     for model in models:

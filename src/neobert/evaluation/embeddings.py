@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .instructions import TaskInstruction
+from .metrics import pearson, spearman
 
 Embed = Callable[[list[str], str], np.ndarray]  # (texts, instruction) -> unit-norm rows (N, C)
 FAMILIES = ("classification", "clustering", "pair_classification", "retrieval", "sts")
@@ -79,20 +80,6 @@ def mrr_at_k(ranking: Sequence[str], relevance: Mapping[str, float], k: int = 10
         if relevance.get(doc, 0.0) > 0:
             return 1.0 / (i + 1)
     return 0.0
-
-
-def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """Spearman's rank correlation (average ranks for ties); NaN if either side is constant."""
-    from scipy.stats import rankdata
-
-    return pearson(rankdata(x), rankdata(y))
-
-
-def pearson(x: Sequence[float], y: Sequence[float]) -> float:
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    if len(x) < 2 or x.std() == 0 or y.std() == 0:
-        return math.nan
-    return float(np.corrcoef(x, y)[0, 1])
 
 
 def v_measure(labels: Sequence, clusters: Sequence) -> float:

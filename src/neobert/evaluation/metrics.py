@@ -66,37 +66,32 @@ def mcc(predictions: Sequence, labels: Sequence) -> float:
     return float(numerator / denominator) if denominator else math.nan
 
 
-def pearson(predictions: Sequence, labels: Sequence) -> float:
+def _correlation(kind: str, predictions: Sequence, labels: Sequence) -> float:
+    """scipy's Pearson or Spearman (average ranks for ties) coefficient; NaN where it is undefined: fewer
+    than two pairs, a non-finite value, or a constant side."""
+    from scipy import stats  # with the train / mteb extras
+
     p, y = _pair(predictions, labels)
     p, y = p.astype(np.float64), y.astype(np.float64)
-    if len(p) < 2 or not (np.all(np.isfinite(p)) and np.all(np.isfinite(y))):
+    if (
+        len(p) < 2
+        or not (np.all(np.isfinite(p)) and np.all(np.isfinite(y)))
+        or np.ptp(p) == 0
+        or np.ptp(y) == 0
+    ):
         return math.nan
-    dp, dy = p - p.mean(), y - y.mean()
-    denominator = math.sqrt(float(dp @ dp) * float(dy @ dy))
-    return float(dp @ dy / denominator) if denominator else math.nan
+    coefficient = stats.pearsonr(p, y)[0] if kind == "pearson" else stats.spearmanr(p, y)[0]
+    return float(coefficient)
 
 
-def rank(values: Sequence) -> np.ndarray:
-    """Ranks 1..n, ties sharing the mean of the ranks they span (what Spearman's coefficient needs)."""
-    v = np.asarray(values, dtype=np.float64)
-    order = np.argsort(v, kind="mergesort")
-    ranks = np.empty(len(v), dtype=np.float64)
-    sorted_v = v[order]
-    start = 0
-    while start < len(v):
-        end = start
-        while end + 1 < len(v) and sorted_v[end + 1] == sorted_v[start]:
-            end += 1
-        ranks[order[start : end + 1]] = (start + end) / 2 + 1
-        start = end + 1
-    return ranks
+def pearson(predictions: Sequence, labels: Sequence) -> float:
+    """Pearson's correlation coefficient (see :func:`_correlation`)."""
+    return _correlation("pearson", predictions, labels)
 
 
 def spearman(predictions: Sequence, labels: Sequence) -> float:
-    p, y = _pair(predictions, labels)
-    if not (np.all(np.isfinite(p.astype(np.float64))) and np.all(np.isfinite(y.astype(np.float64)))):
-        return math.nan
-    return pearson(rank(p), rank(y))
+    """Spearman's rank correlation coefficient, ties at their average rank (see :func:`_correlation`)."""
+    return _correlation("spearman", predictions, labels)
 
 
 _FUNCTIONS = {

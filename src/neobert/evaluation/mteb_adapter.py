@@ -26,8 +26,9 @@ import torch
 from ..encoders import Encoder, load_encoder
 from ..inference import encode
 from ..io import write_text
+from ..tables import markdown_table
 from .instructions import TaskInstruction, apply_instruction, task_instruction
-from .report import markdown_table, nan_mean, write_json
+from .report import nan_mean, write_json
 
 # Table 4's columns: MTEB task type -> header.
 TABLE4_COLUMNS = {
@@ -196,7 +197,13 @@ def table4_markdown(report: MTEBReport) -> str:
 def select_tasks(
     tasks: Sequence[str] | None = None, benchmark: str | None = None, task_types: Sequence[str] | None = None
 ) -> list[Any]:
-    """Tasks by name, or a benchmark's tasks (default the paper's 56 English ones), optionally by type."""
+    """Tasks by name, or a benchmark's tasks (default the paper's 56 English ones), optionally by type.
+
+    Args:
+        tasks: MTEB task names (default: every task of the benchmark)
+        benchmark: an mteb benchmark name (default: 'MTEB(eng, v1)', the paper's 56 tasks)
+        task_types: keep these task types only, e.g. STS Retrieval
+    """
     import mteb
 
     if tasks:
@@ -224,7 +231,14 @@ def run(
     device: str | None = None,
     show_progress: bool = True,
 ) -> MTEBReport:
-    """Evaluate each model on ``tasks`` (mteb task objects) and write Table 4's Markdown and JSON."""
+    """Evaluate each model on ``tasks`` (mteb task objects) and write Table 4's Markdown and JSON.
+
+    Args:
+        models: model directories, NeoBERT presets or hub ids, each scored on every task
+        use_instructions: prepend the task instructions (off: encode texts as they are, zero-shot)
+        tokenizer: tokenizer directory (default: the model's own)
+        batch_size: texts per batch
+    """
     import mteb
 
     start = time.perf_counter()

@@ -32,7 +32,7 @@ from ..data.readers import json_objects
 from ..encoders import Encoder, is_preset, load_encoder
 from ..io import atomic_file
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
-from .report import markdown_table
+from ..tables import markdown_table
 
 DEFAULT_BINS = (128, 256, 512, 1024, 2048, 4096)
 ROPE_METHODS = ("none", "linear", "ntk", "yarn")
@@ -72,26 +72,22 @@ def token_nll(
     input_ids (L,) one document with its special tokens; positions (P,) indices to score. Returns (P,) float32.
     """
     out = []
-    use_masked_only = _supports_masked_only(model)
+    decode_masked_only = isinstance(model, NeoBERTForMaskedLM)
     for chunk in positions.split(copies):
         n = chunk.numel()
         batch = input_ids.expand(n, -1).clone()  # (n, L): copy i masks position chunk[i]
         rows = torch.arange(n, device=batch.device)
         batch[rows, chunk] = mask_token_id
-        if use_masked_only:
-            labels = torch.full_like(batch, -100)
-            labels[rows, chunk] = input_ids[chunk]
-            # NeoBERT decodes only the labelled positions, in row order: (n, V) instead of (n, L, V).
-            logits = model(input_ids=batch, labels=labels, masked_only=True).logits
+        if decode_masked_only:
+            selected = torch.zeros_like(batch, dtype=torch.bool)
+            selected[rows, chunk] = True
+            # NeoBERT decodes only the masked positions, in row order: (n, V) instead of (n, L, V).
+            logits = model(input_ids=batch, masked_positions=selected).logits
         else:
             logits = model(input_ids=batch).logits[rows, chunk]  # (n, V)
         log_probs = F.log_softmax(logits.float(), dim=-1)
         out.append(-log_probs[rows, input_ids[chunk]])
     return torch.cat(out) if out else torch.zeros(0)
-
-
-def _supports_masked_only(model: torch.nn.Module) -> bool:
-    return isinstance(model, NeoBERTForMaskedLM)
 
 
 def scored_positions(tokenizer: Any, input_ids: Sequence[int], limit: int | None = None) -> torch.Tensor:
@@ -236,7 +232,21 @@ def run(
     device: str | None = None,
     show_progress: bool = True,
 ) -> PPPLReport:
-    """Pseudo-perplexity per length bin for every model; CSV and a Figure-2 plot under ``output``."""
+    """Pseudo-perplexity per length bin for every model; CSV and a Figure-2 plot under ``output``.
+
+    Args:
+        models: model directory, NeoBERT preset or hub id; PATH@yarn[:LENGTH] extends one model's RoPE
+        input: documents: .jsonl with a text field, or one per line
+        output: results directory
+        bins: upper bin edges in tokens
+        rope_scaling: extend every NeoBERT model's RoPE: none | linear | ntk | yarn
+        context: length the RoPE scaling extends to (default: none)
+        tokenizer: tokenizer directory (default: the model's own)
+        copies: masked copies of a document per forward
+        max_positions: score at most this many tokens per document (evenly spread)
+        max_docs_per_bin: use at most this many documents per bin
+        device: cpu, cuda, cuda:1 ... (default: cuda when available)
+    """
     start = time.perf_counter()
     edges = sorted(set(int(b) for b in bins))
     if not edges or edges[0] < 3:

@@ -1,4 +1,5 @@
-"""Result tables: Markdown for people, JSON for programs, written atomically."""
+"""Evaluation results for programs: means over defined scores, JSON with undefined scores as null.
+(Tables for people: :mod:`neobert.tables`.)"""
 
 from __future__ import annotations
 
@@ -9,21 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from .. import io
-
-
-def fmt(value: Any, scale: float = 1.0, digits: int = 2) -> str:
-    """A table cell: floats scaled and rounded (NaN shown as n/a), counts and text as they are."""
-    if isinstance(value, float):
-        return "n/a" if math.isnan(value) else f"{value * scale:.{digits}f}"
-    return str(value)
-
-
-def markdown_table(
-    header: Sequence[str], rows: Sequence[Sequence[Any]], scale: float = 1.0, digits: int = 2
-) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(fmt(v, scale, digits) for v in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
 
 
 def nan_mean(values: Sequence[float]) -> float:

@@ -1,4 +1,5 @@
-"""Fine-tuning any encoder: GLUE with the paper's protocol, and the user's own classification tasks.
+"""Fine-tuning any encoder: GLUE with the paper's protocol, the user's own classification and token-classification
+tasks, and contrastive training.
 
 Entry points are functions taking a config and returning results; the ``neobert finetune`` CLI is a thin
 layer over them.
@@ -6,7 +7,7 @@ layer over them.
 
 from .classify import ClassifyResult, run_classify
 from .config import ClassifyConfig, FinetuneConfigError, GlueConfig, TrainSettings
-from .data import DataError, read_table
+from .data import DataError
 from .glue import GlueResults, GlueTaskResult, run_glue
 from .glue_tasks import GLUE_TASKS, MNLI_TRANSFER_TASKS, TABLE3_TASKS, GlueTask, get_task
 from .models import load_classifier
@@ -30,7 +31,6 @@ __all__ = [
     "get_task",
     "load_classifier",
     "load_grid",
-    "read_table",
     "run_classify",
     "run_glue",
 ]

@@ -17,23 +17,15 @@ from typing import Any
 
 import torch
 
+from ..data.text_files import read_table, require_columns, text_column
 from ..encoders import check_vocab, max_positions, resolve_tokenizer
 from ..evaluation.metrics import MetricResult
 from ..io import atomic_file, write_json
 from ..training.engine import is_main_process, wait_for_everyone
+from .classification_task import EvalSpec, fit
 from .config import ClassifyConfig
-from .data import (
-    DataError,
-    EncodedDataset,
-    LabelMap,
-    class_labels,
-    read_table,
-    regression_targets,
-    require_columns,
-    text_column,
-)
+from .data import DataError, EncodedDataset, LabelMap, class_labels, regression_targets
 from .models import load_classifier
-from .trainer import EvalSpec, fit
 
 CLASSIFICATION_METRICS = ("accuracy", "macro_f1")
 REGRESSION_METRICS = ("pearson", "spearman")

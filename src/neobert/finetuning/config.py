@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import POOLINGS, check_known_keys, load_mapping
+from ..config import POOLINGS, check_known_keys, load_mapping, renamed_settings
 
 
 class FinetuneConfigError(ValueError):
@@ -24,14 +24,14 @@ class TrainSettings:
 
     epochs: int = 10  # maximum epochs (the paper's bound; early stopping usually ends a run sooner)
     batch_size: int = 32  # examples per optimizer step
-    learning_rate: float = 2e-5  # peak learning rate (AdamW)
+    lr: float = 2e-5  # peak learning rate (AdamW)
     weight_decay: float = 0.01  # AdamW weight decay
     warmup_ratio: float = 0.1  # linear warmup over this fraction of the steps, then linear decay to 0
     eval_every: int | None = None  # optimizer steps between evaluations; None: once per epoch
     patience: int | None = 3  # evaluations without improvement before stopping; None (CLI: 0): never stop early
     max_length: int = 512  # tokens per example (pair) after truncation; capped by the model's limit
     eval_batch_size: int = 64  # examples per evaluation forward
-    grad_clip: float | None = 1.0  # gradient-norm clipping; None: off
+    clip_grad_norm: float | None = 1.0  # gradient-norm clipping; None: off
     seed: int = 0  # seed of the head's initialization and the data order
 
     def __post_init__(self) -> None:
@@ -40,8 +40,8 @@ class TrainSettings:
         for name in ("eval_every", "patience"):
             if getattr(self, name) is not None:
                 _positive_int(self, name)
-        if not self.learning_rate > 0:
-            raise FinetuneConfigError(f"learning_rate must be positive, got {self.learning_rate}")
+        if not self.lr > 0:
+            raise FinetuneConfigError(f"lr must be positive, got {self.lr}")
         if self.weight_decay < 0:
             raise FinetuneConfigError(f"weight_decay must be non-negative, got {self.weight_decay}")
         if not 0 <= self.warmup_ratio < 1:
@@ -54,6 +54,7 @@ class TrainSettings:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]):
+        data = renamed_settings(data, cls.__name__)
         check_known_keys(cls, data, cls.__name__, FinetuneConfigError)
         required = [
             f.name
@@ -154,6 +155,24 @@ class ClassifyConfig(TrainSettings, ModelSource):
             raise FinetuneConfigError(
                 f"task_type must be one of {', '.join(TASK_TYPES)}; got {self.task_type!r}"
             )
+        for name in ("max_train_samples", "max_eval_samples"):
+            if getattr(self, name) is not None:
+                _positive_int(self, name)
+
+
+@dataclass(kw_only=True)
+class TokensConfig(TrainSettings, ModelSource):
+    """``neobert finetune tokens``: the user's own token-classification (NER) task."""
+
+    train: str  # training file: CoNLL style (a token and its tag per line), or .jsonl with tokens + tags
+    validation: str  # validation file, same format
+    output: str  # output directory
+    max_train_samples: int | None = None  # use only the first N training sentences (quick runs)
+    max_eval_samples: int | None = None  # use only the first N validation sentences
+
+    def __post_init__(self) -> None:
+        TrainSettings.__post_init__(self)
+        ModelSource.__post_init__(self)
         for name in ("max_train_samples", "max_eval_samples"):
             if getattr(self, name) is not None:
                 _positive_int(self, name)

@@ -48,6 +48,7 @@ class ContrastiveConfig:
     batch_size: int = 64  # queries per process per step
     lr: float = 2e-5  # peak learning rate
     weight_decay: float = 0.01  # AdamW weight decay
+    clip_grad_norm: float | None = 1.0  # gradient-norm clipping; None: off
     warmup_steps: int = 100  # linear warmup, then linear decay
     temperature: float = 0.07  # InfoNCE temperature
     alpha: float = 0.5  # data sets are sampled in proportion to size^alpha
@@ -61,7 +62,7 @@ class ContrastiveConfig:
     resume: bool = False  # continue an interrupted run of OUTPUT
     device: str | None = None  # cpu, cuda ... (default: this process's GPU if any)
     bf16: bool = False  # bf16 autocast
-    gradient_checkpointing: bool = False  # recompute each block's activations in the backward
+    activation_checkpointing: bool = False  # recompute each block's activations in the backward
     show_progress: bool = True  # progress bar
 
 
@@ -145,13 +146,6 @@ def contrastive_loss_sum(
     return info_nce(queries, candidates, targets, temperature, reduction="sum")
 
 
-def contrastive_loss(
-    queries: torch.Tensor, positives: torch.Tensor, negatives: torch.Tensor, temperature: float = 0.07
-) -> torch.Tensor:
-    """Mean InfoNCE over one process's batch (see :func:`contrastive_loss_sum`)."""
-    return contrastive_loss_sum(queries, positives, negatives, temperature) / queries.shape[0]
-
-
 def batch_texts(
     examples: list[Example], dataset: ContrastiveDataset, config: ContrastiveConfig
 ) -> tuple[list[str], int, int]:
@@ -173,21 +167,6 @@ def step_loss(encoder: Encoder, texts: list[str], n_queries: int, config: Contra
         vectors = embed_batch(encoder, inputs)  # (T, C)
     q, p, n = vectors.split([n_queries, n_queries, len(texts) - 2 * n_queries])
     return contrastive_loss_sum(q, p, n, config.temperature)
-
-
-@torch.no_grad()
-def dataset_loss(encoder: Encoder, dataset: ContrastiveDataset, config: ContrastiveConfig) -> float:
-    """Mean InfoNCE over consecutive batches of ``dataset`` in file order, dropout off: a fixed measurement."""
-    was_training = encoder.model.training
-    encoder.model.eval()
-    total, count = 0.0, 0
-    for start in range(0, len(dataset), config.batch_size):
-        examples = dataset.examples[start : start + config.batch_size]
-        texts, n_queries, _ = batch_texts(examples, dataset, config)
-        total += float(step_loss(encoder, texts, n_queries, config))
-        count += n_queries
-    encoder.model.train(was_training)
-    return total / count
 
 
 class ContrastiveTask:
@@ -282,11 +261,11 @@ def _engine_settings(config: ContrastiveConfig) -> EngineSettings:
         log_dir=config.output,
         precision="fp32",  # step_loss autocasts itself (config.bf16)
         device=config.device,
-        clip_grad_norm=1.0,
+        clip_grad_norm=config.clip_grad_norm,
         log_every=config.log_every,
         save_every=config.save_every,
         keep_last=1,
-        activation_checkpointing=config.gradient_checkpointing,
+        activation_checkpointing=config.activation_checkpointing,
         find_unused_parameters=True,  # e.g. BERT's pooler: the bare encoder's pooled output is not used
         progress_bar=config.show_progress,
         description="contrastive",

@@ -16,58 +16,6 @@ from tqdm.auto import tqdm
 
 from ..data.readers import DataError
 
-TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json", ".parquet")
-
-
-def read_table(path: str | Path) -> Any:
-    """A pandas DataFrame from a CSV, TSV, JSONL (one object per line), JSON array or parquet file."""
-    import pandas as pd
-
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"data file {path} does not exist" if not path.exists() else f"{path} is not a file")
-    suffix = path.suffix.lower()
-    if suffix not in TABLE_SUFFIXES:
-        raise DataError(f"{path}: unsupported file type {suffix!r}; use one of {', '.join(TABLE_SUFFIXES)}")
-    if path.stat().st_size == 0:
-        raise DataError(f"data file {path} is empty")
-    try:
-        if suffix in (".csv", ".tsv"):
-            # TSV cells hold raw quotes (GLUE's own files): no quote processing there.
-            sep, quoting = ("\t", 3) if suffix == ".tsv" else (",", 0)
-            frame = pd.read_csv(path, sep=sep, quoting=quoting, keep_default_na=False, na_values=[""])
-        elif suffix == ".parquet":
-            frame = pd.read_parquet(path)
-        else:
-            frame = pd.read_json(path, lines=suffix == ".jsonl", dtype=False)
-    except pd.errors.EmptyDataError:
-        raise DataError(f"data file {path} is empty") from None
-    except ValueError as err:
-        raise DataError(f"{path}: cannot parse as {suffix[1:]}: {err}") from None
-    if len(frame) == 0:
-        raise DataError(f"data file {path} has a header but no rows")
-    return frame
-
-
-def require_columns(frame: Any, columns: Sequence[str | None], path: str | Path) -> None:
-    """Raise naming the missing columns and listing the available ones."""
-    missing = [c for c in columns if c is not None and c not in frame.columns]
-    if missing:
-        raise DataError(
-            f"{path}: no column(s) {', '.join(repr(c) for c in missing)}; "
-            f"available columns: {', '.join(repr(str(c)) for c in frame.columns)}"
-        )
-
-
-def text_column(frame: Any, column: str, path: str | Path) -> list[str]:
-    """The column as strings; a missing cell is an error naming its row (a silent "nan" text would train)."""
-    values = frame[column]
-    empty = values.isna()
-    if empty.any():
-        rows = [int(i) + 1 for i in np.flatnonzero(empty.to_numpy())[:5]]
-        raise DataError(f"{path}: column {column!r} is empty in row(s) {rows} (1-based, header excluded)")
-    return values.astype(str).tolist()
-
 
 @dataclass
 class LabelMap:

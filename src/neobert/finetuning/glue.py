@@ -19,13 +19,13 @@ from tqdm.auto import tqdm
 from ..encoders import check_vocab, is_preset, max_positions, resolve_tokenizer
 from ..io import replace_dir
 from ..training.engine import is_main_process, wait_for_everyone
+from .classification_task import EvalSpec, fit, is_better
 from .config import GlueConfig, TrainSettings
 from .data import EncodedDataset
 from .glue_report import GlueResults, GlueTaskResult, table3_average, write_glue_report, write_sweep_report
 from .glue_tasks import MNLI_TRANSFER_TASKS, GlueTask, load_split, resolve_tasks
 from .models import load_classifier
 from .sweep import SweepRow, best_index, expand_grid, load_grid, run_label
-from .trainer import EvalSpec, fit, is_better
 
 
 def run_glue(config: GlueConfig | dict[str, Any]) -> GlueResults:

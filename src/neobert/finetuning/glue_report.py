@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from ..io import write_json, write_text
+from ..tables import fmt, markdown_table
 from .config import GlueConfig
 from .glue_tasks import GLUE_TASKS, TABLE3_TASKS, GlueTask
-from .reporting import fmt, markdown_table
 from .sweep import SweepRow, best_index
 
 
@@ -37,7 +37,6 @@ class GlueResults:
     results_json: Path
 
 
-
 METRIC_SHORT = {"accuracy": "acc", "f1": "F1", "mcc": "MCC", "pearson": "Pearson", "spearman": "Spearman"}
 SCORE_NOTE = (
     "Scores x100 on the dev sets. CoLA: MCC; STS-B: mean of Pearson and Spearman; MRPC and QQP: mean of F1 "
@@ -49,7 +48,7 @@ def _metrics_cell(task: GlueTask, metrics: dict[str, dict[str, float]]) -> str:
     parts = []
     for split, values in metrics.items():
         suffix = f" ({split.removeprefix('validation_')})" if len(metrics) > 1 else ""
-        parts += [f"{METRIC_SHORT.get(m, m)} {fmt(values.get(m))}{suffix}" for m in task.metrics]
+        parts += [f"{METRIC_SHORT.get(m, m)} {fmt(values.get(m), 100, 1)}{suffix}" for m in task.metrics]
     return ", ".join(parts)
 
 
@@ -63,7 +62,7 @@ def write_sweep_report(task: GlueTask, rows: list[SweepRow], task_dir: Path) -> 
         [
             "**best**" if i == best else "",
             _point_cell(row.point),
-            fmt(row.score),
+            fmt(row.score, 100, 1),
             _metrics_cell(task, row.metrics),
             row.best_step,
             f"{row.steps}{' (early stop)' if row.stopped_early else ''}",
@@ -99,7 +98,9 @@ def write_glue_report(config: GlueConfig, results: dict[str, GlueTaskResult], ou
     ran = sum(t in results for t in TABLE3_TASKS)
     header = ["Model", *(GLUE_TASKS[t].title for t in columns), f"Avg ({ran}/8)"]
     text = f"# GLUE dev results: {config.model}\n\n"
-    text += markdown_table(header, [[config.model, *(fmt(results[t].score) for t in columns), fmt(average)]])
+    text += markdown_table(
+        header, [[config.model, *(fmt(results[t].score, 100, 1) for t in columns), fmt(average, 100, 1)]]
+    )
     text += f"\n{SCORE_NOTE} Avg: the Table 3 tasks run (WNLI excluded).\n\n## Details\n\n"
     details = [
         [

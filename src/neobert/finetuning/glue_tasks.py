@@ -11,8 +11,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..data.readers import DataError
+from ..data.text_files import TABLE_SUFFIXES, read_table, require_columns, text_column
 from ..evaluation.metrics import MetricResult
-from .data import TABLE_SUFFIXES, DataError, read_table, require_columns, text_column
 
 HUB_DATASET = "nyu-mll/glue"
 

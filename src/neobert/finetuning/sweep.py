@@ -10,16 +10,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config import renamed_settings
+from .classification_task import FitResult, is_better
 from .config import FinetuneConfigError, TrainSettings
-from .trainer import FitResult, is_better
 
 # Section 4 of the paper: every GLUE task is swept over these 5 x 6 x 2 = 60 points.
 PAPER_GRID: dict[str, list] = {
     "batch_size": [2, 4, 8, 16, 32],
-    "learning_rate": [5e-6, 6e-6, 8e-6, 1e-5, 2e-5, 3e-5],
+    "lr": [5e-6, 6e-6, 8e-6, 1e-5, 2e-5, 3e-5],
     "weight_decay": [1e-2, 1e-5],
 }
-SHORT_NAMES = {"batch_size": "bs", "learning_rate": "lr", "weight_decay": "wd"}
+SHORT_NAMES = {"batch_size": "bs", "weight_decay": "wd"}
 
 
 def load_grid(grid: str | dict[str, list] | None) -> dict[str, list]:
@@ -37,6 +38,7 @@ def load_grid(grid: str | dict[str, list] | None) -> dict[str, list]:
         grid = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     if not isinstance(grid, dict):
         raise FinetuneConfigError(f"a grid maps setting names to lists of values, got {type(grid).__name__}")
+    grid = renamed_settings(grid, "grid")
     known = {f.name for f in dataclasses.fields(TrainSettings)}
     unknown = sorted(set(grid) - known)
     if unknown:

@@ -28,7 +28,8 @@ from sentence_transformers.sentence_transformer.modules import Normalize, Poolin
 import neobert  # registers model_type "neobert" with transformers' Auto classes
 
 from ..config import POOLINGS
-from ..encoders import load_model, load_tokenizer, save_pretrained
+from ..data import load_tokenizer
+from ..encoders import load_model, save_pretrained
 
 
 def save_sentence_transformer(

@@ -21,7 +21,7 @@ from .modeling import (
     SequenceTooLongError,
 )
 from .pooling import cls_pool, mean_pool, pool
-from .rope import apply_rope, inverse_frequencies, rope_tables
+from .rope import inverse_frequencies, rope_tables
 from .runtime import compile_blocks, neobert_encoder, set_runtime
 
 __all__ = [
@@ -37,7 +37,6 @@ __all__ = [
     "NeoBERTModel",
     "NeoBERTPreTrainedModel",
     "SequenceTooLongError",
-    "apply_rope",
     "cls_pool",
     "compile_blocks",
     "inverse_frequencies",

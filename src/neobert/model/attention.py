@@ -61,10 +61,6 @@ def _torch_varlen():
     return varlen_attn
 
 
-def torch_varlen_available() -> bool:
-    return _torch_varlen() is not None and torch.cuda.is_available()
-
-
 @dataclass
 class AttentionRuntime:
     """How a model runs its attention: runtime choices, never part of the architecture or a checkpoint.

@@ -300,15 +300,17 @@ class NeoBERTForMaskedLM(NeoBERTPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         cu_seqlens: torch.Tensor | None = None,
         max_seqlen: int | None = None,
-        masked_only: bool = False,
+        masked_positions: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         **kwargs,
     ) -> MaskedLMOutput | tuple:
         """MLM logits (..., V); with ``labels`` (-100 = ignore) also the mean cross-entropy over labelled tokens.
 
-        ``masked_only=True`` (with labels) decodes only the labelled positions: logits are (N, V) for the N
-        labelled tokens in row-major order, which saves the full-vocabulary projection of every other token.
+        ``masked_positions`` (bool, shaped like ``input_ids``) decodes only those positions: logits are (N, V)
+        for the N selected tokens in row-major order, which saves the full-vocabulary projection of every
+        other token (labels, when given, are read at the same positions). Without ``labels`` no loss is
+        computed: a caller with its own reduction (the pretraining task sums) computes it once, itself.
         """
         out = self.model(
             input_ids,
@@ -321,10 +323,10 @@ class NeoBERTForMaskedLM(NeoBERTPreTrainedModel):
         )
         h = out.last_hidden_state
         loss = None
-        if labels is not None and masked_only:
-            selected = labels != -100
-            logits = self.decoder(h[selected])  # (N, V)
-            loss = F.cross_entropy(logits.float(), labels[selected])
+        if masked_positions is not None:
+            logits = self.decoder(h[masked_positions])  # (N, V)
+            if labels is not None:
+                loss = F.cross_entropy(logits.float(), labels[masked_positions], ignore_index=-100)
         else:
             logits = self.decoder(h)  # (..., V)
             if labels is not None:
@@ -332,17 +334,19 @@ class NeoBERTForMaskedLM(NeoBERTPreTrainedModel):
         return self._head_output(MaskedLMOutput, loss, logits, out.hidden_states, return_dict)
 
 
-class NeoBERTForSequenceClassification(NeoBERTPreTrainedModel):
-    """The released head: pooled -> dropout -> dense -> tanh -> dropout -> classifier.
+class _LabelHead(NeoBERTPreTrainedModel):
+    """What the sequence and token classifiers share: the encoder, dropout, a linear classifier over
+    ``num_labels``, and the forward around them. A head says how hidden states become logits
+    (:meth:`_logits`) and how logits meet labels (:meth:`_loss`)."""
 
-    Pooling is ``classifier_pooling``: the first token ([CLS], released) or the masked mean.
-    """
+    output_class: type
 
-    def __init__(self, config: NeoBERTConfig):
+    def __init__(self, config: NeoBERTConfig, dense: bool = False):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.model = NeoBERTModel(config)
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        if dense:
+            self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
@@ -356,7 +360,7 @@ class NeoBERTForSequenceClassification(NeoBERTPreTrainedModel):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         **kwargs,
-    ) -> SequenceClassifierOutput | tuple:
+    ) -> SequenceClassifierOutput | TokenClassifierOutput | tuple:
         out = self.model(
             input_ids,
             attention_mask,
@@ -364,11 +368,26 @@ class NeoBERTForSequenceClassification(NeoBERTPreTrainedModel):
             output_hidden_states=output_hidden_states,
             return_dict=True,
         )
-        pooled = pool(out.last_hidden_state, attention_mask, self.config.classifier_pooling)  # (B, C)
-        x = torch.tanh(self.dense(self.dropout(pooled)))
-        logits = self.classifier(self.dropout(x))  # (B, num_labels)
+        logits = self._logits(out.last_hidden_state, attention_mask)
         loss = self._loss(logits, labels) if labels is not None else None
-        return self._head_output(SequenceClassifierOutput, loss, logits, out.hidden_states, return_dict)
+        return self._head_output(self.output_class, loss, logits, out.hidden_states, return_dict)
+
+
+class NeoBERTForSequenceClassification(_LabelHead):
+    """The released head: pooled -> dropout -> dense -> tanh -> dropout -> classifier.
+
+    Pooling is ``classifier_pooling``: the first token ([CLS], released) or the masked mean.
+    """
+
+    output_class = SequenceClassifierOutput
+
+    def __init__(self, config: NeoBERTConfig):
+        super().__init__(config, dense=True)
+
+    def _logits(self, h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        pooled = pool(h, attention_mask, self.config.classifier_pooling)  # (B, C)
+        x = torch.tanh(self.dense(self.dropout(pooled)))
+        return self.classifier(self.dropout(x))  # (B, num_labels)
 
     def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         problem = self.config.problem_type
@@ -386,36 +405,13 @@ class NeoBERTForSequenceClassification(NeoBERTPreTrainedModel):
         return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
 
 
-class NeoBERTForTokenClassification(NeoBERTPreTrainedModel):
+class NeoBERTForTokenClassification(_LabelHead):
     """Encoder -> dropout -> per-token classifier."""
 
-    def __init__(self, config: NeoBERTConfig):
-        super().__init__(config)
-        self.num_labels = config.num_labels
-        self.model = NeoBERTModel(config)
-        self.dropout = nn.Dropout(config.classifier_dropout)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        self.post_init()
+    output_class = TokenClassifierOutput
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> TokenClassifierOutput | tuple:
-        out = self.model(
-            input_ids,
-            attention_mask,
-            position_ids,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
-        logits = self.classifier(self.dropout(out.last_hidden_state))  # (B, L, num_labels)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
-        return self._head_output(TokenClassifierOutput, loss, logits, out.hidden_states, return_dict)
+    def _logits(self, h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        return self.classifier(self.dropout(h))  # (B, L, num_labels)
+
+    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)

@@ -82,14 +82,6 @@ def rope_rotations(config: ModelConfig, device: torch.device | None = None) -> t
     return torch.stack((cos, sin), dim=-1)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate adjacent pairs of the last dimension by the angles whose cosine and sine are given.
-
-    x: (..., L, H, D) or (T, H, D); cos, sin: broadcastable to (..., L, 1, D/2).
-    """
-    return rotate_pairs(x, torch.stack((cos, sin), dim=-1))
-
-
 def rotate_pairs(x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
     """Rotate each adjacent pair (x[2j], x[2j+1]) by the angle whose (cos, sin) is ``rotations[..., j, :]``.
 

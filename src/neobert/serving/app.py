@@ -130,15 +130,17 @@ class OpenAIEmbeddingResponse(BaseModel):
     usage: Usage
 
 
-class ClassifyResult(BaseModel):
+class ClassifierRow(BaseModel):  # neobert.inference.classifier_rows
     label: str | None = None
     score: float | None = None
-    scores: dict[str, float] | None = None
-    value: float | None = Field(default=None, description="regression models: the value, alone")
+    probabilities: dict[str, float] | None = None
+    value: float | list[float] | None = Field(
+        default=None, description="regression models: the value (a list for several outputs), alone"
+    )
 
 
 class ClassifyResponse(BaseModel):
-    results: list[ClassifyResult]
+    results: list[ClassifierRow]
 
 
 class Entity(BaseModel):

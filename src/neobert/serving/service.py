@@ -188,7 +188,7 @@ class Model:
             return list(vectors), self._report(report)
         if task == "classify":
             logits, report = long_documents.classify(self.model, self.tokenizer, texts, self.long, **budget)
-            return [label_scores(row, self.model.config) for row in logits], self._report(report)
+            return inference.classifier_rows(logits, self.model.config), self._report(report)
         if task == "rerank":  # texts are (query, document) pairs
             queries, documents = [q for q, _ in texts], [d for _, d in texts]
             logits = inference.classify(
@@ -285,18 +285,3 @@ class Service:
     def _on_call(self, requests: int, texts: int, tokens: int, seconds: float) -> None:
         self.metrics.model_call(requests, texts, tokens, seconds)
 
-
-def label_scores(logits: np.ndarray, config: Any) -> dict[str, Any]:
-    """A classifier's answer for one text: the top label and every label's probability (softmax; sigmoid
-    per label for multi-label models), or the value for a regression model."""
-    if config.problem_type == "regression" or config.num_labels == 1:
-        return {"value": float(logits[0])}
-    z = logits.astype(np.float64)
-    if config.problem_type == "multi_label_classification":
-        probs = 1.0 / (1.0 + np.exp(-z))
-    else:
-        probs = np.exp(z - z.max())
-        probs /= probs.sum()
-    names = [str((config.id2label or {}).get(i, f"LABEL_{i}")) for i in range(config.num_labels)]
-    best = int(probs.argmax())
-    return {"label": names[best], "score": float(probs[best]), "scores": dict(zip(names, probs.tolist()))}

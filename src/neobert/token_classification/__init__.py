@@ -1,5 +1,7 @@
-"""Token classification (NER): CoNLL / JSONL readers, sub-word label alignment, entity-level metrics,
-fine-tuning (``neobert finetune tokens``) and tagging with character offsets (``neobert tag``)."""
+"""Token classification (NER) with a trained tagger: tagging with character offsets (``neobert tag``, the
+service's ``/tokens``) and entity-level scores. Fine-tuning a tagger is a fine-tuning task:
+:mod:`neobert.finetuning.tokens` (``neobert finetune tokens``), its files read by
+:mod:`neobert.finetuning.token_data`."""
 
 from .entities import entity_scores, spans
 from .tagging import Entity, tag

@@ -1,25 +1,23 @@
-"""Pretraining: the loop (:func:`pretrain`) and its pure pieces (MLM masking, batching and packing,
+"""Training: the loop every task drives (:mod:`~neobert.training.engine`), the MLM pretraining task
+(:mod:`~neobert.training.mlm_task`, :func:`pretrain`) and their pure pieces (MLM masking, packing,
 learning-rate schedule, optimizer groups, loss normalisation).
 
-Each is a function of its inputs only (randomness comes from an explicit generator or seed), so each is
-tested alone; the trainer composes them.
+Each piece is a function of its inputs only (randomness comes from an explicit generator or seed), so each
+is tested alone; the MLM task composes them and the engine runs it.
 """
 
 from .batching import (
     PackedRow,
     collate_packed,
-    collate_padded,
     iter_packed_rows,
     micro_batches_for,
-    pack_documents,
-    token_budget_batches,
 )
 from .config import DataConfig, OptimConfig, PretrainConfig, ScheduleConfig
-from .loss import global_masked_count, masked_lm_loss_sum, normalize_loss
+from .loss import masked_lm_loss_sum, normalize_loss
 from .masking import IGNORE_INDEX, generator_for, mask_tokens
+from .mlm_task import NonFiniteLossError, PretrainResult, evaluate, pretrain
 from .optim import build_optimizer, parameter_groups
 from .schedule import lr_at, make_scheduler
-from .trainer import NonFiniteLossError, PretrainResult, evaluate, pretrain
 
 __all__ = [
     "IGNORE_INDEX",
@@ -32,10 +30,8 @@ __all__ = [
     "ScheduleConfig",
     "build_optimizer",
     "collate_packed",
-    "collate_padded",
     "evaluate",
     "generator_for",
-    "global_masked_count",
     "iter_packed_rows",
     "lr_at",
     "make_scheduler",
@@ -43,8 +39,6 @@ __all__ = [
     "masked_lm_loss_sum",
     "micro_batches_for",
     "normalize_loss",
-    "pack_documents",
     "parameter_groups",
     "pretrain",
-    "token_budget_batches",
 ]

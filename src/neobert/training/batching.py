@@ -1,13 +1,10 @@
 """Turning tokenized documents into model batches, and the batch-size arithmetic.
 
-Documents arrive as 1-D integer arrays, each already ``[CLS] ... [SEP]``. Two layouts:
-
-- packed: whole documents laid end to end in rows of a fixed length. Each document is its own segment in
-  ``cu_seqlens`` and positions restart at each document, so the model's per-sequence attention keeps every
-  token inside its own document. (The paper packed without this and lost 2.9 GLUE points.) Nothing is wasted
-  on padding except each row's tail.
-- padded: one document per row, rows grouped by similar length so that little of a batch is padding, and
-  batches sized by a token budget instead of a fixed row count.
+Documents arrive as 1-D integer arrays, each already ``[CLS] ... [SEP]``, and are packed: whole documents
+laid end to end in rows of a fixed length. Each document is its own segment in ``cu_seqlens`` and positions
+restart at each document, so the model's per-sequence attention keeps every token inside its own document.
+(The paper packed without this and lost 2.9 GLUE points.) Nothing is wasted on padding except each row's
+tail. (Unpacked rows, one document or piece per row, are :mod:`neobert.training.stream`'s.)
 
 The batch of a step is set in tokens; :func:`micro_batches_for` turns it into gradient-accumulation steps.
 """
@@ -73,13 +70,6 @@ def iter_packed_rows(
     yield from rows
 
 
-def pack_documents(
-    docs: Iterable[np.ndarray], seq_len: int, *, open_rows: int = 8, long_docs: str = "split"
-) -> list[PackedRow]:
-    """All rows of :func:`iter_packed_rows` as a list."""
-    return list(iter_packed_rows(docs, seq_len, open_rows=open_rows, long_docs=long_docs))
-
-
 def collate_packed(rows: Sequence[PackedRow], pad_id: int, seq_len: int | None = None) -> dict:
     """Tensors for packed rows, padded to ``seq_len`` (default: the longest row).
 
@@ -120,70 +110,6 @@ def collate_packed(rows: Sequence[PackedRow], pad_id: int, seq_len: int | None =
         "position_ids": torch.from_numpy(position_ids),
         "attention_mask": torch.from_numpy(attention_mask),
     }
-
-
-def token_budget_batches(
-    lengths: Sequence[int],
-    max_tokens: int,
-    shuffle_seed: int | None = None,
-    *,
-    pool_size: int | None = None,
-    max_batch_size: int | None = None,
-) -> list[list[int]]:
-    """Indices of documents grouped into batches whose padded size (rows x longest) is <= ``max_tokens``.
-
-    Documents are sorted by length within pools of ``pool_size`` (default: all of them) and cut greedily into
-    batches, so a batch holds similar lengths. With ``shuffle_seed`` the documents are shuffled before
-    pooling (ties and pools differ per seed) and the batch order is shuffled too, so lengths do not arrive
-    in sorted order; without it the order is deterministic and sorted. ``lengths`` should already be
-    truncated to the model's maximum length.
-    """
-    lengths = np.asarray(lengths, dtype=np.int64)
-    too_long = np.flatnonzero(lengths > max_tokens)
-    if too_long.size:
-        i = int(too_long[0])
-        raise ValueError(f"document {i} has {lengths[i]} tokens, more than max_tokens={max_tokens}")
-    rng = np.random.default_rng(shuffle_seed) if shuffle_seed is not None else None
-    order = rng.permutation(len(lengths)) if rng is not None else np.arange(len(lengths))
-    pool = pool_size or max(len(lengths), 1)
-    cap = max_batch_size or len(lengths)
-    batches: list[list[int]] = []
-    for start in range(0, len(order), pool):
-        chunk = order[start : start + pool]
-        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]  # stable: ties keep the shuffled order
-        batch: list[int] = []
-        longest = 0
-        for i in chunk.tolist():
-            grown = max(longest, int(lengths[i]))
-            if batch and ((len(batch) + 1) * grown > max_tokens or len(batch) == cap):
-                batches.append(batch)
-                batch, grown = [], int(lengths[i])
-            batch.append(i)
-            longest = grown
-        if batch:
-            batches.append(batch)
-    if rng is not None:
-        batches = [batches[j] for j in rng.permutation(len(batches))]
-    return batches
-
-
-def collate_padded(
-    docs: Sequence[np.ndarray], pad_id: int, max_length: int, *, pad_to_multiple_of: int = 1
-) -> dict:
-    """Right-padded ``input_ids`` and 0/1 ``attention_mask``, both (B, L) int64, each document cut at
-    ``max_length``. L is the longest cut document, rounded up to ``pad_to_multiple_of`` (never past
-    ``max_length``)."""
-    if not docs:
-        raise ValueError("no documents to collate")
-    cut = [np.asarray(doc)[:max_length] for doc in docs]
-    width = max(len(doc) for doc in cut)
-    width = min(-(-width // pad_to_multiple_of) * pad_to_multiple_of, max_length)
-    input_ids = np.full((len(cut), width), pad_id, dtype=np.int64)
-    attention_mask = np.zeros((len(cut), width), dtype=np.int64)
-    for b, doc in enumerate(cut):
-        input_ids[b, : len(doc)] = doc
-        attention_mask[b, : len(doc)] = 1
-    return {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(attention_mask)}
 
 
 def micro_batches_for(global_tokens: int, seq_len: int, micro_batch: int, world_size: int) -> int:

@@ -6,10 +6,11 @@ micro-batch (a micro-batch with 10 masked tokens would count as much as one with
 micro-batch contributes its *sum* divided by the global count, which is known before the first backward
 because the count depends only on the labels:
 
-    count = global_masked_count([mb["labels"] for mb in micro_batches])   # one all_reduce per step
+    count = all_reduce(sum((mb["labels"] != -100).sum() for mb in micro_batches))   # once per step
     for mb in micro_batches:
-        logits = model(..., labels=mb["labels"], masked_only=True).logits   # (N, V)
-        loss = normalize_loss(masked_lm_loss_sum(logits, mb["labels"][mb["labels"] != -100]), count)
+        selected = mb["labels"] != -100
+        logits = model(..., masked_positions=selected).logits   # (N, V); the model computes no loss
+        loss = normalize_loss(masked_lm_loss_sum(logits, mb["labels"][selected]), count)
         loss.backward()
 
 Summed over micro-batches and averaged by the data-parallel wrapper over processes, these gradients are
@@ -17,8 +18,6 @@ those of the global mean. The sum of the ``loss`` values, all-reduced with AVG, 
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
 
 import torch
 import torch.distributed as dist
@@ -40,26 +39,6 @@ def masked_lm_loss_sum(logits_masked: torch.Tensor, labels_masked: torch.Tensor)
 
 def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
-
-
-def global_masked_count(
-    labels: torch.Tensor | Iterable[torch.Tensor],
-    *,
-    device: torch.device | str | None = None,
-    group: dist.ProcessGroup | None = None,
-) -> torch.Tensor:
-    """Number of labelled tokens (label != -100) in all the given micro-batches of this process, summed
-    over every process of ``group`` when torch.distributed is initialised. A 0-d int64 tensor on ``device``
-    (default: that of the labels; NCCL needs it on the GPU). No host sync."""
-    if isinstance(labels, torch.Tensor):
-        labels = [labels]
-    counts = [(lab != IGNORE_INDEX).sum() for lab in labels]
-    if not counts:
-        raise ValueError("no labels given")
-    total = torch.stack([c.to(device or counts[0].device) for c in counts]).sum()
-    if _distributed():
-        dist.all_reduce(total, op=dist.ReduceOp.SUM, group=group)
-    return total
 
 
 def normalize_loss(

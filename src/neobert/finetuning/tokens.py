@@ -21,34 +21,24 @@ import torch.nn.functional as F
 
 from ..encoders import check_vocab, max_positions, resolve_tokenizer
 from ..evaluation.metrics import MetricResult
-from ..finetuning.classify import ClassifyResult
-from ..finetuning.config import FinetuneConfigError, ModelSource, TrainSettings, _positive_int
-from ..finetuning.models import load_classifier
-from ..finetuning.trainer import ClassificationTask, EvalSpec, _autocast, fit
 from ..io import write_json, write_text
+from ..token_classification.entities import entity_scores, spans
 from ..training.engine import LossTerms, is_main_process, wait_for_everyone
-from .data import IGNORE, OUTSIDE, Sentence, TokenDataset, collate_tokens, label_names, read_sentences
-from .entities import entity_scores, spans
+from .classification_task import ClassificationTask, EvalSpec, _autocast, fit
+from .classify import ClassifyResult
+from .config import FinetuneConfigError, TokensConfig
+from .models import load_classifier
+from .token_data import (
+    IGNORE,
+    OUTSIDE,
+    Sentence,
+    TokenLabelDataset,
+    collate_tokens,
+    label_names,
+    read_sentences,
+)
 
 METRICS = ("precision", "recall", "f1")
-
-
-@dataclass(kw_only=True)
-class TokensConfig(TrainSettings, ModelSource):
-    """``neobert finetune tokens``: the user's own token-classification (NER) task."""
-
-    train: str  # training file: CoNLL style (a token and its tag per line), or .jsonl with tokens + tags
-    validation: str  # validation file, same format
-    output: str  # output directory
-    max_train_samples: int | None = None  # use only the first N training sentences (quick runs)
-    max_eval_samples: int | None = None  # use only the first N validation sentences
-
-    def __post_init__(self) -> None:
-        TrainSettings.__post_init__(self)
-        ModelSource.__post_init__(self)
-        for name in ("max_train_samples", "max_eval_samples"):
-            if getattr(self, name) is not None:
-                _positive_int(self, name)
 
 
 @dataclass
@@ -90,7 +80,7 @@ class TokenClassificationTask(ClassificationTask):
 
 @torch.no_grad()
 def evaluate_tokens(
-    model: torch.nn.Module, data: TokenDataset, batch_size: int, pad_token_id: int, precision: str
+    model: torch.nn.Module, data: TokenLabelDataset, batch_size: int, pad_token_id: int, precision: str
 ) -> tuple[MetricResult, np.ndarray, float]:
     """Entity-level metrics of ``model`` on ``data``, the predicted label ids per word (N, most words;
     -1 past a sentence's end), the mean loss per labelled word."""
@@ -166,8 +156,8 @@ def run_tokens(config: TokensConfig | dict[str, Any]) -> TokensResult:
     check_vocab(model, tokenizer)
     max_length = min(config.max_length, max_positions(model) or config.max_length)
     label2id = {name: i for i, name in enumerate(labels)}
-    train = TokenDataset(tokenizer, train_sentences, label2id, max_length, config.train)
-    validation = TokenDataset(tokenizer, val_sentences, label2id, max_length, config.validation)
+    train = TokenLabelDataset(tokenizer, train_sentences, label2id, max_length, config.train)
+    validation = TokenLabelDataset(tokenizer, val_sentences, label2id, max_length, config.validation)
 
     output = Path(config.output)
     spec = EvalSpec(METRICS, _score, evaluate_split=evaluate_tokens)

@@ -17,12 +17,13 @@ from typing import Any
 
 import yaml
 
-from ..data import PrepareConfig, prepare, tokenizer_from_vocab, write_stdlib_corpus
-from ..encoders import load_model, load_tokenizer
+from ..data import PrepareConfig, load_tokenizer, prepare, tokenizer_from_vocab, write_stdlib_corpus
+from ..encoders import load_model
 from ..inference import fill_mask
 from ..io import write_dir, write_text
-from .config import PretrainConfig
-from .trainer import PretrainResult, pretrain
+from ..tables import fmt
+from ..training.config import PretrainConfig
+from ..training.mlm_task import PretrainResult, pretrain
 
 FILL_MASK_EXAMPLES = (
     "Return a new [MASK] containing the items of the iterable.",
@@ -112,10 +113,10 @@ def write_report(out: Path, result: PretrainResult, documents: int, examples) ->
         "",
         "| metric | value |",
         "|---|---|",
-        f"| validation MLM loss | {_fmt(result.val_loss)} |",
-        f"| unigram baseline (entropy of token frequencies) | {_fmt(result.unigram_entropy)} |",
-        f"| validation masked-token accuracy | {_fmt(result.val_accuracy)} |",
-        f"| last training loss | {_fmt(result.train_loss)} |",
+        f"| validation MLM loss | {fmt(result.val_loss, digits=3)} |",
+        f"| unigram baseline (entropy of token frequencies) | {fmt(result.unigram_entropy, digits=3)} |",
+        f"| validation masked-token accuracy | {fmt(result.val_accuracy, digits=3)} |",
+        f"| last training loss | {fmt(result.train_loss, digits=3)} |",
         "",
         "![loss curve](loss_curve.png)",
         "",

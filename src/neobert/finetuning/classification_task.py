@@ -210,7 +210,7 @@ class BestKeeper:
 def _optimizer(model: torch.nn.Module, settings: TrainSettings, fused: bool) -> torch.optim.Optimizer:
     """AdamW (no decay on biases, norms, embeddings)."""
     return build_optimizer(
-        model, lr=settings.learning_rate, betas=(0.9, 0.999), weight_decay=settings.weight_decay, fused=fused
+        model, lr=settings.lr, betas=(0.9, 0.999), weight_decay=settings.weight_decay, fused=fused
     )
 
 
@@ -330,7 +330,7 @@ def fit(
             tensorboard_dir=log_dir,
             precision="fp32",  # the task autocasts itself (precision "auto" depends on the device)
             device=device,
-            clip_grad_norm=settings.grad_clip,
+            clip_grad_norm=settings.clip_grad_norm,
             log_every=LOG_EVERY,
             keep_last=1,
             progress_bar=show_progress,

@@ -129,7 +129,7 @@ def word_labels(word_ids: Sequence[int | None], tags: Sequence[int]) -> list[int
     return labels
 
 
-class TokenDataset:
+class TokenLabelDataset:
     """Sentences tokenized once (words pre-split), with per-token labels; truncated to ``max_length``."""
 
     def __init__(self, tokenizer: Any, sentences: Sequence[Sentence], label2id: dict[str, int], max_length: int,

@@ -211,8 +211,7 @@ def _mlm_sums(model, batch: dict, device) -> tuple[torch.Tensor, torch.Tensor, t
         cu_seqlens=batch["cu_seqlens"],
         max_seqlen=batch["max_seqlen"],
         position_ids=batch["position_ids"],
-        labels=batch["labels"],
-        masked_only=True,  # logits (N, V) at the N masked positions only
+        masked_positions=selected,  # logits (N, V) at the N masked positions only; the loss is ours, once
     )
     targets = batch["labels"][selected]
     hits = (out.logits.detach().argmax(-1) == targets).sum()

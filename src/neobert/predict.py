@@ -1,0 +1,270 @@
+"""A model over a file of texts, one result per row: the tasks behind ``neobert embed``, ``classify`` and ``tag``.
+
+Each task takes a config dataclass, whose fields are the command's options (``cli/options.py`` derives
+them), and returns what the command prints. Inputs are validated before the model loads; outputs are
+written atomically. Row i of every output is row (or line) i of the input.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .config import POOLINGS, PRECISIONS, check_precision
+from .data.text_files import read_texts
+from .encoders import apply_precision, is_preset, load_model, resolve_tokenizer
+from .inference import classifier_rows, classify, encode, fill_mask, is_regression, label_names
+from .io import atomic_file, write_text
+from .long_documents import EXTEND_METHODS, POLICIES, LongDocuments, LongReport
+from .long_documents import classify as classify_long
+from .long_documents import embed as embed_long
+from .token_classification.tagging import Entity, tag
+
+MAX_TOKENS_HELP = "padded tokens per batch at most (default: 4,096 on the CPU, the fastest setting measured; no limit on a GPU)"
+
+
+@dataclass(kw_only=True)
+class FileJob:
+    """What every file task takes: a model, an input file, an output file, and the long-document policy."""
+
+    model: str  # model directory, preset name (random weights) or hub id
+    tokenizer: str | None = (
+        None  # tokenizer directory (default: the model directory's, or bert-base-uncased for presets)
+    )
+    input: str  # UTF-8 text file, one text per line
+    output: str  # the output file
+    batch_size: int = 32  # texts per batch at most
+    long_documents: str = field(default="truncate", metadata={"choices": POLICIES, "help": (
+        "truncate (counted and reported) | chunk (windows, results pooled / averaged) | "
+        "extend (NeoBERT: RoPE scaled to the text's length)")})  # fmt: skip
+    stride: int | None = None  # chunk: tokens shared by neighbouring windows (default: a quarter)
+    rope_scaling: str = field(
+        default="yarn", metadata={"choices": EXTEND_METHODS, "help": "extend: RoPE scaling method"}
+    )
+    show_progress: bool = True  # a progress bar on stderr
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "max_tokens", "max_length", "stride"):
+            value = getattr(self, name, None)
+            if value is not None and value < 1:
+                raise ValueError(f"{name.replace('_', ' ')} must be positive, got {value}")
+        if "precision" in self.__dataclass_fields__:
+            check_precision(self.precision)
+
+    @property
+    def long(self) -> LongDocuments:
+        return LongDocuments(self.long_documents, self.stride, self.rope_scaling)
+
+
+def _precision(what: str) -> str:
+    return field(default="auto", metadata={"choices": PRECISIONS, "help": "auto: the faster of fp32 and bf16 for this model here (measured); "
+                 f"bf16: NeoBERT fast path (bf16 weights, unpadded; {what}); fp32: exact"})  # fmt: skip
+
+
+def empty_rows(texts: list[str]) -> list[int]:
+    """1-based positions of the texts that are empty or blank."""
+    return [i + 1 for i, text in enumerate(texts) if not text.strip()]
+
+
+# -- embed ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class EmbedConfig(FileJob):
+    """``neobert embed``: one vector per line of a text file, into a .npy array."""
+
+    output: str  # where to write the .npy array (lines x hidden)
+    max_tokens: int | None = field(default=None, metadata={"help": MAX_TOKENS_HELP})
+    pooling: str = field(default="mean", metadata={"choices": POOLINGS, "help": "mean | cls"})
+    normalize: bool = True  # unit L2 norm (--no-normalize keeps raw vectors)
+    max_length: int | None = None  # truncate texts to this many tokens (default: the model's max_length)
+    precision: str = _precision("cosine > 0.99 to fp32")
+
+
+@dataclass
+class EmbedResult:
+    output: Path
+    shape: tuple[int, int]
+    seconds: float
+    empty_rows: list[int]  # 1-based lines whose text is empty or blank (embedded as such, and reported)
+    long: LongReport | None = None  # what the long-document policy did (None with an explicit max_length)
+
+
+def embed_file(config: EmbedConfig) -> EmbedResult:
+    """Embed every line of ``config.input`` and save the (lines, hidden) float32 array to ``config.output``.
+
+    ``precision="bf16"`` runs NeoBERT models on the fast path (bf16 weights, unpadded attention; embeddings
+    within cosine 0.99 of fp32, typically > 0.999); ``fp32`` is exact; ``auto`` (default) takes the one that
+    is faster for this model on this machine (measured). Other encoders run as loaded.
+    """
+    c = config
+    texts = read_texts(c.input)[0]  # validate the input before paying for the model
+    start = time.perf_counter()
+    tok = resolve_tokenizer(c.model, c.tokenizer)
+    encoder = apply_precision(load_model(c.model, task="base"), c.precision)
+    budget = {"batch_size": c.batch_size, "max_tokens": c.max_tokens, "show_progress": c.show_progress}
+    report = None
+    if c.max_length is None:  # the model's window: the long-document policy decides
+        vectors, report = embed_long(encoder, tok, texts, c.long, c.pooling, c.normalize, **budget)
+    else:
+        vectors = encode(encoder, tok, texts, pooling=c.pooling, normalize=c.normalize, max_length=c.max_length,
+                         **budget)  # fmt: skip
+    with atomic_file(c.output, "wb") as handle:
+        np.save(handle, vectors)
+    return EmbedResult(Path(c.output), vectors.shape, time.perf_counter() - start, empty_rows(texts), report)
+
+
+# -- classify ------------------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class ClassifyFileConfig(FileJob):
+    """``neobert classify``: a sequence classifier over a text file or a table, one JSON line per row."""
+
+    input: str  # a table (.csv, .tsv, .jsonl, .json, .parquet) or a UTF-8 text file, one text per line
+    text_column: str = "text"  # the table's text column
+    pair_column: str | None = (
+        None  # the table's second-text column, for sentence-pair classifiers (tables only)
+    )
+    output: str = field(metadata={"help": 'where to write the .jsonl: {"label", "score", "probabilities"} per '
+                                          'row, or {"value"} (regression)'})  # fmt: skip
+    max_tokens: int | None = field(default=None, metadata={"help": MAX_TOKENS_HELP})
+    max_length: int | None = None  # truncate inputs to this many tokens (default: the model's position limit)
+    precision: str = _precision("probabilities within ~0.05 of fp32")
+
+
+@dataclass
+class FileClassification:
+    """What ``neobert classify`` did (the rows themselves are in the output file)."""
+
+    output: Path
+    rows: int
+    regression: bool
+    label_counts: dict[str, int]  # predicted label -> rows, every label in id order; empty for regression
+    value_range: tuple[float, float, float] | None  # min, mean, max of the predicted values (regression)
+    seconds: float
+    random_weights: bool  # a preset: the head and encoder are untrained
+    empty_rows: list[int]  # 1-based rows whose text is empty or blank (classified as such, and reported)
+    long: LongReport | None = None  # what the long-document policy did (None for pairs / explicit max_length)
+
+
+def _require_head(model: str, classifier: torch.nn.Module) -> None:
+    """A checkpoint saved without a classification head loads with a random one: refuse it."""
+    architectures = getattr(classifier.config, "architectures", None) or []
+    if architectures and not any(a.endswith("ForSequenceClassification") for a in architectures):
+        raise ValueError(
+            f"{model} is a {architectures[0]} checkpoint without a trained classification head (loading it "
+            "as a classifier would add a random one); fine-tune a classifier first (`neobert finetune "
+            "classify`) and pass its model directory"
+        )
+
+
+def classify_file(config: ClassifyFileConfig) -> FileClassification:
+    """Classify every row of ``config.input`` and write one :func:`~neobert.inference.classifier_rows` object
+    per row to ``config.output``.
+
+    ``precision="bf16"`` runs NeoBERT models on the fast path (bf16 weights, unpadded attention;
+    probabilities within 0.05 of fp32, typically 0.01-0.02); ``fp32`` is exact; ``auto`` (default) takes the
+    one that is faster for this model on this machine (measured). Other encoders run as loaded.
+    """
+    c = config
+    texts, pairs = read_texts(c.input, c.text_column, c.pair_column)  # validate before loading the model
+    if (pairs is not None or c.max_length is not None) and c.long_documents != "truncate":
+        raise ValueError(f"--long-documents {c.long_documents} applies to single texts without --max-length")
+    start = time.perf_counter()
+    tok = resolve_tokenizer(c.model, c.tokenizer)
+    classifier = load_model(c.model, task="sequence-classification")
+    _require_head(c.model, classifier)
+    apply_precision(classifier, c.precision)
+    budget = {"batch_size": c.batch_size, "max_tokens": c.max_tokens, "show_progress": c.show_progress}
+    report = None
+    if pairs is None and c.max_length is None:  # single texts at the model's window: the policy decides
+        logits, report = classify_long(classifier, tok, texts, c.long, **budget)
+    else:
+        logits = classify(classifier, tok, texts, pairs, max_length=c.max_length, **budget)
+    rows = classifier_rows(logits, classifier.config)
+    path = write_text(c.output, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    regression = is_regression(classifier.config)
+    counts: dict[str, int] = {}
+    value_range = None
+    if regression:
+        values = logits.astype(np.float64)
+        value_range = (float(values.min()), float(values.mean()), float(values.max()))
+    else:
+        predicted = Counter(row["label"] for row in rows)
+        counts = {name: predicted[name] for name in dict.fromkeys(label_names(classifier.config))}
+    seconds = time.perf_counter() - start
+    return FileClassification(path, len(rows), regression, counts, value_range, seconds, is_preset(c.model),
+                              empty_rows(texts), report)  # fmt: skip
+
+
+# -- tag -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class TagConfig(FileJob):
+    """``neobert tag``: entities with character offsets from a fine-tuned token classifier, JSONL out."""
+
+    model: str  # fine-tuned token-classification model directory
+    tokenizer: str | None = None  # tokenizer directory (default: the model's)
+    input: (
+        str  # text file (one text per line) or a table with a text column (.jsonl: a 'text' field per line)
+    )
+    output: str  # output .jsonl
+
+
+@dataclass
+class TagResult:
+    output: Path
+    texts: int
+    entities: list[list[Entity]]
+    seconds: float
+    long: LongReport | None = None
+
+
+def tag_file(config: TagConfig) -> TagResult:
+    """Tag every text of ``config.input``; one ``{text, entities}`` JSON line per text in ``config.output``."""
+    c = config
+    if not Path(c.model).is_dir():
+        raise ValueError(f"--model {c.model}: expected a fine-tuned token-classification model directory")
+    texts = read_texts(c.input)[0]
+    start = time.perf_counter()
+    model = load_model(c.model, task="token-classification")
+    tokenizer = resolve_tokenizer(c.model, c.tokenizer)
+    entities, report = tag(model, tokenizer, texts, c.long, batch_size=c.batch_size)
+    lines = [
+        json.dumps({"text": text, "entities": [e.to_dict() for e in row]}, ensure_ascii=False)
+        for text, row in zip(texts, entities)
+    ]
+    path = write_text(c.output, "\n".join(lines) + "\n")
+    return TagResult(path, len(texts), entities, time.perf_counter() - start, report)
+
+
+# -- fill-mask -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FillMaskResult:
+    text: str
+    predictions: list[list[tuple[str, float]]]  # one list per [MASK], best first
+    random_weights: bool  # a preset: the predictions mean nothing
+
+
+def fill_mask_text(model: str, text: str, top_k: int = 5, tokenizer: str | None = None) -> FillMaskResult:
+    """The ``top_k`` most likely tokens for each [MASK] of ``text`` (``neobert fill-mask``).
+
+    Args:
+        model: model directory, preset name (random weights) or hub id
+        text: text holding one or more [MASK], e.g. "Paris is the [MASK] of France."
+        top_k: predictions per [MASK]
+        tokenizer: tokenizer directory (default: the model directory's, or bert-base-uncased for presets)
+    """
+    mlm = load_model(model, task="mlm")
+    return FillMaskResult(text, fill_mask(mlm, resolve_tokenizer(model, tokenizer), text, top_k=top_k),
+                          is_preset(model))  # fmt: skip
