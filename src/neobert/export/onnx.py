@@ -23,10 +23,14 @@ The onnx, onnxruntime and onnxscript packages are the ``onnx`` extra, imported o
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import shutil
-from dataclasses import asdict, dataclass, field
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +67,23 @@ class UnsupportedModelError(ValueError):
 
 
 @dataclass
+class OnnxExportConfig:
+    """The settings of ``neobert export onnx`` (:func:`run`)."""
+
+    model: str  # model directory: NeoBERT, BERT, RoBERTa, DistilBERT, ELECTRA (a classifier exports its logits)
+    output: str  # directory to write (must not exist, or be empty, unless --force)
+    quantize: str | None = None  # also write model_int8.onnx (onnxruntime dynamic quantization)
+    pooling: str | None = None  # sentence_embedding pooling, mean or cls (default: as the source declares)
+    force: bool = False  # replace a non-empty output directory
+
+
+def run(config: OnnxExportConfig) -> ExportResult:
+    return export_onnx(
+        config.model, config.output, config.quantize, force=config.force, pooling=config.pooling
+    )
+
+
+@dataclass
 class ExportResult:
     output: Path
     task: str  # "base" or "sequence-classification"
@@ -95,7 +116,7 @@ def inspect_source(model_dir: str | os.PathLike) -> Source:
         raise FileNotFoundError(f"model directory {model_dir} does not exist")
     if not root.is_dir():
         raise NotADirectoryError(f"{model_dir} is a file; --model takes a model directory")
-    path, pooling, normalize, origin, max_length = root, "mean", True, "default (neobert encode)", None
+    path, pooling, normalize, origin, max_length = root, "mean", True, "none declared: neobert encode's default", None
     if (root / "modules.json").is_file():
         path, pooling, normalize, max_length = _sentence_transformers(root)
         origin = "sentence-transformers modules.json"
@@ -223,7 +244,7 @@ def export_onnx(
     if source.task == "base" and any("For" in a for a in model.config.architectures or []):
         notes.append(f"head {model.config.architectures[0]} not exported: the base encoder was")
 
-    with atomic_dir(output) as tmp:
+    with atomic_dir(output) as tmp, _quiet():
         _export_graph(graph, tmp / FILES["fp32"], encoder.max_length, _nbytes(model))
         _write_tokenizer(encoder.tokenizer, tmp, max_length)
         shutil.copyfile(source.path / "config.json", tmp / "config.json")
@@ -252,6 +273,23 @@ def export_onnx(
     return ExportResult(
         output, source.task, source.model_type, max_length, settings["pooling"], files, settings["parity"], notes
     )
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence the exporters' advice that does not apply here (axis renaming, ORT's pre-processing hint)."""
+    loggers = [logging.getLogger(), logging.getLogger("torch.onnx")]  # root: onnxruntime.quantization's
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="# The axis name")
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def _nbytes(model: torch.nn.Module) -> int:
@@ -355,7 +393,3 @@ def measure_parity(graph: torch.nn.Module, directory: Path, settings: dict) -> d
             cosine = (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
             parity[f"{variant}_cosine_min"] = float(cosine.min())
     return parity
-
-
-def result_dict(result: ExportResult) -> dict[str, Any]:
-    return {**asdict(result), "output": str(result.output)}
