@@ -114,7 +114,8 @@ FLOORS = {
     "neobert.integrations": 3,
     "neobert.serving": 3,
     "neobert.token_classification": 3,
-    "neobert.ablation": 3,  # the ablation ladder: runs the pretraining and fine-tuning tasks
+    "neobert.ablation": 3,
+    "neobert.export": 3,  # ONNX export (runs the model and the tokenizer) and its onnxruntime loader  # the ablation ladder: runs the pretraining and fine-tuning tasks
     "neobert.cli": 4,
 }
 

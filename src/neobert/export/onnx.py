@@ -70,7 +70,7 @@ class UnsupportedModelError(ValueError):
 class OnnxExportConfig:
     """The settings of ``neobert export onnx`` (:func:`run`)."""
 
-    model: str  # model directory: NeoBERT, BERT, RoBERTa, DistilBERT, ELECTRA (a classifier exports its logits)
+    model: str  # model directory: NeoBERT or a BERT-family encoder (a classifier exports its logits)
     output: str  # directory to write (must not exist, or be empty, unless --force)
     quantize: str | None = None  # also write model_int8.onnx (onnxruntime dynamic quantization)
     pooling: str | None = None  # sentence_embedding pooling, mean or cls (default: as the source declares)
@@ -116,7 +116,8 @@ def inspect_source(model_dir: str | os.PathLike) -> Source:
         raise FileNotFoundError(f"model directory {model_dir} does not exist")
     if not root.is_dir():
         raise NotADirectoryError(f"{model_dir} is a file; --model takes a model directory")
-    path, pooling, normalize, origin, max_length = root, "mean", True, "none declared: neobert encode's default", None
+    path, pooling, normalize, max_length = root, "mean", True, None
+    origin = "none declared: neobert encode's default"
     if (root / "modules.json").is_file():
         path, pooling, normalize, max_length = _sentence_transformers(root)
         origin = "sentence-transformers modules.json"
@@ -131,7 +132,9 @@ def inspect_source(model_dir: str | os.PathLike) -> Source:
             f"{', '.join(SUPPORTED_TYPES)}"
         )
     heads = config.get("architectures") or []
-    task = "sequence-classification" if any(a.endswith("ForSequenceClassification") for a in heads) else "base"
+    task = (
+        "sequence-classification" if any(a.endswith("ForSequenceClassification") for a in heads) else "base"
+    )
     return Source(path, model_type, task, pooling, normalize, origin, max_length)
 
 
@@ -148,12 +151,19 @@ def _sentence_transformers(root: Path) -> tuple[Path, str, bool, int | None]:
     pooling = "mean"
     if "Pooling" in kinds:
         settings = json.loads((kinds["Pooling"] / "config.json").read_text(encoding="utf-8"))
-        modes = [k.removeprefix("pooling_mode_") for k, v in settings.items() if k.startswith("pooling_mode_") and v]
-        names = {"cls_token": "cls", "mean_tokens": "mean"}
+        modes = settings.get("pooling_mode")  # sentence-transformers 6: a name (or names); before: flags
+        if modes is None:
+            modes = [
+                k.removeprefix("pooling_mode_")
+                for k, v in settings.items()
+                if k.startswith("pooling_mode_") and v
+            ]
+        modes = [modes] if isinstance(modes, str) else list(modes)
+        names = {"cls_token": "cls", "cls": "cls", "mean_tokens": "mean", "mean": "mean"}
         if len(modes) != 1 or modes[0] not in names:
             raise UnsupportedModelError(
                 f"{kinds['Pooling']}/config.json: pooling {', '.join(modes) or 'none'} is not supported; "
-                "use one of cls_token, mean_tokens"
+                "use cls or mean"
             )
         pooling = names[modes[0]]
     transformer = kinds["Transformer"]
@@ -172,7 +182,9 @@ def check_output(output: Path, model_dir: Path, force: bool) -> None:
     if output.exists() and not output.is_dir():
         raise FileExistsError(f"output {output} exists and is a file")
     if output.is_dir() and any(output.iterdir()) and not force:
-        raise FileExistsError(f"output directory {output} exists and is not empty; pass --force to replace it")
+        raise FileExistsError(
+            f"output directory {output} exists and is not empty; pass --force to replace it"
+        )
 
 
 def _require_extras() -> None:
@@ -190,7 +202,9 @@ class EncoderGraph(torch.nn.Module):
         super().__init__()
         self.model, self.pooling, self.normalize = model, pooling, normalize
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         pooled = pool(hidden, attention_mask, self.pooling)  # (B, C)
         return hidden, F.normalize(pooled, p=2, dim=-1) if self.normalize else pooled
@@ -267,11 +281,20 @@ def export_onnx(
         settings["parity"] = measure_parity(graph, tmp, settings)
         cosine = settings["parity"].get("int8_cosine_min")
         if cosine is not None and cosine < INT8_COSINE_FLOOR:
-            notes.append(f"int8 cosine to fp32 {cosine:.4f} < {INT8_COSINE_FLOOR} on the check texts: prefer model.onnx")
+            notes.append(
+                f"int8 cosine to fp32 {cosine:.4f} < {INT8_COSINE_FLOOR} on the check texts: prefer model.onnx"
+            )
         write_json(tmp / CONFIG_FILE, settings)
         files += sorted(p.name for p in tmp.iterdir() if p.name not in files)
     return ExportResult(
-        output, source.task, source.model_type, max_length, settings["pooling"], files, settings["parity"], notes
+        output,
+        source.task,
+        source.model_type,
+        max_length,
+        settings["pooling"],
+        files,
+        settings["parity"],
+        notes,
     )
 
 
@@ -311,7 +334,9 @@ def _export_graph(graph: torch.nn.Module, path: Path, max_length: int, nbytes: i
     with torch.no_grad():
         graph(*example)  # builds lazily cached tables (RoPE) before tracing
         batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=max_length)
-        outputs = ["logits"] if isinstance(graph, ClassifierGraph) else ["last_hidden_state", "sentence_embedding"]
+        outputs = (
+            ["logits"] if isinstance(graph, ClassifierGraph) else ["last_hidden_state", "sentence_embedding"]
+        )
         program = torch.onnx.export(
             graph,
             example,
@@ -338,7 +363,9 @@ def _quantize(source: Path, target: Path) -> None:
     down = [
         n.name
         for n in graph.node
-        if n.op_type == "MatMul" and len(shapes.get(n.input[1], ())) == 2 and shapes[n.input[1]][0] > shapes[n.input[1]][1]
+        if n.op_type == "MatMul"
+        and len(shapes.get(n.input[1], ())) == 2
+        and shapes[n.input[1]][0] > shapes[n.input[1]][1]
     ]
     quantize_dynamic(
         source,
@@ -359,10 +386,14 @@ def _write_tokenizer(tokenizer: Any, directory: Path, max_length: int) -> None:
     tokenizer.save_pretrained(directory)
     path = directory / "tokenizer.json"
     if not path.is_file():
-        raise UnsupportedModelError("the model's tokenizer has no tokenizer.json (a fast tokenizer is needed)")
+        raise UnsupportedModelError(
+            "the model's tokenizer has no tokenizer.json (a fast tokenizer is needed)"
+        )
     backend = Tokenizer.from_file(str(path))
     backend.enable_truncation(max_length)
-    backend.enable_padding(pad_id=int(tokenizer.pad_token_id or 0), pad_token=str(tokenizer.pad_token or "[PAD]"))
+    backend.enable_padding(
+        pad_id=int(tokenizer.pad_token_id or 0), pad_token=str(tokenizer.pad_token or "[PAD]")
+    )
     backend.save(str(path))
 
 

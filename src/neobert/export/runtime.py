@@ -42,10 +42,14 @@ class OnnxEncoder:
         self.directory = Path(directory)
         config_file = self.directory / CONFIG_FILE
         if not config_file.is_file():
-            raise FileNotFoundError(f"{directory} holds no {CONFIG_FILE}: export it with `neobert export onnx`")
+            raise FileNotFoundError(
+                f"{directory} holds no {CONFIG_FILE}: export it with `neobert export onnx`"
+            )
         self.config: dict[str, Any] = json.loads(config_file.read_text(encoding="utf-8"))
         if self.config.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{config_file}: format_version {self.config.get('format_version')} is not {FORMAT_VERSION}")
+            raise ValueError(
+                f"{config_file}: format_version {self.config.get('format_version')} is not {FORMAT_VERSION}"
+            )
         files = self.config["files"]
         if variant not in files:
             raise ValueError(f"{directory} has no {variant!r} model; it holds {', '.join(files)}")
@@ -56,7 +60,9 @@ class OnnxEncoder:
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
         self.session = ort.InferenceSession(
-            str(self.directory / files[variant]), options, providers=list(providers or ["CPUExecutionProvider"])
+            str(self.directory / files[variant]),
+            options,
+            providers=list(providers or ["CPUExecutionProvider"]),
         )
 
     @property
