@@ -282,3 +282,20 @@ def test_errors_are_clear_and_leave_nothing(tmp_path, model_dir, monkeypatch, ca
     with pytest.raises(RuntimeError, match="quantization failed"):
         export_onnx(model_dir, tmp_path / "partial" / "o", quantize="int8")
     assert list((tmp_path / "partial").iterdir()) == []
+
+
+def test_bench_onnx_puts_runtimes_side_by_side(tmp_path):
+    from neobert.benchmarks.onnx import OnnxBenchConfig, run
+
+    config = OnnxBenchConfig(
+        model="tiny", texts=6, max_length=40, batch_size=3, repeats=1, output=str(tmp_path), progress=False
+    )
+    results = run(config)
+    rows = {r["variant"]: r for r in results["rows"]}
+    assert list(rows) == ["pytorch-fp32", "onnx-fp32", "onnx-int8"]
+    assert rows["pytorch-fp32"]["vs_pytorch_fp32"] == 1.0
+    assert rows["onnx-fp32"]["max_abs"] < 1e-4  # the same vectors from the same token arrays
+    assert rows["onnx-int8"]["max_abs"] > 1e-4  # a different computation, reported as such
+    assert results["texts"]["count"] == 6 and 8 <= results["texts"]["min"] <= results["texts"]["max"] <= 40
+    table = (tmp_path / "results.md").read_text()
+    assert "| onnx-int8 |" in table and "vs PyTorch fp32" in table

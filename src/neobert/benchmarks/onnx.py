@@ -25,7 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data.corpus import iter_stdlib_documents
-from ..encoders import apply_precision, is_preset, load_encoder, save_pretrained
+from ..encoders import apply_precision, is_neobert, is_preset, load_encoder, save_pretrained
 from ..export.onnx import ClassifierGraph, EncoderGraph, export_onnx, inspect_source
 from ..export.runtime import OnnxEncoder
 from .measure import machine_info
@@ -132,7 +132,9 @@ def _measure(config: OnnxBenchConfig, source: Path, exported: Any, export_s: flo
 
     forwards = {"pytorch-fp32": _torch_forward(graph(apply_precision(copy.deepcopy(fp32), "fp32")))}
     if config.bf16:
-        forwards["pytorch-bf16"] = _torch_forward(graph(apply_precision(copy.deepcopy(fp32), "bf16")))
+        bf16 = copy.deepcopy(fp32)  # NeoBERT: the fast path; other encoders run as loaded there, so cast
+        bf16 = apply_precision(bf16, "bf16") if is_neobert(bf16) else bf16.to(torch.bfloat16)
+        forwards["pytorch-bf16"] = _torch_forward(graph(bf16))
     onnx_fp32 = OnnxEncoder(exported.output, threads=config.threads)
     forwards["onnx-fp32"] = _onnx_forward(onnx_fp32)
     forwards["onnx-int8"] = _onnx_forward(OnnxEncoder(exported.output, "int8", threads=config.threads))
