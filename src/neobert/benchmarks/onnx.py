@@ -65,7 +65,7 @@ def corpus_texts(tokenizer: Any, count: int, max_length: int) -> list[str]:
     rng.shuffle(lengths)
     texts: list[str] = []
     for document, length in zip(iter_stdlib_documents(), lengths):
-        ids = tokenizer(document, add_special_tokens=False)["input_ids"][:length]
+        ids = tokenizer(document, add_special_tokens=False, truncation=True, max_length=length)["input_ids"]
         texts.append(tokenizer.decode(ids))
     if len(texts) < count:
         raise ValueError(f"the stdlib corpus holds only {len(texts)} documents; {count} needed")
@@ -199,7 +199,7 @@ def _measure(config: OnnxBenchConfig, source: Path, exported: Any, export_s: flo
 
 def markdown(results: dict) -> str:
     c, t, m = results["config"], results["texts"], results["model"]
-    name = c["model"] if not Path(c["model"]).is_absolute() else Path(c["model"]).name
+    name = c["model"] if not Path(c["model"]).is_absolute() else "/".join(Path(c["model"]).parts[-2:])
     lines = [
         f"# ONNX Runtime beside PyTorch: {name} ({m['type']}, {m['parameters'] / 1e6:.1f}M parameters, {m['task']})",
         "",
