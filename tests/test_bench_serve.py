@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import time
 
 import pytest
 
@@ -13,6 +15,7 @@ from neobert.benchmarks.serve import (
     ServeBenchConfig,
     markdown,
     merged_counts,
+    overload_goals,
     percentile_ms,
     request_texts,
     run_cell,
@@ -26,12 +29,25 @@ from neobert.serving.service import Service
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+def settled_metrics(service, timeout: float = 5.0) -> str:
+    """The service's metrics once they stop changing: a response reaches the client just before the
+    server counts it, so a render right after the last response can miss the last few."""
+    previous, deadline = None, time.monotonic() + timeout
+    while True:
+        current = service.metrics.render().decode()
+        counts = re.findall(r"^neobert_requests_total\{.*\} (\S+)$", current, re.MULTILINE)
+        if counts == previous or time.monotonic() > deadline:
+            return current
+        previous = counts
+        time.sleep(0.3)
+
+
 def test_run_cell_counts_every_request_the_server_saw(model_dir):
-    service = Service.load(ServeConfig(model=str(model_dir), precision="fp32"))
+    service = Service.load(ServeConfig(model=str(model_dir), precision="fp32", model_process=False))
     texts = request_texts(20, 6)
     with BackgroundServer(service) as srv:
         result = run_cell(srv.port, concurrency=4, texts=texts, duration=30.0, max_requests=37)
-        metrics = service.metrics.render().decode()
+        metrics = settled_metrics(service)
     assert (len(result["latencies"]), result["failed"], result["refused"]) == (37, 0, 0)
     assert 'neobert_requests_total{endpoint="/embed",status="200"} 37.0' in metrics
     total, calls = merged_counts(metrics)
@@ -39,7 +55,7 @@ def test_run_cell_counts_every_request_the_server_saw(model_dir):
 
 
 def test_run_cell_stops_on_time(model_dir):
-    service = Service.load(ServeConfig(model=str(model_dir), precision="fp32"))
+    service = Service.load(ServeConfig(model=str(model_dir), precision="fp32", model_process=False))
     with BackgroundServer(service) as srv:
         result = run_cell(srv.port, concurrency=2, texts=["a b"], duration=0.5, max_requests=10**6)
     assert 0.4 < result["seconds"] < 10 and result["latencies"]
@@ -57,6 +73,49 @@ def test_report_arithmetic():
     assert "| on | 8 | 40 | 40.0 |" in text and "concurrency 8: 4.0x" in text
     with pytest.raises(ValueError, match="concurrency"):
         ServeBenchConfig(concurrency=[0])
+
+
+def test_a_retry_storm_loses_nothing_and_its_refusals_are_paced(model_dir):
+    """12 clients resending at once on 503 against a queue of 2, the model in its own process: every
+    request is answered 200 or 503 (none lost), the 200s keep flowing, and each refusal waits
+    refusal_delay, so the clients cannot send more than clients x seconds / delay of them."""
+    config = ServeConfig(model=str(model_dir), precision="fp32", max_queue=2, refusal_delay=0.2, threads=1)
+    texts = request_texts(50, 8)
+    with BackgroundServer(Service.load(config)) as srv:
+        result = run_cell(
+            srv.port, concurrency=12, texts=texts, duration=3.0, max_requests=5000, backoff=False
+        )
+        metrics = settled_metrics(srv.service)
+    accepted, refused = len(result["latencies"]), result["refused"]
+    assert result["failed"] == 0 and accepted > 0 and refused > 0
+    assert refused <= 12 * result["seconds"] / 0.2 + 12
+    assert f'neobert_requests_total{{endpoint="/embed",status="200"}} {float(accepted)}' in metrics
+    # a refusal still waiting out its delay when the clients stop is counted by the server, not the clients
+    served_503 = float(re.search(r'neobert_requests_total\{endpoint="/embed",status="503"\} (\S+)', metrics)[1])
+    assert refused <= served_503 <= refused + 12
+    assert result["client_cpu"] > 0
+
+
+def test_overload_goals_and_report():
+    def cell(label, concurrency, rate, p99, failed=0):
+        return Cell(True, concurrency, int(rate * 10), failed, 5, 10.0, rate, 1, 2, p99, 4.0, label, 0.5, 1.5)
+
+    cells = [cell("capacity", 1, 10, 100), cell("capacity", 32, 50, 800), cell("storm", 64, 41, 1500),
+             cell("polite", 64, 48, 900)]  # fmt: skip
+    goals = overload_goals(cells)
+    assert (goals["goodput_ratio"], goals["goodput_ok"], goals["p99_ok"], goals["lost_ok"]) == (
+        0.82,
+        True,
+        True,
+        True,
+    )
+    assert not overload_goals([*cells[:2], cell("storm", 64, 39, 1700, failed=1)])["goodput_ok"]
+    assert overload_goals([*cells[:2], cell("storm", 64, 45, 1601)])["p99_ok"] is False
+    results = {"config": {"model": "m", "precision": "fp32", "words": 3, "duration": 10, "max_requests": 9,
+                          "overload": True, "max_queue": 64, "storm_queue": 16, "storm_factor": 4},
+               "machine": {"cpus": 2, "platform": "p"}, "cells": [c.__dict__ for c in cells], "goals": goals}  # fmt: skip
+    text = markdown(results)
+    assert "| storm | 64 | 410 | 41.0 |" in text and "0.82 (>= 0.8: met)" in text
 
 
 @pytest.mark.slow  # two server processes (each imports torch, transformers and FastAPI)

@@ -87,6 +87,8 @@ def get(url: str, path: str) -> tuple[int, str]:
 
 
 def make_service(model_dir, **settings) -> Service:
+    """The model in a thread of this process (fast to start); the shared ``server`` runs it in a process."""
+    settings.setdefault("model_process", False)
     return Service.load(ServeConfig(model=str(model_dir), precision="fp32", **settings))
 
 
@@ -119,7 +121,9 @@ def reference_model(model_dir):
 
 @pytest.fixture(scope="module")
 def server(model_dir):
-    with BackgroundServer(make_service(model_dir, max_texts=8, max_chars=2000)) as srv:
+    """The default layout: the model in a process of its own beside the HTTP process."""
+    service = make_service(model_dir, max_texts=8, max_chars=2000, model_process=True, threads=1)
+    with BackgroundServer(service) as srv:
         yield srv
 
 
@@ -285,12 +289,14 @@ def test_chunked_body_over_the_limit_answers_413(server):
         ("/embed", {"texts": "not a list"}, "texts", "valid list"),
         ("/embed", {"text": ["a"]}, "texts", "required"),
         ("/embed", {"texts": ["a"], "normalize": "yes"}, "normalize", "boolean"),
-        ("/embed", {"texts": ["a"], "pooling": "max"}, "pooling", "'mean' or 'cls'"),
+        ("/embed", {"texts": ["a"], "pooling": "max"}, "pooling", "'mean', 'cls' or 'last'"),
         ("/embed", {"texts": []}, "texts", "at least 1"),
         ("/fill-mask", {"texts": ["no mask here"]}, "texts[0]", "[MASK]"),
         ("/fill-mask", {"texts": ["a [MASK]"], "top_k": "3"}, "top_k", "integer"),
         ("/v1/embeddings", {"input": [1, 2]}, "input", "string"),
-        ("/v1/embeddings", {"input": "a", "dimensions": 7}, "dimensions", "64"),
+        ("/v1/embeddings", {"input": "a", "dimensions": 65}, "dimensions", "at most the model's 64"),
+        ("/embed", {"texts": ["a", "\ud800"]}, "texts[1]", "not valid Unicode"),
+        ("/embed", {"texts": ["a"], "truncate": "no"}, "truncate", "boolean"),
     ],
 )
 def test_malformed_requests_answer_422_naming_the_field(server, path, body, field, words):
@@ -365,7 +371,6 @@ def test_embed_options_and_fill_mask(server, reference_model, tokenizer):
 def test_classify_and_tokens_endpoints(tmp_path, tokenizer):
     from neobert.config import ModelConfig
     from neobert.model import NeoBERTConfig, NeoBERTForTokenClassification
-    from neobert.token_classification import tag
 
     torch.manual_seed(0)
     labels = {0: "negative", 1: "positive"}
@@ -403,12 +408,46 @@ def test_classify_and_tokens_endpoints(tmp_path, tokenizer):
     with BackgroundServer(make_service(tag_dir)) as srv:
         status, body, _ = post(srv.url, "/tokens", {"texts": texts})
     assert status == 200
-    expected, _ = tag(tagger, tokenizer, texts)
-    assert body["results"] == [{"entities": [e.to_dict() for e in row]} for row in expected]
-    assert any(row["entities"] for row in body["results"])
-    for text, row in zip(texts, body["results"]):
-        for entity in row["entities"]:
-            assert text[entity["start"] : entity["end"]] == entity["text"]
+    expected = [bio_entities(tagger, tokenizer, text, tags) for text in texts]
+    assert any(expected)
+    for text, row, want in zip(texts, body["results"], expected):
+        got = [(e["label"], e["start"], e["end"], e["text"]) for e in row["entities"]]
+        assert got == [(label, start, end, text[start:end]) for label, start, end, _ in want]
+        np.testing.assert_allclose([e["score"] for e in row["entities"]], [w[3] for w in want], atol=1e-5)
+
+
+def bio_entities(model, tokenizer, text: str, tags: dict[int, str]) -> list[tuple[str, int, int, float]]:
+    """The expectation of /tokens computed here, not by the tagging code: one padded forward pass, each
+    word's tag from its first sub-word, BIO spans read by hand (an I- that does not continue an entity of
+    its type opens one, as conlleval does), an entity's score the mean probability of its words' tags."""
+    encoding = tokenizer(text, return_offsets_mapping=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(input_ids=encoding["input_ids"], attention_mask=encoding["attention_mask"]).logits[0]
+    probs = torch.softmax(logits.double(), dim=-1).numpy()
+    offsets = encoding["offset_mapping"][0].tolist()
+    words: list[list] = []  # [start, end, tag, probability]
+    previous = None
+    for i, word in enumerate(encoding.word_ids()):
+        if word is None:
+            continue
+        if word == previous:
+            words[-1][1] = offsets[i][1]
+            continue
+        previous = word
+        best = int(probs[i].argmax())
+        words.append([offsets[i][0], offsets[i][1], tags[best], float(probs[i][best])])
+    entities, current = [], None
+    for start, end, tag_name, p in words:
+        kind = tag_name[2:] if tag_name != "O" else None
+        if kind is not None and tag_name.startswith("I-") and current and current[0] == kind:
+            current[2], current[3] = end, current[3] + [p]
+            continue
+        if current:
+            entities.append(current)
+        current = [kind, start, end, [p]] if kind else None
+    if current:
+        entities.append(current)
+    return [(kind, start, end, float(np.mean(ps))) for kind, start, end, ps in entities]
 
 
 def test_long_input_follows_the_policy(model_dir, reference_model, tokenizer):

@@ -175,6 +175,79 @@ def apply_precision(model: torch.nn.Module, precision: str = "auto") -> torch.nn
     return model
 
 
+# --- how a directory says its embeddings are made ---------------------------------------------------------
+
+# sentence-transformers' Pooling modes (its legacy boolean keys and its ``pooling_mode`` values) -> ours
+_ST_POOLING_KEYS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "last",
+}
+_ST_POOLING_NAMES = {"cls": "cls", "mean": "mean", "lasttoken": "last"}
+EMBEDDING_POOLINGS = ("mean", "cls", "last")  # what inference.encode computes
+
+
+@dataclass(frozen=True)
+class EmbeddingSpec:
+    """How a model's embeddings are made: its pooling, whether they are unit vectors, the longest input
+    (None: the model's own limit), and where that was read (``sentence-transformers`` or ``default``)."""
+
+    pooling: str = "mean"
+    normalize: bool = True
+    max_length: int | None = None
+    declared_by: str = "default"
+
+
+def embedding_spec(source: str | os.PathLike) -> EmbeddingSpec:
+    """The pooling and normalisation a sentence-transformers directory declares (``modules.json``: a
+    Transformer at the root, then ``Pooling`` (its ``config.json``) and optionally ``Normalize``;
+    ``sentence_bert_config.json``'s ``max_seq_length``). Other sources: mean pooling, unit vectors.
+
+    Raises ValueError, naming the module, for what :func:`neobert.inference.encode` cannot reproduce (a
+    Dense layer, max pooling, a transformer in a subfolder), so no caller serves vectors that differ from
+    ``SentenceTransformer(dir).encode``.
+    """
+    path = Path(source).expanduser()
+    modules_file = path / "modules.json"
+    if not modules_file.is_file():
+        return EmbeddingSpec()
+    modules = json.loads(modules_file.read_text(encoding="utf-8"))
+    pooling, normalize = "mean", False
+    for module in modules:
+        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+        where = f"{modules_file}: module {kind} ({module.get('path') or 'the root'})"
+        if kind == "Transformer":
+            if module.get("path"):
+                raise ValueError(f"{where}: the transformer must sit at the directory's root")
+        elif kind == "Pooling":
+            pooling = _st_pooling(path / module.get("path", ""), where)
+        elif kind == "Normalize":
+            normalize = True
+        else:
+            raise ValueError(f"{where} is not supported (only Transformer, Pooling, Normalize)")
+    settings_file = path / "sentence_bert_config.json"
+    settings = json.loads(settings_file.read_text(encoding="utf-8")) if settings_file.is_file() else {}
+    max_length = settings.get("max_seq_length")
+    return EmbeddingSpec(pooling, normalize, int(max_length) if max_length else None, "sentence-transformers")
+
+
+def _st_pooling(folder: Path, where: str) -> str:
+    config_file = folder / "config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+    if "pooling_mode" in config:
+        modes = config["pooling_mode"]
+        modes = [modes] if isinstance(modes, str) else list(modes)
+    else:
+        modes = [_ST_POOLING_KEYS[k] for k, on in config.items() if k in _ST_POOLING_KEYS and on] or ["mean"]
+    names = [_ST_POOLING_NAMES.get(m, m) for m in modes]
+    if len(names) != 1 or names[0] not in EMBEDDING_POOLINGS:
+        raise ValueError(f"{where}: pooling {'+'.join(modes)} is not supported (one of mean, cls, lasttoken)")
+    return names[0]
+
+
 # --- tokenizers -----------------------------------------------------------------------------------------
 
 

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .config import POOLINGS
 from .encoders import (
+    EMBEDDING_POOLINGS,
     EXAMPLES_HINT,
     MODEL_INPUT_NAMES,
     check_vocab,
@@ -158,12 +158,13 @@ def encode(
     at most ``max_tokens`` padded tokens (default: :data:`CPU_MAX_TOKENS` on the CPU, where that is fastest,
     no limit elsewhere). Inputs longer than ``max_length`` tokens (default: what the model and tokenizer
     accept, :func:`~neobert.encoders.max_positions`) are truncated. ``pooling`` is ``mean`` (masked mean
-    over real tokens) or ``cls``; ``normalize`` scales rows to unit L2. ``desc`` labels the progress bar.
+    over real tokens), ``cls`` or ``last`` (the last real token); ``normalize`` scales rows to unit L2.
+    ``desc`` labels the progress bar.
     """
     if isinstance(texts, str):
         raise TypeError("texts must be a list of strings, not one string")
-    if pooling not in POOLINGS:
-        raise ValueError(f"unknown pooling {pooling!r}; use one of {', '.join(POOLINGS)}")
+    if pooling not in EMBEDDING_POOLINGS:
+        raise ValueError(f"unknown pooling {pooling!r}; use one of {', '.join(EMBEDDING_POOLINGS)}")
     check_vocab(model, tokenizer)
     encoder = getattr(model, "base_model", model)  # the bare encoder inside any head
     max_length = max_length or max_positions(encoder, tokenizer)

@@ -154,7 +154,8 @@ def plan_rows(
 def model_window(model: torch.nn.Module, tokenizer: Any) -> int:
     """How many tokens (special ones included) one row of ``model`` may hold."""
     inner = getattr(model, "_orig_mod", model)
-    return max_positions(inner) or int(tokenizer.model_max_length)
+    # the tokenizer's limit counts too (a sentence-transformers max_seq_length below the position table)
+    return max_positions(inner, tokenizer) or int(tokenizer.model_max_length)
 
 
 def tokenize_rows(

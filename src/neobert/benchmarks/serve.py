@@ -5,6 +5,12 @@ clients (one thread and one keep-alive connection each) send single-text ``/embe
 at each concurrency for ``duration`` seconds or ``max_requests`` requests, whichever comes first; then the
 server is stopped with SIGTERM. Reported per cell: requests/s, p50 / p95 / p99 latency, failed and refused
 (503) requests, and the mean number of requests the server merged into one model call (from /metrics).
+
+``overload``: a capacity run (batching on, every concurrency) and then, on a server with a small queue
+(``storm_queue``), ``storm_factor`` x ``storm_queue`` clients that resend at once on a 503 (a retry storm)
+and the same clients honouring Retry-After. Beside each cell: the CPU the load generator itself used and
+the server's (HTTP process and model processes), in cores; on a machine this small the storm's clients
+compete with the server for the same cores. The goals (issue 19) are checked in the report.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import http.client
 import json
 import os
 import platform
+import resource
 import signal
 import socket
 import subprocess
@@ -70,22 +77,30 @@ class ServerStartError(OSError):
 
 @dataclass(kw_only=True)
 class ServeBenchConfig:
-    model: str = "small"
-    tokenizer: str | None = None
-    precision: str = "bf16"
-    concurrency: list[int] = field(default_factory=lambda: [1, 8, 32])
+    model: str = "small"  # model directory or preset (random weights)
+    tokenizer: str | None = None  # tokenizer directory (default: the model's own)
+    precision: str = "auto"  # the server's --precision
+    concurrency: list[int] = field(default_factory=lambda: [1, 8, 32])  # closed-loop clients per cell
     duration: float = 10.0  # seconds of measurement per cell (after a short warm-up)
     max_requests: int = 3000  # per cell: the cell also ends after this many requests
     words: int = 16  # words per request text
-    max_queue: int = 64
-    startup_timeout: float = 180.0
-    output: str | None = "docs/benchmarks/serve"
+    max_queue: int = 64  # the server's --max-queue (capacity cells)
+    startup_timeout: float = 180.0  # seconds for a server to answer /health
+    output: str | None = "docs/benchmarks/serve"  # directory for results.json / results.md ('' : none)
+    # the retry storm beside a capacity run (batching on) instead of batching off vs on
+    overload: bool = False
+    storm_queue: int = 16  # overload: the server's --max-queue during the storms
+    storm_factor: int = 4  # overload: storm clients = this x storm_queue
+    refusal_delay: float | None = None  # the server's --refusal-delay (default: the server's own)
+    model_process: bool = True  # the server runs its model in a process of its own (off: in a thread)
 
     def __post_init__(self) -> None:
         if not self.concurrency or any(not isinstance(c, int) or c < 1 for c in self.concurrency):
             raise ValueError(f"concurrency must be positive integers, got {self.concurrency!r}")
         if self.duration <= 0 or self.max_requests < 1 or self.words < 1:
             raise ValueError("duration, max_requests and words must be positive")
+        if self.storm_queue < 1 or self.storm_factor < 1:
+            raise ValueError("storm_queue and storm_factor must be positive")
 
 
 def request_texts(count: int, words: int, seed: int = 0) -> list[str]:
@@ -110,20 +125,30 @@ class Cell:
     p95_ms: float | None
     p99_ms: float | None
     mean_merged: float | None  # requests per model call, from the server's metrics
+    label: str = ""  # overload: capacity | storm | polite
+    client_cpu: float | None = None  # cores the load generator used (its CPU seconds / wall seconds)
+    server_cpu: float | None = None  # cores the server used, its model processes included
 
 
 class ServerProcess:
     """``neobert serve`` in a child process on a free port of 127.0.0.1."""
 
-    def __init__(self, config: ServeBenchConfig, batching: bool):
+    def __init__(self, config: ServeBenchConfig, batching: bool, max_queue: int | None = None):
         self.port = _free_port()
         command = [
             sys.executable, "-m", "neobert.cli.main", "serve", "--model", config.model,
-            "--port", str(self.port), "--precision", config.precision, "--max-queue", str(config.max_queue),
-            "--batching" if batching else "--no-batching",
+            "--port", str(self.port), "--precision", config.precision,
+            "--max-queue", str(max_queue or config.max_queue),
         ]  # fmt: skip
+        # only options that differ from the server's defaults, so the command also drives older servers
+        if not batching:
+            command.append("--no-batching")
         if config.tokenizer:
             command += ["--tokenizer", config.tokenizer]
+        if config.refusal_delay is not None:
+            command += ["--refusal-delay", str(config.refusal_delay)]
+        if not config.model_process:
+            command.append("--no-model-process")
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + config.startup_timeout
         while not self._healthy():
@@ -145,6 +170,10 @@ class ServerProcess:
     def metrics(self) -> str:
         return _request(self.port, "GET", "/metrics")[1]
 
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds the server and its children (model processes) have used so far (Linux /proc)."""
+        return _tree_cpu(self.process.pid)
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -159,6 +188,34 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _tree_cpu(pid: int) -> float | None:
+    """User + system CPU seconds of a process and its descendants, from /proc (None elsewhere)."""
+    try:
+        children = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    fields = _stat(int(entry))
+                except OSError:
+                    continue
+                children.setdefault(int(fields[1]), []).append(int(entry))
+        total, stack = 0.0, [pid]
+        while stack:
+            current = stack.pop()
+            fields = _stat(current)
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            stack += children.get(current, [])
+        return total
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _stat(pid: int) -> list[str]:
+    """/proc/PID/stat after the command name: state, ppid, ... (utime and stime at 11 and 12)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
 
 
 def _request(port: int, method: str, path: str, body: bytes | None = None) -> tuple[int, str]:
@@ -181,8 +238,22 @@ def merged_counts(metrics_text: str) -> tuple[float, float]:
     return values.get("neobert_batch_requests_sum", 0.0), values.get("neobert_batch_requests_count", 0.0)
 
 
-def run_cell(port: int, concurrency: int, texts: list[str], duration: float, max_requests: int) -> dict:
-    """Closed-loop load: ``concurrency`` clients, each sending its next request when the last answered."""
+def run_cell(
+    port: int,
+    concurrency: int,
+    texts: list[str],
+    duration: float,
+    max_requests: int,
+    backoff: bool = True,
+    server: ServerProcess | None = None,
+) -> dict:
+    """Closed-loop load: ``concurrency`` clients, each sending its next request when the last answered.
+
+    A client refused with 503 waits the Retry-After seconds when ``backoff`` is on, and resends at once
+    when it is off (a retry storm). Counted: latencies of the 200s, refusals, failures (anything else:
+    errors, timeouts, other statuses), and the CPU seconds of this process (the load generator) and of
+    ``server``.
+    """
     latencies: list[float] = []
     counts = {"sent": 0, "failed": 0, "refused": 0}
     lock = threading.Lock()
@@ -200,11 +271,12 @@ def run_cell(port: int, concurrency: int, texts: list[str], duration: float, max
                 body = json.dumps({"texts": [texts[i % len(texts)]]}).encode()
                 i += concurrency
                 start = time.perf_counter()
+                retry_after = None
                 try:
                     conn.request("POST", "/embed", body=body, headers={"Content-Type": "application/json"})
                     response = conn.getresponse()
                     response.read()
-                    status = response.status
+                    status, retry_after = response.status, response.getheader("Retry-After")
                 except (OSError, http.client.HTTPException):
                     status = None
                     conn.close()
@@ -217,47 +289,104 @@ def run_cell(port: int, concurrency: int, texts: list[str], duration: float, max
                         counts["refused"] += 1
                     else:
                         counts["failed"] += 1
+                if status == 503 and backoff:
+                    time.sleep(min(float(retry_after or 1), max(0.0, stop_at - time.perf_counter())))
         finally:
             conn.close()
 
-    start = time.perf_counter()
+    server_cpu = server.cpu_seconds() if server else None
+    cpu, start = _own_cpu(), time.perf_counter()
     threads = [threading.Thread(target=client, args=(c,)) for c in range(concurrency)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    return {"latencies": latencies, "seconds": time.perf_counter() - start, **counts}
+    seconds = time.perf_counter() - start
+    client_cpu = (_own_cpu() - cpu) / seconds
+    if server_cpu is not None:
+        after = server.cpu_seconds()
+        server_cpu = (after - server_cpu) / seconds if after is not None else None
+    return {"latencies": latencies, "seconds": seconds, "client_cpu": client_cpu, "server_cpu": server_cpu,
+            **counts}  # fmt: skip
 
 
-def measure_mode(config: ServeBenchConfig, batching: bool, texts: list[str]) -> list[Cell]:
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def make_cell(result: dict, batching: bool, concurrency: int, merged: float | None, label: str = "") -> Cell:
+    latencies = result["latencies"]
+    return Cell(
+        batching=batching,
+        concurrency=concurrency,
+        requests=len(latencies),
+        failed=result["failed"],
+        refused=result["refused"],
+        seconds=round(result["seconds"], 3),
+        requests_per_s=round(len(latencies) / result["seconds"], 2),
+        p50_ms=percentile_ms(latencies, 50),
+        p95_ms=percentile_ms(latencies, 95),
+        p99_ms=percentile_ms(latencies, 99),
+        mean_merged=merged,
+        label=label,
+        client_cpu=round(result["client_cpu"], 2),
+        server_cpu=None if result["server_cpu"] is None else round(result["server_cpu"], 2),
+    )
+
+
+def measured_cell(
+    server: ServerProcess, config: ServeBenchConfig, texts: list[str], batching: bool, concurrency: int,
+    backoff: bool = True, label: str = "",
+) -> Cell:  # fmt: skip
+    before = merged_counts(server.metrics())
+    result = run_cell(server.port, concurrency, texts, config.duration, config.max_requests, backoff, server)
+    after = merged_counts(server.metrics())
+    calls = after[1] - before[1]
+    merged = round((after[0] - before[0]) / calls, 2) if calls else None
+    return make_cell(result, batching, concurrency, merged, label)
+
+
+def measure_mode(config: ServeBenchConfig, batching: bool, texts: list[str], label: str = "") -> list[Cell]:
     server = ServerProcess(config, batching)
-    cells = []
     try:
         run_cell(server.port, max(config.concurrency), texts, min(2.0, config.duration), 200)  # warm-up
-        for concurrency in config.concurrency:
-            before = merged_counts(server.metrics())
-            result = run_cell(server.port, concurrency, texts, config.duration, config.max_requests)
-            after = merged_counts(server.metrics())
-            calls = after[1] - before[1]
-            latencies = result["latencies"]
-            cells.append(
-                Cell(
-                    batching=batching,
-                    concurrency=concurrency,
-                    requests=len(latencies),
-                    failed=result["failed"],
-                    refused=result["refused"],
-                    seconds=round(result["seconds"], 3),
-                    requests_per_s=round(len(latencies) / result["seconds"], 2),
-                    p50_ms=percentile_ms(latencies, 50),
-                    p95_ms=percentile_ms(latencies, 95),
-                    p99_ms=percentile_ms(latencies, 99),
-                    mean_merged=round((after[0] - before[0]) / calls, 2) if calls else None,
-                )
-            )
+        return [measured_cell(server, config, texts, batching, c, label=label) for c in config.concurrency]
     finally:
         server.stop()
-    return cells
+
+
+def measure_storms(config: ServeBenchConfig, texts: list[str]) -> list[Cell]:
+    """The storm (clients resend at once on 503) and the same clients honouring Retry-After, on a server
+    whose queue is ``storm_queue``."""
+    clients = config.storm_factor * config.storm_queue
+    server = ServerProcess(config, batching=True, max_queue=config.storm_queue)
+    try:
+        run_cell(server.port, config.storm_queue, texts, min(2.0, config.duration), 200)  # warm-up
+        return [
+            measured_cell(server, config, texts, True, clients, backoff=False, label="storm"),
+            measured_cell(server, config, texts, True, clients, backoff=True, label="polite"),
+        ]
+    finally:
+        server.stop()
+
+
+def overload_goals(cells: list[Cell]) -> dict[str, Any]:
+    """Issue 19's goals: storm goodput >= 80% of the capacity at the highest concurrency, the storm's
+    accepted p99 <= 2x the capacity p99 there, and no accepted request lost."""
+    capacity = max((c for c in cells if c.label == "capacity"), key=lambda c: c.concurrency)
+    storm = next(c for c in cells if c.label == "storm")
+    goodput = storm.requests_per_s / capacity.requests_per_s if capacity.requests_per_s else None
+    p99 = storm.p99_ms / capacity.p99_ms if storm.p99_ms and capacity.p99_ms else None
+    return {
+        "capacity_concurrency": capacity.concurrency,
+        "goodput_ratio": None if goodput is None else round(goodput, 3),
+        "goodput_ok": goodput is not None and goodput >= 0.8,
+        "p99_ratio": None if p99 is None else round(p99, 3),
+        "p99_ok": p99 is not None and p99 <= 2.0,
+        "lost": storm.failed,
+        "lost_ok": storm.failed == 0,
+    }
 
 
 def run_serve_bench(config: ServeBenchConfig | dict[str, Any]) -> dict:
@@ -265,7 +394,10 @@ def run_serve_bench(config: ServeBenchConfig | dict[str, Any]) -> dict:
     if isinstance(config, dict):
         config = ServeBenchConfig(**config)
     texts = request_texts(512, config.words)
-    cells = [cell for batching in (False, True) for cell in measure_mode(config, batching, texts)]
+    if config.overload:
+        cells = measure_mode(config, True, texts, label="capacity") + measure_storms(config, texts)
+    else:
+        cells = [cell for batching in (False, True) for cell in measure_mode(config, batching, texts)]
     results = {
         "benchmark": "serve",
         "config": asdict(config),
@@ -277,6 +409,8 @@ def run_serve_bench(config: ServeBenchConfig | dict[str, Any]) -> dict:
         "cells": [asdict(cell) for cell in cells],
         "speedup": speedups(cells),
     }
+    if config.overload:
+        results["goals"] = overload_goals(cells)
     if config.output:
         write_json_and_markdown(results, markdown(results), config.output)
     return results
@@ -301,6 +435,10 @@ def markdown(results: dict) -> str:
         f"{config['duration']:g} s (at most {config['max_requests']} requests) per cell; "
         f"{results['machine']['cpus']} CPUs ({results['machine']['platform']}).",
         "",
+    ]
+    if config.get("overload"):
+        return "\n".join(lines + overload_markdown(results))
+    lines += [
         "| batching | concurrency | requests | req/s | p50 ms | p95 ms | p99 ms | failed | 503 | merged/call |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -313,3 +451,33 @@ def markdown(results: dict) -> str:
     lines += ["", "Speed-up of dynamic batching (requests/s, on / off): "
               + ", ".join(f"concurrency {k}: {v}x" for k, v in results["speedup"].items()), ""]  # fmt: skip
     return "\n".join(lines)
+
+
+def overload_markdown(results: dict) -> list[str]:
+    config, goals = results["config"], results["goals"]
+    lines = [
+        f"Capacity: batching on, queue {config['max_queue']}. Storm: {config['storm_factor']} x "
+        f"{config['storm_queue']} clients that resend at once on a 503, queue {config['storm_queue']}; polite: "
+        "the same clients waiting Retry-After. CPU columns: cores used by the load generator and by the "
+        "server (HTTP process and model processes).",
+        "",
+        "| run | clients | accepted | req/s | p50 ms | p95 ms | p99 ms | lost | 503 | 503/s | merged/call "
+        "| client CPU | server CPU |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in results["cells"]:
+        lines.append(
+            f"| {c['label']} | {c['concurrency']} | {c['requests']} | {c['requests_per_s']:.1f} | {c['p50_ms']} | "
+            f"{c['p95_ms']} | {c['p99_ms']} | {c['failed']} | {c['refused']} | "
+            f"{c['refused'] / c['seconds']:.0f} | {c['mean_merged']} | {c['client_cpu']} | {c['server_cpu']} |"
+        )
+    ok = {True: "met", False: "NOT met"}
+    lines += [
+        "",
+        f"Goals: storm goodput / capacity at concurrency {goals['capacity_concurrency']} = "
+        f"{goals['goodput_ratio']} (>= 0.8: {ok[goals['goodput_ok']]}); storm p99 / capacity p99 = "
+        f"{goals['p99_ratio']} (<= 2: {ok[goals['p99_ok']]}); accepted requests lost: {goals['lost']} "
+        f"({ok[goals['lost_ok']]}).",
+        "",
+    ]
+    return lines

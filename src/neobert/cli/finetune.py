@@ -16,13 +16,13 @@ import yaml
 from rich.markup import escape
 from rich.table import Table
 
-from ..config import load_mapping
+from ..config import PRECISIONS, load_mapping
 from ..finetuning import ClassifyConfig, GlueConfig, run_classify, run_glue
 from ..finetuning.config import TASK_TYPES, FinetuneConfigError
 from .common import CLIError, add_command, make_console, quiet_transformers
 from .options import add_options, given
 
-CHOICES = {"precision": ("auto", "fp32", "bf16"), "task_type": TASK_TYPES}
+CHOICES = {"precision": PRECISIONS, "task_type": TASK_TYPES}
 
 
 def add_settings(parser: argparse.ArgumentParser, config: type) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from rich.table import Table
 
-from ..config import ConfigError, load_mapping
+from ..config import PRECISIONS, ConfigError, load_mapping
 from ..training.config import PretrainConfig, set_dotted
 from ..training.default_run import run_default
 from ..training.trainer import pretrain
@@ -67,7 +67,7 @@ def register(subparsers: Any) -> None:
     add_options(settings, PretrainConfig, skip=_SKIP, choices=CHOICES, given_only=True)
 
 
-CHOICES = {"precision": ("bf16", "fp32"), "device": ("cpu", "cuda")}
+CHOICES = {"precision": PRECISIONS, "device": ("cpu", "cuda")}
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:

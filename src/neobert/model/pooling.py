@@ -22,9 +22,19 @@ def cls_pool(hidden: torch.Tensor) -> torch.Tensor:
     return hidden[:, 0]
 
 
+def last_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """The last real token's state (right-padded rows; decoder-style embedders). (B, L, C) -> (B, C)."""
+    if attention_mask is None:
+        return hidden[:, -1]
+    last = (attention_mask.sum(dim=1) - 1).clamp(min=0)  # (B,)
+    return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+
+
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None, method: str) -> torch.Tensor:
     if method == "mean":
         return mean_pool(hidden, attention_mask)
     if method == "cls":
         return cls_pool(hidden)
-    raise ValueError(f"unknown pooling {method!r}; use 'mean' or 'cls'")
+    if method == "last":
+        return last_pool(hidden, attention_mask)
+    raise ValueError(f"unknown pooling {method!r}; use 'mean', 'cls' or 'last'")

@@ -71,6 +71,11 @@ class Batcher:
     def depth(self) -> int:
         return len(self._waiting)
 
+    def full(self) -> bool:
+        """Whether the queue is at its limit; no lock: the answer may be a moment old (:meth:`submit`
+        decides under the lock)."""
+        return len(self._waiting) >= self.max_queue
+
     def submit(self, key: Hashable, texts: Sequence[str]) -> Future:
         """Queue ``texts``; the future resolves to their results in order. Raises :class:`QueueFull`."""
         job = Job(key, list(texts))

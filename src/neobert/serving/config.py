@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import PRECISIONS, check_known_keys
 from ..long_documents import EXTEND_METHODS, POLICIES
 
 TASKS = ("auto", "base", "mlm", "sequence-classification", "token-classification")
+API_KEY_ENV = "NEOBERT_API_KEY"
 
 
 class ServeConfigError(ValueError):
@@ -19,22 +20,31 @@ class ServeConfigError(ValueError):
 @dataclass(kw_only=True)
 class ServeConfig:
     model: str  # model directory, preset name (random weights) or hub id
-    tokenizer: str | None = None  # default: the model directory's; bert-base-uncased for presets
+    tokenizer: str | None = None  # tokenizer directory (default: the model's; bert-base-uncased for presets)
     task: str = "auto"  # which head to load; auto: the directory's architecture (presets: mlm)
-    host: str = "127.0.0.1"
-    port: int = 8000
+    host: str = "127.0.0.1"  # address to listen on
+    port: int = 8000  # port to listen on (0: a free one)
     precision: str = "auto"  # NeoBERT models run on the fast path (unpadded): bf16, exact fp32, or auto (the faster here, measured)
-    batching: bool = True  # merge requests that arrive together; False: one request per model call
+    # clients must send "Authorization: Bearer KEY" (default: the NEOBERT_API_KEY environment variable)
+    api_key: str | None = field(default=None, repr=False)
+    # the model runs in a process of its own beside the HTTP process, so request handling (refusals
+    # included) never takes the model's GIL; off: a thread of the HTTP process
+    model_process: bool = True
+    threads: int = 0  # the model's torch threads; 0: one less than the cores (the HTTP side keeps one)
+    batching: bool = True  # merge requests that arrive together (off: one request per model call)
     max_batch_tokens: int = 4096  # padded tokens per forward batch (the CPU optimum of `bench encode`)
     max_batch_texts: int = 64  # texts per model call: requests are merged until this many
     max_queue: int = 64  # requests waiting for the model; one more is answered 503 + Retry-After
     max_texts: int = 64  # texts per request (413 beyond)
     max_chars: int = 20_000  # characters per text (413 beyond)
-    workers: int = 1  # model worker threads sharing the queue (each runs whole batches)
+    workers: int = 1  # model workers sharing the queue: processes with a model each (threads sharing one without model_process)
     long_documents: str = "truncate"  # truncate | chunk | extend, for texts longer than the model window
     stride: int | None = None  # chunk: tokens shared by neighbouring windows (default: a quarter window)
     rope_scaling: str = "yarn"  # extend: yarn | ntk | linear
     retry_after: int = 1  # seconds, the Retry-After of a 503
+    # seconds a 503 (queue full) waits before it is sent, costing no CPU: a client that retries at once
+    # is slowed to this pace instead of spinning against the refusal path
+    refusal_delay: float = 0.25
     graceful_timeout: float = 30.0  # seconds to finish in-flight requests on shutdown
 
     def __post_init__(self) -> None:
@@ -64,6 +74,14 @@ class ServeConfig:
                 )
         if self.graceful_timeout <= 0:
             raise ServeConfigError(f"graceful_timeout must be positive, got {self.graceful_timeout}")
+        if not isinstance(self.threads, int) or isinstance(self.threads, bool) or self.threads < 0:
+            raise ServeConfigError(f"threads must be a non-negative integer, got {self.threads!r}")
+        if not 0 <= self.refusal_delay <= 60:
+            raise ServeConfigError(
+                f"refusal_delay must be between 0 and 60 seconds, got {self.refusal_delay}"
+            )
+        if self.api_key is not None and not self.api_key.strip():
+            raise ServeConfigError("api_key must not be empty (leave it out to serve without a key)")
 
     @property
     def max_body_bytes(self) -> int:

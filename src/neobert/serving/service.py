@@ -1,4 +1,6 @@
-"""The model behind ``neobert serve``: loading, and one model call per merged batch of requests.
+"""The model behind ``neobert serve`` (:class:`Model`: loading, one model call per merged batch of
+requests) and the service the HTTP layer talks to (:class:`Service`: the queue, the metrics, what the
+model serves), with the model in a process of its own (:mod:`.worker`) or in threads of this one.
 
 Every task goes through the library's own functions (``long_documents.embed`` / ``classify`` over
 ``inference.encode`` / ``classify``, ``token_classification.tag``, ``inference.fill_mask``), so the service
@@ -8,8 +10,10 @@ computes exactly what the command-line tools compute.
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable
-from dataclasses import dataclass
+import os
+import threading
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,20 +21,30 @@ import numpy as np
 import torch
 
 from .. import inference, long_documents
-from ..encoders import apply_precision, check_vocab, is_neobert, load_model, resolve_tokenizer
+from ..encoders import (
+    EmbeddingSpec,
+    apply_precision,
+    check_vocab,
+    embedding_spec,
+    load_model,
+    max_positions,
+    resolve_tokenizer,
+)
 from ..long_documents import LongDocuments, LongReport
 from ..token_classification.tagging import tag
 from .batcher import Batcher
-from .config import ServeConfig
+from .config import API_KEY_ENV, ServeConfig
 from .metrics import ServiceMetrics
+from .worker import WorkerPool
 
 log = logging.getLogger(__name__)
 
-# Which endpoints each head serves; the encoder inside any NeoBERT head also serves embeddings.
+# Which endpoints each head serves; the encoder inside any head also serves embeddings, and a
+# sequence classifier with one or two labels (a cross-encoder) reranks.
 HEAD_TASKS = {
     "base": ("embed",),
     "mlm": ("embed", "fill-mask"),
-    "sequence-classification": ("embed", "classify"),
+    "sequence-classification": ("embed", "classify", "rerank"),
     "token-classification": ("embed", "tokens"),
 }
 _ARCHITECTURE_SUFFIXES = {
@@ -54,59 +68,112 @@ def detect_task(model: str) -> str:
     return "base"
 
 
-def load_for_serving(config: ServeConfig) -> tuple[torch.nn.Module, Any, str]:
-    """The model (on the fast path when it is NeoBERT), its tokenizer, and its head."""
+def serving_tokenizer(config: ServeConfig, spec: EmbeddingSpec) -> Any:
+    """The model's tokenizer, held to the input length its directory declares (sentence-transformers'
+    ``max_seq_length``), as ``SentenceTransformer`` holds it."""
+    tokenizer = resolve_tokenizer(config.model, config.tokenizer)
+    if spec.max_length:
+        tokenizer.model_max_length = min(int(tokenizer.model_max_length), spec.max_length)
+    return tokenizer
+
+
+def load_for_serving(config: ServeConfig) -> tuple[torch.nn.Module, Any, str, EmbeddingSpec | str]:
+    """The model (NeoBERT on the fast path), its tokenizer, its head, and how it embeds (or, where its
+    directory declares embeddings this package cannot reproduce, why it does not)."""
     task = detect_task(config.model) if config.task == "auto" else config.task
     if task == "token-classification" and not Path(config.model).is_dir():
         raise ValueError(
             f"a token classifier is served from a fine-tuned model directory, not {config.model!r}"
         )
+    try:
+        spec: EmbeddingSpec | str = (
+            embedding_spec(config.model) if Path(config.model).is_dir() else EmbeddingSpec()
+        )
+    except ValueError as err:
+        spec = str(err)
     model = load_model(config.model, task=task)
-    tokenizer = resolve_tokenizer(config.model, config.tokenizer)
+    tokenizer = serving_tokenizer(config, spec if isinstance(spec, EmbeddingSpec) else EmbeddingSpec())
     check_vocab(model, tokenizer)
     apply_precision(model, config.precision)
-    return model, tokenizer, task
+    return model, tokenizer, task, spec
+
+
+def served_tasks(task: str, model: torch.nn.Module, spec: EmbeddingSpec | str) -> tuple[str, ...]:
+    """The endpoints a model serves; a ValueError saying why when that is none."""
+    tasks = []
+    for name in HEAD_TASKS[task]:
+        if name == "embed" and not isinstance(spec, EmbeddingSpec):
+            continue
+        if name == "rerank" and model.config.num_labels not in (1, 2):
+            continue
+        tasks.append(name)
+    if not tasks:
+        reason = spec if isinstance(spec, str) else f"its {task} head serves no endpoint"
+        raise ValueError(f"this model would serve nothing, so it is not served: {reason}")
+    return tuple(tasks)
+
+
+def model_threads(threads: int) -> int:
+    """The model's torch threads: ``threads``, or for 0 one less than this process's cores (at least one),
+    so the HTTP side keeps a core. Measured on 2 busy cores (docs/serving.md): a 32-text batch of the
+    ``small`` preset took 100 ms with one thread and 1,270 ms with two, whose OpenMP barriers wait on a core
+    the HTTP process (and any other work) holds."""
+    if threads:
+        return threads
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores - 1)
 
 
 @dataclass
-class Service:
+class Model:
+    """A loaded model and the one function the queue calls: ``run(key, texts)``."""
+
     config: ServeConfig
     model: torch.nn.Module
     tokenizer: Any
     task: str
+    spec: EmbeddingSpec | str = field(default_factory=EmbeddingSpec)
 
     def __post_init__(self) -> None:
         self.long = LongDocuments(self.config.long_documents, self.config.stride, self.config.rope_scaling)
-        self.tasks = tuple(t for t in HEAD_TASKS[self.task] if t != "embed" or is_neobert(self.model))
-        self.batcher = Batcher(
-            self.run,
-            max_queue=self.config.max_queue,
-            max_texts=self.config.max_batch_texts,
-            merge=self.config.batching,
-            workers=self.config.workers,
-            on_call=self._on_call,
-        )
-        self.metrics = ServiceMetrics(self.batcher.depth)
-        self.hidden_size = int(self.model.base_model.config.hidden_size)
+        self.tasks = served_tasks(self.task, self.model, self.spec)
+        self._local = threading.local()  # per worker thread: what the long-document policy did
 
     @classmethod
-    def load(cls, config: ServeConfig) -> Service:
+    def load(cls, config: ServeConfig) -> Model:
+        torch.set_num_threads(model_threads(config.threads))
         return cls(config, *load_for_serving(config))
 
-    def submit(self, key: tuple, texts: list[str]):
-        return self.batcher.submit(key, texts)
+    def info(self) -> dict[str, Any]:
+        """What the model is and serves (the HTTP side's /info; plain data, so it crosses processes)."""
+        config = self.model.config
+        spec = self.spec if isinstance(self.spec, EmbeddingSpec) else None
+        labels = None
+        if self.task in ("sequence-classification", "token-classification"):
+            labels = [str((config.id2label or {}).get(i, f"LABEL_{i}")) for i in range(config.num_labels)]
+        return {
+            "head": self.task,
+            "serves": list(self.tasks),
+            "model_type": config.model_type,
+            "dimensions": int(self.model.base_model.config.hidden_size),
+            "max_input_tokens": max_positions(self.model.base_model, self.tokenizer),
+            "pooling": spec.pooling if spec else None,
+            "normalize": spec.normalize if spec else None,
+            "embedding_settings_from": spec.declared_by if spec else None,
+            "labels": labels,
+        }
 
-    def close(self, timeout: float | None = None) -> None:
-        self.batcher.close(timeout)
-
-    def _on_call(self, requests: int, texts: int, tokens: int, seconds: float) -> None:
-        self.metrics.model_call(requests, texts, tokens, seconds)
+    def call(self, key: Hashable, texts: list[Any]) -> tuple[list[Any], int, dict[str, int]]:
+        """:meth:`run`, plus what the long-document policy did in it ({"long", "truncated"} counts)."""
+        self._local.counts = {"long": 0, "truncated": 0}
+        results, tokens = self.run(key, texts)
+        return results, tokens, self._local.counts
 
     def _report(self, report: LongReport) -> int:
-        if report.long:
-            self.metrics.long_texts.labels(self.long.policy).inc(report.long)
-        if report.truncated:
-            self.metrics.truncated.inc(report.truncated)
+        counts = getattr(self._local, "counts", None)
+        if counts is not None:
+            counts["long"] += report.long
+            counts["truncated"] += report.truncated
         return report.tokens
 
     def run(self, key: Hashable, texts: list[str]) -> tuple[list[Any], int]:
@@ -122,6 +189,13 @@ class Service:
         if task == "classify":
             logits, report = long_documents.classify(self.model, self.tokenizer, texts, self.long, **budget)
             return [label_scores(row, self.model.config) for row in logits], self._report(report)
+        if task == "rerank":  # texts are (query, document) pairs
+            queries, documents = [q for q, _ in texts], [d for _, d in texts]
+            logits = inference.classify(
+                self.model, self.tokenizer, queries, documents, show_progress=False, **budget
+            )
+            tokens = sum(len(ids) for ids in self.tokenizer(queries, documents, truncation=True)["input_ids"])
+            return [relevance(row) for row in logits], tokens
         if task == "tokens":
             entities, report = tag(self.model, self.tokenizer, texts, self.long, **budget)
             return [[e.to_dict() for e in row] for row in entities], self._report(report)
@@ -136,6 +210,80 @@ class Service:
             tokens = sum(len(ids) for ids in self.tokenizer(texts)["input_ids"])
             return results, tokens
         raise ValueError(f"unknown task {task!r}")
+
+
+def relevance(logits: np.ndarray) -> float:
+    """A cross-encoder's relevance of one (query, document) pair in [0, 1]: the sigmoid of a single logit,
+    or the probability of the second label ("relevant") of a two-label classifier."""
+    z = logits.astype(np.float64)
+    if len(z) == 1:
+        return float(1.0 / (1.0 + np.exp(-z[0])))
+    return float(1.0 / (1.0 + np.exp(z[0] - z[1])))  # softmax(z)[1]
+
+
+# call(key, texts) -> (one result per text, tokens computed, {"long", "truncated"} counts)
+CallFn = Callable[[Hashable, list[Any]], tuple[list[Any], int, dict[str, int]]]
+
+
+class Service:
+    """What the HTTP layer talks to: the bounded queue in front of the model workers, the metrics, the
+    tokenizer (for limits and usage counts) and what the model serves (``info``)."""
+
+    def __init__(
+        self,
+        config: ServeConfig,
+        tokenizer: Any,
+        info: dict[str, Any],
+        call: CallFn,
+        close_workers: Callable[[], None] = lambda: None,
+        alive: Callable[[], bool] = lambda: True,
+    ):
+        self.config, self.tokenizer, self.info = config, tokenizer, info
+        self.task, self.tasks = info["head"], tuple(info["serves"])
+        self.hidden_size = int(info["dimensions"])
+        self.max_input_tokens = int(info["max_input_tokens"])
+        self.api_key = config.api_key or os.environ.get(API_KEY_ENV) or None
+        self._call, self._close_workers, self.alive = call, close_workers, alive
+        self.batcher = Batcher(
+            self.run,
+            max_queue=config.max_queue,
+            max_texts=config.max_batch_texts,
+            merge=config.batching,
+            workers=config.workers,
+            on_call=self._on_call,
+        )
+        self.metrics = ServiceMetrics(self.batcher.depth)
+
+    @classmethod
+    def load(cls, config: ServeConfig) -> Service:
+        """The model in ``config.workers`` processes of its own (``model_process``), or in this one."""
+        if config.model_process:
+            pool = WorkerPool(config, Model.load)
+            # this side's tokenizer only counts tokens (usage, truncate: false), never cuts a text
+            tokenizer = resolve_tokenizer(config.model, config.tokenizer)
+            return cls(config, tokenizer, pool.info, pool.call, pool.close, pool.alive)
+        model = Model.load(config)
+        return cls(config, model.tokenizer, model.info(), model.call)
+
+    def run(self, key: Hashable, texts: list[Any]) -> tuple[list[Any], int]:
+        """One model call through the workers, with the long-document counts recorded."""
+        results, tokens, counts = self._call(key, texts)
+        if counts["long"]:
+            self.metrics.long_texts.labels(self.config.long_documents).inc(counts["long"])
+        if counts["truncated"]:
+            self.metrics.truncated.inc(counts["truncated"])
+        return results, tokens
+
+    def submit(self, key: tuple, texts: list[Any]):
+        return self.batcher.submit(key, texts)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Finish every queued request, then stop the model workers."""
+        self.batcher.close(timeout)
+        self._close_workers()
+
+    def _on_call(self, requests: int, texts: int, tokens: int, seconds: float) -> None:
+        self.metrics.model_call(requests, texts, tokens, seconds)
 
 
 def label_scores(logits: np.ndarray, config: Any) -> dict[str, Any]:

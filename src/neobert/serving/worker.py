@@ -1,0 +1,150 @@
+"""The model in a process of its own, beside the HTTP process (as text-embeddings-inference separates its
+router from its backend).
+
+Why: in one process, every request the event loop handles (parsing, a 503, JSON encoding) takes the GIL
+from the model thread between its kernels; under a storm of clients that retry at once, answering
+refusals starves the model (docs/serving.md measures it). Here the HTTP process keeps the queue, the
+limits and every refusal; a model process only ever sees merged batches, over a pipe:
+
+    parent -> child   (key, texts)                      one model call (texts may be (query, doc) pairs)
+    child -> parent   ("ok", results, tokens, counts)   or ("error", "Type: message")
+
+A child loads the model with ``load(config)`` (a picklable function, e.g. ``Model.load``) and answers
+``("ready", info)`` or ``("error", message)`` once. It ignores SIGINT (a Ctrl-C reaches the whole process
+group; the HTTP process decides when to stop) and ends when its pipe closes, so it never outlives the
+HTTP process. The child is a fresh interpreter (``python -m neobert.serving.worker FD``) on one end of a
+socket pair: never a fork (a fork of a process that has run torch's thread pools can hang), and unlike
+multiprocessing's ``spawn`` it does not re-run the caller's main script.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import traceback
+from collections.abc import Callable, Hashable
+from multiprocessing.connection import Connection
+from typing import Any
+
+
+class ModelProcessError(RuntimeError):
+    """A model call failed in the model process, or the process is gone."""
+
+
+def _main(fd: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    conn = Connection(fd)
+    load, config = conn.recv()
+    try:
+        model = load(config)
+    except Exception as err:  # the parent raises it: "this model would serve nothing ...", a bad path
+        conn.send(("error", f"{type(err).__name__}: {err}", isinstance(err, (ValueError, OSError))))
+        return
+    conn.send(("ready", model.info()))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):  # the HTTP process is gone
+            return
+        if message is None:
+            return
+        key, texts = message
+        try:
+            conn.send(("ok", *model.call(key, texts)))
+        except Exception as err:
+            traceback.print_exc()  # the server log (the child shares the parent's stderr)
+            conn.send(("error", f"{type(err).__name__}: {err}"))
+
+
+class ModelProcess:
+    """One model process and its end of the pipe; :meth:`call` is one model call (one caller at a time)."""
+
+    def __init__(self, load: Callable[[Any], Any], config: Any):
+        ours, theirs = socket.socketpair()
+        # the child finds this package where the parent found it (a source checkout, an editable install)
+        path = os.pathsep.join(p for p in (*sys.path, os.environ.get("PYTHONPATH", "")) if p)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "neobert.serving.worker", str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            env={**os.environ, "PYTHONPATH": path},
+        )
+        theirs.close()
+        self.conn = Connection(ours.detach())
+        self.conn.send((load, config))
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def ready(self) -> dict[str, Any]:
+        """Wait for the model to load: its info, or the reason it could not (ValueError / RuntimeError)."""
+        while not self.conn.poll(0.2):
+            if not self.alive():
+                raise ModelProcessError(
+                    f"the model process exited while loading (code {self.process.returncode})"
+                )
+        status, *payload = self.conn.recv()
+        if status == "error":
+            message, user_error = payload
+            raise (ValueError if user_error else ModelProcessError)(message)
+        return payload[0]
+
+    def call(self, key: Hashable, texts: list[Any]) -> tuple[list[Any], int, dict[str, int]]:
+        try:
+            self.conn.send((key, texts))
+            status, *payload = self.conn.recv()
+        except (EOFError, OSError) as err:
+            raise ModelProcessError(f"the model process is gone (exit code {self.process.poll()})") from err
+        if status == "error":
+            raise ModelProcessError(payload[0])
+        results, tokens, counts = payload
+        return results, tokens, counts
+
+    def close(self, timeout: float = 30.0) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.send(None)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.conn.close()
+
+
+class WorkerPool:
+    """``config.workers`` model processes; :meth:`call` runs on whichever is idle (the queue's worker
+    threads, one per process, never wait for one)."""
+
+    def __init__(self, config: Any, load: Callable[[Any], Any]):
+        self.processes = [ModelProcess(load, config) for _ in range(config.workers)]
+        try:
+            infos = [p.ready() for p in self.processes]  # they load side by side
+        except BaseException:
+            self.close()
+            raise
+        self.info = infos[0]
+        self._idle: queue.SimpleQueue[ModelProcess] = queue.SimpleQueue()
+        for process in self.processes:
+            self._idle.put(process)
+
+    def call(self, key: Hashable, texts: list[Any]) -> tuple[list[Any], int, dict[str, int]]:
+        process = self._idle.get()
+        try:
+            return process.call(key, texts)
+        finally:
+            self._idle.put(process)
+
+    def alive(self) -> bool:
+        return all(p.alive() for p in self.processes)
+
+    def close(self) -> None:
+        for process in self.processes:
+            process.close()
+
+
+if __name__ == "__main__":
+    _main(int(sys.argv[1]))
