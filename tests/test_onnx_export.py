@@ -114,7 +114,7 @@ def test_minilm_matches_sentence_transformers_and_pytorch(minilm_onnx):
     assert minilm_onnx.pooling == {
         "method": "mean",
         "normalize": True,
-        "source": "sentence-transformers modules.json",
+        "source": "sentence-transformers",
     }
     assert minilm_onnx.max_length == 256  # sentence_bert_config.json's max_seq_length
     assert minilm_onnx.parity["fp32_max_abs"] < 1e-4
@@ -264,8 +264,18 @@ def test_errors_are_clear_and_leave_nothing(tmp_path, model_dir, monkeypatch, ca
         {"type": "sentence_transformers.models.Dense", "path": "2_Dense"},
     ]
     (dense / "modules.json").write_text(json.dumps(modules))
-    with pytest.raises(UnsupportedModelError, match="Dense"):
+    (dense / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    with pytest.raises(ValueError, match="Dense"):
         export_onnx(dense, tmp_path / "o")
+
+    last = tmp_path / "st-last"
+    (last / "1_Pooling").mkdir(parents=True)
+    (last / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    modules[1:] = [{"type": "sentence_transformers.models.Pooling", "path": "1_Pooling"}]
+    (last / "modules.json").write_text(json.dumps(modules))
+    (last / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": "lasttoken"}))
+    with pytest.raises(UnsupportedModelError, match=r"declares last pooling.*--pooling"):
+        export_onnx(last, tmp_path / "o")
 
     with pytest.raises(ValueError, match="unknown quantization 'int4'"):
         export_onnx(model_dir, tmp_path / "o", quantize="int4")

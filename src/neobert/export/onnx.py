@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from ..config import POOLINGS
-from ..encoders import is_neobert, load_encoder
+from ..encoders import EmbeddingSpec, embedding_spec, is_neobert, load_encoder
 from ..io import atomic_dir, write_json
 from ..model import set_runtime
 from ..model.pooling import pool
@@ -97,30 +97,23 @@ class ExportResult:
 
 @dataclass
 class Source:
-    """What a model directory declares: where the transformers model is, its head, pooling and length."""
+    """What a model directory declares: its model type, its head, and how its embeddings are made."""
 
-    path: Path  # the directory holding config.json (a sentence-transformers module may sit in a subfolder)
+    path: Path
     model_type: str
-    task: str
-    pooling: str
-    normalize: bool
-    pooling_source: str
-    max_length: int | None  # sentence-transformers' max_seq_length, when declared
+    task: str  # "base" or "sequence-classification"
+    embedding: EmbeddingSpec  # pooling, normalize, max_length, declared_by (encoders.embedding_spec)
 
 
 def inspect_source(model_dir: str | os.PathLike) -> Source:
-    """Read ``model_dir``'s config.json and, for a sentence-transformers directory, its modules.json, pooling
-    config and max_seq_length. Raises a clear error for a missing directory or an unsupported model."""
-    root = Path(model_dir).expanduser()
-    if not root.exists():
+    """Read ``model_dir``'s config.json and what it declares about its embeddings (a sentence-transformers
+    ``modules.json``, through :func:`neobert.encoders.embedding_spec`). Raises a clear error for a missing
+    directory, an unsupported model type, or a sentence-transformers pipeline with other modules."""
+    path = Path(model_dir).expanduser()
+    if not path.exists():
         raise FileNotFoundError(f"model directory {model_dir} does not exist")
-    if not root.is_dir():
+    if not path.is_dir():
         raise NotADirectoryError(f"{model_dir} is a file; --model takes a model directory")
-    path, pooling, normalize, max_length = root, "mean", True, None
-    origin = "none declared: neobert encode's default"
-    if (root / "modules.json").is_file():
-        path, pooling, normalize, max_length = _sentence_transformers(root)
-        origin = "sentence-transformers modules.json"
     config_file = path / "config.json"
     if not config_file.is_file():
         raise FileNotFoundError(f"{path} holds no config.json: it is not a transformers model directory")
@@ -131,49 +124,10 @@ def inspect_source(model_dir: str | os.PathLike) -> Source:
             f"cannot export model_type {model_type!r} ({config_file}): ONNX export supports the encoders "
             f"{', '.join(SUPPORTED_TYPES)}"
         )
+    spec = embedding_spec(path)  # ValueError naming the module for Dense layers, max pooling, ...
     heads = config.get("architectures") or []
-    task = (
-        "sequence-classification" if any(a.endswith("ForSequenceClassification") for a in heads) else "base"
-    )
-    return Source(path, model_type, task, pooling, normalize, origin, max_length)
-
-
-def _sentence_transformers(root: Path) -> tuple[Path, str, bool, int | None]:
-    """(transformer directory, pooling, normalize, max_seq_length) from a sentence-transformers layout."""
-    modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
-    kinds = {m["type"].rsplit(".", 1)[-1]: root / m.get("path", "") for m in modules}
-    unknown = sorted(set(kinds) - {"Transformer", "Pooling", "Normalize"})
-    if unknown or "Transformer" not in kinds:
-        raise UnsupportedModelError(
-            f"{root}/modules.json: only Transformer -> Pooling -> Normalize pipelines export; found "
-            f"{', '.join(kinds)}"
-        )
-    pooling = "mean"
-    if "Pooling" in kinds:
-        settings = json.loads((kinds["Pooling"] / "config.json").read_text(encoding="utf-8"))
-        modes = settings.get("pooling_mode")  # sentence-transformers 6: a name (or names); before: flags
-        if modes is None:
-            modes = [
-                k.removeprefix("pooling_mode_")
-                for k, v in settings.items()
-                if k.startswith("pooling_mode_") and v
-            ]
-        modes = [modes] if isinstance(modes, str) else list(modes)
-        names = {"cls_token": "cls", "cls": "cls", "mean_tokens": "mean", "mean": "mean"}
-        if len(modes) != 1 or modes[0] not in names:
-            raise UnsupportedModelError(
-                f"{kinds['Pooling']}/config.json: pooling {', '.join(modes) or 'none'} is not supported; "
-                "use cls or mean"
-            )
-        pooling = names[modes[0]]
-    transformer = kinds["Transformer"]
-    max_length = None
-    for directory in dict.fromkeys((transformer, root)):
-        settings_file = directory / "sentence_bert_config.json"
-        if settings_file.is_file():
-            max_length = json.loads(settings_file.read_text(encoding="utf-8")).get("max_seq_length")
-            break
-    return transformer, pooling, "Normalize" in kinds, max_length
+    is_classifier = any(a.endswith("ForSequenceClassification") for a in heads)
+    return Source(path, model_type, "sequence-classification" if is_classifier else "base", spec)
 
 
 def check_output(output: Path, model_dir: Path, force: bool) -> None:
@@ -244,14 +198,20 @@ def export_onnx(
     output = Path(output).expanduser()
     check_output(output, Path(model_dir), force)
     _require_extras()
-    pooling = pooling or source.pooling
-    normalize = source.normalize if normalize is None else normalize
+    pooling = pooling or source.embedding.pooling
+    if (
+        pooling not in POOLINGS
+    ):  # e.g. a declared last-token pooling: the documented snippet has no such branch
+        raise UnsupportedModelError(
+            f"{model_dir} declares {pooling} pooling; ONNX export supports {', '.join(POOLINGS)} (see --pooling)"
+        )
+    normalize = source.embedding.normalize if normalize is None else normalize
 
     encoder = load_encoder(source.path, task=source.task)
     model = encoder.model.float().eval()
     if is_neobert(model):
         set_runtime(model, attn_backend="sdpa", unpad=False)  # the padded path: no data-dependent gathers
-    max_length = min(encoder.max_length, source.max_length or encoder.max_length)
+    max_length = min(encoder.max_length, source.embedding.max_length or encoder.max_length)
     graph = ClassifierGraph(model) if source.task != "base" else EncoderGraph(model, pooling, normalize)
     labels = _labels(model) if source.task != "base" else None
     notes = []
@@ -273,7 +233,7 @@ def export_onnx(
             "inputs": ["input_ids", "attention_mask"],
             "outputs": ["logits"] if source.task != "base" else ["last_hidden_state", "sentence_embedding"],
             "max_length": max_length,
-            "pooling": {"method": pooling, "normalize": normalize, "source": source.pooling_source},
+            "pooling": {"method": pooling, "normalize": normalize, "source": source.embedding.declared_by},
             "labels": labels,
             "files": {v: FILES[v] for v in ("fp32", quantize) if v},
         }
