@@ -242,7 +242,8 @@ def export_onnx(
         cosine = settings["parity"].get("int8_cosine_min")
         if cosine is not None and cosine < INT8_COSINE_FLOOR:
             notes.append(
-                f"int8 cosine to fp32 {cosine:.4f} < {INT8_COSINE_FLOOR} on the check texts: prefer model.onnx"
+                f"int8 cosine to fp32 {cosine:.4f} < {INT8_COSINE_FLOOR} on the check texts (1-60 tokens; short "
+                "texts move most): measure it on your own texts before choosing model_int8.onnx"
             )
         write_json(tmp / CONFIG_FILE, settings)
         files += sorted(p.name for p in tmp.iterdir() if p.name not in files)
