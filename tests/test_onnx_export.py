@@ -176,30 +176,43 @@ def test_neobert_classifier_logits_match_pytorch(tmp_path, tokenizer):
         onnx_encoder.encode(TEXTS)
 
 
-def test_roberta_learned_offset_positions(tmp_path):
-    """RoBERTa numbers positions from padding_idx + 1: a padded batch through the graph still matches."""
-    from transformers import RobertaConfig, RobertaModel
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+FAMILIES = {  # model_type: (config class, model class, the config's fields); 130 positions each
+    "roberta": ("RobertaConfig", "RobertaModel", dict(SMALL, max_position_embeddings=130, pad_token_id=0)),
+    "xlm-roberta": (
+        "XLMRobertaConfig",
+        "XLMRobertaModel",
+        dict(SMALL, max_position_embeddings=130, pad_token_id=0),
+    ),
+    "distilbert": (
+        "DistilBertConfig",
+        "DistilBertModel",
+        dict(dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=130),
+    ),
+    "electra": ("ElectraConfig", "ElectraModel", dict(SMALL, embedding_size=16, max_position_embeddings=130)),
+}
 
-    encoder = load_encoder(MINILM)  # its tokenizer, for a random RoBERTa of the same vocabulary
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_bert_family_encoders_match_pytorch(family, tmp_path):
+    """Every other supported model type, random and small: a padded batch and a full-length row match.
+    RoBERTa-style models number positions from padding_idx + 1 (130 rows, 129 usable tokens)."""
+    import transformers
+
+    config_class, model_class, fields = FAMILIES[family]
+    encoder = load_encoder(MINILM)  # its tokenizer, for a random model of the same vocabulary
     torch.manual_seed(0)
-    config = RobertaConfig(
-        vocab_size=len(encoder.tokenizer),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=130,
-        pad_token_id=0,
-    )
-    model = RobertaModel(config).eval()
-    source = save_pretrained(model, encoder.tokenizer, tmp_path / "roberta")
+    config = getattr(transformers, config_class)(vocab_size=len(encoder.tokenizer), **fields)
+    model = getattr(transformers, model_class)(config).eval()
+    source = save_pretrained(model, encoder.tokenizer, tmp_path / family)
     result = export_onnx(source, tmp_path / "onnx", pooling="cls")
-    assert result.max_length == 129  # 130 rows less the pad_token_id + 1 reserved
+    assert result.model_type == family
+    assert result.max_length == (129 if "roberta" in family else 130)
     onnx_encoder = OnnxEncoder(result.output)
     expected = encode(model, encoder.tokenizer, TEXTS, pooling="cls", normalize=True, show_progress=False)
     np.testing.assert_allclose(onnx_encoder.encode(TEXTS), expected, atol=1e-4, rtol=0)
-    ids, mask = onnx_encoder.tokenize(["word " * 300, "two words"])  # truncated at 129: the last position
-    assert ids.shape == (2, 129)
+    ids, mask = onnx_encoder.tokenize(["word " * 300, "two words"])  # truncated at max_length
+    assert ids.shape == (2, result.max_length)
     with torch.no_grad():
         reference = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
     hidden = onnx_encoder.run(ids, mask)[0]
