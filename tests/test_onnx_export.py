@@ -322,3 +322,17 @@ def test_bench_onnx_puts_runtimes_side_by_side(tmp_path):
     assert results["texts"]["count"] == 6 and 8 <= results["texts"]["min"] <= results["texts"]["max"] <= 40
     table = (tmp_path / "results.md").read_text()
     assert "| onnx-int8 |" in table and "vs PyTorch fp32" in table
+
+
+def test_export_traces_the_real_arithmetic_rope_and_no_data_dependent_branch(tmp_path):
+    """rotate_pairs and padded_context choose their export-safe forms on torch.compiler.is_compiling();
+    pin that torch.onnx.export (torch.export, non-strict) reports it true while tracing."""
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(torch.compiler.is_compiling())
+            return x * 2
+
+    torch.onnx.export(Probe(), (torch.ones(2, 3),), dynamo=True, verbose=False).save(str(tmp_path / "p.onnx"))
+    assert seen and all(seen)
