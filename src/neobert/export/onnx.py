@@ -211,52 +211,51 @@ def export_onnx(
     model = encoder.model.float().eval()
     if is_neobert(model):
         set_runtime(model, attn_backend="sdpa", unpad=False)  # the padded path: no data-dependent gathers
-    max_length = min(encoder.max_length, source.embedding.max_length or encoder.max_length)
-    graph = ClassifierGraph(model) if source.task != "base" else EncoderGraph(model, pooling, normalize)
-    labels = _labels(model) if source.task != "base" else None
-    notes = []
-    if source.task == "base" and any("For" in a for a in model.config.architectures or []):
-        notes.append(f"head {model.config.architectures[0]} not exported: the base encoder was")
-
+    base = source.task == "base"
+    graph = EncoderGraph(model, pooling, normalize) if base else ClassifierGraph(model)
+    settings = {
+        "format_version": FORMAT_VERSION,
+        "task": source.task,
+        "model_type": source.model_type,
+        "inputs": ["input_ids", "attention_mask"],
+        "outputs": ["last_hidden_state", "sentence_embedding"] if base else ["logits"],
+        "max_length": min(encoder.max_length, source.embedding.max_length or encoder.max_length),
+        "pooling": {"method": pooling, "normalize": normalize, "source": source.embedding.declared_by},
+        "labels": None if base else _labels(model),
+        "files": {v: FILES[v] for v in ("fp32", quantize) if v},
+    }
     with atomic_dir(output) as tmp, _quiet():
-        _export_graph(graph, tmp / FILES["fp32"], encoder.max_length, _nbytes(model))
-        _write_tokenizer(encoder.tokenizer, tmp, max_length)
-        shutil.copyfile(source.path / "config.json", tmp / "config.json")
-        files = [FILES["fp32"]]
-        if quantize:
-            _quantize(tmp / FILES["fp32"], tmp / FILES[quantize])
-            files.append(FILES[quantize])
-        settings = {
-            "format_version": FORMAT_VERSION,
-            "task": source.task,
-            "model_type": source.model_type,
-            "inputs": ["input_ids", "attention_mask"],
-            "outputs": ["logits"] if source.task != "base" else ["last_hidden_state", "sentence_embedding"],
-            "max_length": max_length,
-            "pooling": {"method": pooling, "normalize": normalize, "source": source.embedding.declared_by},
-            "labels": labels,
-            "files": {v: FILES[v] for v in ("fp32", quantize) if v},
-        }
-        write_json(tmp / CONFIG_FILE, settings)
-        settings["parity"] = measure_parity(graph, tmp, settings)
-        cosine = settings["parity"].get("int8_cosine_min")
-        if cosine is not None and cosine < INT8_COSINE_FLOOR:
-            notes.append(
-                f"int8 cosine to fp32 {cosine:.4f} < {INT8_COSINE_FLOOR} on the check texts (1-60 tokens; short "
-                "texts move most): measure it on your own texts before choosing model_int8.onnx"
-            )
-        write_json(tmp / CONFIG_FILE, settings)
-        files += sorted(p.name for p in tmp.iterdir() if p.name not in files)
+        files = _write_directory(tmp, graph, encoder, source, settings)
+    notes = []
+    if base and any("For" in a for a in model.config.architectures or []):
+        notes.append(f"head {model.config.architectures[0]} not exported: the base encoder was")
+    cosine = settings["parity"].get("int8_cosine_min")
+    if cosine is not None and cosine < INT8_COSINE_FLOOR:
+        notes.append(
+            f"int8 cosine to fp32 {cosine:.4f} < {INT8_COSINE_FLOOR} on the check texts (1-60 tokens; short "
+            "texts move most): measure it on your own texts before choosing model_int8.onnx"
+        )
     return ExportResult(
-        output,
-        source.task,
-        source.model_type,
-        max_length,
-        settings["pooling"],
-        files,
-        settings["parity"],
-        notes,
-    )
+        output, source.task, source.model_type, settings["max_length"], settings["pooling"], files,
+        settings["parity"], notes,
+    )  # fmt: skip
+
+
+def _write_directory(
+    tmp: Path, graph: torch.nn.Module, encoder: Any, source: Source, settings: dict
+) -> list[str]:
+    """Fill ``tmp``: the graph(s), tokenizer, config.json and onnx_config.json with the parity measured on
+    the files as written (``settings["parity"]`` is set here). Returns the file names."""
+    _export_graph(graph, tmp / FILES["fp32"], encoder.max_length, _nbytes(encoder.model))
+    _write_tokenizer(encoder.tokenizer, tmp, settings["max_length"])
+    shutil.copyfile(source.path / "config.json", tmp / "config.json")
+    if "int8" in settings["files"]:
+        _quantize(tmp / FILES["fp32"], tmp / FILES["int8"])
+    write_json(tmp / CONFIG_FILE, settings)  # OnnxEncoder reads it for the parity run
+    settings["parity"] = measure_parity(graph, tmp, settings)
+    write_json(tmp / CONFIG_FILE, settings)
+    written = list(settings["files"].values())
+    return written + sorted(p.name for p in tmp.iterdir() if p.name not in written)
 
 
 @contextlib.contextmanager
