@@ -334,5 +334,5 @@ def test_export_traces_the_real_arithmetic_rope_and_no_data_dependent_branch(tmp
             seen.append(torch.compiler.is_compiling())
             return x * 2
 
-    torch.onnx.export(Probe(), (torch.ones(2, 3),), dynamo=True, verbose=False).save(str(tmp_path / "p.onnx"))
+    torch.onnx.export(Probe().eval(), (torch.ones(2, 3),), dynamo=True, verbose=False).save(str(tmp_path / "p.onnx"))
     assert seen and all(seen)
