@@ -226,6 +226,8 @@ def test_length_thresholds_count_the_mixture_subsets_that_pretraining_samples(
         ["fill-mask", "--model", MISSING, "a [MASK] b"],
         ["eval", "pppl", "--model", MISSING, "--input", "{texts}"],
         ["bench", "encode", "--model", MISSING],
+        ["bench", "onnx", "--model", MISSING],
+        ["export", "onnx", "--model", MISSING, "--output", "{tmp}/o"],
         [
             "finetune",
             "classify",

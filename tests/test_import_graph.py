@@ -115,8 +115,9 @@ FLOORS = {
     "neobert.serving": 3,
     "neobert.token_classification": 3,
     "neobert.ablation": 3,
-    "neobert.recipes": 3,
-    "neobert.predict": 3,  # a model over a file of texts: embed, classify, tag  # whole runs: the embedded default run  # the ablation ladder: runs the pretraining and fine-tuning tasks
+    "neobert.recipes": 3,  # whole runs: the embedded default run
+    "neobert.predict": 3,  # a model over a file of texts: embed, classify, tag
+    "neobert.export": 3,  # ONNX export (runs the model and the tokenizer) and its onnxruntime loader
     "neobert.cli": 4,
 }
 

@@ -8,6 +8,8 @@
   compiled flex_attention) on NeoBERT's head shapes;
 - ``precision``: fp32, bf16 and int8 inference (torch and torchao quantization) for tokens/s and cosine to
   fp32;
+- ``onnx``: ONNX Runtime fp32 and int8 (``neobert export onnx``) beside the PyTorch fast path on the same
+  texts: real tokens/s, ratios, and the distance of each output to PyTorch fp32;
 - ``serve``: a load test of ``neobert serve`` (requests/s, p50/p95/p99) with and without dynamic batching.
 """
 
@@ -25,6 +27,9 @@ from ..benchmarks.attention import markdown as attention_markdown
 from ..benchmarks.attention import run as run_attention
 from ..benchmarks.encode import EncodeBenchConfig
 from ..benchmarks.encode import run as run_encode
+from ..benchmarks.onnx import OnnxBenchConfig
+from ..benchmarks.onnx import markdown as onnx_markdown
+from ..benchmarks.onnx import run as run_onnx
 from ..benchmarks.precision import PrecisionBenchConfig
 from ..benchmarks.precision import markdown as precision_markdown
 from ..benchmarks.precision import run as run_precision
@@ -74,6 +79,15 @@ COMMANDS = {  # name: (config class, help, description)
         "softmax(QK^T/sqrt(d))V in bf16 by each kernel torch offers, on NeoBERT's head shapes, checked against "
         "float32 and timed interleaved, beside the matmul peak.",
     ),
+    "onnx": (
+        OnnxBenchConfig,
+        "ONNX Runtime fp32 / int8 beside the PyTorch fast path: tokens/s, ratios, parity",
+        "Exports the model (a preset is saved first) with `neobert export onnx --quantize int8`, then runs "
+        "PyTorch fp32 (the fast path), optionally bf16, and ONNX Runtime fp32 and int8 on the same batches of "
+        "stdlib-corpus texts of mixed lengths, interleaved, with the same thread count: real tokens/s, the "
+        "ratio to PyTorch fp32, and each output's max abs difference and cosine to PyTorch fp32. Needs "
+        "`pip install 'neobert[onnx]'`.",
+    ),
 }
 CHOICES = {"dtype": ("auto", "bf16", "fp32"), "precision": PRECISIONS}
 
@@ -81,7 +95,13 @@ CHOICES = {"dtype": ("auto", "bf16", "fp32"), "precision": PRECISIONS}
 def register(subparsers: argparse._SubParsersAction) -> None:
     bench = subparsers.add_parser("bench", help="benchmarks", description="Benchmarks.")
     commands = bench.add_subparsers(title="benchmarks", dest="benchmark", metavar="BENCHMARK", required=True)
-    runners = {"throughput": throughput, "training": training, "encode": encode, "precision": precision}
+    runners = {
+        "throughput": throughput,
+        "training": training,
+        "encode": encode,
+        "precision": precision,
+        "onnx": onnx,
+    }
     for name, (config, help_text, description) in COMMANDS.items():
         parser = add_command(commands, name, runners.get(name, attention), help_text, description)
         add_options(parser, config, rename={"length_range": "range"}, choices=CHOICES)
@@ -141,6 +161,16 @@ def precision(args: argparse.Namespace, console: Console | None = None) -> int:
     quiet_transformers()
     results = run_precision(config_from_args(PrecisionBenchConfig, args))
     console.print(precision_markdown(results), highlight=False, soft_wrap=True)
+    if args.output:
+        console.print(f"results written to {args.output}/results.{{json,md}}", highlight=False)
+    return 0
+
+
+def onnx(args: argparse.Namespace, console: Console | None = None) -> int:
+    console = make_console(console)
+    quiet_transformers()
+    results = run_onnx(config_from_args(OnnxBenchConfig, args))
+    console.print(onnx_markdown(results), highlight=False, soft_wrap=True)
     if args.output:
         console.print(f"results written to {args.output}/results.{{json,md}}", highlight=False)
     return 0

@@ -33,6 +33,7 @@ COMMAND_MODULES = [
     "tag",
     "ablate",
     "doctor",
+    "export",
 ]
 
 

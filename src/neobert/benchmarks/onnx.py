@@ -1,0 +1,223 @@
+"""ONNX Runtime (fp32 and int8) beside the PyTorch fast path, offline, on the same texts, in one process.
+
+The model (a preset with random weights, saved first, or a model directory) is exported with
+:func:`neobert.export.onnx.export_onnx` (``quantize="int8"``). Texts are cut from the standard-library corpus
+at lengths spread over [8, max_length] tokens, tokenized once by the exported tokenizer.json, and grouped by
+length into batches of ``batch_size`` (as :class:`~neobert.export.runtime.OnnxEncoder` batches); every
+variant gets exactly these (input_ids, attention_mask) arrays, and computes the same output (the pooled
+sentence embedding, or a classifier's logits). Timed round-robin after a warm-up, median of ``repeats``;
+each variant's output is compared with PyTorch fp32 (max abs, cosine).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..data.corpus import iter_stdlib_documents
+from ..encoders import apply_precision, is_neobert, is_preset, load_encoder, save_pretrained
+from ..export.onnx import ClassifierGraph, EncoderGraph, export_onnx, inspect_source
+from ..export.runtime import OnnxEncoder
+from .measure import machine_info
+from .report import write_json_and_markdown
+
+VARIANTS = {
+    "pytorch-fp32": "PyTorch fp32 on the fast path (NeoBERT: unpadded attention; others as loaded): the reference",
+    "pytorch-bf16": "PyTorch bf16 fast path (neobert.fastpath; emulated, slow on CPUs without AVX-512 BF16 / AMX)",
+    "onnx-fp32": "ONNX Runtime, model.onnx (padded attention, CPU provider)",
+    "onnx-int8": "ONNX Runtime, model_int8.onnx (dynamic int8 MatMuls; FFN down-projections fp32)",
+}
+
+
+@dataclass
+class OnnxBenchConfig:
+    model: str = "small"  # a NeoBERT preset (random weights) or a model directory (e.g. real weights)
+    texts: int = 64  # texts of the standard-library corpus
+    max_length: int = 256  # the longest text in tokens; lengths are spread evenly from 8 up to it
+    batch_size: int = 16  # texts per forward, grouped by length
+    threads: int = 1  # intra-op threads, for torch and onnxruntime alike
+    repeats: int = 3  # timed rounds (the median is reported)
+    bf16: bool = False  # add the PyTorch bf16 fast path (slow where bf16 is emulated)
+    output: str | None = None  # directory for results.json and results.md
+    progress: bool = True  # a progress bar
+
+    def __post_init__(self) -> None:
+        if self.texts < 1 or self.batch_size < 1 or self.repeats < 1 or self.threads < 1:
+            raise ValueError("texts, batch_size, repeats and threads must be >= 1")
+        if self.max_length < 8:
+            raise ValueError(f"max_length must be >= 8, got {self.max_length}")
+
+
+def corpus_texts(tokenizer: Any, count: int, max_length: int) -> list[str]:
+    """``count`` texts cut from stdlib documents at token lengths spread over [8, max_length - 2]."""
+    rng = random.Random(0)
+    lengths = [8 + (max_length - 10) * i // max(count - 1, 1) for i in range(count)]
+    rng.shuffle(lengths)
+    texts: list[str] = []
+    for document, length in zip(iter_stdlib_documents(), lengths):
+        ids = tokenizer(document, add_special_tokens=False, truncation=True, max_length=length)["input_ids"]
+        texts.append(tokenizer.decode(ids))
+    if len(texts) < count:
+        raise ValueError(f"the stdlib corpus holds only {len(texts)} documents; {count} needed")
+    return texts
+
+
+def batches(
+    onnx_encoder: OnnxEncoder, texts: list[str], batch_size: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    ids, mask = onnx_encoder.tokenize(texts)
+    lengths = mask.sum(axis=1)
+    order = np.argsort(lengths, kind="stable")
+    out = []
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        width = int(lengths[rows].max())
+        out.append((ids[rows, :width], mask[rows, :width]))
+    return out
+
+
+def _torch_forward(graph: torch.nn.Module):
+    def forward(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            out = graph(torch.from_numpy(ids), torch.from_numpy(mask))
+        return (out[-1] if isinstance(out, tuple) else out).float().numpy()
+
+    return forward
+
+
+def _onnx_forward(encoder: OnnxEncoder):
+    return lambda ids, mask: encoder.run(ids, mask)[-1]
+
+
+def run(config: OnnxBenchConfig) -> dict:
+    torch.set_num_threads(config.threads)
+    with tempfile.TemporaryDirectory(prefix="neobert-onnx-bench-") as tmp:
+        source = Path(config.model)
+        if is_preset(config.model):
+            torch.manual_seed(0)
+            preset = load_encoder(config.model)
+            source = save_pretrained(preset.model, preset.tokenizer, Path(tmp) / "model")
+        start = time.perf_counter()
+        exported = export_onnx(source, Path(tmp) / "onnx", quantize="int8")
+        export_s = time.perf_counter() - start
+        sizes = {
+            v: (exported.output / f).stat().st_size / 1e6
+            for v, f in (("fp32", "model.onnx"), ("int8", "model_int8.onnx"))
+        }
+        results = _measure(config, source, exported, export_s, sizes)
+    if config.output:
+        write_json_and_markdown(results, markdown(results), config.output)
+    return results
+
+
+def _measure(config: OnnxBenchConfig, source: Path, exported: Any, export_s: float, sizes: dict) -> dict:
+    info = inspect_source(source)
+    encoder = load_encoder(info.path, task=info.task)
+    fp32 = encoder.model.float().eval()
+
+    def graph(model: torch.nn.Module) -> torch.nn.Module:
+        if info.task != "base":
+            return ClassifierGraph(model).eval()
+        return EncoderGraph(model, exported.pooling["method"], exported.pooling["normalize"]).eval()
+
+    forwards = {"pytorch-fp32": _torch_forward(graph(apply_precision(copy.deepcopy(fp32), "fp32")))}
+    if config.bf16:
+        bf16 = copy.deepcopy(fp32)  # NeoBERT: the fast path; other encoders run as loaded there, so cast
+        bf16 = apply_precision(bf16, "bf16") if is_neobert(bf16) else bf16.to(torch.bfloat16)
+        forwards["pytorch-bf16"] = _torch_forward(graph(bf16))
+    onnx_fp32 = OnnxEncoder(exported.output, threads=config.threads)
+    forwards["onnx-fp32"] = _onnx_forward(onnx_fp32)
+    forwards["onnx-int8"] = _onnx_forward(OnnxEncoder(exported.output, "int8", threads=config.threads))
+
+    texts = corpus_texts(encoder.tokenizer, config.texts, min(config.max_length, exported.max_length))
+    work = batches(onnx_fp32, texts, config.batch_size)
+    real_tokens = int(sum(mask.sum() for _, mask in work))
+    outputs = {
+        name: np.concatenate([f(ids, mask) for ids, mask in work]) for name, f in forwards.items()
+    }  # warm-up
+    reference = outputs["pytorch-fp32"]
+    times: dict[str, list[float]] = {name: [] for name in forwards}
+    rounds = tqdm(total=config.repeats * len(forwards), desc="timing", disable=not config.progress)
+    with rounds:
+        for _ in range(config.repeats):
+            for name, forward in forwards.items():  # interleaved: drift on a shared machine hits all alike
+                start = time.perf_counter()
+                for ids, mask in work:
+                    forward(ids, mask)
+                times[name].append(time.perf_counter() - start)
+                rounds.update()
+    rows = []
+    base = real_tokens / statistics.median(times["pytorch-fp32"])
+    for name, out in outputs.items():
+        cosine = (out * reference).sum(1) / (np.linalg.norm(out, axis=1) * np.linalg.norm(reference, axis=1))
+        speed = real_tokens / statistics.median(times[name])
+        rows.append(
+            {
+                "variant": name,
+                "what": VARIANTS[name],
+                "real_tokens_per_s": speed,
+                "vs_pytorch_fp32": speed / base,
+                "max_abs": float(np.abs(out - reference).max()),
+                "cosine_min": float(cosine.min()),
+                "cosine_mean": float(cosine.mean()),
+                "file_mb": sizes.get(name.removeprefix("onnx-")) if name.startswith("onnx") else None,
+            }
+        )
+    lengths = [int(mask.sum(axis=1).min()) for _, mask in work] + [
+        int(mask.sum(axis=1).max()) for _, mask in work
+    ]
+    return {
+        "config": asdict(config),
+        "machine": machine_info("cpu"),
+        "model": {
+            "type": exported.model_type,
+            "task": exported.task,
+            "parameters": sum(p.numel() for p in fp32.parameters()),
+        },
+        "texts": {
+            "count": len(texts),
+            "real_tokens": real_tokens,
+            "min": min(lengths),
+            "max": max(lengths),
+            "batches": len(work),
+        },
+        "export_s": export_s,
+        "export_parity": exported.parity,
+        "rows": rows,
+    }
+
+
+def markdown(results: dict) -> str:
+    c, t, m = results["config"], results["texts"], results["model"]
+    name = c["model"] if not Path(c["model"]).is_absolute() else "/".join(Path(c["model"]).parts[-2:])
+    lines = [
+        f"# ONNX Runtime beside PyTorch: {name} ({m['type']}, {m['parameters'] / 1e6:.1f}M parameters, {m['task']})",
+        "",
+        f"{t['count']} stdlib-corpus texts, {t['real_tokens']:,} real tokens ({t['min']}-{t['max']} per text), "
+        f"{t['batches']} batches of {c['batch_size']} grouped by length; the same token arrays for every variant. "
+        f"{c['threads']} thread(s) for torch and onnxruntime, torch {results['machine']['torch']}, "
+        f"{results['machine'].get('cpu', '?')}; median of {c['repeats']} interleaved rounds. Outputs compared: "
+        f"{'logits' if m['task'] != 'base' else 'pooled sentence embeddings'} against PyTorch fp32. Export: "
+        f"{results['export_s']:.0f} s.",
+        "",
+        "| variant | real tokens/s | vs PyTorch fp32 | max abs | cosine min | cosine mean | file MB |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results["rows"]:
+        size = f"{r['file_mb']:.1f}" if r["file_mb"] is not None else ""
+        lines.append(
+            f"| {r['variant']} | {r['real_tokens_per_s']:,.0f} | {r['vs_pytorch_fp32']:.2f}x | {r['max_abs']:.1e} | "
+            f"{r['cosine_min']:.5f} | {r['cosine_mean']:.5f} | {size} |"
+        )
+    lines += ["", "Variants:", ""] + [f"- `{r['variant']}`: {r['what']}" for r in results["rows"]]
+    return "\n".join(lines) + "\n"

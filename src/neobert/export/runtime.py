@@ -1,0 +1,123 @@
+"""Run an exported ONNX directory (:func:`neobert.export.onnx.export_onnx`) with onnxruntime + tokenizers.
+
+Nothing here imports torch or the model code: this is what a service (or any Python program) calls to use
+the artefact. Contract::
+
+    encoder = OnnxEncoder("model-onnx")             # or OnnxEncoder(dir, variant="int8", threads=4)
+    encoder.encode(["a text", "another"])           # (N, C) float32, pooled/normalized as onnx_config.json says
+    encoder.classify(["a text"])                    # (N, num_labels) float32 logits; encoder.labels names them
+
+Texts are tokenized by the directory's tokenizer.json (truncation at ``max_length``, padding to the longest
+row of a batch), batched ``batch_size`` at a time in order of length (less padding), and returned in input
+order. onnxruntime and tokenizers are imported where used: the ``onnx`` extra.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CONFIG_FILE = "onnx_config.json"
+FORMAT_VERSION = 1
+
+
+class OnnxEncoder:
+    """An exported directory loaded for inference on onnxruntime's CPU provider (or ``providers``)."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        variant: str = "fp32",
+        threads: int | None = None,
+        providers: Sequence[str] | None = None,
+    ) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        self.directory = Path(directory)
+        config_file = self.directory / CONFIG_FILE
+        if not config_file.is_file():
+            raise FileNotFoundError(
+                f"{directory} holds no {CONFIG_FILE}: export it with `neobert export onnx`"
+            )
+        self.config: dict[str, Any] = json.loads(config_file.read_text(encoding="utf-8"))
+        if self.config.get("format_version") != FORMAT_VERSION:
+            raise ValueError(
+                f"{config_file}: format_version {self.config.get('format_version')} is not {FORMAT_VERSION}"
+            )
+        files = self.config["files"]
+        if variant not in files:
+            raise ValueError(f"{directory} has no {variant!r} model; it holds {', '.join(files)}")
+        self.variant = variant
+        self.tokenizer = Tokenizer.from_file(str(self.directory / "tokenizer.json"))
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(
+            str(self.directory / files[variant]),
+            options,
+            providers=list(providers or ["CPUExecutionProvider"]),
+        )
+
+    @property
+    def task(self) -> str:
+        return self.config["task"]
+
+    @property
+    def labels(self) -> list[str] | None:
+        return self.config.get("labels")
+
+    @property
+    def max_length(self) -> int:
+        return int(self.config["max_length"])
+
+    def tokenize(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Right-padded (input_ids, attention_mask), int64 (B, L), truncated at ``max_length``."""
+        if isinstance(texts, str):
+            raise TypeError("texts must be a list of strings, not one string")
+        batch = self.tokenizer.encode_batch(list(texts))
+        ids = np.array([e.ids for e in batch], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in batch], dtype=np.int64)
+        return ids, mask
+
+    def run(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> list[np.ndarray]:
+        """The graph's outputs (``config["outputs"]``, in that order) for one tokenized batch."""
+        return self.session.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
+
+    def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        """Sentence embeddings (N, C) float32, pooled and normalized as the source declared."""
+        if self.task != "base":
+            raise TypeError(f"{self.directory} is a {self.task} export; encode needs a base encoder export")
+        return self._batched(texts, batch_size, output=1)
+
+    def classify(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        """Logits (N, num_labels) float32; softmax is left to the caller (as neobert.inference.classify)."""
+        if self.task != "sequence-classification":
+            raise TypeError(f"{self.directory} is a {self.task} export; classify needs a classifier export")
+        return self._batched(texts, batch_size, output=0)
+
+    def _batched(self, texts: Sequence[str], batch_size: int, output: int) -> np.ndarray:
+        if isinstance(texts, str):
+            raise TypeError("texts must be a list of strings, not one string")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if len(texts) == 0:
+            width = self.session.get_outputs()[output].shape[-1]
+            return np.zeros((0, width if isinstance(width, int) else 0), dtype=np.float32)
+        ids, mask = self.tokenize(texts)  # padded to the longest text of all
+        lengths = mask.sum(axis=1)
+        order = np.argsort(lengths, kind="stable")  # similar lengths together: less padding per batch
+        parts = []
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            width = max(int(lengths[rows].max()), 1)  # right-padded: the batch's own longest row
+            parts.append(self.run(ids[rows, :width], mask[rows, :width])[output])
+        out = np.empty((len(texts), parts[0].shape[-1]), dtype=np.float32)
+        out[order] = np.concatenate(parts)
+        return out
