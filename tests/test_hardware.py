@@ -268,3 +268,15 @@ def test_throughput_auto_dtype_follows_the_measurement(monkeypatch, measured):
                          progress=False)  # fmt: skip
     results = run(config)
     assert results["config"]["dtype"] == "fp32" and results["config"]["requested_dtype"] == "auto"
+
+
+@pytest.mark.parametrize(("fp32", "bf16", "enabled"), [(1.0, 0.5, True), (1.0, 5.0, False)])
+def test_fine_tuning_auto_autocasts_where_bf16_measured_faster(monkeypatch, measured, fp32, bf16, enabled):
+    from neobert.finetuning.classification_task import _autocast
+
+    force_timings(monkeypatch, fp32, bf16)
+    model = load_model("tiny", task="sequence-classification")
+    with _autocast(model, "auto"):
+        assert torch.is_autocast_enabled("cpu") is enabled
+    with _autocast(model, "fp32"):
+        assert not torch.is_autocast_enabled("cpu")

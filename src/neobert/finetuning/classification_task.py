@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader
 
 from ..encoders import save_pretrained
 from ..evaluation.metrics import MetricResult, compute_metrics
+from ..hardware import resolve_precision
 from ..training.engine import Engine, EngineSettings, LossTerms
 from ..training.optim import build_optimizer
 from ..training.schedule import make_scheduler
@@ -94,9 +95,14 @@ def _loader(data: EncodedDataset, batch_size: int, pad: int) -> DataLoader:
     return DataLoader(data, batch_size=batch_size, collate_fn=partial(collate, pad_token_id=pad))
 
 
-def _autocast(device: torch.device, precision: str) -> Any:
-    # bf16 autocast on CUDA by default; the weights stay fp32.
-    enabled = precision == "bf16" or (precision == "auto" and device.type == "cuda")
+def _autocast(model: torch.nn.Module, precision: str) -> Any:
+    """bf16 autocast (the weights stay fp32) for ``bf16``, or for ``auto`` where bf16 training measured
+    faster at the model's widths on its device (:func:`neobert.hardware.resolve_precision`)."""
+    device = next(model.parameters()).device
+    config = getattr(model, "config", None)
+    hidden = getattr(config, "hidden_size", 768)
+    intermediate = getattr(config, "intermediate_size", 4 * hidden)
+    enabled = resolve_precision(precision, hidden, intermediate, device, training=True) == "bf16"
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
 
 
@@ -116,7 +122,7 @@ def predict(
     predictions, total_loss = [], torch.zeros((), device=device)
     for batch in _loader(data, batch_size, pad_token_id):
         batch = {k: v.to(device) for k, v in batch.items()}
-        with _autocast(device, precision):
+        with _autocast(model, precision):
             out = model(**batch)
         logits = out.logits.float()  # (B, num_labels)
         predictions.append(logits[:, 0] if regression else logits.argmax(dim=-1))
@@ -268,7 +274,7 @@ class ClassificationTask:
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> LossTerms:
         batch = {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
         labels = batch.pop("labels")
-        with _autocast(self.engine.device, self.precision):
+        with _autocast(self.engine.unwrapped(), self.precision):
             logits = model(**batch).logits.float()  # (B, num_labels)
         if self.spec.regression:
             loss_sum = F.mse_loss(logits[:, 0], labels.float(), reduction="sum")
@@ -328,7 +334,7 @@ def fit(
             output=state_dir,
             log_dir=log_dir,
             tensorboard_dir=log_dir,
-            precision="fp32",  # the task autocasts itself (precision "auto" depends on the device)
+            precision="fp32",  # the task autocasts itself (precision "auto": measured at the model's widths)
             device=device,
             clip_grad_norm=settings.clip_grad_norm,
             log_every=LOG_EVERY,

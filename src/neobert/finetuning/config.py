@@ -89,7 +89,7 @@ class ModelSource:
     tokenizer: str | None = None  # default: the model's own; the NeoBERT tokenizer for presets
     preset_overrides: dict[str, Any] = field(default_factory=dict)  # ModelConfig fields, presets only
     device: str | None = None  # default: cuda when available, else cpu
-    precision: str = "auto"  # auto (bf16 autocast on CUDA) | fp32 | bf16
+    precision: str = "auto"  # auto (bf16 autocast where measured faster for this model here) | fp32 | bf16
     tensorboard: bool = True  # TensorBoard logs in OUTPUT
     show_progress: bool = True  # progress bars
     resume: bool = False  # continue an interrupted run from its last evaluation's checkpoint

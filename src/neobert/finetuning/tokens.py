@@ -72,7 +72,7 @@ class TokenClassificationTask(ClassificationTask):
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> LossTerms:
         batch = {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
         labels = batch.pop("labels")  # (B, L)
-        with _autocast(self.engine.device, self.precision):
+        with _autocast(self.engine.unwrapped(), self.precision):
             logits = model(**batch).logits.float()  # (B, L, num_labels)
         loss_sum = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="sum")
         return LossTerms(loss_sum, tokens=int(batch["attention_mask"].sum()))
@@ -93,7 +93,7 @@ def evaluate_tokens(
     for start in range(0, len(data), batch_size):
         rows = [data[i] for i in range(start, min(start + batch_size, len(data)))]
         batch = {k: v.to(device) for k, v in collate_tokens(rows, pad_token_id).items()}
-        with _autocast(device, precision):
+        with _autocast(model, precision):
             out = model(**batch)
         labelled = batch["labels"] != IGNORE  # (B, L): the first sub-word of each word
         loss_sum += float(out.loss) * int(labelled.sum())
