@@ -99,6 +99,8 @@ def _autocast(model: torch.nn.Module, precision: str) -> Any:
     """bf16 autocast (the weights stay fp32) for ``bf16``, or for ``auto`` where bf16 training measured
     faster at the model's widths on its device (:func:`neobert.hardware.resolve_precision`)."""
     device = next(model.parameters()).device
+    for attr in ("module", "_orig_mod"):  # DistributedDataParallel, torch.compile
+        model = getattr(model, attr, model)
     config = getattr(model, "config", None)
     hidden = getattr(config, "hidden_size", 768)
     intermediate = getattr(config, "intermediate_size", 4 * hidden)
@@ -274,7 +276,7 @@ class ClassificationTask:
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> LossTerms:
         batch = {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
         labels = batch.pop("labels")
-        with _autocast(self.engine.unwrapped(), self.precision):
+        with _autocast(model, self.precision):
             logits = model(**batch).logits.float()  # (B, num_labels)
         if self.spec.regression:
             loss_sum = F.mse_loss(logits[:, 0], labels.float(), reduction="sum")

@@ -72,7 +72,7 @@ class TokenClassificationTask(ClassificationTask):
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> LossTerms:
         batch = {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
         labels = batch.pop("labels")  # (B, L)
-        with _autocast(self.engine.unwrapped(), self.precision):
+        with _autocast(model, self.precision):
             logits = model(**batch).logits.float()  # (B, L, num_labels)
         loss_sum = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="sum")
         return LossTerms(loss_sum, tokens=int(batch["attention_mask"].sum()))
