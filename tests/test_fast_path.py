@@ -178,11 +178,7 @@ def _plain_copy(model: NeoBERTModel) -> NeoBERTModel:
     return plain
 
 
-@pytest.mark.skipif(
-    fastpath._linear_pointwise() is None,
-    reason="no oneDNN bf16 linear post-ops here (torch without oneDNN, or a CPU without AVX-512)",
-)
-def test_fused_epilogues_compute_the_plain_block(monkeypatch):
+def test_fused_epilogues_compute_the_plain_block(monkeypatch, fused_op):
     model = make_model()
     names = list(model.state_dict())
     fast_inference(model, fuse=False)
@@ -196,7 +192,7 @@ def test_fused_epilogues_compute_the_plain_block(monkeypatch):
     plain = _plain_copy(model).to(torch.bfloat16)
     set_runtime(plain, unpad=True)
     calls = []
-    op = fastpath._linear_pointwise()
+    op = fused_op
 
     class Counting:
         def __call__(self, *args):
@@ -236,6 +232,30 @@ def epilogue_probe():
     real.cache_clear()
     yield
     real.cache_clear()
+
+
+class UnfusedOp:
+    """oneDNN's ``_linear_pointwise`` computed unfused (linear, then the post-op), for CPUs whose oneDNN lacks
+    the bf16 post-ops (AVX2 only): the fused block's wiring (which weight rows, which post-op, which operand)
+    is then tested there too. The real op's numbers are checked by ``check_cpu_epilogues`` where it runs."""
+
+    def __call__(self, x, weight, bias, attr, scalars, algorithm):
+        assert (attr, scalars, algorithm) == ("swish", [], "")
+        return F.silu(F.linear(x, weight, bias))
+
+    def binary(self, x, other, weight, bias, attr):
+        out = F.linear(x, weight, bias)
+        return {"add": out + other, "mul": out * other}[attr]
+
+
+@pytest.fixture
+def fused_op(monkeypatch, epilogue_probe):
+    """The real fused op where this CPU runs it, else :class:`UnfusedOp` in its place."""
+    op = fastpath._linear_pointwise()
+    if op is None:
+        op = UnfusedOp()
+        monkeypatch.setattr(fastpath, "_linear_pointwise", lambda: op)
+    return op
 
 
 def test_fused_blocks_fall_back_to_the_plain_forward_with_gradients_or_fp32(monkeypatch, epilogue_probe):
@@ -300,11 +320,7 @@ def test_gelu_blocks_are_not_fused():
     assert all(type(b) is not fastpath.FusedEncoderBlock for b in model.transformer_encoder)
 
 
-@pytest.mark.skipif(
-    fastpath._linear_pointwise() is None,
-    reason="no oneDNN bf16 linear post-ops here (torch without oneDNN, or a CPU without AVX-512)",
-)
-def test_fused_blocks_leave_other_linear_modules_to_their_own_forward():
+def test_fused_blocks_leave_other_linear_modules_to_their_own_forward(fused_op):
     """A replaced projection (a quantized or wrapped linear) must run its own forward, not be bypassed."""
 
     class Doubled(torch.nn.Linear):

@@ -79,7 +79,6 @@ def test_inference_auto_follows_the_measurement(monkeypatch, measured, fp32, bf1
     force_timings(monkeypatch, fp32, bf16)
     model = apply_precision(load_model("tiny"), "auto")
     assert next(model.parameters()).dtype == dtype
-    assert model.neobert_precision == ("bf16" if dtype == torch.bfloat16 else "fp32")
 
 
 @pytest.mark.parametrize(("fp32", "bf16", "mixed"), [(1.0, 0.5, "bf16"), (1.0, 5.0, "no")])
@@ -141,7 +140,7 @@ def test_flex_passes_its_real_forward_check_on_this_cpu(fresh_checks):
 
 def _break_flex(monkeypatch):
     """Auto picks flex here, and flex computes something else."""
-    monkeypatch.setattr(attention, "_auto_choice", lambda device, dtype: "flex")
+    monkeypatch.setattr(attention, "auto_candidate", lambda device, dtype: "flex")
     real = attention._attend_flex
     monkeypatch.setattr(attention, "_attend_flex", lambda q, k, v, mask: 1.5 * real(q, k, v, mask))
 
@@ -174,7 +173,7 @@ def test_an_explicit_kernel_that_fails_its_check_raises(monkeypatch, fresh_check
 
 
 def test_an_auto_kernel_that_crashes_falls_back(monkeypatch, fresh_checks):
-    monkeypatch.setattr(attention, "_auto_choice", lambda device, dtype: "flex")
+    monkeypatch.setattr(attention, "auto_candidate", lambda device, dtype: "flex")
 
     def crash(*args):
         raise RuntimeError("no kernel image is available for execution on the device")

@@ -162,16 +162,13 @@ def apply_precision(model: torch.nn.Module, precision: str = "auto") -> torch.nn
     """NeoBERT models (any head) go on the fast path: bf16 weights for ``bf16``, float32 for ``fp32`` (exact),
     unpadded attention either way; ``auto`` is whichever of the two runs this model's shapes faster on its
     device (measured once per process: :func:`neobert.hardware.resolve_precision`). Other encoders run as
-    loaded. The precision used is recorded as ``model.neobert_precision``."""
+    loaded."""
     check_precision(precision, ValueError)
     if is_neobert(model):
         config = model.config
         device = next(model.parameters()).device
         precision = resolve_precision(precision, config.hidden_size, config.intermediate_size, device)
         fast_inference(model, torch.bfloat16 if precision == "bf16" else None)
-    else:
-        precision = "as loaded"
-    model.neobert_precision = precision
     return model
 
 

@@ -18,7 +18,7 @@ import os
 import platform
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -90,8 +90,6 @@ class PrecisionChoice:
     fp32_ms: float | None = None  # the timed workload, best of the runs
     bf16_ms: float | None = None
 
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def resolve_precision(

@@ -129,7 +129,7 @@ def _attention_cases(device: str) -> list[tuple[str, torch.dtype]]:
 def _attention_row(backend: str, device: str, dtype: torch.dtype) -> BackendRow:
     backward = device != "cpu"  # FlexAttention has no CPU backward
     try:
-        attention._explicit_choice(backend, torch.device(device), dtype)
+        attention.explicit_candidate(backend, torch.device(device), dtype)
     except attention.AttentionBackendError as err:
         check = BackendCheck(
             f"attention:{backend}", device, str(dtype).removeprefix("torch."), False, error=str(err)

@@ -16,6 +16,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from rich import box
@@ -99,11 +101,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "throughput": throughput,
         "training": training,
         "encode": encode,
-        "precision": precision,
-        "onnx": onnx,
+        "precision": _report(run_precision, precision_markdown, PrecisionBenchConfig),
+        "onnx": _report(run_onnx, onnx_markdown, OnnxBenchConfig),
+        "attention": _report(run_attention, attention_markdown, AttentionBenchConfig),
     }
     for name, (config, help_text, description) in COMMANDS.items():
-        parser = add_command(commands, name, runners.get(name, attention), help_text, description)
+        parser = add_command(commands, name, runners[name], help_text, description)
         add_options(parser, config, rename={"length_range": "range"}, choices=CHOICES)
         parser.set_defaults(config_class=config)
     bench_serve.register(commands)  # `bench serve` lives in its own module
@@ -156,30 +159,19 @@ def encode(args: argparse.Namespace, console: Console | None = None) -> int:
     return 0
 
 
-def precision(args: argparse.Namespace, console: Console | None = None) -> int:
-    console = make_console(console)
-    quiet_transformers()
-    results = run_precision(config_from_args(PrecisionBenchConfig, args))
-    console.print(precision_markdown(results), highlight=False, soft_wrap=True)
-    if args.output:
-        console.print(f"results written to {args.output}/results.{{json,md}}", highlight=False)
-    return 0
+def _report(run: Callable[[Any], dict], markdown: Callable[[dict], str], config_class: type) -> Callable:
+    """The command of a benchmark whose report is its Markdown: run it, print that, say where it went."""
 
+    def command(args: argparse.Namespace, console: Console | None = None) -> int:
+        console = make_console(console)
+        quiet_transformers()
+        results = run(config_from_args(config_class, args))
+        console.print(markdown(results), highlight=False, soft_wrap=True)
+        if args.output:
+            console.print(f"results written to {args.output}/results.{{json,md}}", highlight=False)
+        return 0
 
-def onnx(args: argparse.Namespace, console: Console | None = None) -> int:
-    console = make_console(console)
-    quiet_transformers()
-    results = run_onnx(config_from_args(OnnxBenchConfig, args))
-    console.print(onnx_markdown(results), highlight=False, soft_wrap=True)
-    if args.output:
-        console.print(f"results written to {args.output}/results.{{json,md}}", highlight=False)
-    return 0
-
-
-def attention(args: argparse.Namespace, console: Console | None = None) -> int:
-    results = run_attention(config_from_args(AttentionBenchConfig, args))
-    make_console(console).print(attention_markdown(results), highlight=False, soft_wrap=True)
-    return 0
+    return command
 
 
 def _encode_table(results: dict) -> Table:

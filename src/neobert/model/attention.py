@@ -88,7 +88,7 @@ def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype) ->
     one warning. An explicit choice that cannot run here, or fails its check, raises
     :class:`AttentionBackendError`.
     """
-    candidate = _auto_choice(device, dtype) if requested == "auto" else _explicit_choice(requested, device, dtype)
+    candidate = auto_candidate(device, dtype) if requested == "auto" else explicit_candidate(requested, device, dtype)
     if candidate == "sdpa" or torch.compiler.is_compiling():
         return candidate
     check = check_attention(candidate, str(device), dtype, backward=torch.is_grad_enabled())
@@ -100,7 +100,9 @@ def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype) ->
     return "sdpa"
 
 
-def _auto_choice(device: torch.device, dtype: torch.dtype) -> str:
+def auto_candidate(device: torch.device, dtype: torch.dtype) -> str:
+    """What ``auto`` would take here before its first-use check: flash-attn, else torch's varlen kernel, for
+    CUDA bf16/fp16; SDPA otherwise."""
     fast = device.type == "cuda" and dtype in _HALF
     if fast and flash_attn_available():
         return "flash_attn"
@@ -109,7 +111,8 @@ def _auto_choice(device: torch.device, dtype: torch.dtype) -> str:
     return "sdpa"
 
 
-def _explicit_choice(requested: str, device: torch.device, dtype: torch.dtype) -> str:
+def explicit_candidate(requested: str, device: torch.device, dtype: torch.dtype) -> str:
+    """``requested`` if it can run here at all (device, dtype, package), else :class:`AttentionBackendError`."""
     fast = device.type == "cuda" and dtype in _HALF
     if requested in ("flash_attn", "varlen") and not fast:
         raise AttentionBackendError(
