@@ -5,6 +5,7 @@ A test module imports from here, never from another test module.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import random
@@ -13,7 +14,9 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 from safetensors.torch import load_file
 
@@ -172,3 +175,43 @@ def run_script(tmp_path: Path, source: str, args: list[str], launcher: list[str]
 
 def torchrun() -> list[str]:
     return ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", free_port()]
+
+
+# --- the HTTP service ---------------------------------------------------------------------------------
+
+KEY = "test-key-7f3a"  # the API key of the tests' servers that require one
+
+
+def call(url: str, method: str, path: str, body=None, key: str | None = KEY, headers=None):
+    """(status, parsed JSON or text, headers) of one request."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        sent = {"Content-Type": "application/json", **(headers or {})}
+        if key is not None:
+            sent["Authorization"] = f"Bearer {key}"
+        conn.request(method, path, body=None if body is None else json.dumps(body).encode(), headers=sent)
+        response = conn.getresponse()
+        text = response.read().decode()
+        got = {name.lower(): value for name, value in response.getheaders()}
+        is_json = got.get("content-type", "").startswith("application/json")
+        return response.status, json.loads(text) if is_json else text, got
+    finally:
+        conn.close()
+
+
+def serve(model, **settings) -> Any:
+    """A BackgroundServer (a context manager) of ``model`` in a thread of this process, fp32 unless told."""
+    from neobert.serving import ServeConfig
+    from neobert.serving.server import BackgroundServer
+    from neobert.serving.service import Service
+
+    settings.setdefault("model_process", False)
+    return BackgroundServer(Service.load(ServeConfig(model=str(model), **{"precision": "fp32", **settings})))
+
+
+def st_encode(directory, texts, normalize=False) -> np.ndarray:
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(directory), device="cpu")
+    return model.encode(texts, convert_to_numpy=True, normalize_embeddings=normalize)

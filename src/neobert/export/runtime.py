@@ -54,13 +54,16 @@ class OnnxEncoder:
         if variant not in files:
             raise ValueError(f"{directory} has no {variant!r} model; it holds {', '.join(files)}")
         self.variant = variant
+        graph = self.directory / files[variant]
+        if not graph.is_file():
+            raise FileNotFoundError(f"{graph} is missing: {CONFIG_FILE} lists it; export the directory again")
         self.tokenizer = Tokenizer.from_file(str(self.directory / "tokenizer.json"))
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
         self.session = ort.InferenceSession(
-            str(self.directory / files[variant]),
+            str(graph),
             options,
             providers=list(providers or ["CPUExecutionProvider"]),
         )

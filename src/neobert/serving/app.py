@@ -39,7 +39,7 @@ MODEL_ENDPOINTS = {
     "/fill-mask": "fill-mask",
     "/rerank": "rerank",
 }
-INFO_FIELDS = ("model_type", "head", "serves", "dimensions", "max_input_tokens", "pooling", "normalize",
+INFO_FIELDS = ("backend", "precision", "model_type", "head", "serves", "dimensions", "max_input_tokens", "pooling", "normalize",
                "embedding_settings_from", "labels")  # fmt: skip
 OPEN_PATHS = ("/health", "/openapi.json", "/docs", "/docs/oauth2-redirect")  # no API key needed
 ENDPOINTS = (*MODEL_ENDPOINTS, "/info", "/health", "/metrics")
@@ -194,6 +194,10 @@ class HealthResponse(BaseModel):
 
 class InfoResponse(BaseModel):
     model: str
+    backend: Literal["torch", "onnx"]
+    precision: str = Field(
+        description="torch: bf16 or fp32 as chosen at start; onnx: the graph, fp32 or int8"
+    )
     model_type: str
     head: str
     serves: list[str]
@@ -203,7 +207,6 @@ class InfoResponse(BaseModel):
     normalize: bool | None
     embedding_settings_from: str | None
     labels: list[str] | None
-    precision: str
     long_documents: str
     limits: dict[str, int | float]
     auth: bool
@@ -435,7 +438,6 @@ def create_app(service: Service) -> FastAPI:
             {
                 "model": config.model,
                 **{k: info[k] for k in INFO_FIELDS},
-                "precision": config.precision,
                 "long_documents": config.long_documents,
                 "limits": {**limits, "max_body_bytes": config.max_body_bytes},
                 "auth": service.api_key is not None,

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..config import PRECISIONS, check_known_keys
+from ..export.runtime import CONFIG_FILE as ONNX_CONFIG_FILE
 from ..long_documents import EXTEND_METHODS, POLICIES
 
+BACKENDS = ("auto", "torch", "onnx")
+ONNX_VARIANTS = ("fp32", "int8")
 TASKS = ("auto", "base", "mlm", "sequence-classification", "token-classification")
 API_KEY_ENV = "NEOBERT_API_KEY"
 
@@ -24,6 +28,9 @@ class ServeConfig:
     task: str = "auto"  # which head to load; auto: the directory's architecture (presets: mlm)
     host: str = "127.0.0.1"  # address to listen on
     port: int = 8000  # port to listen on (0: a free one)
+    # torch, or onnx (ONNX Runtime on a `neobert export onnx` directory); auto: onnx for such a directory
+    backend: str = field(default="auto", metadata={"choices": BACKENDS})
+    onnx_variant: str = field(default="fp32", metadata={"choices": ONNX_VARIANTS})  # onnx backend: the export's fp32 graph, or int8 (written by --quantize int8)
     precision: str = "auto"  # NeoBERT models run on the fast path (unpadded): bf16, exact fp32, or auto (the faster here, measured)
     # clients must send "Authorization: Bearer KEY" (default: the NEOBERT_API_KEY environment variable)
     api_key: str | None = field(default=None, repr=False)
@@ -64,6 +71,8 @@ class ServeConfig:
                 raise ServeConfigError(f"{name} must be {kind} integer, got {value!r}")
         for name, choices in (
             ("task", TASKS),
+            ("backend", BACKENDS),
+            ("onnx_variant", ONNX_VARIANTS),
             ("precision", PRECISIONS),
             ("long_documents", POLICIES),
             ("rope_scaling", EXTEND_METHODS),
@@ -80,8 +89,24 @@ class ServeConfig:
             raise ServeConfigError(
                 f"refusal_delay must be between 0 and 60 seconds, got {self.refusal_delay}"
             )
+        if self.onnx and self.long_documents != "truncate":
+            raise ServeConfigError(
+                f"long_documents {self.long_documents} needs the torch backend; an ONNX export truncates at "
+                "its max_length"
+            )
+        if self.onnx and self.precision != "auto":
+            raise ServeConfigError(
+                "precision applies to the torch backend; an ONNX export's is its variant (onnx_variant)"
+            )
         if self.api_key is not None and not self.api_key.strip():
             raise ServeConfigError("api_key must not be empty (leave it out to serve without a key)")
+
+    @property
+    def onnx(self) -> bool:
+        """Whether the model runs on ONNX Runtime (``backend`` onnx, or auto and an export directory)."""
+        if self.backend == "auto":
+            return (Path(self.model) / ONNX_CONFIG_FILE).is_file()
+        return self.backend == "onnx"
 
     @property
     def max_body_bytes(self) -> int:

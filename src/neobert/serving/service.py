@@ -152,6 +152,8 @@ class Model:
         if self.task in ("sequence-classification", "token-classification"):
             labels = [str((config.id2label or {}).get(i, f"LABEL_{i}")) for i in range(config.num_labels)]
         return {
+            "backend": "torch",
+            "precision": "bf16" if next(self.model.parameters()).dtype == torch.bfloat16 else "fp32",
             "head": self.task,
             "serves": list(self.tasks),
             "model_type": config.model_type,
@@ -256,14 +258,22 @@ class Service:
 
     @classmethod
     def load(cls, config: ServeConfig) -> Service:
-        """The model in ``config.workers`` processes of its own (``model_process``), or in this one."""
+        """The model in ``config.workers`` processes of its own (``model_process``), or in this one; on
+        ONNX Runtime for an exported directory (:mod:`.onnx_backend`), else on PyTorch."""
+        if config.onnx:
+            from .onnx_backend import OnnxModel  # onnxruntime: the optional 'onnx' extra
+
+            load: Callable[[ServeConfig], Any] = OnnxModel.load
+        else:
+            load = Model.load
         if config.model_process:
-            pool = WorkerPool(config, Model.load)
+            pool = WorkerPool(config, load)
             # this side's tokenizer only counts tokens (usage, truncate: false), never cuts a text
             tokenizer = resolve_tokenizer(config.model, config.tokenizer)
             return cls(config, tokenizer, pool.info, pool.call, pool.close, pool.alive)
-        model = Model.load(config)
-        return cls(config, model.tokenizer, model.info(), model.call)
+        model = load(config)
+        tokenizer = resolve_tokenizer(config.model, config.tokenizer) if config.onnx else model.tokenizer
+        return cls(config, tokenizer, model.info(), model.call)
 
     def run(self, key: Hashable, texts: list[Any]) -> tuple[list[Any], int]:
         """One model call through the workers, with the long-document counts recorded."""
@@ -284,4 +294,3 @@ class Service:
 
     def _on_call(self, requests: int, texts: int, tokens: int, seconds: float) -> None:
         self.metrics.model_call(requests, texts, tokens, seconds)
-
