@@ -311,9 +311,11 @@ def test_bench_onnx_puts_runtimes_side_by_side(tmp_path):
     from neobert.benchmarks.onnx import OnnxBenchConfig, run
 
     config = OnnxBenchConfig(
-        model="tiny", texts=6, max_length=40, batch_size=3, repeats=1, output=str(tmp_path), progress=False
-    )
+        model="tiny", texts=6, max_length=40, batch_size=3, repeats=1, output=str(tmp_path), progress=False,
+        serve_concurrency=0,
+    )  # fmt: skip
     results = run(config)
+    assert "service" not in results
     rows = {r["variant"]: r for r in results["rows"]}
     assert list(rows) == ["pytorch-fp32", "onnx-fp32", "onnx-int8"]
     assert rows["pytorch-fp32"]["vs_pytorch_fp32"] == 1.0
@@ -322,6 +324,22 @@ def test_bench_onnx_puts_runtimes_side_by_side(tmp_path):
     assert results["texts"]["count"] == 6 and 8 <= results["texts"]["min"] <= results["texts"]["max"] <= 40
     table = (tmp_path / "results.md").read_text()
     assert "| onnx-int8 |" in table and "vs PyTorch fp32" in table
+
+
+@pytest.mark.slow  # four servers, one after another (about 20 s each to start here)
+def test_bench_onnx_through_the_service(tmp_path):
+    from neobert.benchmarks.onnx import OnnxBenchConfig, run
+
+    config = OnnxBenchConfig(
+        model="tiny", texts=4, max_length=24, batch_size=2, repeats=1, bf16=True, output=str(tmp_path),
+        progress=False, serve_concurrency=4, serve_duration=1.0,
+    )  # fmt: skip
+    rows = {r["label"]: r for r in run(config)["service"]}
+    assert list(rows) == ["pytorch-fp32", "pytorch-bf16", "onnx-fp32", "onnx-int8"]
+    for row in rows.values():
+        assert row["requests"] > 0 and row["failed"] == 0 and row["concurrency"] == 4
+    assert rows["pytorch-fp32"]["vs_pytorch_fp32"] == 1.0
+    assert "## Through the service: 4 clients" in (tmp_path / "results.md").read_text()
 
 
 def test_export_traces_the_real_arithmetic_rope_and_no_data_dependent_branch(tmp_path):

@@ -1,4 +1,4 @@
-"""ONNX Runtime (fp32 and int8) beside the PyTorch fast path, offline, on the same texts, in one process.
+"""ONNX Runtime (fp32 and int8) beside the PyTorch fast path, offline and through ``neobert serve``.
 
 The model (a preset with random weights, saved first, or a model directory) is exported with
 :func:`neobert.export.onnx.export_onnx` (``quantize="int8"``). Texts are cut from the standard-library corpus
@@ -7,6 +7,12 @@ length into batches of ``batch_size`` (as :class:`~neobert.export.runtime.OnnxEn
 variant gets exactly these (input_ids, attention_mask) arrays, and computes the same output (the pooled
 sentence embedding, or a classifier's logits). Timed round-robin after a warm-up, median of ``repeats``;
 each variant's output is compared with PyTorch fp32 (max abs, cosine).
+
+Then, for a base encoder, each variant behind the service (``neobert serve`` on the saved source directory
+with ``--backend torch``, or on the export with ``--backend onnx``), one server after another, measured by
+:func:`neobert.benchmarks.serve.measure_mode`: ``serve_concurrency`` closed-loop clients sending
+single-text ``/embed`` requests for ``serve_duration`` seconds, dynamic batching on, the model in its own
+process with the server's default thread count.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from ..export.onnx import ClassifierGraph, EncoderGraph, export_onnx, inspect_so
 from ..export.runtime import OnnxEncoder
 from .measure import machine_info
 from .report import write_json_and_markdown
+from .serve import ServeBenchConfig, measure_mode, request_texts
 
 VARIANTS = {
     "pytorch-fp32": "PyTorch fp32 on the fast path (NeoBERT: unpadded attention; others as loaded): the reference",
@@ -50,6 +57,8 @@ class OnnxBenchConfig:
     bf16: bool = False  # add the PyTorch bf16 fast path (slow where bf16 is emulated)
     output: str | None = None  # directory for results.json and results.md
     progress: bool = True  # a progress bar
+    serve_concurrency: int = 32  # clients of the service comparison (0: offline only)
+    serve_duration: float = 10.0  # seconds of each variant's service run
 
     def __post_init__(self) -> None:
         if self.texts < 1 or self.batch_size < 1 or self.repeats < 1 or self.threads < 1:
@@ -115,6 +124,8 @@ def run(config: OnnxBenchConfig) -> dict:
             for v, f in (("fp32", "model.onnx"), ("int8", "model_int8.onnx"))
         }
         results = _measure(config, source, exported, export_s, sizes)
+        if config.serve_concurrency and exported.task == "base":
+            results["service"] = measure_service(config, source, exported.output)
     if config.output:
         write_json_and_markdown(results, markdown(results), config.output)
     return results
@@ -197,6 +208,37 @@ def _measure(config: OnnxBenchConfig, source: Path, exported: Any, export_s: flo
     }
 
 
+# variant: the server's settings (``neobert serve`` options) on the source or the exported directory
+SERVED = {
+    "pytorch-fp32": {"backend": "torch", "precision": "fp32"},
+    "pytorch-bf16": {"backend": "torch", "precision": "bf16"},
+    "onnx-fp32": {"backend": "onnx", "onnx_variant": "fp32"},
+    "onnx-int8": {"backend": "onnx", "onnx_variant": "int8"},
+}
+
+
+def measure_service(config: OnnxBenchConfig, source: Path, exported: Path) -> list[dict]:
+    """Each variant behind ``neobert serve`` at ``serve_concurrency`` (one server at a time)."""
+    texts = request_texts(512, 16)
+    variants = [v for v in SERVED if config.bf16 or v != "pytorch-bf16"]
+    rows = []
+    for name in tqdm(variants, desc="service", disable=not config.progress):
+        settings = SERVED[name]
+        bench = ServeBenchConfig(
+            model=str(exported if settings["backend"] == "onnx" else source),
+            concurrency=[config.serve_concurrency],
+            duration=config.serve_duration,
+            output=None,
+            **settings,
+        )
+        (cell,) = measure_mode(bench, True, texts, label=name)
+        rows.append(asdict(cell))
+    base = rows[0]["requests_per_s"]
+    for row in rows:
+        row["vs_pytorch_fp32"] = row["requests_per_s"] / base if base else None
+    return rows
+
+
 def markdown(results: dict) -> str:
     c, t, m = results["config"], results["texts"], results["model"]
     name = c["model"] if not Path(c["model"]).is_absolute() else "/".join(Path(c["model"]).parts[-2:])
@@ -220,4 +262,27 @@ def markdown(results: dict) -> str:
             f"{r['cosine_min']:.5f} | {r['cosine_mean']:.5f} | {size} |"
         )
     lines += ["", "Variants:", ""] + [f"- `{r['variant']}`: {r['what']}" for r in results["rows"]]
+    if results.get("service"):
+        lines += service_markdown(results)
     return "\n".join(lines) + "\n"
+
+
+def service_markdown(results: dict) -> list[str]:
+    c = results["config"]
+    lines = [
+        "",
+        f"## Through the service: {c['serve_concurrency']} clients, single-text `/embed` requests of 16 words",
+        "",
+        f"`neobert serve` with each variant in turn (dynamic batching on, the model in its own process with "
+        f"the server's default threads), {c['serve_duration']:g} s each after a warm-up.",
+        "",
+        "| variant | requests | req/s | vs PyTorch fp32 | p50 ms | p99 ms | failed | merged/call |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results["service"]:
+        ratio = f"{r['vs_pytorch_fp32']:.2f}x" if r["vs_pytorch_fp32"] is not None else "n/a"
+        lines.append(
+            f"| {r['label']} | {r['requests']} | {r['requests_per_s']:.1f} | {ratio} | {r['p50_ms']} | "
+            f"{r['p99_ms']} | {r['failed']} | {r['mean_merged']} |"
+        )
+    return lines

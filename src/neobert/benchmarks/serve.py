@@ -80,6 +80,8 @@ class ServeBenchConfig:
     model: str = "small"  # model directory or preset (random weights)
     tokenizer: str | None = None  # tokenizer directory (default: the model's own)
     precision: str = "auto"  # the server's --precision
+    backend: str = "auto"  # the server's --backend (torch, or onnx for a `neobert export onnx` directory)
+    onnx_variant: str = "fp32"  # the server's --onnx-variant
     concurrency: list[int] = field(default_factory=lambda: [1, 8, 32])  # closed-loop clients per cell
     duration: float = 10.0  # seconds of measurement per cell (after a short warm-up)
     max_requests: int = 3000  # per cell: the cell also ends after this many requests
@@ -149,6 +151,10 @@ class ServerProcess:
             command += ["--refusal-delay", str(config.refusal_delay)]
         if not config.model_process:
             command.append("--no-model-process")
+        if config.backend != "auto":
+            command += ["--backend", config.backend]
+        if config.onnx_variant != "fp32":
+            command += ["--onnx-variant", config.onnx_variant]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + config.startup_timeout
         while not self._healthy():
