@@ -488,6 +488,39 @@ def test_shutdown_finishes_in_flight_requests(model_dir):
     assert not srv.thread.is_alive() and service.batcher.closed
 
 
+def test_a_model_process_that_dies_is_replaced(model_dir, reference_model, tokenizer):
+    """Killed while idle: the next request runs on a fresh process. Killed during a request: that request
+    is answered 503 + Retry-After, and the one after it runs on a fresh process."""
+    service = make_service(model_dir, model_process=True, threads=1)
+    text = ["still here"]
+    expected = inference.encode(reference_model, tokenizer, text, show_progress=False)
+    with BackgroundServer(service) as srv:
+        first = service.pool.processes[0]
+        first.process.send_signal(signal.SIGKILL)
+        first.process.wait(10)
+        assert get(srv.url, "/health")[0] == 503
+        status, body, _ = post(srv.url, "/embed", {"texts": text})
+        assert status == 200
+        np.testing.assert_allclose(body["embeddings"], expected, atol=1e-5)
+        second = service.pool.processes[0]
+        assert second is not first and second.alive() and get(srv.url, "/health")[0] == 200
+
+        send = second.conn.send
+
+        def send_then_die(message):  # the request reaches the model process, which then dies
+            send(message)
+            second.process.send_signal(signal.SIGKILL)
+
+        second.conn.send = send_then_die
+        status, body, headers = post(srv.url, "/embed", {"texts": text})
+        assert status == 503 and headers["retry-after"] == "1"
+        assert "model process exited" in body["error"]["message"]
+        status, body, _ = post(srv.url, "/embed", {"texts": text})
+        assert status == 200 and service.pool.processes[0] not in (first, second)
+        np.testing.assert_allclose(body["embeddings"], expected, atol=1e-5)
+        assert metric(get(srv.url, "/metrics")[1], "neobert_model_process_restarts") == 2
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

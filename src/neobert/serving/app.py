@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException
 
 from .batcher import QueueFull, ShuttingDown
 from .service import Service
+from .worker import ModelProcessGone
 
 log = logging.getLogger(__name__)
 
@@ -507,6 +508,11 @@ def _add_error_handlers(app: FastAPI, service: Service) -> None:
     @app.exception_handler(ShuttingDown)
     async def closing(request: Request, err: ShuttingDown) -> Response:
         return error_response(503, str(err), headers=retry)
+
+    @app.exception_handler(ModelProcessGone)
+    async def model_gone(request: Request, err: ModelProcessGone) -> Response:
+        log.error("%s on %s", err, request.url.path)
+        return error_response(503, f"{err}; a new one is starting: retry", headers=retry)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, err: HTTPException) -> Response:

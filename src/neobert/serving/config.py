@@ -30,7 +30,9 @@ class ServeConfig:
     port: int = 8000  # port to listen on (0: a free one)
     # torch, or onnx (ONNX Runtime on a `neobert export onnx` directory); auto: onnx for such a directory
     backend: str = field(default="auto", metadata={"choices": BACKENDS})
-    onnx_variant: str = field(default="fp32", metadata={"choices": ONNX_VARIANTS})  # onnx backend: the export's fp32 graph, or int8 (written by --quantize int8)
+    onnx_variant: str = field(
+        default="fp32", metadata={"choices": ONNX_VARIANTS}
+    )  # onnx backend: the export's fp32 graph, or int8 (written by --quantize int8)
     precision: str = "auto"  # NeoBERT models run on the fast path (unpadded): bf16, exact fp32, or auto (the faster here, measured)
     # clients must send "Authorization: Bearer KEY" (default: the NEOBERT_API_KEY environment variable)
     api_key: str | None = field(default=None, repr=False)

@@ -38,6 +38,9 @@ class ServiceMetrics:
             buckets=SIZE_BUCKETS,
             registry=registry,
         )
+        self.restarts = Gauge(
+            "neobert_model_process_restarts", "Model processes replaced after they exited", registry=registry
+        )
         self.queue = Gauge("neobert_queue_depth", "Requests waiting for the model", registry=registry)
         self.queue.set_function(queue_depth)
         self.tokens = Counter("neobert_tokens", "Tokens run through the model", registry=registry)

@@ -246,6 +246,7 @@ class Service:
         self.max_input_tokens = int(info["max_input_tokens"])
         self.api_key = config.api_key or os.environ.get(API_KEY_ENV) or None
         self._call, self._close_workers, self.alive = call, close_workers, alive
+        self.pool: WorkerPool | None = None  # the model processes, where the model runs in processes
         self.batcher = Batcher(
             self.run,
             max_queue=config.max_queue,
@@ -270,7 +271,10 @@ class Service:
             pool = WorkerPool(config, load)
             # this side's tokenizer only counts tokens (usage, truncate: false), never cuts a text
             tokenizer = resolve_tokenizer(config.model, config.tokenizer)
-            return cls(config, tokenizer, pool.info, pool.call, pool.close, pool.alive)
+            service = cls(config, tokenizer, pool.info, pool.call, pool.close, pool.alive)
+            service.pool = pool
+            service.metrics.restarts.set_function(lambda: pool.restarts)
+            return service
         model = load(config)
         tokenizer = resolve_tokenizer(config.model, config.tokenizer) if config.onnx else model.tokenizer
         return cls(config, tokenizer, model.info(), model.call)

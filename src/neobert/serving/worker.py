@@ -20,6 +20,7 @@ multiprocessing's ``spawn`` it does not re-run the caller's main script.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import queue
 import signal
@@ -31,9 +32,15 @@ from collections.abc import Callable, Hashable
 from multiprocessing.connection import Connection
 from typing import Any
 
+log = logging.getLogger(__name__)
+
 
 class ModelProcessError(RuntimeError):
     """A model call failed in the model process, or the process is gone."""
+
+
+class ModelProcessGone(ModelProcessError):
+    """The model process exited (killed, out of memory) before answering; the pool starts another."""
 
 
 def _main(fd: int) -> None:
@@ -98,7 +105,11 @@ class ModelProcess:
             self.conn.send((key, texts))
             status, *payload = self.conn.recv()
         except (EOFError, OSError) as err:
-            raise ModelProcessError(f"the model process is gone (exit code {self.process.poll()})") from err
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(5)
+            raise ModelProcessGone(
+                f"the model process exited (code {self.process.returncode}) during this request"
+            ) from err
         if status == "error":
             raise ModelProcessError(payload[0])
         results, tokens, counts = payload
@@ -117,9 +128,15 @@ class ModelProcess:
 
 class WorkerPool:
     """``config.workers`` model processes; :meth:`call` runs on whichever is idle (the queue's worker
-    threads, one per process, never wait for one)."""
+    threads, one per process, never wait for one).
+
+    A process that exits (killed, out of memory) is replaced by a fresh one: before a call if it died while
+    idle (the call then runs on the new one), after the call it died in (that call fails with
+    :class:`ModelProcessGone`, which the HTTP side answers 503 + Retry-After). ``restarts`` counts them.
+    """
 
     def __init__(self, config: Any, load: Callable[[Any], Any]):
+        self._load, self._config, self.restarts = load, config, 0
         self.processes = [ModelProcess(load, config) for _ in range(config.workers)]
         try:
             infos = [p.ready() for p in self.processes]  # they load side by side
@@ -134,9 +151,29 @@ class WorkerPool:
     def call(self, key: Hashable, texts: list[Any]) -> tuple[list[Any], int, dict[str, int]]:
         process = self._idle.get()
         try:
+            if not process.alive():
+                process = self._replace(process)
             return process.call(key, texts)
+        except ModelProcessGone:
+            process = self._replace(process)
+            raise
         finally:
             self._idle.put(process)
+
+    def _replace(self, dead: ModelProcess) -> ModelProcess:
+        """A fresh process for ``dead`` (which is kept, and tried again next call, if the new one fails)."""
+        log.warning("the model process exited (code %s); starting another", dead.process.poll())
+        dead.close(timeout=1)
+        fresh = ModelProcess(self._load, self._config)
+        try:
+            fresh.ready()
+        except Exception:
+            log.exception("the replacement model process failed to start")
+            fresh.close(timeout=1)
+            return dead
+        self.processes[self.processes.index(dead)] = fresh
+        self.restarts += 1
+        return fresh
 
     def alive(self) -> bool:
         return all(p.alive() for p in self.processes)
