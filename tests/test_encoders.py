@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from transformers import (
@@ -26,6 +27,7 @@ from neobert.encoders import (
     resolve_tokenizer,
     save_pretrained,
 )
+from neobert.inference import encode
 
 SMALL = dict(vocab_size=99, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
 
@@ -86,11 +88,18 @@ def test_bad_model_paths_say_what_is_wrong(tmp_path):
         load_model(tmp_path)
 
 
-def test_precision_is_checked_and_other_encoders_run_as_loaded():
+def test_precision_is_checked_and_means_the_weights_dtype_for_every_encoder(tokenizer):
     with pytest.raises(ValueError, match="precision must be one of auto, fp32, bf16"):
         check_precision("int4")
-    bert = BertModel(BertConfig(**SMALL))
-    assert apply_precision(bert, "bf16").embeddings.word_embeddings.weight.dtype == torch.float32
+    torch.manual_seed(0)
+    bert = BertModel(BertConfig(**{**SMALL, "vocab_size": 30522})).eval()
+    texts = ["a short text", "and a longer one, so that the batch is padded"]
+    expected = encode(bert, tokenizer, texts, show_progress=False)
+    assert apply_precision(bert, "bf16").embeddings.word_embeddings.weight.dtype == torch.bfloat16
+    got = encode(bert, tokenizer, texts, show_progress=False)
+    cosine = (got * expected).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
+    assert got.dtype == np.float32 and cosine.min() > 0.99 and not np.allclose(got, expected, atol=1e-5)
+    assert apply_precision(bert, "fp32").embeddings.word_embeddings.weight.dtype == torch.float32
     neobert = apply_precision(load_model("tiny"), "bf16")
     assert next(neobert.parameters()).dtype == torch.bfloat16
 

@@ -159,16 +159,21 @@ def check_vocab(model: torch.nn.Module, tokenizer: Any) -> None:
 
 
 def apply_precision(model: torch.nn.Module, precision: str = "auto") -> torch.nn.Module:
-    """NeoBERT models (any head) go on the fast path: bf16 weights for ``bf16``, float32 for ``fp32`` (exact),
-    unpadded attention either way; ``auto`` is whichever of the two runs this model's shapes faster on its
-    device (measured once per process: :func:`neobert.hardware.resolve_precision`). Other encoders run as
-    loaded."""
+    """The model's inference precision: bf16 weights for ``bf16``, float32 for ``fp32`` (exact); ``auto`` is
+    whichever of the two runs this model's shapes faster on its device (measured once per process:
+    :func:`neobert.hardware.resolve_precision`). NeoBERT models (any head) also go on the fast path
+    (unpadded attention, fused epilogues); other encoders are cast, their code unchanged."""
     check_precision(precision, ValueError)
+    config = model.config
+    device = next(model.parameters()).device
+    hidden = getattr(config, "hidden_size", None) or getattr(config, "dim", 0)  # DistilBERT: dim
+    intermediate = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", 4 * hidden)
+    precision = resolve_precision(precision, hidden, intermediate, device)
+    dtype = torch.bfloat16 if precision == "bf16" else None
     if is_neobert(model):
-        config = model.config
-        device = next(model.parameters()).device
-        precision = resolve_precision(precision, config.hidden_size, config.intermediate_size, device)
-        fast_inference(model, torch.bfloat16 if precision == "bf16" else None)
+        fast_inference(model, dtype)
+    else:
+        model.to(dtype or torch.float32)
     return model
 
 

@@ -101,7 +101,7 @@ def embed_file(config: EmbedConfig) -> EmbedResult:
 
     ``precision="bf16"`` runs NeoBERT models on the fast path (bf16 weights, unpadded attention; embeddings
     within cosine 0.99 of fp32, typically > 0.999); ``fp32`` is exact; ``auto`` (default) takes the one that
-    is faster for this model on this machine (measured). Other encoders run as loaded.
+    is faster for this model on this machine (measured). Other encoders are cast to that precision.
     """
     c = config
     texts = read_texts(c.input)[0]  # validate the input before paying for the model
@@ -171,7 +171,7 @@ def classify_file(config: ClassifyFileConfig) -> FileClassification:
 
     ``precision="bf16"`` runs NeoBERT models on the fast path (bf16 weights, unpadded attention;
     probabilities within 0.05 of fp32, typically 0.01-0.02); ``fp32`` is exact; ``auto`` (default) takes the
-    one that is faster for this model on this machine (measured). Other encoders run as loaded.
+    one that is faster for this model on this machine (measured). Other encoders are cast to that precision.
     """
     c = config
     texts, pairs = read_texts(c.input, c.text_column, c.pair_column)  # validate before loading the model

@@ -31,7 +31,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data.corpus import iter_stdlib_documents
-from ..encoders import apply_precision, is_neobert, is_preset, load_encoder, save_pretrained
+from ..encoders import apply_precision, is_preset, load_encoder, save_pretrained
 from ..export.onnx import ClassifierGraph, EncoderGraph, export_onnx, inspect_source
 from ..export.runtime import OnnxEncoder
 from .measure import machine_info
@@ -40,7 +40,7 @@ from .serve import ServeBenchConfig, measure_mode, request_texts
 
 VARIANTS = {
     "pytorch-fp32": "PyTorch fp32 on the fast path (NeoBERT: unpadded attention; others as loaded): the reference",
-    "pytorch-bf16": "PyTorch bf16 fast path (neobert.fastpath; emulated, slow on CPUs without AVX-512 BF16 / AMX)",
+    "pytorch-bf16": "PyTorch bf16 (NeoBERT: the fast path; others cast; emulated, slow on CPUs without AVX-512 BF16 / AMX)",
     "onnx-fp32": "ONNX Runtime, model.onnx (padded attention, CPU provider)",
     "onnx-int8": "ONNX Runtime, model_int8.onnx (dynamic int8 MatMuls; FFN down-projections fp32)",
 }
@@ -143,8 +143,7 @@ def _measure(config: OnnxBenchConfig, source: Path, exported: Any, export_s: flo
 
     forwards = {"pytorch-fp32": _torch_forward(graph(apply_precision(copy.deepcopy(fp32), "fp32")))}
     if config.bf16:
-        bf16 = copy.deepcopy(fp32)  # NeoBERT: the fast path; other encoders run as loaded there, so cast
-        bf16 = apply_precision(bf16, "bf16") if is_neobert(bf16) else bf16.to(torch.bfloat16)
+        bf16 = apply_precision(copy.deepcopy(fp32), "bf16")  # NeoBERT: the fast path; others cast
         forwards["pytorch-bf16"] = _torch_forward(graph(bf16))
     onnx_fp32 = OnnxEncoder(exported.output, threads=config.threads)
     forwards["onnx-fp32"] = _onnx_forward(onnx_fp32)
