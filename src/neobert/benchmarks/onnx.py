@@ -9,10 +9,10 @@ sentence embedding, or a classifier's logits). Timed round-robin after a warm-up
 each variant's output is compared with PyTorch fp32 (max abs, cosine).
 
 Then, for a base encoder, each variant behind the service (``neobert serve`` on the saved source directory
-with ``--backend torch``, or on the export with ``--backend onnx``), one server after another, measured by
-:func:`neobert.benchmarks.serve.measure_mode`: ``serve_concurrency`` closed-loop clients sending
-single-text ``/embed`` requests for ``serve_duration`` seconds, dynamic batching on, the model in its own
-process with the server's default thread count.
+with ``--backend torch``, or on the export with ``--backend onnx``; dynamic batching on, the model in its own
+process with the server's default thread count): all servers started, then ``repeats`` interleaved rounds
+of ``serve_concurrency`` closed-loop clients sending single-text ``/embed`` requests for ``serve_duration``
+seconds to each (the load generator of :mod:`neobert.benchmarks.serve`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from ..export.onnx import ClassifierGraph, EncoderGraph, export_onnx, inspect_so
 from ..export.runtime import OnnxEncoder
 from .measure import machine_info
 from .report import write_json_and_markdown
-from .serve import ServeBenchConfig, measure_mode, request_texts
+from .serve import Cell, ServeBenchConfig, ServerProcess, make_cell, merged_counts, request_texts, run_cell
 
 VARIANTS = {
     "pytorch-fp32": "PyTorch fp32 on the fast path (NeoBERT: unpadded attention; others as loaded): the reference",
@@ -58,7 +58,7 @@ class OnnxBenchConfig:
     output: str | None = None  # directory for results.json and results.md
     progress: bool = True  # a progress bar
     serve_concurrency: int = 32  # clients of the service comparison (0: offline only)
-    serve_duration: float = 10.0  # seconds of each variant's service run
+    serve_duration: float = 5.0  # seconds of each variant's service run per round (repeats rounds)
 
     def __post_init__(self) -> None:
         if self.texts < 1 or self.batch_size < 1 or self.repeats < 1 or self.threads < 1:
@@ -217,25 +217,54 @@ SERVED = {
 
 
 def measure_service(config: OnnxBenchConfig, source: Path, exported: Path) -> list[dict]:
-    """Each variant behind ``neobert serve`` at ``serve_concurrency`` (one server at a time)."""
+    """Each variant behind its own ``neobert serve``, all started first, then measured round-robin
+    (``repeats`` rounds of ``serve_duration`` seconds at ``serve_concurrency`` clients), so drift on a
+    shared machine hits every variant alike; a variant's cell pools its rounds."""
     texts = request_texts(512, 16)
     variants = [v for v in SERVED if config.bf16 or v != "pytorch-bf16"]
-    rows = []
-    for name in tqdm(variants, desc="service", disable=not config.progress):
-        settings = SERVED[name]
-        bench = ServeBenchConfig(
-            model=str(exported if settings["backend"] == "onnx" else source),
-            concurrency=[config.serve_concurrency],
-            duration=config.serve_duration,
-            output=None,
-            **settings,
-        )
-        (cell,) = measure_mode(bench, True, texts, label=name)
-        rows.append(asdict(cell))
+    servers: dict[str, ServerProcess] = {}
+    try:
+        for name in tqdm(variants, desc="starting servers", disable=not config.progress):
+            settings = SERVED[name]
+            model = exported if settings["backend"] == "onnx" else source
+            servers[name] = ServerProcess(ServeBenchConfig(model=str(model), output=None, **settings), True)
+            run_cell(servers[name].port, config.serve_concurrency, texts, 2.0, 200)  # warm-up
+        before = {name: merged_counts(server.metrics()) for name, server in servers.items()}
+        rounds: dict[str, list[dict]] = {name: [] for name in servers}
+        with tqdm(total=config.repeats * len(servers), desc="service", disable=not config.progress) as bar:
+            for _ in range(config.repeats):
+                for name, server in servers.items():
+                    cell = run_cell(server.port, config.serve_concurrency, texts, config.serve_duration,
+                                    max_requests=10**9, server=server)  # fmt: skip
+                    rounds[name].append(cell)
+                    bar.update()
+        rows = [
+            asdict(_pooled_cell(name, rounds[name], before[name], merged_counts(server.metrics()), config))
+            for name, server in servers.items()
+        ]
+    finally:
+        for server in servers.values():
+            server.stop()
     base = rows[0]["requests_per_s"]
     for row in rows:
         row["vs_pytorch_fp32"] = row["requests_per_s"] / base if base else None
     return rows
+
+
+def _pooled_cell(name: str, rounds: list[dict], before: tuple, after: tuple, config: OnnxBenchConfig) -> Cell:
+    """One cell from several rounds: their requests over their seconds, percentiles of all latencies."""
+    pooled = {
+        "latencies": [t for r in rounds for t in r["latencies"]],
+        "seconds": sum(r["seconds"] for r in rounds),
+        "failed": sum(r["failed"] for r in rounds),
+        "refused": sum(r["refused"] for r in rounds),
+        "client_cpu": statistics.mean(r["client_cpu"] for r in rounds),
+        "server_cpu": None if None in [r["server_cpu"] for r in rounds]
+        else statistics.mean(r["server_cpu"] for r in rounds),
+    }  # fmt: skip
+    calls = after[1] - before[1]
+    merged = round((after[0] - before[0]) / calls, 2) if calls else None
+    return make_cell(pooled, True, config.serve_concurrency, merged, label=name)
 
 
 def markdown(results: dict) -> str:
@@ -272,8 +301,9 @@ def service_markdown(results: dict) -> list[str]:
         "",
         f"## Through the service: {c['serve_concurrency']} clients, single-text `/embed` requests of 16 words",
         "",
-        f"`neobert serve` with each variant in turn (dynamic batching on, the model in its own process with "
-        f"the server's default threads), {c['serve_duration']:g} s each after a warm-up.",
+        f"`neobert serve` with each variant (dynamic batching on, the model in its own process with the "
+        f"server's default threads), all started, warmed up, then {c['repeats']} interleaved rounds of "
+        f"{c['serve_duration']:g} s each; a row pools its rounds.",
         "",
         "| variant | requests | req/s | vs PyTorch fp32 | p50 ms | p99 ms | failed | merged/call |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
