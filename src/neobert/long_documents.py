@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,11 +213,15 @@ def _same_runtime(scaled: torch.nn.Module, model: torch.nn.Module) -> None:
     fuse_cpu_epilogues(scaled, fused)
 
 
-def _by_scale(rows: Rows) -> dict[int, list[int]]:
+def _by_scale(
+    model: torch.nn.Module, rows: Rows, method: str
+) -> Iterator[tuple[int, torch.nn.Module, list[int], TokenIds]]:
+    """Per window scale the rows need: the scale, the model at that scale, the rows' indices and token ids."""
     groups: dict[int, list[int]] = {}
     for r, scale in enumerate(rows.scale):
         groups.setdefault(scale, []).append(r)
-    return groups
+    for scale, members in groups.items():
+        yield scale, extended_model(model, scale, method), members, TokenIds(rows.ids[r] for r in members)
 
 
 def embed(
@@ -235,11 +239,11 @@ def embed(
     rows, _ = tokenize_rows(model, tokenizer, texts, settings)
     hidden = model.base_model.config.hidden_size
     vectors = np.zeros((len(rows.ids), hidden), dtype=np.float32)
-    for scale, members in _by_scale(rows).items():
+    for _, scaled, members, ids in _by_scale(model, rows, settings.method):
         vectors[members] = inference.encode(
-            extended_model(model, scale, settings.method),
+            scaled,
             tokenizer,
-            TokenIds(rows.ids[r] for r in members),
+            ids,
             batch_size=batch_size,
             pooling=pooling,
             normalize=False,
@@ -274,11 +278,11 @@ def classify(
     """Sequence-classification logits (N, num_labels) under the policy (windows' logits averaged)."""
     rows, _ = tokenize_rows(model, tokenizer, texts, settings)
     logits = np.zeros((len(rows.ids), model.config.num_labels), dtype=np.float32)
-    for scale, members in _by_scale(rows).items():
+    for scale, scaled, members, ids in _by_scale(model, rows, settings.method):
         logits[members] = inference.classify(
-            extended_model(model, scale, settings.method),
+            scaled,
             tokenizer,
-            TokenIds(rows.ids[r] for r in members),
+            ids,
             batch_size=batch_size,
             max_length=model_window(model, tokenizer) * scale,
             show_progress=show_progress,
@@ -309,9 +313,8 @@ def token_logits(
     rows, encoding = tokenize_rows(model, tokenizer, texts, settings)
     skip = len(special_frame(tokenizer)[0])
     per_row: list[np.ndarray | None] = [None] * len(rows.ids)
-    for scale, members in _by_scale(rows).items():
-        scaled = extended_model(model, scale, settings.method)
-        for r, logits in zip(members, _row_logits(scaled, tokenizer, rows, members, batch_size, max_tokens)):
+    for _, scaled, members, ids in _by_scale(model, rows, settings.method):
+        for r, logits in zip(members, _row_logits(scaled, tokenizer, ids, batch_size, max_tokens)):
             per_row[r] = logits[skip : skip + rows.size[r]]
     out = []
     for i in range(len(texts)):
@@ -329,10 +332,9 @@ def token_logits(
     return out, rows.report
 
 
-def _row_logits(model, tokenizer, rows: Rows, members: list[int], batch_size, max_tokens) -> list[np.ndarray]:
-    """The token classifier's logits (L_r, num_labels) for each of ``rows.ids[members]``, in that order."""
+def _row_logits(model, tokenizer, subset: TokenIds, batch_size, max_tokens) -> list[np.ndarray]:
+    """The token classifier's logits (L_r, num_labels) for each row of ``subset``, in that order."""
     device = next(model.parameters()).device
-    subset = TokenIds(rows.ids[r] for r in members)
     width = max(len(row) for row in subset)
     out: list[np.ndarray | None] = [None] * len(subset)
     batches = inference.batched_inputs(tokenizer, subset, None, batch_size, max_tokens, width, device)
