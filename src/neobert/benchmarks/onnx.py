@@ -29,7 +29,7 @@ from ..encoders import apply_precision, is_neobert, is_preset, load_encoder, sav
 from ..export.onnx import ClassifierGraph, EncoderGraph, export_onnx, inspect_source
 from ..export.runtime import OnnxEncoder
 from .measure import machine_info
-from .report import write_json_and_markdown
+from .report import publish
 
 VARIANTS = {
     "pytorch-fp32": "PyTorch fp32 on the fast path (NeoBERT: unpadded attention; others as loaded): the reference",
@@ -115,9 +115,7 @@ def run(config: OnnxBenchConfig) -> dict:
             for v, f in (("fp32", "model.onnx"), ("int8", "model_int8.onnx"))
         }
         results = _measure(config, source, exported, export_s, sizes)
-    if config.output:
-        write_json_and_markdown(results, markdown(results), config.output)
-    return results
+    return publish(results, markdown, config.output)
 
 
 def _measure(config: OnnxBenchConfig, source: Path, exported: Any, export_s: float, sizes: dict) -> dict:
