@@ -20,6 +20,7 @@ RENAMES: dict[tuple[str, str], str] = {
     **{(f"finetune {c}", "--learning-rate"): "--lr" for c in ("glue", "classify", "tokens")},
     **{(f"finetune {c}", "--grad-clip"): "--clip-grad-norm" for c in ("glue", "classify", "tokens")},
     ("finetune contrastive", "--gradient-checkpointing"): "--activation-checkpointing",
+    ("finetune contrastive", "--bf16"): "--precision",  # bf16 | fp32 | auto, as every other task
 }
 
 

@@ -347,3 +347,8 @@ def test_old_training_setting_names_load_with_a_deprecation_message():
         assert renamed_settings({"gradient_checkpointing": True}, "x") == {"activation_checkpointing": True}
     with pytest.raises(ConfigError, match="give only 'lr'"):
         renamed_settings({"lr": 1e-4, "learning_rate": 1e-4}, "x")
+    # bf16: true|false (contrastive training's old switch) is precision: bf16|fp32; a grid's list element-wise
+    with pytest.warns(FutureWarning, match=r"'bf16' is deprecated, use 'precision' \(bf16: False is precision: 'fp32'\)"):
+        assert renamed_settings({"bf16": False}, "x") == {"precision": "fp32"}
+    with pytest.warns(FutureWarning):
+        assert renamed_settings({"bf16": [True, False]}, "grid") == {"precision": ["bf16", "fp32"]}

@@ -261,6 +261,54 @@ def test_any_transformers_encoder_through_the_cli(tmp_path):
     )
 
 
+def test_old_bf16_setting_loads_as_precision_with_a_warning(tmp_path):
+    from neobert.config import ConfigError
+    from neobert.finetuning.config import FinetuneConfigError
+
+    base = {"model": "tiny", "data": ["pairs.jsonl"], "output": "out"}
+    for old, new in ((True, "bf16"), (False, "fp32")):
+        with pytest.warns(FutureWarning, match="'bf16' is deprecated, use 'precision'"):
+            assert ContrastiveConfig.from_dict({**base, "bf16": old}).precision == new
+    settings = tmp_path / "contrastive.yaml"
+    settings.write_text("model: tiny\ndata: [pairs.jsonl]\noutput: out\nbf16: true\n", encoding="utf-8")
+    with pytest.warns(FutureWarning):
+        assert ContrastiveConfig.from_file(settings).precision == "bf16"
+    assert ContrastiveConfig.from_dict(base).precision == "auto"
+    with pytest.raises(ConfigError, match="give only 'precision'"):
+        ContrastiveConfig.from_dict({**base, "bf16": True, "precision": "fp32"})
+    with pytest.raises(FinetuneConfigError, match="unknown ContrastiveConfig key"):
+        ContrastiveConfig.from_dict({**base, "fp16": True})
+    with pytest.raises(FinetuneConfigError, match="precision must be one of auto, fp32, bf16"):
+        ContrastiveConfig(**base, precision="fp16")
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [("bf16", torch.bfloat16), ("fp32", torch.float32)])
+def test_precision_is_the_dtype_of_the_training_forward(tmp_path, precision, dtype):
+    """The engine applies the run's precision: every linear layer of a training forward computes in it,
+    while the weights stay fp32 (autocast), and the saved model is fp32."""
+    from neobert.encoders import load_model
+
+    model_dir = save_tiny_neobert(tmp_path / "tiny")
+    animals, _ = write_pairs(tmp_path)
+    seen: set[torch.dtype] = set()
+
+    def record(module, args, output):
+        if isinstance(module, torch.nn.Linear) and torch.is_grad_enabled():
+            seen.add(output.dtype)
+            assert module.weight.dtype == torch.float32
+
+    config = ContrastiveConfig(model=str(model_dir), data=[str(animals)], output=str(tmp_path / "out"),
+                               steps=1, batch_size=2, warmup_steps=0, device="cpu", precision=precision,
+                               show_progress=False)  # fmt: skip
+    hook = torch.nn.modules.module.register_module_forward_hook(record)
+    try:
+        result = run(config)
+    finally:
+        hook.remove()
+    assert seen == {dtype}
+    assert {p.dtype for p in load_model(result.output).parameters()} == {torch.float32}
+
+
 def _ddp_worker(rank, world, init_file, rows, result_dir):
     import torch.distributed as dist
 

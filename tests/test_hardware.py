@@ -269,13 +269,28 @@ def test_throughput_auto_dtype_follows_the_measurement(monkeypatch, measured):
     assert results["config"]["dtype"] == "fp32" and results["config"]["requested_dtype"] == "auto"
 
 
-@pytest.mark.parametrize(("fp32", "bf16", "enabled"), [(1.0, 0.5, True), (1.0, 5.0, False)])
-def test_fine_tuning_auto_autocasts_where_bf16_measured_faster(monkeypatch, measured, fp32, bf16, enabled):
-    from neobert.finetuning.classification_task import _autocast
+@pytest.mark.parametrize(("fp32", "bf16", "mixed"), [(1.0, 0.5, "bf16"), (1.0, 5.0, "no")])
+def test_fine_tuning_auto_is_the_engines_measured_at_the_model_widths(monkeypatch, measured, fp32, bf16, mixed):
+    """fit() hands its precision to the engine with the model's widths (inside DDP / compile wrappers too)."""
+    from types import SimpleNamespace
+
+    from neobert.finetuning import classification_task
+    from neobert.finetuning.config import TrainSettings
 
     force_timings(monkeypatch, fp32, bf16)
     model = load_model("tiny", task="sequence-classification")
-    with _autocast(model, "auto"):
-        assert torch.is_autocast_enabled("cpu") is enabled
-    with _autocast(model, "fp32"):
-        assert not torch.is_autocast_enabled("cpu")
+    widths = (model.config.hidden_size, model.config.intermediate_size)
+    assert engine_module.model_widths(SimpleNamespace(module=SimpleNamespace(_orig_mod=model))) == widths
+    given = []
+
+    def engine(settings):
+        given.append(settings)
+        raise KeyboardInterrupt  # enough: the engine's settings are what this test reads
+
+    monkeypatch.setattr(classification_task, "Engine", engine)
+    with pytest.raises(KeyboardInterrupt):
+        classification_task.fit(model, SimpleNamespace(pad_token_id=0), None, {}, None, TrainSettings(), "unused",
+                                device="cpu", precision="auto")  # fmt: skip
+    (settings,) = given
+    assert (settings.precision, settings.probe_shape) == ("auto", widths)
+    assert engine_module.make_accelerator(settings).mixed_precision == mixed

@@ -232,6 +232,21 @@ def test_token_classification_shapes_and_loss():
     torch.testing.assert_close(out.loss, expected)
 
 
+def test_packed_input_reaches_the_token_head_and_is_refused_by_the_pooled_head():
+    """Every head passes cu_seqlens to the encoder; the sequence head, which pools whole rows, refuses it."""
+    tokens = build(NeoBERTForTokenClassification, num_labels=5)
+    ids, mask = batch()
+    lengths = mask.sum(-1)
+    cu_seqlens = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
+    with torch.no_grad():
+        padded = tokens(ids, attention_mask=mask).logits
+        packed = tokens(ids[mask.bool()], cu_seqlens=cu_seqlens, max_seqlen=int(lengths.max())).logits
+    torch.testing.assert_close(packed, padded[mask.bool()], rtol=1e-5, atol=1e-5)
+    sequence = build(NeoBERTForSequenceClassification, num_labels=2)
+    with pytest.raises(ValueError, match="reads whole rows"):
+        sequence(ids[mask.bool()], cu_seqlens=cu_seqlens, max_seqlen=int(lengths.max()))
+
+
 # --- typed outputs ----------------------------------------------------------------------------------
 
 

@@ -201,7 +201,7 @@ def test_finetune_tokens_then_tag_end_to_end(tmp_path, tokenizer):
     # the metrics recomputed from the saved model agree with metrics.json
     sentences = read_sentences(tmp_path / "dev.jsonl")
     data = TokenLabelDataset(tokenizer, sentences, model.config.label2id, 512)
-    result, _, _ = evaluate_tokens(model, data, 16, 0, "fp32")
+    result, _, _ = evaluate_tokens(model, data, 16, 0)
     assert result.values["f1"] == pytest.approx(report["metrics"]["f1"], abs=1e-6)
 
     texts = ["john smith visited paris today", "and then mary went to rome with linda"]
@@ -245,7 +245,7 @@ def test_finetune_tokens_on_a_tiny_bert(tmp_path, tokenizer):
                  "--output", str(tmp_path / "tags.jsonl")]) == 0  # fmt: skip
     tagged = [json.loads(line) for line in (tmp_path / "tags.jsonl").read_text().splitlines()]
     data = TokenLabelDataset(tokenizer, read_sentences(tmp_path / "t.jsonl")[:8], model.config.label2id, 128)
-    _, ids, _ = evaluate_tokens(model.eval(), data, 8, 0, "fp32")
+    _, ids, _ = evaluate_tokens(model.eval(), data, 8, 0)
     assert sum(len(row["entities"]) for row in tagged) > 0
     for text, row, tags in zip(texts, tagged, _tag_names(ids, result.labels)):
         starts = np.cumsum([0] + [len(w) + 1 for w in text.split(" ")])
@@ -316,7 +316,7 @@ def test_token_loss_is_the_mean_over_labelled_words(ner_files, tokenizer):
     model = load_token_classifier("tiny", labels, {"vocab_size": 30522}).eval()
     data = TokenLabelDataset(tokenizer, sentences, {n: i for i, n in enumerate(labels)}, 64)
     task = TokenClassificationTask.__new__(TokenClassificationTask)
-    task.engine, task.pad, task.precision = SimpleNamespace(device=torch.device("cpu")), 0, "fp32"
+    task.engine, task.pad = SimpleNamespace(device=torch.device("cpu")), 0
     batch = task.collate([data[i] for i in range(len(data))])
     assert int(task.count(batch)) == sum(len(s.words) for s in sentences)
     with torch.no_grad():

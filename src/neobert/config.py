@@ -62,19 +62,29 @@ RENAMED_SETTINGS = {
     "learning_rate": "lr",
     "grad_clip": "clip_grad_norm",
     "gradient_checkpointing": "activation_checkpointing",
+    "bf16": "precision",  # contrastive training's switch, now the one precision setting
 }
+# an old setting whose values change with its name: old value -> new value
+_RENAMED_VALUES = {"bf16": lambda on: "bf16" if on else "fp32"}
 
 
 def renamed_settings(data: dict[str, Any], what: str) -> dict[str, Any]:
-    """``data`` with each deprecated setting name (:data:`RENAMED_SETTINGS`) replaced by its one name, and a
-    FutureWarning per replacement; both names at once is an error."""
+    """``data`` with each deprecated setting name (:data:`RENAMED_SETTINGS`) replaced by its one name (and
+    its value translated where the meaning changed: ``bf16: true|false`` is ``precision: bf16|fp32``; a list
+    of values, as in a grid, element by element), and a FutureWarning per replacement; both names at once is
+    an error."""
     out = dict(data)
     for old, new in RENAMED_SETTINGS.items():
         if old in out:
             if new in out:
                 raise ConfigError(f"{what}: {old!r} is the old name of {new!r}; give only {new!r}")
-            warnings.warn(f"{what}: {old!r} is deprecated, use {new!r}", FutureWarning, stacklevel=3)
-            out[new] = out.pop(old)
+            value = out.pop(old)
+            convert = _RENAMED_VALUES.get(old)
+            if convert is not None:
+                value = [convert(v) for v in value] if isinstance(value, list) else convert(value)
+            hint = f" ({old}: {data[old]!r} is {new}: {value!r})" if convert is not None else ""
+            warnings.warn(f"{what}: {old!r} is deprecated, use {new!r}{hint}", FutureWarning, stacklevel=3)
+            out[new] = value
     return out
 
 

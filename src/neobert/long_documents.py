@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,11 +213,15 @@ def _same_runtime(scaled: torch.nn.Module, model: torch.nn.Module) -> None:
     fuse_cpu_epilogues(scaled, fused)
 
 
-def _by_scale(rows: Rows) -> dict[int, list[int]]:
+def _by_scale(
+    model: torch.nn.Module, rows: Rows, method: str
+) -> Iterator[tuple[int, torch.nn.Module, list[int], TokenIds]]:
+    """Per window scale the rows need: the scale, the model at that scale, the rows' indices and token ids."""
     groups: dict[int, list[int]] = {}
     for r, scale in enumerate(rows.scale):
         groups.setdefault(scale, []).append(r)
-    return groups
+    for scale, members in groups.items():
+        yield scale, extended_model(model, scale, method), members, TokenIds(rows.ids[r] for r in members)
 
 
 def embed(
@@ -232,34 +236,39 @@ def embed(
     show_progress: bool = False,
 ) -> tuple[np.ndarray, LongReport]:
     """Embeddings (N, C) of ``texts`` under the long-document policy, and what the policy did."""
-    rows, _ = tokenize_rows(model, tokenizer, texts, settings)
+
+    def vectors(scale: int, scaled: torch.nn.Module, ids: TokenIds) -> np.ndarray:
+        return inference.encode(scaled, tokenizer, ids, batch_size=batch_size, pooling=pooling, normalize=False,
+                                show_progress=show_progress, max_tokens=max_tokens)  # fmt: skip
+
     hidden = model.base_model.config.hidden_size
-    vectors = np.zeros((len(rows.ids), hidden), dtype=np.float32)
-    for scale, members in _by_scale(rows).items():
-        vectors[members] = inference.encode(
-            extended_model(model, scale, settings.method),
-            tokenizer,
-            TokenIds(rows.ids[r] for r in members),
-            batch_size=batch_size,
-            pooling=pooling,
-            normalize=False,
-            show_progress=show_progress,
-            max_tokens=max_tokens,
-        )
-    weights = [len(row) if pooling == "mean" else 1 for row in rows.ids]
-    out = _combine(vectors, rows.owner, weights, len(texts))
+    out, report = _per_text(model, tokenizer, texts, settings, hidden, vectors, by_length=pooling == "mean")
     if normalize:
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-    return out, rows.report
+    return out, report
 
 
-def _combine(values: np.ndarray, owner: list[int], weights: Sequence[float], n: int) -> np.ndarray:
-    """Per text, the weighted mean of its rows' values (float32)."""
-    sums = np.zeros((n, values.shape[1]), dtype=np.float64)
-    totals = np.zeros((n, 1), dtype=np.float64)
-    np.add.at(sums, owner, values.astype(np.float64) * np.asarray(weights, dtype=np.float64)[:, None])
-    np.add.at(totals, owner, np.asarray(weights, dtype=np.float64)[:, None])
-    return (sums / np.maximum(totals, 1e-12)).astype(np.float32)
+def _per_text(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    texts: Sequence[str],
+    settings: LongDocuments,
+    width: int,
+    run: Callable[[int, torch.nn.Module, TokenIds], np.ndarray],
+    by_length: bool = False,
+) -> tuple[np.ndarray, LongReport]:
+    """Per text (N, width), the mean over its windows of ``run(scale, model at that scale, windows' ids)``
+    (weighted by window length with ``by_length``: a mean over tokens), and what the policy did."""
+    rows, _ = tokenize_rows(model, tokenizer, texts, settings)
+    values = np.zeros((len(rows.ids), width), dtype=np.float32)
+    for scale, scaled, members, ids in _by_scale(model, rows, settings.method):
+        values[members] = run(scale, scaled, ids)
+    weights = np.asarray([len(row) if by_length else 1 for row in rows.ids], dtype=np.float64)[:, None]
+    sums = np.zeros((len(texts), width), dtype=np.float64)
+    totals = np.zeros((len(texts), 1), dtype=np.float64)
+    np.add.at(sums, rows.owner, values.astype(np.float64) * weights)
+    np.add.at(totals, rows.owner, weights)
+    return (sums / np.maximum(totals, 1e-12)).astype(np.float32), rows.report
 
 
 def classify(
@@ -272,19 +281,12 @@ def classify(
     show_progress: bool = False,
 ) -> tuple[np.ndarray, LongReport]:
     """Sequence-classification logits (N, num_labels) under the policy (windows' logits averaged)."""
-    rows, _ = tokenize_rows(model, tokenizer, texts, settings)
-    logits = np.zeros((len(rows.ids), model.config.num_labels), dtype=np.float32)
-    for scale, members in _by_scale(rows).items():
-        logits[members] = inference.classify(
-            extended_model(model, scale, settings.method),
-            tokenizer,
-            TokenIds(rows.ids[r] for r in members),
-            batch_size=batch_size,
-            max_length=model_window(model, tokenizer) * scale,
-            show_progress=show_progress,
-            max_tokens=max_tokens,
-        )
-    return _combine(logits, rows.owner, [1.0] * len(rows.ids), len(texts)), rows.report
+
+    def logits(scale: int, scaled: torch.nn.Module, ids: TokenIds) -> np.ndarray:
+        return inference.classify(scaled, tokenizer, ids, batch_size=batch_size, show_progress=show_progress,
+                                  max_length=model_window(model, tokenizer) * scale, max_tokens=max_tokens)  # fmt: skip
+
+    return _per_text(model, tokenizer, texts, settings, model.config.num_labels, logits)
 
 
 @dataclass
@@ -309,9 +311,8 @@ def token_logits(
     rows, encoding = tokenize_rows(model, tokenizer, texts, settings)
     skip = len(special_frame(tokenizer)[0])
     per_row: list[np.ndarray | None] = [None] * len(rows.ids)
-    for scale, members in _by_scale(rows).items():
-        scaled = extended_model(model, scale, settings.method)
-        for r, logits in zip(members, _row_logits(scaled, tokenizer, rows, members, batch_size, max_tokens)):
+    for _, scaled, members, ids in _by_scale(model, rows, settings.method):
+        for r, logits in zip(members, _row_logits(scaled, tokenizer, ids, batch_size, max_tokens)):
             per_row[r] = logits[skip : skip + rows.size[r]]
     out = []
     for i in range(len(texts)):
@@ -329,10 +330,9 @@ def token_logits(
     return out, rows.report
 
 
-def _row_logits(model, tokenizer, rows: Rows, members: list[int], batch_size, max_tokens) -> list[np.ndarray]:
-    """The token classifier's logits (L_r, num_labels) for each of ``rows.ids[members]``, in that order."""
+def _row_logits(model, tokenizer, subset: TokenIds, batch_size, max_tokens) -> list[np.ndarray]:
+    """The token classifier's logits (L_r, num_labels) for each row of ``subset``, in that order."""
     device = next(model.parameters()).device
-    subset = TokenIds(rows.ids[r] for r in members)
     width = max(len(row) for row in subset)
     out: list[np.ndarray | None] = [None] * len(subset)
     batches = inference.batched_inputs(tokenizer, subset, None, batch_size, max_tokens, width, device)

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .measure import machine_info, matmul_peak
-from .report import write_json_and_markdown
+from .report import publish
 
 KERNELS = ("sdpa", "sdpa-compile", "math", "flex-compile")
 
@@ -113,9 +113,7 @@ def run(config: AttentionBenchConfig) -> dict:
         "matmul_peak_tflops": matmul_peak(torch.bfloat16, "cpu", config.peak_sizes)["flops"] / 1e12,
         "rows": rows,
     }
-    if config.output:
-        write_json_and_markdown(results, markdown(results), config.output)
-    return results
+    return publish(results, markdown, config.output)
 
 
 def markdown(results: dict) -> str:

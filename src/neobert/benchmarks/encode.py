@@ -30,7 +30,7 @@ from ..fastpath import fast_inference
 from ..hardware import resolve_precision
 from ..inference import CPU_MAX_TOKENS, TOKENIZE_CHUNK, encode, token_batches
 from .measure import machine_info, time_call
-from .report import write_json_and_markdown
+from .report import publish
 from .throughput import read_lengths
 
 NO_BUDGET = 10**9  # passed as max_tokens for "no token budget": encode's None means CPU_MAX_TOKENS on the CPU
@@ -211,9 +211,7 @@ def run(config: EncodeBenchConfig) -> dict:
         "baseline": baseline["label"],
         "settings": rows,
     }
-    if config.output:
-        write_json_and_markdown(results, markdown(results), config.output)
-    return results
+    return publish(results, markdown, config.output)
 
 
 def markdown(results: dict) -> str:

@@ -36,7 +36,7 @@ from ..export.onnx import ClassifierGraph, EncoderGraph, export_onnx, inspect_so
 from ..export.runtime import OnnxEncoder
 from ..tables import fmt, markdown_table
 from .measure import machine_info
-from .report import write_json_and_markdown
+from .report import publish
 from .serve import Cell, ServeBenchConfig, ServerProcess, make_cell, merged_counts, request_texts, run_cell
 
 VARIANTS = {
@@ -127,9 +127,7 @@ def run(config: OnnxBenchConfig) -> dict:
         results = _measure(config, source, exported, export_s, sizes)
         if config.serve_concurrency and exported.task == "base":
             results["service"] = measure_service(config, source, exported.output)
-    if config.output:
-        write_json_and_markdown(results, markdown(results), config.output)
-    return results
+    return publish(results, markdown, config.output)
 
 
 def _measure(config: OnnxBenchConfig, source: Path, exported: Any, export_s: float, sizes: dict) -> dict:

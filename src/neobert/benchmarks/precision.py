@@ -28,7 +28,7 @@ from ..fastpath import fast_inference
 from ..model import set_runtime
 from ..model.pooling import mean_pool
 from .measure import machine_info
-from .report import write_json_and_markdown
+from .report import publish
 
 Forward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (ids, mask) -> (B, L, C) hidden states
 
@@ -217,9 +217,7 @@ def run(config: PrecisionBenchConfig) -> dict:
         "tokens_per_forward": tokens,
         "rows": list(rows.values()),
     }
-    if config.output:
-        write_json_and_markdown(results, markdown(results), config.output)
-    return results
+    return publish(results, markdown, config.output)
 
 
 def markdown(results: dict) -> str:

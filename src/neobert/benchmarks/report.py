@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from pathlib import Path
 
 from ..io import atomic_file, write_json, write_text
@@ -32,6 +33,14 @@ def write_json_and_markdown(results: dict, markdown_text: str, output: str | Pat
     write_json(out / "results.json", results, default=str)
     write_text(out / "results.md", markdown_text)
     return out
+
+
+def publish(results: dict, markdown: Callable[[dict], str], output: str | Path | None) -> dict:
+    """``results``, first written to ``output`` (when given) as results.json and ``markdown(results)`` as
+    results.md: the end of every benchmark's ``run``."""
+    if output:
+        write_json_and_markdown(results, markdown(results), output)
+    return results
 
 
 def write_outputs(results: dict, output: Path) -> dict[str, Path]:

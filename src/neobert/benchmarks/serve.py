@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .report import write_json_and_markdown
+from .report import publish
 
 WORDS = [
     "the",
@@ -417,9 +417,7 @@ def run_serve_bench(config: ServeBenchConfig | dict[str, Any]) -> dict:
     }
     if config.overload:
         results["goals"] = overload_goals(cells)
-    if config.output:
-        write_json_and_markdown(results, markdown(results), config.output)
-    return results
+    return publish(results, markdown, config.output)
 
 
 def speedups(cells: list[Cell]) -> dict[str, float | None]:

@@ -35,9 +35,9 @@ from ..training.data_setup import TrainingData
 from ..training.engine import Engine
 from ..training.mlm_task import MLMTask, engine_settings, prepare_engine
 from ..training.stream import RowStream
-from .measure import DTYPES, matmul_peak, process_peak_rss, time_call
+from .measure import DTYPES, machine_info, matmul_peak, process_peak_rss, time_call
 from .models import forward_flops_per_token
-from .report import write_json_and_markdown
+from .report import publish
 
 SPECIAL_IDS = [0, 1, 2, 3, 4]  # pad, unk, cls, sep, mask of the synthetic vocabulary
 MASK_ID = 4
@@ -178,28 +178,25 @@ def run(bench: TrainBenchConfig) -> dict:
         rows = [_measure(p, d, bench, peaks, scratch) for p in bench.presets for d in bench.dtypes]
     results = {
         "config": asdict(bench),
-        "device": device,
-        "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
-        "torch": torch.__version__,
+        "machine": machine_info(device),  # torch, threads, CPU, device, GPU: as every benchmark records it
         "peaks": peaks,
         "mfu_peak": "given" if bench.peak_tflops else "measured matmul peak",
-        "threads": torch.get_num_threads(),
         "results": rows,
     }
-    if bench.output:
-        write_json_and_markdown(results, markdown(results), bench.output)
-    return results
+    return publish(results, markdown, bench.output)
 
 
 def markdown(results: dict) -> str:
     peaks = results["peaks"]
-    where = results["gpu"] or f"CPU, {results['threads']} threads"
+    machine = results["machine"]
+    gpu = machine.get("gpu")
+    where = gpu or f"CPU ({machine['cpu']}), {machine['threads']} threads"
     denominator = "the given peak" if results["mfu_peak"] == "given" else "the measured matmul peak"
     lines = [
-        f"Device: {where}; torch {results['torch']}. Matmul peak measured in the same run: "
+        f"Device: {where}; torch {machine['torch']}. Matmul peak measured in the same run: "
         + ", ".join(f"{d} {p['flops'] / 1e12:.2f} TFLOP/s" for d, p in peaks.items())
         + f". MFU against {denominator}. Memory: "
-        + ("peak allocated (max_memory_allocated)." if results["gpu"] else "peak resident set of the process."),
+        + ("peak allocated (max_memory_allocated)." if gpu else "peak resident set of the process."),
         "",
         "| preset | dtype | seq x rows | params | s/step | tokens/s | TFLOP/s | MFU | peak memory | compile s |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",

@@ -2,7 +2,8 @@
 decay, evaluation every n steps, early stopping, and the best checkpoint written atomically whenever the
 selection score improves.
 
-The core owns device, precision, distribution (DDP through ``torchrun``), clipping, the NaN guard and
+The core owns device, precision (bf16 autocast of the model's forward, evaluations included),
+distribution (DDP through ``torchrun``), clipping, the NaN guard and
 resumable checkpoints; this module owns the data order, the loss and the evaluations. The task knows
 nothing of GLUE or of the model's internals: it calls ``model(input_ids, attention_mask, ...)`` on any
 transformers sequence classifier and ranks evaluations by a score function.
@@ -31,8 +32,7 @@ from torch.utils.data import DataLoader
 
 from ..encoders import save_pretrained
 from ..evaluation.metrics import MetricResult, compute_metrics
-from ..hardware import resolve_precision
-from ..training.engine import Engine, EngineSettings, LossTerms
+from ..training.engine import Engine, EngineSettings, LossTerms, model_widths
 from ..training.optim import build_optimizer
 from ..training.schedule import make_scheduler
 from .config import TrainSettings
@@ -49,7 +49,7 @@ class EvalSpec:
     score: Callable[[dict[str, MetricResult]], float]
     regression: bool = False
     # Tasks whose predictions are not one label per example (token classification) evaluate a split
-    # themselves: (model, data, batch_size, pad_token_id, precision) -> (metrics, predictions, mean loss).
+    # themselves: (model, data, batch_size, pad_token_id) -> (metrics, predictions, mean loss).
     evaluate_split: Callable[..., tuple[MetricResult, np.ndarray, float]] | None = None
 
 
@@ -95,19 +95,6 @@ def _loader(data: EncodedDataset, batch_size: int, pad: int) -> DataLoader:
     return DataLoader(data, batch_size=batch_size, collate_fn=partial(collate, pad_token_id=pad))
 
 
-def _autocast(model: torch.nn.Module, precision: str) -> Any:
-    """bf16 autocast (the weights stay fp32) for ``bf16``, or for ``auto`` where bf16 training measured
-    faster at the model's widths on its device (:func:`neobert.hardware.resolve_precision`)."""
-    device = next(model.parameters()).device
-    for attr in ("module", "_orig_mod"):  # DistributedDataParallel, torch.compile
-        model = getattr(model, attr, model)
-    config = getattr(model, "config", None)
-    hidden = getattr(config, "hidden_size", 768)
-    intermediate = getattr(config, "intermediate_size", 4 * hidden)
-    enabled = resolve_precision(precision, hidden, intermediate, device, training=True) == "bf16"
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
-
-
 @torch.no_grad()
 def predict(
     model: torch.nn.Module,
@@ -115,17 +102,16 @@ def predict(
     regression: bool,
     batch_size: int = 64,
     pad_token_id: int = 0,
-    precision: str = "auto",
 ) -> tuple[np.ndarray, float]:
-    """Predictions (class ids, or real values for regression) in data order, and the mean loss."""
+    """Predictions (class ids, or real values for regression) in data order, and the mean loss, in the
+    model's own precision (during fine-tuning, the engine's: see :mod:`neobert.training.engine`)."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     predictions, total_loss = [], torch.zeros((), device=device)
     for batch in _loader(data, batch_size, pad_token_id):
         batch = {k: v.to(device) for k, v in batch.items()}
-        with _autocast(model, precision):
-            out = model(**batch)
+        out = model(**batch)
         logits = out.logits.float()  # (B, num_labels)
         predictions.append(logits[:, 0] if regression else logits.argmax(dim=-1))
         total_loss += out.loss.detach().float() * len(batch["labels"])  # summed on device: no sync per batch
@@ -139,18 +125,15 @@ def evaluate(
     spec: EvalSpec,
     settings: TrainSettings,
     pad_token_id: int,
-    precision: str,
     step: int = 0,
     epoch: float = 0.0,
 ) -> Evaluation:
     results, predictions, losses = {}, {}, []
     for name, data in splits.items():
         if spec.evaluate_split is not None:
-            results[name], preds, loss = spec.evaluate_split(
-                model, data, settings.eval_batch_size, pad_token_id, precision
-            )
+            results[name], preds, loss = spec.evaluate_split(model, data, settings.eval_batch_size, pad_token_id)
         else:
-            preds, loss = predict(model, data, spec.regression, settings.eval_batch_size, pad_token_id, precision)
+            preds, loss = predict(model, data, spec.regression, settings.eval_batch_size, pad_token_id)
             results[name] = compute_metrics(spec.metrics, preds, np.asarray(data.labels))
         predictions[name] = preds
         losses.append(loss)
@@ -254,9 +237,9 @@ class ClassificationTask:
     and is handed to :func:`fit` as ``task_class``."""
 
     def __init__(self, engine: Engine, train: EncodedDataset, splits, spec: EvalSpec, settings, pad: int,
-                 precision: str, keeper: BestKeeper):  # fmt: skip
+                 keeper: BestKeeper):  # fmt: skip
         self.engine, self.train, self.splits, self.spec = engine, train, splits, spec
-        self.settings, self.pad, self.precision, self.keeper = settings, pad, precision, keeper
+        self.settings, self.pad, self.keeper = settings, pad, keeper
         self.per_epoch = steps_per_epoch(len(train), settings.batch_size, engine.world)
         self.total = settings.epochs * self.per_epoch
         self.eval_every = settings.eval_every or self.per_epoch
@@ -276,8 +259,7 @@ class ClassificationTask:
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> LossTerms:
         batch = {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
         labels = batch.pop("labels")
-        with _autocast(model, self.precision):
-            logits = model(**batch).logits.float()  # (B, num_labels)
+        logits = model(**batch).logits.float()  # (B, num_labels)
         if self.spec.regression:
             loss_sum = F.mse_loss(logits[:, 0], labels.float(), reduction="sum")
         else:
@@ -288,7 +270,7 @@ class ClassificationTask:
         if step % self.eval_every and not final:
             return {}, False
         model = self.engine.unwrapped()
-        current = evaluate(model, self.splits, self.spec, self.settings, self.pad, self.precision, step,
+        current = evaluate(model, self.splits, self.spec, self.settings, self.pad, step,
                            step / self.per_epoch)  # fmt: skip
         stop = self.keeper.update(current)
         return _evaluation_metrics(current), stop
@@ -336,7 +318,8 @@ def fit(
             output=state_dir,
             log_dir=log_dir,
             tensorboard_dir=log_dir,
-            precision="fp32",  # the task autocasts itself (precision "auto": measured at the model's widths)
+            precision=precision,
+            probe_shape=model_widths(model),  # precision "auto" is measured at the model's widths
             device=device,
             clip_grad_norm=settings.clip_grad_norm,
             log_every=LOG_EVERY,
@@ -346,7 +329,7 @@ def fit(
         )
     )
     keeper = BestKeeper(model, tokenizer, Path(checkpoint), settings.patience, write=engine.is_main)
-    task = task_class(engine, train, splits, spec, settings, pad, precision, keeper)
+    task = task_class(engine, train, splits, spec, settings, pad, keeper)
     engine.settings.max_steps = task.total
     engine.settings.save_every = task.eval_every
     engine.prepare(

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import POOLINGS, check_known_keys, load_mapping, renamed_settings
+from ..config import POOLINGS, check_known_keys, check_precision, load_mapping, renamed_settings
 
 
 class FinetuneConfigError(ValueError):
@@ -54,18 +54,7 @@ class TrainSettings:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]):
-        data = renamed_settings(data, cls.__name__)
-        check_known_keys(cls, data, cls.__name__, FinetuneConfigError)
-        required = [
-            f.name
-            for f in dataclasses.fields(cls)
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        ]
-        missing = [name for name in required if data.get(name) is None]
-        if missing:
-            flags = ", ".join("--" + name.replace("_", "-") for name in missing)
-            raise FinetuneConfigError(f"missing required setting(s): {', '.join(missing)} (CLI: {flags})")
-        return cls(**data)
+        return config_from_dict(cls, data)
 
     @classmethod
     def from_file(cls, path: str | Path, **overrides: Any):
@@ -73,6 +62,23 @@ class TrainSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def config_from_dict(cls: type, data: dict[str, Any]) -> Any:
+    """The fine-tuning config ``cls`` from a settings mapping: old setting names load with a FutureWarning
+    (:func:`neobert.config.renamed_settings`); unknown keys and missing required settings raise."""
+    data = renamed_settings(data, cls.__name__)
+    check_known_keys(cls, data, cls.__name__, FinetuneConfigError)
+    required = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    missing = [name for name in required if data.get(name) is None]
+    if missing:
+        flags = ", ".join("--" + name.replace("_", "-") for name in missing)
+        raise FinetuneConfigError(f"missing required setting(s): {', '.join(missing)} (CLI: {flags})")
+    return cls(**data)
 
 
 def _positive_int(config: Any, name: str) -> None:
@@ -95,8 +101,7 @@ class ModelSource:
     resume: bool = False  # continue an interrupted run from its last evaluation's checkpoint
 
     def __post_init__(self) -> None:
-        if self.precision not in ("auto", "fp32", "bf16"):
-            raise FinetuneConfigError(f"precision must be auto, fp32 or bf16; got {self.precision!r}")
+        check_precision(self.precision, FinetuneConfigError)
 
 
 @dataclass(kw_only=True)

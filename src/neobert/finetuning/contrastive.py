@@ -8,10 +8,11 @@ gradient of every process's loss into the rows' owner, so each process's loss is
 queries and the core's global-count normalisation gives exactly the gradient of the global mean. Each batch
 comes from one data set, data sets drawn in proportion to size^alpha, queries prefixed with their data
 set's instruction, masked mean pooling, 2,000 steps by default. The core adds resumable checkpoints
-(``resume``), bf16, clipping at 1.0, the NaN guard and logging (``OUTPUT/metrics.jsonl``, TensorBoard).
+(``resume``), precision (``auto``, ``fp32`` or bf16 autocast), clipping at 1.0, the NaN guard and logging (``OUTPUT/metrics.jsonl``, TensorBoard).
 
-Entry point: :func:`run` (a :class:`ContrastiveConfig` in, a :class:`ContrastiveResult` out); the CLI
-``neobert finetune contrastive`` is a thin layer over it.
+Entry point: :func:`run` (a :class:`ContrastiveConfig` in, a :class:`ContrastiveResult` out; a settings
+mapping or file through :meth:`ContrastiveConfig.from_dict` / ``from_file``); the CLI ``neobert finetune
+contrastive`` is a thin layer over it.
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from ..config import PRECISIONS, check_precision, load_mapping
 from ..encoders import Encoder, embed_batch, load_encoder, tokenize
 from ..evaluation.instructions import TEMPLATE, apply_instruction
 from ..io import write_dir, write_json
-from ..training.engine import Engine, EngineSettings, LossTerms
+from ..training.engine import Engine, EngineSettings, LossTerms, model_widths
 from ..training.schedule import make_scheduler
+from .config import FinetuneConfigError, config_from_dict
 from .contrastive_data import BatchSampler, ContrastiveDataset, Example, load_datasets
 
 
@@ -61,9 +64,23 @@ class ContrastiveConfig:
     save_every: int = 500  # steps between resumable checkpoints (OUTPUT/checkpoints, removed at the end)
     resume: bool = False  # continue an interrupted run of OUTPUT
     device: str | None = None  # cpu, cuda ... (default: this process's GPU if any)
-    bf16: bool = False  # bf16 autocast
+    # auto (bf16 autocast where measured faster for this model here) | fp32 | bf16
+    precision: str = field(default="auto", metadata={"choices": PRECISIONS})
     activation_checkpointing: bool = False  # recompute each block's activations in the backward
     show_progress: bool = True  # progress bar
+
+    def __post_init__(self) -> None:
+        check_precision(self.precision, FinetuneConfigError)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ContrastiveConfig:
+        """A config from a settings mapping: unknown keys raise; old names (``bf16: true|false``) load with a
+        FutureWarning (:func:`neobert.config.renamed_settings`)."""
+        return config_from_dict(cls, data)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, **overrides: Any) -> ContrastiveConfig:
+        return cls.from_dict({**load_mapping(path, FinetuneConfigError), **overrides})
 
 
 @dataclass
@@ -162,9 +179,9 @@ def batch_texts(
 def step_loss(encoder: Encoder, texts: list[str], n_queries: int, config: ContrastiveConfig) -> torch.Tensor:
     """Summed loss of this process's queries (see :func:`contrastive_loss_sum`)."""
     # One forward over every text of the step: one graph, which DDP requires, and one padded batch.
+    # precision is the engine's: it autocasts the prepared model's forward (see training.engine)
     inputs = tokenize(encoder, texts, config.max_length)
-    with torch.autocast(encoder.device.type, dtype=torch.bfloat16, enabled=config.bf16):
-        vectors = embed_batch(encoder, inputs)  # (T, C)
+    vectors = embed_batch(encoder, inputs)  # (T, C)
     q, p, n = vectors.split([n_queries, n_queries, len(texts) - 2 * n_queries])
     return contrastive_loss_sum(q, p, n, config.temperature)
 
@@ -217,10 +234,10 @@ def run(
     if config.steps < 1 or config.batch_size < 1 or config.save_every < 1:
         raise ValueError("steps, batch_size and save_every must be positive")
     output = Path(config.output)
-    engine = Engine(_engine_settings(config))
     datasets = load_datasets(config.data, config.instructions)  # bad data fails before the model loads
     torch.manual_seed(config.seed)
-    encoder = load_encoder(config.model, config.tokenizer, device=engine.device)
+    encoder = load_encoder(config.model, config.tokenizer)  # engine.prepare moves it to the run's device
+    engine = Engine(_engine_settings(config, model_widths(encoder.base)))
     task = ContrastiveTask(encoder, datasets, config, engine)
 
     def optimizer(model: torch.nn.Module, fused: bool) -> torch.optim.Optimizer:
@@ -254,12 +271,13 @@ def run(
 _RUN_CONTROLS = ("resume", "show_progress", "log_every", "save_every", "device")
 
 
-def _engine_settings(config: ContrastiveConfig) -> EngineSettings:
+def _engine_settings(config: ContrastiveConfig, widths: tuple[int, int]) -> EngineSettings:
     return EngineSettings(
         max_steps=config.steps,
         output=config.output,
         log_dir=config.output,
-        precision="fp32",  # step_loss autocasts itself (config.bf16)
+        precision=config.precision,
+        probe_shape=widths,  # precision "auto" is measured at the model's widths
         device=config.device,
         clip_grad_norm=config.clip_grad_norm,
         log_every=config.log_every,

@@ -24,7 +24,7 @@ from ..evaluation.metrics import MetricResult
 from ..io import write_json, write_text
 from ..token_classification.entities import entity_scores, spans
 from ..training.engine import LossTerms, is_main_process, wait_for_everyone
-from .classification_task import ClassificationTask, EvalSpec, _autocast, fit
+from .classification_task import ClassificationTask, EvalSpec, fit
 from .classify import ClassifyResult
 from .config import FinetuneConfigError, TokensConfig
 from .models import load_classifier
@@ -72,15 +72,14 @@ class TokenClassificationTask(ClassificationTask):
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> LossTerms:
         batch = {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
         labels = batch.pop("labels")  # (B, L)
-        with _autocast(model, self.precision):
-            logits = model(**batch).logits.float()  # (B, L, num_labels)
+        logits = model(**batch).logits.float()  # (B, L, num_labels)
         loss_sum = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="sum")
         return LossTerms(loss_sum, tokens=int(batch["attention_mask"].sum()))
 
 
 @torch.no_grad()
 def evaluate_tokens(
-    model: torch.nn.Module, data: TokenLabelDataset, batch_size: int, pad_token_id: int, precision: str
+    model: torch.nn.Module, data: TokenLabelDataset, batch_size: int, pad_token_id: int
 ) -> tuple[MetricResult, np.ndarray, float]:
     """Entity-level metrics of ``model`` on ``data``, the predicted label ids per word (N, most words;
     -1 past a sentence's end), the mean loss per labelled word."""
@@ -93,8 +92,7 @@ def evaluate_tokens(
     for start in range(0, len(data), batch_size):
         rows = [data[i] for i in range(start, min(start + batch_size, len(data)))]
         batch = {k: v.to(device) for k, v in collate_tokens(rows, pad_token_id).items()}
-        with _autocast(model, precision):
-            out = model(**batch)
+        out = model(**batch)
         labelled = batch["labels"] != IGNORE  # (B, L): the first sub-word of each word
         loss_sum += float(out.loss) * int(labelled.sum())
         counted += int(labelled.sum())

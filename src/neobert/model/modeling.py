@@ -277,8 +277,46 @@ def _repad(x: torch.Tensor, indices: torch.Tensor, shape: torch.Size) -> torch.T
     return out.view(*shape, -1)
 
 
-class NeoBERTForMaskedLM(NeoBERTPreTrainedModel):
+class _Head(NeoBERTPreTrainedModel):
+    """What every head shares: the encoder (``self.model``) and the forward around it. A head turns the last
+    hidden states into ``(logits, loss)`` (:meth:`_head`; the loss only with ``labels``) and names its
+    ``output_class``; a head that reads whole rows (a pooled classifier) sets ``packs = False``."""
+
+    output_class: type
+    packs = True  # accepts packed input (cu_seqlens)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        max_seqlen: int | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> MaskedLMOutput | SequenceClassifierOutput | TokenClassifierOutput | tuple:
+        """The head's logits, and with ``labels`` its loss; inputs as :meth:`NeoBERTModel.forward`'s."""
+        if cu_seqlens is not None and not self.packs:
+            raise ValueError(f"{type(self).__name__} reads whole rows: give padded rows, not cu_seqlens")
+        out = self.model(
+            input_ids,
+            attention_mask,
+            position_ids,
+            cu_seqlens,
+            max_seqlen,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits, loss = self._head(out.last_hidden_state, attention_mask, labels, **kwargs)
+        return self._head_output(self.output_class, loss, logits, out.hidden_states, return_dict)
+
+
+class NeoBERTForMaskedLM(_Head):
     """Encoder + untied MLM decoder with bias (``decoder.weight``, ``decoder.bias``)."""
+
+    output_class = MaskedLMOutput
 
     def __init__(self, config: NeoBERTConfig):
         super().__init__(config)
@@ -292,36 +330,22 @@ class NeoBERTForMaskedLM(NeoBERTPreTrainedModel):
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.decoder = value
 
-    def forward(
+    def _head(
         self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        cu_seqlens: torch.Tensor | None = None,
-        max_seqlen: int | None = None,
+        h: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        labels: torch.Tensor | None,
         masked_positions: torch.Tensor | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> MaskedLMOutput | tuple:
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """MLM logits (..., V); with ``labels`` (-100 = ignore) also the mean cross-entropy over labelled tokens.
 
-        ``masked_positions`` (bool, shaped like ``input_ids``) decodes only those positions: logits are (N, V)
-        for the N selected tokens in row-major order, which saves the full-vocabulary projection of every
-        other token (labels, when given, are read at the same positions). Without ``labels`` no loss is
-        computed: a caller with its own reduction (the pretraining task sums) computes it once, itself.
+        ``masked_positions`` (bool, shaped like ``input_ids``; a keyword of ``forward``) decodes only those
+        positions: logits are (N, V) for the N selected tokens in row-major order, which saves the
+        full-vocabulary projection of every other token (labels, when given, are read at the same positions).
+        Without ``labels`` no loss is computed: a caller with its own reduction (the pretraining task sums)
+        computes it once, itself.
         """
-        out = self.model(
-            input_ids,
-            attention_mask,
-            position_ids,
-            cu_seqlens,
-            max_seqlen,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
-        h = out.last_hidden_state
         loss = None
         if masked_positions is not None:
             logits = self.decoder(h[masked_positions])  # (N, V)
@@ -331,15 +355,12 @@ class NeoBERTForMaskedLM(NeoBERTPreTrainedModel):
             logits = self.decoder(h)  # (..., V)
             if labels is not None:
                 loss = F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), ignore_index=-100)
-        return self._head_output(MaskedLMOutput, loss, logits, out.hidden_states, return_dict)
+        return logits, loss
 
 
-class _LabelHead(NeoBERTPreTrainedModel):
-    """What the sequence and token classifiers share: the encoder, dropout, a linear classifier over
-    ``num_labels``, and the forward around them. A head says how hidden states become logits
-    (:meth:`_logits`) and how logits meet labels (:meth:`_loss`)."""
-
-    output_class: type
+class _LabelHead(_Head):
+    """What the sequence and token classifiers share: dropout and a linear classifier over ``num_labels``.
+    A head says how hidden states become logits (:meth:`_logits`) and how logits meet labels (:meth:`_loss`)."""
 
     def __init__(self, config: NeoBERTConfig, dense: bool = False):
         super().__init__(config)
@@ -351,26 +372,11 @@ class _LabelHead(NeoBERTPreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> SequenceClassifierOutput | TokenClassifierOutput | tuple:
-        out = self.model(
-            input_ids,
-            attention_mask,
-            position_ids,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
-        logits = self._logits(out.last_hidden_state, attention_mask)
-        loss = self._loss(logits, labels) if labels is not None else None
-        return self._head_output(self.output_class, loss, logits, out.hidden_states, return_dict)
+    def _head(
+        self, h: torch.Tensor, attention_mask: torch.Tensor | None, labels: torch.Tensor | None, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        logits = self._logits(h, attention_mask)
+        return logits, self._loss(logits, labels) if labels is not None else None
 
 
 class NeoBERTForSequenceClassification(_LabelHead):
@@ -380,6 +386,7 @@ class NeoBERTForSequenceClassification(_LabelHead):
     """
 
     output_class = SequenceClassifierOutput
+    packs = False  # pools one vector per row
 
     def __init__(self, config: NeoBERTConfig):
         super().__init__(config, dense=True)

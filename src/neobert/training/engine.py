@@ -2,7 +2,8 @@
 
 The engine owns what every loop needs and no task should repeat: the device and the process group
 (accelerate: one CPU or GPU, DDP through torchrun / ``accelerate launch``, FSDP, DeepSpeed), precision
-(bf16 autocast over fp32 weights, or fp32), gradient accumulation with the loss normalised by the *global*
+(bf16 autocast over fp32 weights, or fp32, for every task: accelerate wraps the prepared model's forward, so a
+task's evaluations through :meth:`Engine.unwrapped` run in it too), gradient accumulation with the loss normalised by the *global*
 count of target units, clipping, the NaN guard, the learning-rate schedule, atomic checkpoints with
 resume, logging (TensorBoard, ``metrics.jsonl``, a tqdm bar) and the final export.
 
@@ -69,7 +70,7 @@ class EngineSettings:
     tensorboard_dir: str | Path | None = None  # default: LOG_DIR/tensorboard
     report_to: tuple[str, ...] = ("tensorboard",)
     precision: str = "fp32"  # bf16 (autocast over fp32 weights) | fp32 | auto (the faster here, measured)
-    probe_shape: tuple[int, int] = (768, 3072)  # (hidden, intermediate) size "auto" times: the model's
+    probe_shape: tuple[int, int] = (768, 3072)  # (hidden, intermediate) size "auto" times: model_widths(model)
     device: str | None = None  # "cpu" forces the CPU; None: the GPU of this process when there is one
     clip_grad_norm: float | None = 1.0
     micro_batch_size: int | None = None  # rows per micro-batch (DeepSpeed's config needs it)
@@ -107,6 +108,16 @@ class StepStats:
     sums: dict[str, float]
     tokens: int
     grad_norm: float
+
+
+def model_widths(model: torch.nn.Module) -> tuple[int, int]:
+    """(hidden, intermediate) size of ``model`` (inside DDP / torch.compile), what precision ``auto`` times:
+    an :class:`EngineSettings` ``probe_shape``. A config without ``intermediate_size`` counts 4 x hidden."""
+    for attr in ("module", "_orig_mod"):  # DistributedDataParallel, torch.compile
+        model = getattr(model, attr, model)
+    config = getattr(model, "config", None)
+    hidden = getattr(config, "hidden_size", 768)
+    return hidden, getattr(config, "intermediate_size", 4 * hidden)
 
 
 def make_accelerator(settings: EngineSettings):
