@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ..hardware import machine_summary
 from .report import publish
 
 WORDS = [
@@ -408,6 +409,7 @@ def run_serve_bench(config: ServeBenchConfig | dict[str, Any]) -> dict:
         "benchmark": "serve",
         "config": asdict(config),
         "machine": {
+            "cpu": machine_summary(),
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
@@ -437,7 +439,7 @@ def markdown(results: dict) -> str:
         "",
         f"Single-text `/embed` requests of {config['words']} words, closed-loop clients on 127.0.0.1, "
         f"{config['duration']:g} s (at most {config['max_requests']} requests) per cell; "
-        f"{results['machine']['cpus']} CPUs ({results['machine']['platform']}).",
+        f"{results['machine']['cpus']} CPUs: {results['machine'].get('cpu', results['machine']['platform'])}.",
         "",
     ]
     if config.get("overload"):
