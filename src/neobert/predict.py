@@ -137,8 +137,11 @@ def embed_file(config: EmbedConfig) -> EmbedResult:
     with atomic_file(c.output, "wb") as handle:
         np.save(handle, vectors)
     seconds, empty = time.perf_counter() - start, empty_rows(texts)
-    summary = (f"wrote {len(texts):,} x {vectors.shape[1]} float32 vectors ({c.pooling} pooling, "
-               f"{'L2-normalized' if c.normalize else 'not normalized'}) to {c.output} in {seconds:.1f}s")  # fmt: skip
+    norm = "L2-normalized" if c.normalize else "not normalized"
+    summary = (
+        f"wrote {len(texts):,} x {vectors.shape[1]} float32 vectors ({c.pooling} pooling, {norm}) to "
+        f"{c.output} in {seconds:.1f}s"
+    )
     consequence = "their rows embed an empty text, so that row i is line i"
     return EmbedResult(Path(c.output), vectors.shape, seconds, empty, report, summary,
                        notes(empty, "line", consequence, report, c.long_documents))  # fmt: skip
@@ -188,7 +191,8 @@ class FileClassification:
             rows = [[name, f"{n:,}", f"{n / max(self.rows, 1):.1%}"] for name, n in self.label_counts.items()]
             table = markdown_table(["label", "rows", "share"], rows)
         what = "predicted values" if self.regression else "predicted labels"
-        return f"classified {self.rows:,} rows in {self.seconds:.1f}s; wrote {self.output}\n\n{what}:\n\n{table}"
+        done = f"classified {self.rows:,} rows in {self.seconds:.1f}s; wrote {self.output}"
+        return f"{done}\n\n{what}:\n\n{table}"
 
 
 def _require_head(model: str, classifier: torch.nn.Module) -> None:
@@ -309,7 +313,8 @@ class FillMaskResult:
         rows = [[str(number) if rank == 1 else "", rank, token, f"{prob:.3g}"]
                 for number, predictions in enumerate(self.predictions, start=1)
                 for rank, (token, prob) in enumerate(predictions, start=1)]  # fmt: skip
-        return f"fill-mask: {self.text}\n\n" + markdown_table(["[MASK] #", "rank", "token", "probability"], rows)
+        header = ["[MASK] #", "rank", "token", "probability"]
+        return f"fill-mask: {self.text}\n\n" + markdown_table(header, rows)
 
     @property
     def notes(self) -> list[str]:

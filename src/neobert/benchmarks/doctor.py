@@ -84,9 +84,8 @@ class DoctorReport:
         auto = [[r["use"], r["preset"], r["device"], r["precision"], r["why"], r["attention"],
                  _yes(r["fused_adamw"]) if r["use"] == "training" else "-"] for r in self.auto]  # fmt: skip
         columns = ["use", "preset", "device", "precision", "why", "attention", "fused AdamW"]
-        return "\n".join(lines) + "\n" + markdown_table(header, rows) + "\nwhat auto picks here\n\n" + markdown_table(
-            columns, auto
-        )
+        tables = markdown_table(header, rows) + "\nwhat auto picks here\n\n" + markdown_table(columns, auto)
+        return "\n".join(lines) + "\n" + tables
 
     def as_dict(self) -> dict:
         rows = [

@@ -402,7 +402,8 @@ def plan(config: ServeBenchConfig) -> str:
         if config.overload
         else f"concurrency {concurrency}, batching off then on"
     )
-    return f"load test of neobert serve ({config.model}, {config.precision}): {what}, {config.duration:g} s per cell"
+    where = f"{config.model}, {config.precision}"
+    return f"load test of neobert serve ({where}): {what}, {config.duration:g} s per cell"
 
 
 def run_serve_bench(config: ServeBenchConfig | dict[str, Any]) -> dict:

@@ -25,22 +25,24 @@ from ..config import PRECISIONS
 from .common import add_command, make_console, quiet_transformers, say
 from .options import config_from_args
 
-COMMANDS = {  # name: (config class, run, its Markdown report, help)
-    "throughput": (throughput.BenchConfig, throughput.run, report.markdown,
-                   "inference tokens/s by model and sequence length"),
-    "training": (training.TrainBenchConfig, training.run, training.markdown,
-                 "tokens/s, MFU and peak memory of the pretraining step of the training core"),
-    "encode": (encode.EncodeBenchConfig, encode.run, encode.markdown,
-               "neobert.inference.encode tokens/s by batch size and token budget"),
-    "precision": (precision.PrecisionBenchConfig, precision.run, precision.markdown,
-                  "fp32 / bf16 / int8 inference: tokens/s and embedding cosine to fp32"),
-    "attention": (attention.AttentionBenchConfig, attention.run, attention.markdown,
-                  "attention kernels (SDPA, compiled, matmul+softmax, flex_attention): TFLOP/s by length"),
-    "onnx": (onnx.OnnxBenchConfig, onnx.run, onnx.markdown,
-             "ONNX Runtime fp32 / int8 beside the PyTorch fast path: tokens/s, ratios, parity"),
-    "serve": (serve.ServeBenchConfig, serve.run_serve_bench, serve.markdown, "load test of neobert serve: req/s "
-              "and p50/p95/p99 latency, batching on vs off, or --overload"),
-}  # fmt: skip
+COMMANDS = {  # name: (config class, run, its Markdown report)
+    "throughput": (throughput.BenchConfig, throughput.run, report.markdown),
+    "training": (training.TrainBenchConfig, training.run, training.markdown),
+    "encode": (encode.EncodeBenchConfig, encode.run, encode.markdown),
+    "precision": (precision.PrecisionBenchConfig, precision.run, precision.markdown),
+    "attention": (attention.AttentionBenchConfig, attention.run, attention.markdown),
+    "onnx": (onnx.OnnxBenchConfig, onnx.run, onnx.markdown),
+    "serve": (serve.ServeBenchConfig, serve.run_serve_bench, serve.markdown),
+}
+HELP = {
+    "throughput": "inference tokens/s by model and sequence length",
+    "training": "tokens/s, MFU and peak memory of the pretraining step of the training core",
+    "encode": "neobert.inference.encode tokens/s by batch size and token budget",
+    "precision": "fp32 / bf16 / int8 inference: tokens/s and embedding cosine to fp32",
+    "attention": "attention kernels (SDPA, compiled, matmul+softmax, flex_attention): TFLOP/s by length",
+    "onnx": "ONNX Runtime fp32 / int8 beside the PyTorch fast path: tokens/s, ratios, parity",
+    "serve": "load test of neobert serve: req/s and p50/p95/p99 latency, batching on vs off, or --overload",
+}
 CHOICES = {"dtype": ("auto", "bf16", "fp32"), "precision": PRECISIONS}
 PLANS = {"serve": serve.plan}  # said before a run that takes minutes
 
@@ -48,10 +50,10 @@ PLANS = {"serve": serve.plan}  # said before a run that takes minutes
 def register(subparsers: argparse._SubParsersAction) -> None:
     bench = subparsers.add_parser("bench", help="benchmarks", description="Benchmarks.")
     commands = bench.add_subparsers(title="benchmarks", dest="benchmark", metavar="BENCHMARK", required=True)
-    for name, (config, run, markdown, help_text) in COMMANDS.items():
+    for name, (config, run, markdown) in COMMANDS.items():
         command = _command(config, run, markdown, PLANS.get(name))
-        add_command(commands, name, command, help_text, config=config, rename={"length_range": "range"},
-                    choices=CHOICES)  # fmt: skip
+        rename = {"length_range": "range"}
+        add_command(commands, name, command, HELP[name], config=config, rename=rename, choices=CHOICES)
 
 
 def _command(config_class: type, run: Callable[[Any], dict], markdown: Callable[[dict], str], plan=None):

@@ -7,6 +7,11 @@ import argparse
 from ..recipes.demo import run_demo
 from .common import add_command, make_console, quiet_transformers, say
 
+DESCRIPTION = (
+    "Run the inference path end to end on a small NeoBERT with RANDOM weights and the real "
+    "bert-base-uncased tokenizer, checking each step."
+)
+
 
 def _main(args: argparse.Namespace) -> int:
     quiet_transformers()
@@ -16,6 +21,5 @@ def _main(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     help = "showcase on a small random NeoBERT: save, reload, embed, fill-mask, sentence-transformers"
-    parser = add_command(subparsers, "demo", _main, help, "Run the inference path end to end on a small NeoBERT "
-                         "with RANDOM weights and the real bert-base-uncased tokenizer, checking each step.")  # fmt: skip
+    parser = add_command(subparsers, "demo", _main, help, DESCRIPTION)
     parser.add_argument("--output", metavar="DIR", help="keep the saved model directories here")

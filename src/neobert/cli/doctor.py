@@ -9,6 +9,12 @@ import json
 from ..benchmarks.doctor import diagnose
 from .common import add_command, make_console, note, say
 
+DESCRIPTION = (
+    "Runs every accelerated path's first-use check (the same the library runs before using it) against its "
+    "reference path, times it on a small input, and shows what precision and kernels `auto` takes here for "
+    "inference and training."
+)
+
 
 def _main(args: argparse.Namespace) -> int:
     if args.json:
@@ -25,10 +31,7 @@ def _main(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     help = "check this machine: versions, CPU flags, accelerated paths, what auto picks"
-    parser = add_command(subparsers, "doctor", _main, help, "Runs every accelerated path's first-use check (the "
-                         "same the library runs before using it) against its reference path, times it on a small "
-                         "input, and shows what precision and kernels `auto` takes here for inference and "
-                         "training.")  # fmt: skip
+    parser = add_command(subparsers, "doctor", _main, help, DESCRIPTION)
     parser.add_argument("--json", action="store_true", help="print the report as JSON (for machines)")
-    parser.add_argument("--compile", action="store_true", help="also check compiled blocks on the CPU (~30 s "
-                        "of compilation)")  # fmt: skip
+    what = "also check compiled blocks on the CPU (~30 s of compilation)"
+    parser.add_argument("--compile", action="store_true", help=what)

@@ -1,19 +1,30 @@
-"""``neobert embed``: one vector per line of a text file, written to a .npy file."""
+"""``neobert embed``, ``classify`` and ``tag``: a model over a file of texts (:mod:`neobert.predict`), one
+result per row; options from the task's config, the description from its docstring."""
 
 from __future__ import annotations
 
 import argparse
 
-from ..predict import EmbedConfig, embed_file
+from ..predict import ClassifyFileConfig, EmbedConfig, TagConfig, classify_file, embed_file, tag_file
 from .common import add_command, quiet_transformers, show
 from .options import config_from_args
+
+TASKS = {"embed": (EmbedConfig, embed_file), "classify": (ClassifyFileConfig, classify_file),
+         "tag": (TagConfig, tag_file)}  # fmt: skip
+HELP = {
+    "embed": "embed a text file (one text per line) into a .npy array",
+    "classify": "classify texts (a text file or a table) with a sequence classifier, into JSONL",
+    "tag": "tag entities with a fine-tuned token classifier (character offsets), JSONL out",
+}
 
 
 def _main(args: argparse.Namespace) -> int:
     quiet_transformers()
-    return show(embed_file(config_from_args(EmbedConfig, args)))
+    config, task = TASKS[args.file_task]
+    return show(task(config_from_args(config, args)))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    help = "embed a text file (one text per line) into a .npy array"
-    add_command(subparsers, "embed", _main, help, config=EmbedConfig, skip=("show_progress",))
+    for name, (config, _) in TASKS.items():
+        parser = add_command(subparsers, name, _main, HELP[name], config=config, skip=("show_progress",))
+        parser.set_defaults(file_task=name)

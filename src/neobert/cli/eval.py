@@ -82,7 +82,8 @@ def _command(commands, name: str, func, run, help: str, output: str, **metadata)
     skip = ("tasks", "instructions", "show_progress")
     results = {"default": output, "help": "results directory"}
     metadata = {"models": MODELS, "output": results, "device": DEVICE, **metadata}
-    parser.set_defaults(options=add_signature_options(parser, run, skip=skip, metadata=metadata, rename=RENAME))
+    options = add_signature_options(parser, run, skip=skip, metadata=metadata, rename=RENAME)
+    parser.set_defaults(options=options)
     return parser
 
 
@@ -95,7 +96,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     help = "MTEB tasks with instructions and mean pooling (Table 4)"
     mteb = _command(commands, "mteb", _mteb, mteb_adapter.run, help, "results/mteb")
     many = {"nargs": "+"}
-    select = add_signature_options(mteb, mteb_adapter.select_tasks, metadata={"tasks": many, "task_types": many})
+    many = {"tasks": many, "task_types": many}
+    select = add_signature_options(mteb, mteb_adapter.select_tasks, metadata=many)
     mteb.set_defaults(select=select)
     help = "STS, retrieval, classification, clustering, pair classification on local files"
     emb = _command(commands, "embeddings", _embeddings, files.run, help, "results/embeddings")

@@ -16,7 +16,7 @@ def _main(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     help = "predict the tokens behind each [MASK] of a text"
-    parser = add_command(subparsers, "fill-mask", _main, help, "Show the top-k tokens, with probabilities, for "
-                         "every [MASK] in TEXT.")  # fmt: skip
+    what = "Show the top-k tokens, with probabilities, for every [MASK] in TEXT."
+    parser = add_command(subparsers, "fill-mask", _main, help, what)
     parser.add_argument("text", help='text holding one or more [MASK], e.g. "Paris is the [MASK] of France."')
     parser.set_defaults(options=add_signature_options(parser, fill_mask_text, skip=("text",)))

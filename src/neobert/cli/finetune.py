@@ -23,7 +23,8 @@ CHOICES = {"precision": PRECISIONS, "task_type": TASK_TYPES}
 
 def add_settings(parser: argparse.ArgumentParser, config: type) -> None:
     """One option per field of ``config`` (help from the field's comment) and the few written by hand."""
-    group = parser.add_argument_group("settings (a flag given overrides --config; the defaults are the config's)")
+    title = "settings (a flag given overrides --config; the defaults are the config's)"
+    group = parser.add_argument_group(title)
     rename = {"transfer_from_mnli": "mnli_transfer"}
     add_options(group, config, skip=("show_progress",), rename=rename, choices=CHOICES, given_only=True)
     group.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -64,14 +65,10 @@ def _tokens(args: argparse.Namespace) -> int:
     return show(run_tokens(settings_from_args(args, TokensConfig)))
 
 
-COMMANDS = {  # name: (function, config, help)
-    "glue": (_glue, GlueConfig, "GLUE dev with the paper's protocol (sweep, early stopping, MNLI transfer)"),
-    "classify": (
-        _classify,
-        ClassifyConfig,
-        "fine-tune on your own CSV / JSONL / parquet: classification, regression, text pairs",
-    ),
-    "tokens": (_tokens, TokensConfig, "token classification (NER): CoNLL-style or JSONL files with BIO / IOB2 tags"),
+HELP = {
+    "glue": "GLUE dev with the paper's protocol (sweep, early stopping, MNLI transfer)",
+    "classify": "fine-tune on your own CSV / JSONL / parquet: classification, regression, text pairs",
+    "tokens": "token classification (NER): CoNLL-style or JSONL files with BIO / IOB2 tags",
 }
 
 
@@ -83,8 +80,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     tasks = parser.add_subparsers(title="fine-tuning commands", metavar="TASK")
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
-    for name, (func, config, help) in COMMANDS.items():
-        command = add_command(tasks, name, func, help, describe(config))
+    for name, func, config in (("glue", _glue, GlueConfig), ("classify", _classify, ClassifyConfig),
+                               ("tokens", _tokens, TokensConfig)):  # fmt: skip
+        command = add_command(tasks, name, func, HELP[name], describe(config))
         if name == "glue":
             what = "task name(s), comma-separated or repeated, or 'all' (default)"
             command.add_argument("--task", action="append", help=what)

@@ -8,6 +8,11 @@ from ..config import PRESETS
 from ..model_info import model_info
 from .common import add_command, say
 
+DESCRIPTION = (
+    "Summarize a NeoBERT architecture; counts come from the real modules built on the meta device, so even "
+    "the full model costs no memory."
+)
+
 
 def _main(args: argparse.Namespace) -> int:
     say(model_info(args.model).summary)
@@ -16,6 +21,6 @@ def _main(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     help = "architecture and parameter counts of a preset or model directory"
-    parser = add_command(subparsers, "info", _main, help, "Summarize a NeoBERT architecture; counts come from the "
-                         "real modules built on the meta device, so even the full model costs no memory.")  # fmt: skip
-    parser.add_argument("model", metavar="PATH_OR_PRESET", help=f"model directory or preset ({', '.join(PRESETS)})")
+    parser = add_command(subparsers, "info", _main, help, DESCRIPTION)
+    what = f"model directory or preset ({', '.join(PRESETS)})"
+    parser.add_argument("model", metavar="PATH_OR_PRESET", help=what)

@@ -36,14 +36,18 @@ def register(subparsers: Any) -> None:
             "for several processes."
         ),
     )
-    parser.add_argument("--data", nargs="+", dest="data_paths", help="prepared data directories or text files "
-                        "(.txt/.jsonl/.csv/.parquet)")  # fmt: skip
-    parser.add_argument("--tokenizer", help="tokenizer directory for raw text inputs (default: the one stored "
-                        "with prepared data; for the neobert presets, bert-base-uncased from the examples extra)")  # fmt: skip
+    what = "prepared data directories or text files (.txt/.jsonl/.csv/.parquet)"
+    parser.add_argument("--data", nargs="+", dest="data_paths", help=what)
+    what = (
+        "tokenizer directory for raw text inputs (default: the one stored with prepared data; for the "
+        "neobert presets, bert-base-uncased from the examples extra)"
+    )
+    parser.add_argument("--tokenizer", help=what)
     parser.add_argument("--config", help="YAML config file (e.g. one of neobert/configs/*.yaml)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any config "
-                        "field, e.g. --set data.seq_len=512 --set optim.lr=1e-4")  # fmt: skip
-    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output")
+    what = "override any config field, e.g. --set data.seq_len=512 --set optim.lr=1e-4"
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=what)
+    what = "continue from the latest checkpoint in --output"
+    parser.add_argument("--resume", action="store_true", help=what)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     settings = parser.add_argument_group("settings (neobert.training.PretrainConfig; a flag given wins)")
     add_options(settings, PretrainConfig, skip=_SKIP, choices=CHOICES, given_only=True)
@@ -64,8 +68,8 @@ def config_from_args(args: argparse.Namespace) -> PretrainConfig:
 def run_from_args(args: argparse.Namespace) -> int:
     console, progress = make_console(), not args.no_progress
     if args.data_paths is None and args.config is None and getattr(args, "preset", None) is None:
-        console.print("[bold]neobert pretrain[/]: embedded default run (Python stdlib docstrings, small NeoBERT, "
-                      "CPU)")  # fmt: skip
+        what = "embedded default run (Python stdlib docstrings, small NeoBERT, CPU)"
+        console.print(f"[bold]neobert pretrain[/]: {what}")
         result = run_default(resume=args.resume, progress_bar=progress, overrides=_overrides(args))
     else:
         result = pretrain(config_from_args(args), resume=args.resume, progress_bar=progress)

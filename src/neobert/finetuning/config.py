@@ -178,8 +178,9 @@ class ClassifyConfig(TrainSettings, ModelSource):
 class TokensConfig(TrainSettings, ModelSource):
     """``neobert finetune tokens``: the user's own token-classification (NER) task, for any encoder. Files:
     CoNLL style (a token and its tag per line, the tag in the last column, blank lines between sentences,
-    -DOCSTART- skipped) or JSONL (tokens + tags lists). Writes OUTPUT/model (AutoModelForTokenClassification +
-    tokenizer), OUTPUT/metrics.json (entity-level P/R/F1, seqeval's definition) and OUTPUT/predictions.jsonl."""
+    -DOCSTART- skipped) or JSONL (tokens + tags lists). Writes OUTPUT/model
+    (AutoModelForTokenClassification + tokenizer), OUTPUT/metrics.json (entity-level P/R/F1, seqeval's
+    definition) and OUTPUT/predictions.jsonl."""
 
     train: str  # training file: CoNLL style (a token and its tag per line), or .jsonl with tokens + tags
     validation: str  # validation file, same format

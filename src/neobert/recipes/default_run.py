@@ -84,8 +84,9 @@ def run_default(
     fixed = [key for key in FIXED if key in overrides]
     if fixed:
         raise ValueError(
-            f"{' and '.join(fixed)}: the embedded default run (no --data, --config or --preset) trains on its own "
-            "corpus with its pinned tokenizer; give --data (and --preset or --config) to train on other data"
+            f"{' and '.join(fixed)}: the embedded default run (no --data, --config or --preset) trains "
+            "on its own corpus with its pinned tokenizer; give --data (and --preset or --config) to train on "
+            "other data"
         )
     out = Path(overrides.pop("output", output))
     out.mkdir(parents=True, exist_ok=True)

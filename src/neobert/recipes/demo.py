@@ -118,8 +118,8 @@ def _save(model, tokenizer, model_dir: Path, log: Log) -> bool:
         keys = list(f.keys())
     layout_ok = "model.encoder.weight" in keys and all(k.startswith(("model.", "decoder.")) for k in keys)
     files = ", ".join(sorted(p.name for p in model_dir.iterdir()))
-    log(f"1. saved {model_dir}: {files}\n   {len(keys)} tensors in the released naming (model.encoder.weight, "
-        "model.transformer_encoder.{i}.qkv.weight, ..., decoder.weight)")  # fmt: skip
+    naming = "model.encoder.weight, model.transformer_encoder.{i}.qkv.weight, ..., decoder.weight"
+    log(f"1. saved {model_dir}: {files}\n   {len(keys)} tensors in the released naming ({naming})")
     return layout_ok
 
 
@@ -155,6 +155,7 @@ def _check_sentence_transformer(model, tokenizer, model_dir: Path, st_dir: Path,
     st_vectors = load_sentence_transformer(st_dir, device="cpu").encode(SENTENCES, convert_to_numpy=True)
     ours = encode(model, tokenizer, SENTENCES, pooling="mean", normalize=False, show_progress=False)
     diff = float(np.abs(st_vectors - ours).max())
+    verdict = "match" if diff <= ST_ATOL else "DIFFER"
     log(f"5. sentence-transformers: saved {st_dir}; SentenceTransformer(path).encode vs "
-        f"neobert.inference.encode: {'match' if diff <= ST_ATOL else 'DIFFER'} (max |diff| {diff:.1e})")  # fmt: skip
+        f"neobert.inference.encode: {verdict} (max |diff| {diff:.1e})")  # fmt: skip
     return diff
