@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -29,12 +30,13 @@ def quiet_transformers() -> None:
 
 
 def describe(obj: Any) -> str | None:
-    """The first paragraph of ``obj``'s docstring (a command's description), joined into one line; None for a
-    dataclass without one (its generated signature is no description)."""
+    """The first paragraph of ``obj``'s docstring (a command's description) in one line, less a leading
+    ````neobert NAME``: ````; None for a dataclass without one (its generated signature is no description)."""
     doc = inspect.getdoc(obj)
     if not doc or doc.startswith(f"{getattr(obj, '__name__', '')}("):
         return None
-    return " ".join(doc.split("\n\n")[0].split())
+    text = re.sub(r"^``neobert [^`]*``: ", "", " ".join(doc.split("\n\n")[0].split()))
+    return text[:1].upper() + text[1:]
 
 
 def add_command(
@@ -55,13 +57,6 @@ def add_command(
     if config is not None:
         add_options(parser, config, **options)
     return parser
-
-
-def add_group(subparsers: Any, name: str, help: str, title: str) -> Any:
-    """A command holding subcommands (``bench``, ``eval``, ...): without one it prints its help."""
-    parser = subparsers.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
-    parser.set_defaults(func=lambda args: parser.print_help() or 2)
-    return parser.add_subparsers(title=title, metavar=title.split()[0].rstrip("s").upper())
 
 
 def say(text: str, console: Console | None = None) -> None:
