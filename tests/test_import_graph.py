@@ -106,6 +106,7 @@ FLOORS = {
     "neobert.encoders": 2,
     "neobert.inference": 2,
     "neobert.long_documents": 2,
+    "neobert.model_info": 2,  # a preset's or model directory's architecture and exact parameter counts
     "neobert.registration": 2,
     "neobert.training": 2,
     "neobert.finetuning": 3,

@@ -24,6 +24,7 @@ from .io import atomic_file, write_text
 from .long_documents import EXTEND_METHODS, POLICIES, LongDocuments, LongReport
 from .long_documents import classify as classify_long
 from .long_documents import embed as embed_long
+from .tables import markdown_table
 from .token_classification.tagging import Entity, tag
 
 MAX_TOKENS_HELP = "padded tokens per batch at most (default: 4,096 on the CPU, the fastest setting measured; no limit on a GPU)"
@@ -72,12 +73,28 @@ def empty_rows(texts: list[str]) -> list[int]:
     return [i + 1 for i, text in enumerate(texts) if not text.strip()]
 
 
+def notes(empty: list[int], noun: str, consequence: str, long: LongReport | None, policy: str) -> list[str]:
+    """What a file task tells its user beside the result: the empty rows (the first ten), and how many texts
+    exceeded the model window and what the long-document policy did with them."""
+    found = []
+    if empty:
+        shown = ", ".join(map(str, empty[:10])) + (", ..." if len(empty) > 10 else "")
+        found.append(f"{len(empty):,} {noun}(s) have an empty text ({noun}s {shown}); {consequence}")
+    if long is not None and long.long:
+        if long.truncated:
+            what = "truncated to the window (--long-documents chunk or extend keeps all of them)"
+        else:
+            what = f"handled by '{policy}' ({long.rows:,} model rows in all)"
+        found.append(f"{long.long:,} {noun}(s) longer than the model window: {what}")
+    return found
+
+
 # -- embed ---------------------------------------------------------------------------------------------------
 
 
 @dataclass(kw_only=True)
 class EmbedConfig(FileJob):
-    """``neobert embed``: one vector per line of a text file, into a .npy array."""
+    """``neobert embed``: embed each line of a UTF-8 text file into a .npy array; row i is line i."""
 
     output: str  # where to write the .npy array (lines x hidden)
     max_tokens: int | None = field(default=None, metadata={"help": MAX_TOKENS_HELP})
@@ -94,6 +111,8 @@ class EmbedResult:
     seconds: float
     empty_rows: list[int]  # 1-based lines whose text is empty or blank (embedded as such, and reported)
     long: LongReport | None = None  # what the long-document policy did (None with an explicit max_length)
+    summary: str = ""  # what was written, for a person
+    notes: list[str] = field(default_factory=list)  # empty lines, long texts
 
 
 def embed_file(config: EmbedConfig) -> EmbedResult:
@@ -117,7 +136,15 @@ def embed_file(config: EmbedConfig) -> EmbedResult:
                          **budget)  # fmt: skip
     with atomic_file(c.output, "wb") as handle:
         np.save(handle, vectors)
-    return EmbedResult(Path(c.output), vectors.shape, time.perf_counter() - start, empty_rows(texts), report)
+    seconds, empty = time.perf_counter() - start, empty_rows(texts)
+    norm = "L2-normalized" if c.normalize else "not normalized"
+    summary = (
+        f"wrote {len(texts):,} x {vectors.shape[1]} float32 vectors ({c.pooling} pooling, {norm}) to "
+        f"{c.output} in {seconds:.1f}s"
+    )
+    consequence = "their rows embed an empty text, so that row i is line i"
+    return EmbedResult(Path(c.output), vectors.shape, seconds, empty, report, summary,
+                       notes(empty, "line", consequence, report, c.long_documents))  # fmt: skip
 
 
 # -- classify ------------------------------------------------------------------------------------------------
@@ -125,7 +152,8 @@ def embed_file(config: EmbedConfig) -> EmbedResult:
 
 @dataclass(kw_only=True)
 class ClassifyFileConfig(FileJob):
-    """``neobert classify``: a sequence classifier over a text file or a table, one JSON line per row."""
+    """``neobert classify``: run a sequence classifier (e.g. the model directory written by ``neobert finetune
+    classify``) over a text file (one text per line) or a table; line i of the JSONL output is input row i."""
 
     input: str  # a table (.csv, .tsv, .jsonl, .json, .parquet) or a UTF-8 text file, one text per line
     text_column: str = "text"  # the table's text column
@@ -152,6 +180,19 @@ class FileClassification:
     random_weights: bool  # a preset: the head and encoder are untrained
     empty_rows: list[int]  # 1-based rows whose text is empty or blank (classified as such, and reported)
     long: LongReport | None = None  # what the long-document policy did (None for pairs / explicit max_length)
+    notes: list[str] = field(default_factory=list)  # empty rows, long texts, random weights
+
+    @property
+    def summary(self) -> str:
+        """What was written, and the predicted labels (rows and share) or the range of predicted values."""
+        if self.regression:
+            table = markdown_table(["min", "mean", "max"], [[f"{v:.4g}" for v in self.value_range]])
+        else:
+            rows = [[name, f"{n:,}", f"{n / max(self.rows, 1):.1%}"] for name, n in self.label_counts.items()]
+            table = markdown_table(["label", "rows", "share"], rows)
+        what = "predicted values" if self.regression else "predicted labels"
+        done = f"classified {self.rows:,} rows in {self.seconds:.1f}s; wrote {self.output}"
+        return f"{done}\n\n{what}:\n\n{table}"
 
 
 def _require_head(model: str, classifier: torch.nn.Module) -> None:
@@ -199,9 +240,12 @@ def classify_file(config: ClassifyFileConfig) -> FileClassification:
     else:
         predicted = Counter(row["label"] for row in rows)
         counts = {name: predicted[name] for name in dict.fromkeys(label_names(classifier.config))}
-    seconds = time.perf_counter() - start
+    seconds, empty = time.perf_counter() - start, empty_rows(texts)
+    found = notes(empty, "row", "their predictions say nothing about any text", report, c.long_documents)
+    if is_preset(c.model):
+        found.append("a preset has random weights: these predictions are meaningless")
     return FileClassification(path, len(rows), regression, counts, value_range, seconds, is_preset(c.model),
-                              empty_rows(texts), report)  # fmt: skip
+                              empty, report, found)  # fmt: skip
 
 
 # -- tag -----------------------------------------------------------------------------------------------------
@@ -209,7 +253,8 @@ def classify_file(config: ClassifyFileConfig) -> FileClassification:
 
 @dataclass(kw_only=True)
 class TagConfig(FileJob):
-    """``neobert tag``: entities with character offsets from a fine-tuned token classifier, JSONL out."""
+    """``neobert tag``: one JSON line per input text: {text, entities: [{label, start, end, text, score}]};
+    offsets are characters of the text, end exclusive."""
 
     model: str  # fine-tuned token-classification model directory
     tokenizer: str | None = None  # tokenizer directory (default: the model's)
@@ -226,6 +271,12 @@ class TagResult:
     entities: list[list[Entity]]
     seconds: float
     long: LongReport | None = None
+    notes: list[str] = field(default_factory=list)  # long texts
+
+    @property
+    def summary(self) -> str:
+        found = sum(len(row) for row in self.entities)
+        return f"tagged {self.texts:,} texts: {found:,} entities in {self.seconds:.1f} s -> {self.output}"
 
 
 def tag_file(config: TagConfig) -> TagResult:
@@ -243,7 +294,8 @@ def tag_file(config: TagConfig) -> TagResult:
         for text, row in zip(texts, entities)
     ]
     path = write_text(c.output, "\n".join(lines) + "\n")
-    return TagResult(path, len(texts), entities, time.perf_counter() - start, report)
+    return TagResult(path, len(texts), entities, time.perf_counter() - start, report,
+                     notes([], "text", "", report, c.long_documents))  # fmt: skip
 
 
 # -- fill-mask -----------------------------------------------------------------------------------------------
@@ -254,6 +306,24 @@ class FillMaskResult:
     text: str
     predictions: list[list[tuple[str, float]]]  # one list per [MASK], best first
     random_weights: bool  # a preset: the predictions mean nothing
+
+    @property
+    def summary(self) -> str:
+        """One row per prediction: the [MASK]'s number (on its first row), rank, token, probability."""
+        rows = [[str(number) if rank == 1 else "", rank, token, f"{prob:.3g}"]
+                for number, predictions in enumerate(self.predictions, start=1)
+                for rank, (token, prob) in enumerate(predictions, start=1)]  # fmt: skip
+        header = ["[MASK] #", "rank", "token", "probability"]
+        return f"fill-mask: {self.text}\n\n" + markdown_table(header, rows)
+
+    @property
+    def notes(self) -> list[str]:
+        return [RANDOM_WEIGHTS_NOTE] if self.random_weights else []
+
+
+RANDOM_WEIGHTS_NOTE = (
+    "weights are random (a preset, not a trained checkpoint): predictions are meaningless until pretraining"
+)
 
 
 def fill_mask_text(model: str, text: str, top_k: int = 5, tokenizer: str | None = None) -> FillMaskResult:

@@ -52,6 +52,10 @@ from .sources import materialize_inputs, write_task
 
 @dataclass
 class AblateConfig:
+    """Pretrain every rung of a ladder (one ordinary pretraining run directory per rung and seed), fine-tune
+    each on the ladder's tasks with `finetune classify`, and write DIR/ladder.md and DIR/ladder.png. Finished
+    runs are skipped and a killed run resumes: run the same command again."""
+
     ladder: str = "figure1-laptop"  # figure1-laptop, figure1-gpu, smoke (a shipped ladder's name) or a YAML file
     output: str = field(default="runs/ladder", metadata={"help": "the ladder's directory", "required": True})
     rungs: list[str] | None = None  # run only these (the report still shows every finished rung)

@@ -23,6 +23,7 @@ from ..hardware import choose_precision, cpu_flags, cpu_info
 from ..model import attention
 from ..model.checks import BackendCheck
 from ..model.runtime import check_compiled_blocks
+from ..tables import markdown_table
 from ..training.optim import check_fused_adamw
 
 PACKAGES = (
@@ -53,6 +54,39 @@ class DoctorReport:
     backends: list[BackendRow] = field(default_factory=list)
     auto: list[dict] = field(default_factory=list)  # one row per (use, preset): precision and kernels
 
+    @property
+    def failed(self) -> list[str]:
+        """The paths available here whose first-use check failed (``auto`` takes their reference instead)."""
+        return [row.check.name for row in self.backends if row.check.available and not row.check.ok]
+
+    def markdown(self) -> str:
+        """Versions, CPU and GPU lines, then the accelerated paths and what ``auto`` picks, as tables."""
+        cpu, gpu = self.cpu, self.gpu
+        flags = ", ".join(f"{k} {_yes(v)}" for k, v in cpu["flags"].items())
+        lines = [
+            "versions: " + ", ".join(f"{k} {v}" for k, v in self.versions.items() if v),
+            f"cpu: {cpu['model']}, {cpu['cores']} threads, torch capability {cpu['capability']}; {flags}",
+            "gpu: " + (f"{gpu['name']} (sm {gpu['capability']}, {gpu['memory_gb']} GB, bf16 {gpu['bf16']})"
+                       if gpu else "none"),
+            "",
+            "accelerated paths: first-use check against the reference; speed on a small input",
+            "",
+        ]  # fmt: skip
+        rows = []
+        for row in self.backends:
+            c = row.check
+            status = "ok" if c.ok else ("FAILED" if c.available else "not available")
+            error = "-" if c.max_error is None else f"{c.max_error:.1e} / {c.tolerance:.0e}"
+            speed = f"{row.speedup:.2f}x {row.reference}" if row.speedup is not None else "-"
+            note = (c.error or "").splitlines()[0][:60] if c.error else ""
+            rows.append([c.name, c.device, c.dtype, status, error, f"{c.seconds:.2f}", speed, note])
+        header = ["path", "device", "dtype", "status", "max error / tol.", "check s", "speed", "note"]
+        auto = [[r["use"], r["preset"], r["device"], r["precision"], r["why"], r["attention"],
+                 _yes(r["fused_adamw"]) if r["use"] == "training" else "-"] for r in self.auto]  # fmt: skip
+        columns = ["use", "preset", "device", "precision", "why", "attention", "fused AdamW"]
+        tables = markdown_table(header, rows) + "\nwhat auto picks here\n\n" + markdown_table(columns, auto)
+        return "\n".join(lines) + "\n" + tables
+
     def as_dict(self) -> dict:
         rows = [
             {**row.check.as_dict(), "speedup": row.speedup, "reference": row.reference}
@@ -65,6 +99,10 @@ class DoctorReport:
             "backends": rows,
             "auto": self.auto,
         }
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "no"
 
 
 def versions() -> dict[str, str | None]:

@@ -40,6 +40,10 @@ WARMUP_TEXTS = 8
 
 @dataclass
 class EncodeBenchConfig:
+    """Real tokens/s of neobert.inference.encode on synthetic variable-length texts, for each batch size
+    without a token budget and each --max-tokens budget (at --max-tokens-batch-size), beside the library
+    default; settings interleaved in one process, median over rounds."""
+
     model: str = "neobert"  # a preset (random weights) or a model directory (with its tokenizer)
     texts: int = 96  # number of texts
     length_range: tuple[int, int] = (16, 512)  # token counts (with [CLS] and [SEP]) drawn uniformly

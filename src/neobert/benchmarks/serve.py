@@ -78,6 +78,10 @@ class ServerStartError(OSError):
 
 @dataclass(kw_only=True)
 class ServeBenchConfig:
+    """Starts `neobert serve` on a free port of 127.0.0.1 (once without, once with dynamic batching; with
+    --overload: a capacity run, then a retry storm against a small queue), drives it with closed-loop
+    clients, stops it. Every run is bounded in requests and time."""
+
     model: str = "small"  # model directory or preset (random weights)
     tokenizer: str | None = None  # tokenizer directory (default: the model's own)
     precision: str = "auto"  # the server's --precision
@@ -396,6 +400,19 @@ def overload_goals(cells: list[Cell]) -> dict[str, Any]:
     }
 
 
+def plan(config: ServeBenchConfig) -> str:
+    """What a run of ``config`` will do, in one line (said before the minutes it takes)."""
+    concurrency = ", ".join(map(str, config.concurrency))
+    what = (
+        f"capacity at {concurrency} clients, then a storm of {config.storm_factor * config.storm_queue} "
+        f"clients against queue {config.storm_queue}"
+        if config.overload
+        else f"concurrency {concurrency}, batching off then on"
+    )
+    where = f"{config.model}, {config.precision}"
+    return f"load test of neobert serve ({where}): {what}, {config.duration:g} s per cell"
+
+
 def run_serve_bench(config: ServeBenchConfig | dict[str, Any]) -> dict:
     """Both modes at every concurrency; writes results.json / results.md to ``config.output`` if set."""
     if isinstance(config, dict):
@@ -445,14 +462,15 @@ def markdown(results: dict) -> str:
     if config.get("overload"):
         return "\n".join(lines + overload_markdown(results))
     lines += [
-        "| batching | concurrency | requests | req/s | p50 ms | p95 ms | p99 ms | failed | 503 | merged/call |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| batching | concurrency | requests | req/s | p50 ms | p95 ms | p99 ms | failed | 503 | merged/call "
+        "| client CPU | server CPU |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for c in results["cells"]:
         lines.append(
             f"| {'on' if c['batching'] else 'off'} | {c['concurrency']} | {c['requests']} | "
             f"{c['requests_per_s']:.1f} | {c['p50_ms']} | {c['p95_ms']} | {c['p99_ms']} | {c['failed']} | "
-            f"{c['refused']} | {c['mean_merged']} |"
+            f"{c['refused']} | {c['mean_merged']} | {c['client_cpu']} | {c['server_cpu']} |"
         )
     lines += ["", "Speed-up of dynamic batching (requests/s, on / off): "
               + ", ".join(f"concurrency {k}: {v}x" for k, v in results["speedup"].items()), ""]  # fmt: skip

@@ -34,7 +34,12 @@ from .report import write_outputs
 
 @dataclass
 class BenchConfig:
-    """What to measure. Lengths above a model's positions are skipped for that model."""
+    """Inference tokens/s by model and sequence length, best batch size per cell, models interleaved;
+    reports the achieved share of the machine's matmul rate and peak memory. Models are built from their
+    published shapes with random weights: nothing is downloaded.
+
+    Lengths above a model's positions are skipped for that model.
+    """
 
     # neobert, neobert-<preset>, neobert-unfused, bert-base/large, roberta-base/large, modernbert-base/large,
     # bert-tiny, modernbert-tiny
@@ -70,6 +75,8 @@ class BenchConfig:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError("--device cuda, but torch sees no CUDA device")
         if not self.lengths or min(self.lengths) < 1 or min(self.batch_tokens, default=0) < 1:
             raise ValueError("lengths and batch_tokens must be positive")
         if self.repeats < 1 or self.warmup < 0:

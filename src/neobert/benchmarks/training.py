@@ -45,6 +45,10 @@ MASK_ID = 4
 
 @dataclass
 class TrainBenchConfig:
+    """Whole pretraining steps of the product's training core (packed rows with per-document attention, 20%
+    masking, forward, backward, clipping, AdamW) per preset and dtype; MFU against the matmul rate measured
+    in the same run, or --peak-tflops."""
+
     presets: list[str] = field(default_factory=lambda: ["tiny", "120m"])  # NeoBERT presets
     dtypes: list[str] = field(default_factory=lambda: ["fp32", "bf16"])  # fp32 and/or bf16 (autocast)
     device: str | None = None  # cpu | cuda; None: cuda when available
@@ -59,6 +63,19 @@ class TrainBenchConfig:
     peak_tflops: float | None = None  # MFU denominator; None: the measured matmul peak
     peak_sizes: list[int] = field(default_factory=lambda: [2048, 4096])  # square GEMMs for the matmul peak
     output: str | None = None  # directory for results.json and results.md
+
+    def __post_init__(self) -> None:
+        unknown = [d for d in self.dtypes if d not in ("fp32", "bf16")]
+        if unknown:
+            raise ValueError(f"--dtypes must be fp32 and/or bf16, got {', '.join(unknown)}")
+        missing = [p for p in self.presets if p not in PRESETS]
+        if missing:
+            raise ValueError(f"--presets: unknown {', '.join(missing)}; available: {', '.join(PRESETS)}")
+        if self.micro_batch_size and self.rows % self.micro_batch_size:
+            raise ValueError(
+                f"--rows {self.rows} is not a multiple of --micro-batch-size {self.micro_batch_size}"
+            )
+        self.warmup = max(1, self.warmup)  # the first step compiles and allocates: never timed
 
     def resolved_device(self) -> str:
         return self.device or ("cuda" if torch.cuda.is_available() else "cpu")

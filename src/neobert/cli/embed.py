@@ -1,43 +1,30 @@
-"""``neobert embed``: one vector per line of a text file, written to a .npy file."""
+"""``neobert embed``, ``classify`` and ``tag``: a model over a file of texts (:mod:`neobert.predict`), one
+result per row; options from the task's config, the description from its docstring."""
 
 from __future__ import annotations
 
 import argparse
 
-from rich.markup import escape
+from ..predict import ClassifyFileConfig, EmbedConfig, TagConfig, classify_file, embed_file, tag_file
+from .common import add_command, quiet_transformers, show
+from .options import config_from_args
 
-from ..predict import EmbedConfig, embed_file
-from .common import add_command, make_console, note_empty_rows, quiet_transformers
-from .long_documents import note_long_documents
-from .options import add_options, config_from_args
+TASKS = {"embed": (EmbedConfig, embed_file), "classify": (ClassifyFileConfig, classify_file),
+         "tag": (TagConfig, tag_file)}  # fmt: skip
+HELP = {
+    "embed": "embed a text file (one text per line) into a .npy array",
+    "classify": "classify texts (a text file or a table) with a sequence classifier, into JSONL",
+    "tag": "tag entities with a fine-tuned token classifier (character offsets), JSONL out",
+}
 
 
 def _main(args: argparse.Namespace) -> int:
     quiet_transformers()
-    config = config_from_args(EmbedConfig, args)
-    result = embed_file(config)
-    n, dim = result.shape
-    norm = "L2-normalized" if config.normalize else "not normalized"
-    console = make_console()
-    console.print(
-        f"wrote {n:,} x {dim} float32 vectors ({config.pooling} pooling, {norm}) to "
-        f"{escape(str(result.output))} in {result.seconds:.1f}s",
-        highlight=False,
-        soft_wrap=True,
-    )
-    note_empty_rows(
-        console, result.empty_rows, "line", "their rows embed an empty text, so that row i is line i"
-    )
-    note_long_documents(console, result.long, config.long_documents, "line")
-    return 0
+    config, task = TASKS[args.file_task]
+    return show(task(config_from_args(config, args)))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_command(
-        subparsers,
-        "embed",
-        _main,
-        help="embed a text file (one text per line) into a .npy array",
-        description="Embed each line of a UTF-8 text file; row i of the output is line i.",
-    )
-    add_options(parser, EmbedConfig, skip=("show_progress",))
+    for name, (config, _) in TASKS.items():
+        parser = add_command(subparsers, name, _main, HELP[name], config=config, skip=("show_progress",))
+        parser.set_defaults(file_task=name)

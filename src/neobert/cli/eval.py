@@ -12,15 +12,13 @@ Every option comes from the signature of the function the command calls (``mteb_
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import torch
-from rich.markup import escape
 
 from ..evaluation import embedding_files as files
 from ..evaluation import mteb_adapter, pppl
 from ..evaluation.instructions import read_instruction_file
-from .common import CLIError, add_command, make_console, quiet_transformers
+from .common import add_command, make_console, quiet_transformers, say, wrote
 from .options import add_signature_options, given
 
 FAMILY_OPTIONS = {
@@ -33,30 +31,24 @@ FAMILY_OPTIONS = {
 MODELS = {"nargs": "append", "required": True}  # --model, repeated to compare several
 # what the command itself decides: where results go, and the device when none is named
 DEVICE = {"help": "cpu, cuda, cuda:1 ... (default: cuda when available)"}
-RENAME = {"models": "model"}
+RENAME = {"models": "model", "use_instructions": "instructions"}
 
 
-def _settings(args: argparse.Namespace, cls: type) -> dict:
-    """The called function's keyword arguments: the options given, the device resolved."""
-    settings = given(cls, args)
+def _settings(args: argparse.Namespace) -> dict:
+    """The called function's keyword arguments: the options given, the device resolved, the instructions
+    read from their file."""
+    settings = given(args.options, args)
     settings["device"] = settings.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+    if getattr(args, "instructions", None):
+        settings["instructions"] = read_instruction_file(args.instructions)
     return settings
-
-
-def _instructions(path: str | None) -> dict:
-    if path is None:
-        return {}
-    if not Path(path).is_file():
-        raise CLIError(f"instruction file {path} does not exist")
-    return read_instruction_file(path)
 
 
 def _print(markdown: str, report) -> int:
     console = make_console()
-    console.print(markdown, highlight=False, markup=False, soft_wrap=True)
-    for path in report.files:
-        console.print(f"wrote {escape(str(path))}", highlight=False, soft_wrap=True)
-    console.print(f"done in {report.seconds:.1f}s", highlight=False)
+    say(markdown, console)
+    wrote(*report.files, console=console)
+    say(f"done in {report.seconds:.1f}s", console)
     return 0
 
 
@@ -67,30 +59,20 @@ def _mteb(args: argparse.Namespace) -> int:
     except ImportError as err:
         raise ImportError("`neobert eval mteb` needs the mteb package: pip install 'neobert[mteb]'") from err
     tasks = mteb_adapter.select_tasks(**given(args.select, args))
-    settings = _settings(args, args.options)
-    report = mteb_adapter.run(tasks=tasks, instructions=_instructions(args.instructions), **settings)
+    report = mteb_adapter.run(tasks=tasks, **_settings(args))
     return _print(mteb_adapter.table4_markdown(report), report)
 
 
 def _embeddings(args: argparse.Namespace) -> int:
     quiet_transformers()
-    tasks = files.discover_tasks(args.tasks_dir) if args.tasks_dir else []
-    for family in FAMILY_OPTIONS:
-        for path in getattr(args, family) or []:
-            if not Path(path).exists():
-                raise CLIError(f"--{family.replace('_', '-')} {path} does not exist")
-            name = Path(path).stem if Path(path).is_file() else Path(path).name
-            tasks.append(files.TaskSpec(family, name, Path(path)))
-    if not tasks:
-        raise CLIError("no task given: pass --tasks-dir DIR or per-family options such as --sts FILE")
-    settings = _settings(args, args.options)
-    report = files.run(tasks=tasks, instructions=_instructions(args.instructions), **settings)
+    tasks = files.select_tasks(args.tasks_dir, {family: getattr(args, family) for family in FAMILY_OPTIONS})
+    report = files.run(tasks=tasks, **_settings(args))
     return _print(files.to_markdown(report), report)
 
 
 def _pppl(args: argparse.Namespace) -> int:
     quiet_transformers()
-    report = pppl.run(**_settings(args, args.options))
+    report = pppl.run(**_settings(args))
     return _print(pppl.markdown(report.bins), report)
 
 
@@ -98,37 +80,35 @@ def _command(commands, name: str, func, run, help: str, output: str, **metadata)
     """A subcommand whose options are ``run``'s parameters (less those the command builds itself)."""
     parser = add_command(commands, name, func, help=help)
     skip = ("tasks", "instructions", "show_progress")
-    metadata = {"models": MODELS, "output": {"default": output, "help": "results directory"}, "device": DEVICE,
-                **metadata}  # fmt: skip
-    options = add_signature_options(parser, run, skip=skip, metadata=metadata,
-                                    rename={**RENAME, "use_instructions": "instructions"})  # fmt: skip
+    results = {"default": output, "help": "results directory"}
+    metadata = {"models": MODELS, "output": results, "device": DEVICE, **metadata}
+    options = add_signature_options(parser, run, skip=skip, metadata=metadata, rename=RENAME)
     parser.set_defaults(options=options)
     return parser
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "eval", help="evaluate encoders: MTEB, local embedding tasks, pseudo-perplexity"
-    )
+    help = "evaluate encoders: MTEB, local embedding tasks, pseudo-perplexity"
+    parser = subparsers.add_parser("eval", help=help)
     commands = parser.add_subparsers(title="evaluations", dest="evaluation", metavar="EVALUATION")
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
 
-    mteb = _command(commands, "mteb", _mteb, mteb_adapter.run, "MTEB tasks with instructions and mean pooling "
-                    "(Table 4)", "results/mteb")  # fmt: skip
+    help = "MTEB tasks with instructions and mean pooling (Table 4)"
+    mteb = _command(commands, "mteb", _mteb, mteb_adapter.run, help, "results/mteb")
     many = {"nargs": "+"}
-    mteb.set_defaults(select=add_signature_options(mteb, mteb_adapter.select_tasks,
-                                                   metadata={"tasks": many, "task_types": many}))  # fmt: skip
-    emb = _command(commands, "embeddings", _embeddings, files.run, "STS, retrieval, classification, clustering, "
-                   "pair classification on local files", "results/embeddings")  # fmt: skip
-    emb.add_argument(
-        "--tasks-dir", help="directory of task files, one subdirectory per family (see docs/evaluation.md)"
-    )
+    many = {"tasks": many, "task_types": many}
+    select = add_signature_options(mteb, mteb_adapter.select_tasks, metadata=many)
+    mteb.set_defaults(select=select)
+    help = "STS, retrieval, classification, clustering, pair classification on local files"
+    emb = _command(commands, "embeddings", _embeddings, files.run, help, "results/embeddings")
+    what = "directory of task files, one subdirectory per family (see docs/evaluation.md)"
+    emb.add_argument("--tasks-dir", help=what)
     for family, what in FAMILY_OPTIONS.items():
         emb.add_argument(f"--{family.replace('_', '-')}", action="append", metavar="PATH", help=what)
     for command, default in ((mteb, "the table"), (emb, "none")):
-        command.add_argument(
-            "--instructions", help=f"JSON: task -> instruction or {{query, corpus}} (default: {default})"
-        )
-    _command(commands, "pppl", _pppl, pppl.run, "pseudo-perplexity per sequence-length bin (Figure 2)",
-             "results/pppl", input={"required": True},
-             rope_scaling={"choices": ("none", "linear", "ntk", "yarn")})  # fmt: skip
+        what = f"JSON: task -> instruction or {{query, corpus}} (default: {default})"
+        command.add_argument("--instructions", help=what)
+    scaling = {"choices": ("none", "linear", "ntk", "yarn")}
+    help = "pseudo-perplexity per sequence-length bin (Figure 2)"
+    _command(commands, "pppl", _pppl, pppl.run, help, "results/pppl", input={"required": True},
+             rope_scaling=scaling)  # fmt: skip

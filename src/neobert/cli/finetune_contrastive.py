@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from ..finetuning.contrastive import ContrastiveConfig, run
 from .common import CLIError, add_command, make_console, quiet_transformers
-from .options import add_options, config_from_args
+from .options import config_from_args
 
 
 def _instructions(values: list[str] | None, path: str | None) -> dict[str, str]:
@@ -52,16 +52,17 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
+HELP = "contrastive fine-tuning into an embedding model (InfoNCE, in-batch + hard negatives)"
+DESCRIPTION = (
+    "InfoNCE on cosine similarity with in-batch and hard negatives; one data set per batch, data sets "
+    "sampled by size^alpha; instructions prefixed to queries; mean pooling."
+)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_command(
-        subparsers,
-        "contrastive",
-        _main,
-        help="contrastive fine-tuning into an embedding model (InfoNCE, in-batch + hard negatives)",
-        description="InfoNCE on cosine similarity with in-batch and hard negatives; one data set per batch, "
-        "data sets sampled by size^alpha; instructions prefixed to queries; mean pooling.",
-    )
-    add_options(parser, ContrastiveConfig, skip=("data", "template", "show_progress"))
+    skip = ("data", "template", "show_progress")
+    config = ContrastiveConfig
+    parser = add_command(subparsers, "contrastive", _main, HELP, DESCRIPTION, config=config, skip=skip)
     parser.add_argument(
         "--data",
         action="append",

@@ -1,4 +1,4 @@
-"""``neobert`` entry point: one subcommand per module listed in :data:`COMMAND_MODULES`.
+"""``neobert`` entry point: the subcommands of each module listed in :data:`COMMAND_MODULES`.
 
 Each module ``neobert.cli.<name>`` defines ``register(subparsers)``, which adds its subparser and the
 function that runs it (called with the parsed arguments, returning an exit code) with ``common.add_command``.
@@ -24,13 +24,11 @@ COMMAND_MODULES = [
     "info",
     "embed",
     "fill_mask",
-    "classify",
     "demo",
     "finetune",
     "eval",
     "bench",
     "serve",
-    "tag",
     "ablate",
     "doctor",
     "export",

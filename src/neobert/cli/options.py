@@ -30,6 +30,8 @@ import types
 import typing
 from typing import Any
 
+import yaml
+
 
 def ints(text: str) -> list[int]:
     try:
@@ -39,6 +41,17 @@ def ints(text: str) -> list[int]:
     if not values:
         raise argparse.ArgumentTypeError("expected at least one integer")
     return values
+
+
+def key_values(items: list[str], option: str) -> dict[str, Any]:
+    """``KEY=VALUE`` items (a repeated option) as a mapping, each value read as YAML (``3`` is a number)."""
+    found = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{option} expects KEY=VALUE, got {item!r}")
+        found[key.strip()] = yaml.safe_load(value)
+    return found
 
 
 def names(text: str) -> list[str]:

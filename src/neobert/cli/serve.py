@@ -11,7 +11,7 @@ from ..config import PRECISIONS
 from ..long_documents import EXTEND_METHODS, POLICIES
 from ..serving.config import TASKS, ServeConfig, ServeConfigError
 from .common import CLIError, add_command, make_console, quiet_transformers
-from .options import add_options, config_from_args
+from .options import config_from_args
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -31,7 +31,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     def ready(service) -> None:
         console.print(
-            f"serving {escape(config.model)} ({service.task} head: {', '.join(service.tasks)}) on "
+            f"serving {escape(config.model)} ({service.task} head: {', '.join(service.tasks)}; "
+            f"{service.info['backend']} {service.info['precision']}) on "
             f"http://{config.host}:{config.port}  (batching {'on' if config.batching else 'off'}, "
             f"queue {config.max_queue}, long documents: {config.long_documents}, model "
             f"{'in its own process' if config.model_process else 'in this process'}, API key "
@@ -44,20 +45,13 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+HELP = "HTTP service: embeddings (also OpenAI-style), classification, reranking, tagging, fill-mask"
+DESCRIPTION = (
+    "Serve any encoder, on PyTorch or ONNX Runtime (an export of `neobert export onnx`), over HTTP with dynamic batching, a bounded queue, limits, an optional API key, /info, "
+    "/health and /metrics (Prometheus). Needs pip install 'neobert[serve]'. See docs/serving.md."
+)
+CHOICES = {"task": TASKS, "precision": PRECISIONS, "long_documents": POLICIES, "rope_scaling": EXTEND_METHODS}
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_command(
-        subparsers,
-        "serve",
-        _serve,
-        help="HTTP service: embeddings (also OpenAI-style), classification, reranking, tagging, fill-mask",
-        description="Serve any encoder over HTTP with dynamic batching, a bounded queue, limits, an optional "
-        "API key, /info, /health and /metrics (Prometheus). Needs pip install 'neobert[serve]'. See "
-        "docs/serving.md.",
-    )
-    choices = {
-        "task": TASKS,
-        "precision": PRECISIONS,
-        "long_documents": POLICIES,
-        "rope_scaling": EXTEND_METHODS,
-    }
-    add_options(parser, ServeConfig, choices=choices)
+    add_command(subparsers, "serve", _serve, HELP, DESCRIPTION, config=ServeConfig, choices=CHOICES)

@@ -37,6 +37,10 @@ class CorpusStats:
     documents: int
     characters: int
 
+    @property
+    def summary(self) -> str:
+        return f"wrote {self.documents:,} documents ({self.characters:,} characters) to {self.path}"
+
 
 def stdlib_root() -> Path:
     """The directory holding the pure-Python standard library of this interpreter."""

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..config import ConfigError, check_known_keys, load_mapping
 from ..io import clean_temporaries, write_dir
+from ..tables import markdown_table
 from .readers import ON_ERROR, TXT_MODES, DataError, ReadStats, expand_inputs, iter_documents
 from .shards import (
     FORMAT,
@@ -109,8 +110,9 @@ class PrepareConfig:
         return cls(**data)
 
     @classmethod
-    def from_file(cls, path: str | Path) -> PrepareConfig:
-        return cls.from_dict(load_mapping(path))
+    def from_file(cls, path: str | Path | None, **changes: Any) -> PrepareConfig:
+        """The settings file ``path`` (None: none) with ``changes`` laid over it."""
+        return cls.from_dict({**(load_mapping(path) if path else {}), **changes})
 
 
 @dataclass
@@ -131,6 +133,27 @@ class PrepareResult:
     vocab_size: int
     seconds: float
     tokens_per_second: float  # tokens written by this run per second of this run
+
+    @property
+    def summary(self) -> str:
+        """Documents and tokens per split, then what was read, dropped, written and how fast, for a person."""
+        rows = [
+            ["documents", f"{self.train_documents:,}", f"{self.validation_documents:,}"],
+            ["tokens", f"{self.train_tokens:,}", f"{self.validation_tokens:,}"],
+            *([f"documents > {threshold} tokens", f"{n['train']:,}", f"{n['validation']:,}"]
+              for threshold, n in self.long_documents.items()),
+        ]  # fmt: skip
+        speed = f"{self.tokens_per_second:,.0f} tok/s" if self.shards_written else "all shards were done"
+        run = [
+            ["documents read", f"{self.documents:,}"],
+            ["dropped (too short)", f"{self.dropped_short:,}"],
+            ["skipped records / empty files", f"{self.skipped_records:,} / {self.empty_files:,}"],
+            ["shards written / resumed", f"{self.shards_written} / {self.shards_resumed}"],
+            ["dtype / vocabulary", f"{self.dtype} / {self.vocab_size:,}"],
+            ["time / throughput", f"{self.seconds:.1f} s / {speed}"],
+        ]
+        return (f"prepared {self.output}\n\n" + markdown_table(["", "train", "validation"], rows) + "\n"
+                + markdown_table(["run", ""], run))  # fmt: skip
 
 
 def prepare(config: PrepareConfig) -> PrepareResult:

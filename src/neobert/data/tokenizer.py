@@ -18,6 +18,7 @@ from typing import Any
 
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from ..tables import markdown_table
 from .readers import DataError, ReadStats, iter_documents
 
 # NeoBERT has no token types; only these inputs reach the model (and are written to saved tokenizers).
@@ -35,6 +36,14 @@ class TokenizerResult:
     vocab_size: int  # as trained; below the request when the corpus is too small to fill it
     special_token_ids: dict[str, int]
     documents: int
+
+    @property
+    def summary(self) -> str:
+        """Vocabulary, documents and the special tokens' ids, for a person."""
+        rows = [["vocabulary", f"{self.vocab_size:,}"], ["documents", f"{self.documents:,}"],
+                *([token, token_id] for token, token_id in self.special_token_ids.items())]  # fmt: skip
+        title = f"{self.kind} tokenizer saved to {self.output_dir}"
+        return f"{title}\n\n" + markdown_table(["", ""], rows)
 
 
 def train_tokenizer(

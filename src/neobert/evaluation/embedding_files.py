@@ -119,6 +119,20 @@ def discover_tasks(tasks_dir: str | os.PathLike) -> list[TaskSpec]:
     return specs
 
 
+def select_tasks(tasks_dir: str | os.PathLike | None, files: dict[str, list[str]]) -> list[TaskSpec]:
+    """The tasks under ``tasks_dir`` (if given) and the files named per family (family -> paths: a JSONL
+    file, or a directory for classification and retrieval); at least one."""
+    tasks = discover_tasks(tasks_dir) if tasks_dir else []
+    for family, paths in files.items():
+        for path in map(Path, paths or []):
+            if not path.exists():
+                raise FileNotFoundError(f"--{family.replace('_', '-')} {path} does not exist")
+            tasks.append(TaskSpec(family, path.stem if path.is_file() else path.name, path))
+    if not tasks:
+        raise ValueError("no task given: pass --tasks-dir DIR or per-family options such as --sts FILE")
+    return tasks
+
+
 def evaluate_task(spec: TaskSpec, embed: E.Embed, instruction: TaskInstruction, seed: int = 0) -> E.TaskScore:
     """Read one task's files and score it."""
     path = spec.path

@@ -140,6 +140,8 @@ def task_instruction(
 
 def read_instruction_file(path: str | os.PathLike) -> dict[str, TaskInstruction]:
     """A JSON object: task name -> "instruction" (both sides) or {"query": ..., "corpus": ...}."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"instruction file {path} does not exist")
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object mapping task names to instructions")

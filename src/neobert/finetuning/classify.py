@@ -13,7 +13,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -21,6 +21,7 @@ from ..data.text_files import read_table, require_columns, text_column
 from ..encoders import check_vocab, max_positions, resolve_tokenizer
 from ..evaluation.metrics import MetricResult
 from ..io import atomic_file, write_json
+from ..tables import fmt
 from ..training.engine import is_main_process, wait_for_everyone
 from .classification_task import EvalSpec, fit
 from .config import ClassifyConfig
@@ -41,6 +42,14 @@ class ClassifyResult:
     best_step: int
     steps: int
     labels: list[str] | None  # class names by id; None for regression
+    metric_prefix: ClassVar[str] = ""  # how the metrics are named in the summary ("entity " for tokens)
+
+    @property
+    def summary(self) -> str:
+        """The best scores (x100) and the files written, for a person."""
+        scores = ", ".join(f"{self.metric_prefix}{name} {fmt(v, 100, 1)}" for name, v in self.metrics.items())
+        return (f"best step {self.best_step} of {self.steps}: {scores}\nwrote {self.metrics_file}, "
+                f"{self.predictions_file} and the model in {self.model_dir}")  # fmt: skip
 
 
 def selection_score(results: dict[str, MetricResult]) -> float:

@@ -81,6 +81,16 @@ def config_from_dict(cls: type, data: dict[str, Any]) -> Any:
     return cls(**data)
 
 
+def settings(path: str | Path | None, given: dict[str, Any]) -> dict[str, Any]:
+    """A config mapping: the settings file ``path`` (None: none) with the settings ``given`` laid over it;
+    ``patience`` 0 (a command-line value) means never stop early."""
+    data = load_mapping(path, FinetuneConfigError) if path else {}
+    data.update(given)
+    if data.get("patience") == 0:
+        data["patience"] = None
+    return data
+
+
 def _positive_int(config: Any, name: str) -> None:
     value = getattr(config, name)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -106,7 +116,9 @@ class ModelSource:
 
 @dataclass(kw_only=True)
 class GlueConfig(TrainSettings, ModelSource):
-    """``neobert finetune glue``: one or all GLUE tasks, optionally swept over a hyperparameter grid."""
+    """``neobert finetune glue``: fine-tune any encoder on one or all GLUE tasks, optionally swept over a
+    hyperparameter grid; writes OUTPUT/results.md (Table 3 layout) and OUTPUT/results.json, and each task's
+    best checkpoint in OUTPUT/<task>/best."""
 
     output: str  # output directory
     tasks: list[str] | str = "all"  # a task name, a list of them, or "all" (the 8 tasks of Table 3)
@@ -138,7 +150,9 @@ TASK_TYPES = ("classification", "regression")
 
 @dataclass(kw_only=True)
 class ClassifyConfig(TrainSettings, ModelSource):
-    """``neobert finetune classify``: the user's own classification, regression or pair task."""
+    """``neobert finetune classify``: the user's own classification, regression or pair task. Writes
+    OUTPUT/model (AutoModelForSequenceClassification + tokenizer), OUTPUT/metrics.json and
+    OUTPUT/predictions.jsonl."""
 
     train: str  # training file (.csv, .tsv, .jsonl, .json, .parquet)
     validation: str  # validation file, same columns
@@ -167,7 +181,11 @@ class ClassifyConfig(TrainSettings, ModelSource):
 
 @dataclass(kw_only=True)
 class TokensConfig(TrainSettings, ModelSource):
-    """``neobert finetune tokens``: the user's own token-classification (NER) task."""
+    """``neobert finetune tokens``: the user's own token-classification (NER) task, for any encoder. Files:
+    CoNLL style (a token and its tag per line, the tag in the last column, blank lines between sentences,
+    -DOCSTART- skipped) or JSONL (tokens + tags lists). Writes OUTPUT/model
+    (AutoModelForTokenClassification + tokenizer), OUTPUT/metrics.json (entity-level P/R/F1, seqeval's
+    definition) and OUTPUT/predictions.jsonl."""
 
     train: str  # training file: CoNLL style (a token and its tag per line), or .jsonl with tokens + tags
     validation: str  # validation file, same format

@@ -36,6 +36,18 @@ class GlueResults:
     results_md: Path
     results_json: Path
 
+    @property
+    def summary(self) -> str:
+        """The Table 3 row (scores x100 and their average) and the files written, for a person."""
+        header = [r.task.title for r in self.tasks.values()] + ["Avg"]
+        scores = [*(r.score for r in self.tasks.values()), self.average]
+        table = markdown_table(header, [scores], scale=100, digits=1)
+        return f"GLUE dev: {self.model}\n\n{table}\nwrote {self.results_md} and {self.results_json}"
+
+    @property
+    def notes(self) -> list[str]:
+        return [f"{r.task.title}: {note}" for r in self.tasks.values() for note in r.notes]
+
 
 METRIC_SHORT = {"accuracy": "acc", "f1": "F1", "mcc": "MCC", "pearson": "Pearson", "spearman": "Spearman"}
 SCORE_NOTE = (

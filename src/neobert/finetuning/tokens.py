@@ -13,7 +13,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -44,6 +44,8 @@ METRICS = ("precision", "recall", "f1")
 @dataclass
 class TokensResult(ClassifyResult):
     """A file fine-tuning run's result, as ``run_classify``'s; ``labels`` are the tags by id."""
+
+    metric_prefix: ClassVar[str] = "entity "
 
 
 def load_token_classifier(source: str, labels: list[str], preset_overrides: dict[str, Any] | None = None):

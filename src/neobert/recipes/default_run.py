@@ -21,7 +21,7 @@ from ..data import PrepareConfig, load_tokenizer, prepare, tokenizer_from_vocab,
 from ..encoders import load_model
 from ..inference import fill_mask
 from ..io import write_dir, write_text
-from ..tables import fmt
+from ..tables import fmt, markdown_table
 from ..training.config import PretrainConfig
 from ..training.mlm_task import PretrainResult, pretrain
 
@@ -42,7 +42,17 @@ class DefaultRunResult:
     examples: list[tuple[str, list[tuple[str, float]]]]
     report: Path
 
+    @property
+    def summary(self) -> str:
+        """The pretraining result, the fill-mask examples (top 3) and where the report went, for a person."""
+        rows = [[text, ", ".join(f"{token} ({p:.2f})" for token, p in predictions)] for text, predictions in
+                self.examples]  # fmt: skip
+        table = markdown_table(["text", "predictions"], rows)
+        return f"{self.pretrain.summary}\nfill-mask (top 3)\n\n{table}\nreport: {self.report}"
 
+
+# What a flag or --set cannot change in the default run: its data and pinned tokenizer.
+FIXED = ("data.paths", "data.tokenizer")
 VOCAB_FILE = "default_vocab.txt"
 
 
@@ -68,15 +78,23 @@ def run_default(
     progress_bar: bool = True,
     overrides: dict[str, Any] | None = None,
 ) -> DefaultRunResult:
-    """The default run in ``output``; ``overrides`` (dotted keys, as :meth:`PretrainConfig.override`) change
-    its training settings (not its data or tokenizer)."""
-    out = Path(output)
+    """The default run in ``output`` (or ``overrides["output"]``); ``overrides`` (dotted keys, as
+    :meth:`PretrainConfig.override`) change its training settings (not its data or tokenizer: refused)."""
+    overrides = dict(overrides or {})
+    fixed = [key for key in FIXED if key in overrides]
+    if fixed:
+        raise ValueError(
+            f"{' and '.join(fixed)}: the embedded default run (no --data, --config or --preset) trains "
+            "on its own corpus with its pinned tokenizer; give --data (and --preset or --config) to train on "
+            "other data"
+        )
+    out = Path(overrides.pop("output", output))
     out.mkdir(parents=True, exist_ok=True)
     corpus = out / "corpus.txt"
     if not corpus.is_file():
         write_stdlib_corpus(corpus)  # atomic
     tokenizer_dir = shipped_tokenizer(out / "tokenizer")
-    config = default_config().override(**(overrides or {}))
+    config = default_config().override(**overrides)
     prepared = prepare(
         PrepareConfig(
             inputs=[str(corpus)],
@@ -129,7 +147,3 @@ def write_report(out: Path, result: PretrainResult, documents: int, examples) ->
         shown = ", ".join(f"{token} ({prob:.2f})" for token, prob in predictions)
         lines.append(f"| {text} | {shown} |")
     return write_text(out / "report.md", "\n".join(lines) + "\n")
-
-
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"

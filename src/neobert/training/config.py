@@ -118,12 +118,16 @@ class PretrainConfig:
         return _build(cls, with_preset_training(data), "")
 
     @classmethod
-    def from_file(cls, path: str | Path) -> PretrainConfig:
-        data = load_mapping(path)
+    def from_file(cls, path: str | Path | None, **changes: Any) -> PretrainConfig:
+        """The settings file ``path`` (None: no file) with dotted keys changed (``changes``, e.g.
+        ``**{"data.seq_len": 128}``); a small preset's settings fill in what is still missing."""
+        data = load_mapping(path) if path else {}
+        for dotted, value in changes.items():
+            set_dotted(data, dotted, value)
         try:
             return cls.from_dict(data)
         except ConfigError as err:
-            raise ConfigError(f"{path}: {err}") from None
+            raise ConfigError(f"{path}: {err}" if path else str(err)) from None
 
     def override(self, **changes: Any) -> PretrainConfig:
         """A copy with dotted keys changed, e.g. ``override(**{"data.seq_len": 128})``."""

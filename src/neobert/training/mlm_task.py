@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ..encoders import write_model_files
+from ..tables import fmt, markdown_table
 from .batching import collate_packed, micro_batches_for
 from .config import PretrainConfig
 from .data_setup import TrainingData, open_training_data
@@ -53,6 +54,23 @@ class PretrainResult:
     seconds: float
     loss_curve: Path | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        """The run in a Markdown table: steps, tokens, time, losses beside the unigram baseline, files."""
+        no_split = "n/a (no validation split)" if self.val_loss is None else fmt(self.val_loss, digits=3)
+        rows = [
+            ("steps", f"{self.steps:,}"),
+            ("tokens seen", f"{self.tokens_seen:,}"),
+            ("minutes", f"{self.seconds / 60:.1f}"),
+            ("last train loss", fmt(self.train_loss, digits=3)),
+            ("validation loss", no_split),
+            ("unigram baseline", fmt(self.unigram_entropy, digits=3)),
+            ("validation accuracy", fmt(self.val_accuracy, digits=3)),
+            ("final model", str(self.final_model)),
+            ("loss curve", str(self.loss_curve)),
+        ]
+        return "pretraining result\n\n" + markdown_table(["metric", "value"], rows)
 
 
 def engine_settings(config: PretrainConfig, progress_bar: bool = True, device: str | None = None) -> EngineSettings:
