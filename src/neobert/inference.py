@@ -256,6 +256,15 @@ def classifier_rows(logits: np.ndarray, config: Any) -> list[dict[str, Any]]:
     ]
 
 
+def relevance(logits: np.ndarray) -> float:
+    """A cross-encoder's relevance of one (query, document) pair in [0, 1]: the sigmoid of a single logit,
+    or the probability of the second label ("relevant") of a two-label classifier."""
+    z = logits.astype(np.float64)
+    if len(z) == 1:
+        return float(1.0 / (1.0 + np.exp(-z[0])))
+    return float(1.0 / (1.0 + np.exp(z[0] - z[1])))  # softmax(z)[1]
+
+
 def _pair_token_types(model: torch.nn.Module, tokenizer: Any) -> bool:
     """Whether the model takes token types and the tokenizer gives a pair's second text type 1 (BERT-style)."""
     if getattr(model.config, "type_vocab_size", 0) < 2 or tokenizer.sep_token_id is None:

@@ -30,10 +30,9 @@ import torch
 import torch.nn.functional as F
 
 from ..export.runtime import CONFIG_FILE, OnnxEncoder
-from ..inference import classifier_rows
+from ..inference import classifier_rows, relevance
 from ..model.pooling import pool
-from .config import ServeConfig
-from .service import model_threads, relevance
+from .config import ServeConfig, model_threads
 
 
 def token_batches(lengths: np.ndarray, max_texts: int, max_tokens: int) -> list[np.ndarray]:

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from .. import inference, long_documents
@@ -33,7 +32,7 @@ from ..encoders import (
 from ..long_documents import LongDocuments, LongReport
 from ..token_classification.tagging import tag
 from .batcher import Batcher
-from .config import API_KEY_ENV, ServeConfig
+from .config import API_KEY_ENV, ServeConfig, model_threads
 from .metrics import ServiceMetrics
 from .worker import WorkerPool
 
@@ -113,17 +112,6 @@ def served_tasks(task: str, model: torch.nn.Module, spec: EmbeddingSpec | str) -
     return tuple(tasks)
 
 
-def model_threads(threads: int) -> int:
-    """The model's torch threads: ``threads``, or for 0 one less than this process's cores (at least one),
-    so the HTTP side keeps a core. Measured on 2 busy cores (docs/serving.md): a 32-text batch of the
-    ``small`` preset took 100 ms with one thread and 1,270 ms with two, whose OpenMP barriers wait on a core
-    the HTTP process (and any other work) holds."""
-    if threads:
-        return threads
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores - 1)
-
-
 @dataclass
 class Model:
     """A loaded model and the one function the queue calls: ``run(key, texts)``."""
@@ -197,7 +185,7 @@ class Model:
                 self.model, self.tokenizer, queries, documents, show_progress=False, **budget
             )
             tokens = sum(len(ids) for ids in self.tokenizer(queries, documents, truncation=True)["input_ids"])
-            return [relevance(row) for row in logits], tokens
+            return [inference.relevance(row) for row in logits], tokens
         if task == "tokens":
             entities, report = tag(self.model, self.tokenizer, texts, self.long, **budget)
             return [[e.to_dict() for e in row] for row in entities], self._report(report)
@@ -212,15 +200,6 @@ class Model:
             tokens = sum(len(ids) for ids in self.tokenizer(texts)["input_ids"])
             return results, tokens
         raise ValueError(f"unknown task {task!r}")
-
-
-def relevance(logits: np.ndarray) -> float:
-    """A cross-encoder's relevance of one (query, document) pair in [0, 1]: the sigmoid of a single logit,
-    or the probability of the second label ("relevant") of a two-label classifier."""
-    z = logits.astype(np.float64)
-    if len(z) == 1:
-        return float(1.0 / (1.0 + np.exp(-z[0])))
-    return float(1.0 / (1.0 + np.exp(z[0] - z[1])))  # softmax(z)[1]
 
 
 # call(key, texts) -> (one result per text, tokens computed, {"long", "truncated"} counts)
