@@ -100,6 +100,7 @@ class ServeBenchConfig:
     storm_factor: int = 4  # overload: storm clients = this x storm_queue
     refusal_delay: float | None = None  # the server's --refusal-delay (default: the server's own)
     model_process: bool = True  # the server runs its model in a process of its own (off: in a thread)
+    threads: int = 0  # the server's --threads (0: its default, one less than the cores)
 
     def __post_init__(self) -> None:
         if not self.concurrency or any(not isinstance(c, int) or c < 1 for c in self.concurrency):
@@ -156,6 +157,8 @@ class ServerProcess:
             command += ["--refusal-delay", str(config.refusal_delay)]
         if not config.model_process:
             command.append("--no-model-process")
+        if config.threads:
+            command += ["--threads", str(config.threads)]
         if config.backend != "auto":
             command += ["--backend", config.backend]
         if config.onnx_variant != "fp32":

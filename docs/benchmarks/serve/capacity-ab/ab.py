@@ -18,20 +18,23 @@ from neobert.benchmarks.serve import ServeBenchConfig, ServerProcess, measured_c
 from neobert.hardware import machine_summary
 
 before, after, output = sys.argv[1:4]
-VARIANTS = {  # name: (source tree, environment, model in its own process)
-    "before (a785fb5)": (before, {}, True),
-    "before, OMP_NUM_THREADS=1": (before, {"OMP_NUM_THREADS": "1"}, True),
-    "now, model process (default)": (after, {}, True),
-    "now, model thread": (after, {}, False),
+VARIANTS = {  # name: (source tree, environment, model in its own process, the model's --threads)
+    "before (a785fb5)": (before, {}, True, 0),
+    "before, OMP_NUM_THREADS=1": (before, {"OMP_NUM_THREADS": "1"}, True, 0),
+    "now, model process (default: 1 thread)": (after, {}, True, 0),
+    "now, model process, --threads 2": (after, {}, True, 2),
+    "now, model thread": (after, {}, False, 0),
 }
 texts = request_texts(512, 16)
 rows = []
 base_env = dict(os.environ)
 for rnd in range(3):
-    for name, (path, env, process) in VARIANTS.items():
+    for name, (path, env, process, threads) in VARIANTS.items():
         os.environ.clear()
         os.environ.update({**base_env, **env, "PYTHONPATH": os.path.abspath(path)})
-        config = ServeBenchConfig(model="small", precision="fp32", duration=6.0, output="", model_process=process)
+        config = ServeBenchConfig(
+            model="small", precision="fp32", duration=6.0, output="", model_process=process, threads=threads
+        )
         server = ServerProcess(config, batching=True)
         try:
             run_cell(server.port, 32, texts, 2.0, 200)
