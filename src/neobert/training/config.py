@@ -43,6 +43,21 @@ class OptimConfig:
     decay_norms_biases_embeddings: bool = False
     clip_grad_norm: float = 1.0
 
+    def build(self, model: Any, fused: bool | None = None) -> Any:
+        """The optimizer these settings describe over ``model`` (:func:`neobert.training.optim.build_optimizer`)."""
+        from .optim import build_optimizer
+
+        return build_optimizer(
+            model,
+            name=self.name,
+            lr=self.lr,
+            betas=tuple(self.betas),
+            eps=self.eps,
+            weight_decay=self.weight_decay,
+            decay_norms_biases_embeddings=self.decay_norms_biases_embeddings,
+            fused=fused,
+        )
+
 
 @dataclass
 class ScheduleConfig:

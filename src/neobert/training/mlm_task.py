@@ -31,7 +31,6 @@ from .engine import Engine, EngineSettings, LossTerms, NonFiniteLossError
 from .loss import masked_lm_loss_sum
 from .masking import generator_for, mask_tokens
 from .monitor import plot_loss_curve, read_metrics
-from .optim import build_optimizer
 from .schedule import make_scheduler
 from .stream import RowStream
 
@@ -108,16 +107,7 @@ def prepare_engine(engine: Engine, config: PretrainConfig, model: torch.nn.Modul
         )
 
     def optimizer(model: torch.nn.Module, fused: bool) -> torch.optim.Optimizer:
-        return build_optimizer(
-            model,
-            name=config.optim.name,
-            lr=config.optim.lr,
-            betas=tuple(config.optim.betas),
-            eps=config.optim.eps,
-            weight_decay=config.optim.weight_decay,
-            decay_norms_biases_embeddings=config.optim.decay_norms_biases_embeddings,
-            fused=fused,
-        )
+        return config.optim.build(model, fused)
 
     def scheduler(optimizer: torch.optim.Optimizer) -> Any:
         return make_scheduler(
