@@ -20,7 +20,6 @@ from neobert import encoders  # noqa: E402
 from neobert.export.onnx import export_onnx  # noqa: E402
 from neobert.serving import ServeConfig  # noqa: E402
 from neobert.serving.config import ServeConfigError  # noqa: E402
-from neobert.serving.onnx_backend import token_batches  # noqa: E402
 from neobert.serving.server import BackgroundServer  # noqa: E402
 from neobert.serving.service import Service  # noqa: E402
 
@@ -160,15 +159,3 @@ def test_settings_the_onnx_backend_cannot_honour_are_refused(minilm_export, mode
     (fp32_only / "model.onnx").unlink()
     with pytest.raises(FileNotFoundError, match=r"model\.onnx is missing"):
         Service.load(ServeConfig(model=str(fp32_only), model_process=False))
-
-
-@pytest.mark.parametrize(("max_texts", "max_tokens"), [(64, 4096), (3, 4096), (64, 40), (2, 10)])
-def test_token_batches_cover_every_row_once_within_the_limits(max_texts, max_tokens):
-    lengths = np.random.default_rng(0).integers(1, 30, size=23)
-    groups = token_batches(lengths, max_texts, max_tokens)
-    assert sorted(np.concatenate(groups).tolist()) == list(range(23))
-    for group in groups:
-        assert len(group) <= max_texts
-        assert len(group) == 1 or len(group) * lengths[group].max() <= max_tokens
-    flat = lengths[np.concatenate(groups)]
-    assert (np.diff(flat) >= 0).all()  # in order of length: little padding

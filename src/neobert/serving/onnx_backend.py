@@ -30,21 +30,9 @@ import torch
 import torch.nn.functional as F
 
 from ..export.runtime import CONFIG_FILE, OnnxEncoder
-from ..inference import classifier_rows, relevance
+from ..inference import classifier_rows, relevance, token_batches
 from ..model.pooling import pool
 from .config import ServeConfig, model_threads
-
-
-def token_batches(lengths: np.ndarray, max_texts: int, max_tokens: int) -> list[np.ndarray]:
-    """Row indices grouped in order of length, each group at most ``max_texts`` rows and ``max_tokens``
-    padded tokens (a row longer than the budget alone), as the PyTorch path's token-budget batches."""
-    groups: list[list[int]] = [[]]
-    for i in np.argsort(lengths, kind="stable"):
-        group = groups[-1]
-        if group and (len(group) == max_texts or (len(group) + 1) * int(lengths[i]) > max_tokens):
-            groups.append(group := [])
-        group.append(int(i))
-    return [np.array(g) for g in groups if g]
 
 
 def is_onnx_export(model: str) -> bool:
@@ -120,9 +108,9 @@ class OnnxModel:
         cut = sum(1 for e in batch if e.overflowing)  # cut at max_length by tokenizer.json
         tokens, counts = int(mask.sum()), {"long": cut, "truncated": cut}
         results: list[Any] = [None] * len(batch)
-        for rows in token_batches(
-            mask.sum(axis=1), self.config.max_batch_texts, self.config.max_batch_tokens
-        ):
+        lengths = mask.sum(axis=1).tolist()
+        for batch_rows in token_batches(lengths, self.config.max_batch_texts, self.config.max_batch_tokens):
+            rows = np.array(batch_rows)
             width = int(mask[rows].sum(axis=1).max())  # right-padded: the group's own longest row
             outputs = self.encoder.run(ids[rows, :width], mask[rows, :width])
             for i, result in zip(rows, self._results(task, options, outputs, mask[rows, :width])):
