@@ -79,6 +79,11 @@ def test_inference_auto_follows_the_measurement(monkeypatch, measured, fp32, bf1
     force_timings(monkeypatch, fp32, bf16)
     model = apply_precision(load_model("tiny"), "auto")
     assert next(model.parameters()).dtype == dtype
+    # any other encoder follows the same measurement (at its own widths), cast rather than on the fast path
+    from transformers import BertConfig, BertModel
+
+    bert = BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64))
+    assert next(apply_precision(bert, "auto").parameters()).dtype == dtype
 
 
 @pytest.mark.parametrize(("fp32", "bf16", "mixed"), [(1.0, 0.5, "bf16"), (1.0, 5.0, "no")])
