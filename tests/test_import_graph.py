@@ -109,6 +109,8 @@ FLOORS = {
     "neobert.model_info": 2,  # a preset's or model directory's architecture and exact parameter counts
     "neobert.registration": 2,
     "neobert.training": 2,
+    "neobert.jobs": 2,  # where a batch job's pieces run (local or Ray) and data preparation on Ray
+    "neobert.jobs.embed": 3,  # corpus embedding: the embed command's config and its .npy path are predict's
     "neobert.finetuning": 3,
     "neobert.evaluation": 3,
     "neobert.benchmarks": 3,

@@ -14,6 +14,7 @@ Every probe here is a plain module-level function, so tests force either answer 
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import os
 import platform
 import re
@@ -25,6 +26,9 @@ import torch
 
 from .config import check_precision
 
+# The libraries whose versions a report names (`neobert doctor`, job manifests)
+PACKAGES = ("neobert", "transformers", "tokenizers", "accelerate", "sentence-transformers", "flash-attn",
+            "onnxruntime", "pyarrow", "ray")  # fmt: skip
 # The CPU flags that decide which paths are fast or available here.
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 AUTO_PRECISION_ENV = "NEOBERT_AUTO_PRECISION"
@@ -63,6 +67,20 @@ def machine_summary() -> str:
     return f"{name} ({os.cpu_count()} cores; {flags}; torch CPU capability {torch.backends.cpu.get_cpu_capability()})"
 
 
+def versions() -> dict[str, str | None]:
+    """Python's, torch's (CUDA's, cuDNN's, oneDNN's) and :data:`PACKAGES`' versions (None: not installed)."""
+    found: dict[str, str | None] = {"python": platform.python_version(), "torch": torch.__version__}
+    found["cuda"] = torch.version.cuda
+    found["cudnn"] = str(torch.backends.cudnn.version()) if torch.cuda.is_available() else None
+    found["onednn"] = "available" if torch.backends.mkldnn.is_available() else None
+    for name in PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
 def load_average() -> float:
     """The 1-minute load average (0 where the platform has none)."""
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
@@ -89,7 +107,6 @@ class PrecisionChoice:
     reason: str
     fp32_ms: float | None = None  # the timed workload, best of the runs
     bf16_ms: float | None = None
-
 
 
 def resolve_precision(

@@ -73,9 +73,11 @@ class LongReport:
     truncated: int = 0  # texts cut (truncate policy; every long text there)
     rows: int = 0  # model rows (windows) run
     tokens: int = 0  # tokens fed to the model, special tokens included
+    lengths: list[int] = field(default_factory=list)  # per text: its tokens, special ones included, uncut
+    windows: list[int] = field(default_factory=list)  # per text: the model rows it took
 
     def add(self, other: LongReport) -> None:
-        for name in ("texts", "long", "truncated", "rows", "tokens"):
+        for name in ("texts", "long", "truncated", "rows", "tokens", "lengths", "windows"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
@@ -139,6 +141,8 @@ def plan_rows(
         else:
             spans = [(0, min(width, len(ids)))]
             rows.report.truncated += long
+        rows.report.lengths.append(len(prefix) + len(ids) + len(suffix))
+        rows.report.windows.append(len(spans))
         for start, size in spans:
             row = [*prefix, *ids[start : start + size], *suffix]
             rows.ids.append(row)
@@ -159,14 +163,21 @@ def model_window(model: torch.nn.Module, tokenizer: Any) -> int:
 
 
 def tokenize_rows(
-    model: torch.nn.Module, tokenizer: Any, texts: Sequence[str], settings: LongDocuments
+    model: torch.nn.Module,
+    tokenizer: Any,
+    texts: Sequence[str],
+    settings: LongDocuments,
+    window: int | None = None,
 ) -> tuple[Rows, Any]:
-    """The texts' rows under ``settings``, and the tokenizer's encoding (content ids, character offsets)."""
+    """The texts' rows under ``settings``, and the tokenizer's encoding (content ids, character offsets);
+    ``window``: rows of at most that many tokens instead of the model's window."""
     if isinstance(texts, str):
         raise TypeError("texts must be a list of strings, not one string")
     encoding = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
     prefix, suffix = special_frame(tokenizer)
-    rows = plan_rows(encoding["input_ids"], model_window(model, tokenizer), settings, prefix, suffix)
+    rows = plan_rows(
+        encoding["input_ids"], window or model_window(model, tokenizer), settings, prefix, suffix
+    )
     if settings.policy == "extend" and max(rows.scale, default=1) > 1:
         _rope_config(model)  # fails early for models without RoPE
     return rows, encoding
@@ -234,15 +245,17 @@ def embed(
     batch_size: int = 32,
     max_tokens: int | None = None,
     show_progress: bool = False,
+    window: int | None = None,
 ) -> tuple[np.ndarray, LongReport]:
-    """Embeddings (N, C) of ``texts`` under the long-document policy, and what the policy did."""
+    """Embeddings (N, C) of ``texts`` under the long-document policy, and what the policy did; ``window``:
+    rows of at most that many tokens (special ones included) instead of the model's window."""
 
     def vectors(scale: int, scaled: torch.nn.Module, ids: TokenIds) -> np.ndarray:
         return inference.encode(scaled, tokenizer, ids, batch_size=batch_size, pooling=pooling, normalize=False,
                                 show_progress=show_progress, max_tokens=max_tokens)  # fmt: skip
 
     hidden = model.base_model.config.hidden_size
-    out, report = _per_text(model, tokenizer, texts, settings, hidden, vectors, by_length=pooling == "mean")
+    out, report = _per_text(model, tokenizer, texts, settings, hidden, vectors, pooling == "mean", window)
     if normalize:
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
     return out, report
@@ -256,10 +269,11 @@ def _per_text(
     width: int,
     run: Callable[[int, torch.nn.Module, TokenIds], np.ndarray],
     by_length: bool = False,
+    window: int | None = None,
 ) -> tuple[np.ndarray, LongReport]:
     """Per text (N, width), the mean over its windows of ``run(scale, model at that scale, windows' ids)``
     (weighted by window length with ``by_length``: a mean over tokens), and what the policy did."""
-    rows, _ = tokenize_rows(model, tokenizer, texts, settings)
+    rows, _ = tokenize_rows(model, tokenizer, texts, settings, window)
     values = np.zeros((len(rows.ids), width), dtype=np.float32)
     for scale, scaled, members, ids in _by_scale(model, rows, settings.method):
         values[members] = run(scale, scaled, ids)

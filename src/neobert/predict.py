@@ -17,10 +17,12 @@ import numpy as np
 import torch
 
 from .config import POOLINGS, PRECISIONS, check_precision
+from .data.readers import ON_ERROR
 from .data.text_files import read_texts
 from .encoders import apply_precision, is_preset, load_model, resolve_tokenizer
 from .inference import classifier_rows, classify, encode, fill_mask, is_regression, label_names
 from .io import atomic_file, write_text
+from .jobs.engine import EngineSettings
 from .long_documents import EXTEND_METHODS, POLICIES, LongDocuments, LongReport
 from .long_documents import classify as classify_long
 from .long_documents import embed as embed_long
@@ -93,15 +95,45 @@ def notes(empty: list[int], noun: str, consequence: str, long: LongReport | None
 
 
 @dataclass(kw_only=True)
-class EmbedConfig(FileJob):
-    """``neobert embed``: embed each line of a UTF-8 text file into a .npy array; row i is line i."""
+class EmbedConfig(FileJob, EngineSettings):
+    """``neobert embed``: embed texts. Into a directory (the default): any number of .txt (one text per line),
+    .jsonl, .csv and .parquet files, directories and globs, as parquet shards of (id, embedding, tokens,
+    truncated, windows) plus a manifest, resumable, in this process or on a Ray cluster. Into a .npy file:
+    the lines of one text file, row i is line i."""
 
-    output: str  # where to write the .npy array (lines x hidden)
+    input: list[str] = field(metadata={"nargs": "+", "help": (
+        "files, directories or globs of .txt (one text per line), .jsonl, .csv, .parquet; local or URLs "
+        "(s3://, gs://, ... where fsspec's library for it is installed)")})  # fmt: skip
+    # a directory (parquet shards + _manifest.json), or a .npy file (one text file's lines x hidden)
+    output: str
     max_tokens: int | None = field(default=None, metadata={"help": MAX_TOKENS_HELP})
     pooling: str = field(default="mean", metadata={"choices": POOLINGS, "help": "mean | cls"})
     normalize: bool = True  # unit L2 norm (--no-normalize keeps raw vectors)
     max_length: int | None = None  # truncate texts to this many tokens (default: the model's max_length)
     precision: str = _precision("cosine > 0.99 to fp32")
+    text_column: str = "text"  # tables: the column of texts
+    # tables: a column of ids (default: FILE:ROW, the input path and the 1-based row or line)
+    id_column: str | None = None
+    dtype: str = field(
+        default="float32", metadata={"choices": ("float32", "float16"), "help": "the stored vectors' type"}
+    )
+    shard_rows: int = 4096  # texts per output shard (and per piece of work)
+    on_error: str = field(default="raise", metadata={"choices": ON_ERROR, "help": (
+        "a bad row (empty text, invalid UTF-8 or JSON, no id): raise naming file and row, or skip and count it")})  # fmt: skip
+    overwrite: bool = False  # replace an output directory made with other settings instead of refusing
+
+    def __post_init__(self) -> None:
+        if isinstance(self.input, (str, Path)):
+            self.input = [str(self.input)]
+        self.input = [str(i) for i in self.input]
+        FileJob.__post_init__(self)
+        EngineSettings.__post_init__(self)
+        if self.shard_rows < 1:
+            raise ValueError(f"shard rows must be positive, got {self.shard_rows}")
+
+    @property
+    def to_npy(self) -> bool:
+        return str(self.output).lower().endswith(".npy")
 
 
 @dataclass
@@ -123,7 +155,12 @@ def embed_file(config: EmbedConfig) -> EmbedResult:
     is faster for this model on this machine (measured). Other encoders are cast to that precision.
     """
     c = config
-    texts = read_texts(c.input)[0]  # validate the input before paying for the model
+    if len(c.input) != 1 or c.engine != "local":
+        raise ValueError(
+            "a .npy output holds one text file's lines, embedded here: give one --input and no --engine ray, "
+            "or an output directory"
+        )
+    texts = read_texts(c.input[0])[0]  # validate the input before paying for the model
     start = time.perf_counter()
     tok = resolve_tokenizer(c.model, c.tokenizer)
     encoder = apply_precision(load_model(c.model, task="base"), c.precision)

@@ -7,9 +7,7 @@ a path that doctor reports failed is one that ``auto`` will not take.
 
 from __future__ import annotations
 
-import importlib.metadata
 import itertools
-import platform
 import time
 import warnings
 from collections.abc import Callable
@@ -19,22 +17,13 @@ import torch
 
 from ..config import ModelConfig
 from ..fastpath import check_cpu_epilogues
-from ..hardware import choose_precision, cpu_flags, cpu_info
+from ..hardware import choose_precision, cpu_flags, cpu_info, versions
 from ..model import attention
 from ..model.checks import BackendCheck
 from ..model.runtime import check_compiled_blocks
 from ..tables import markdown_table
 from ..training.optim import check_fused_adamw
 
-PACKAGES = (
-    "neobert",
-    "transformers",
-    "tokenizers",
-    "accelerate",
-    "sentence-transformers",
-    "flash-attn",
-    "onnxruntime",
-)
 SPEED_LENGTHS = (128, 100, 128, 97)  # the small input of the speed comparisons
 PRECISION_PRESETS = ("small", "neobert")  # the shapes whose "auto" precision is reported
 
@@ -103,19 +92,6 @@ class DoctorReport:
 
 def _yes(value: bool) -> str:
     return "yes" if value else "no"
-
-
-def versions() -> dict[str, str | None]:
-    found: dict[str, str | None] = {"python": platform.python_version(), "torch": torch.__version__}
-    found["cuda"] = torch.version.cuda
-    found["cudnn"] = str(torch.backends.cudnn.version()) if torch.cuda.is_available() else None
-    found["onednn"] = "available" if torch.backends.mkldnn.is_available() else None
-    for name in PACKAGES:
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            found[name] = None
-    return found
 
 
 def devices() -> list[str]:

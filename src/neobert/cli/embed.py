@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import argparse
 
-from ..predict import ClassifyFileConfig, EmbedConfig, TagConfig, classify_file, embed_file, tag_file
+from ..jobs.embed import embed
+from ..predict import ClassifyFileConfig, EmbedConfig, TagConfig, classify_file, tag_file
 from .common import add_command, quiet_transformers, show
 from .options import config_from_args
 
-TASKS = {"embed": (EmbedConfig, embed_file), "classify": (ClassifyFileConfig, classify_file),
+TASKS = {"embed": (EmbedConfig, embed), "classify": (ClassifyFileConfig, classify_file),
          "tag": (TagConfig, tag_file)}  # fmt: skip
 HELP = {
-    "embed": "embed a text file (one text per line) into a .npy array",
+    "embed": "embed texts (files, directories, globs; local or on Ray) into parquet shards, or one file into .npy",
     "classify": "classify texts (a text file or a table) with a sequence classifier, into JSONL",
     "tag": "tag entities with a fine-tuned token classifier (character offsets), JSONL out",
 }

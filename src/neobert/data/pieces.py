@@ -1,0 +1,151 @@
+"""Inputs cut into pieces that workers read on their own: one pass counts each file's records and notes where
+every ``step``-th one starts; a piece is then a run of records that a reader reaches by seeking there.
+
+Both jobs of :mod:`neobert.jobs` plan with :func:`plan_file` (one file per call, so a cluster plans files in
+parallel): corpus embedding cuts each file into pieces of its own (:func:`file_pieces`), data preparation
+cuts the whole input stream into shards of ``shard_size`` documents that may span files
+(:func:`stream_pieces`), exactly as its single-process reader counts them. The plan reads every record once,
+so bad input is found (and, with ``on_error="skip"``, counted) before any model or tokenizer runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from .readers import (
+    MAX_KEPT_MESSAGES,
+    Position,
+    ReadStats,
+    Record,
+    file_records,
+    file_size,
+    is_url,
+    read_records,
+    resolve_txt_mode,
+)
+
+
+@dataclass
+class FilePlan:
+    """One input's records: how many, where every ``step``-th starts, its size and what its reader saw."""
+
+    spec: str
+    records: int
+    step: int
+    checkpoints: list[Position]  # checkpoints[k]: where record k * step starts
+    txt_mode: str  # resolved (a .txt file in auto mode is read the same way by every piece)
+    size: int  # bytes (0 for hf: / stdlib: inputs)
+    stats: ReadStats = field(default_factory=ReadStats)
+
+
+def plan_file(
+    spec: str,
+    step: int,
+    *,
+    text_column: str = "text",
+    txt_mode: str = "auto",
+    on_error: str = "raise",
+    empty: str = "allow",
+    id_column: str | None = None,
+) -> FilePlan:
+    """Read one input through and note where every ``step``-th record starts."""
+    if step < 1:
+        raise ValueError(f"step must be positive, got {step}")
+    local = not spec.startswith(("hf:", "stdlib:"))
+    if spec.endswith(".txt"):
+        txt_mode = resolve_txt_mode(spec, txt_mode)
+    stats, checkpoints, count = ReadStats(), [], 0
+    for record in file_records(spec, text_column, txt_mode, on_error, stats, empty, id_column):
+        if count % step == 0:
+            checkpoints.append(record.start)
+        count += 1
+    size = file_size(spec) if local or is_url(spec) else 0
+    return FilePlan(spec, count, step, checkpoints, txt_mode, size, stats)
+
+
+@dataclass(frozen=True)
+class Part:
+    """Records ``first`` to ``first + count - 1`` of one input."""
+
+    spec: str
+    first: int
+    count: int
+    start: Position  # the checkpoint at or before record ``first``
+    skip: int  # records between the checkpoint and ``first``
+    txt_mode: str
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A unit of work: its name (the output shard's), its index and the parts of the inputs it covers."""
+
+    name: str
+    index: int
+    parts: tuple[Part, ...]
+
+    @property
+    def records(self) -> int:
+        return sum(p.count for p in self.parts)
+
+
+def part_of(plan: FilePlan, first: int, count: int) -> Part:
+    k = first // plan.step
+    return Part(plan.spec, first, count, plan.checkpoints[k], first - k * plan.step, plan.txt_mode)
+
+
+def file_pieces(plans: Sequence[FilePlan], size: int) -> list[Piece]:
+    """Each file cut into pieces of ``size`` records (the last one shorter): ``part-FFFFF-PPPPP``."""
+    pieces = []
+    for f, plan in enumerate(plans):
+        for p, first in enumerate(range(0, plan.records, size)):
+            part = part_of(plan, first, min(size, plan.records - first))
+            pieces.append(Piece(f"part-{f:05d}-{p:05d}", len(pieces), (part,)))
+    return pieces
+
+
+def stream_pieces(plans: Sequence[FilePlan], size: int) -> list[Piece]:
+    """The inputs read one after the other, cut every ``size`` records (pieces may span files)."""
+    pieces: list[Piece] = []
+    parts: list[Part] = []
+    room = size
+    for plan in plans:
+        first = 0
+        while first < plan.records:
+            count = min(room, plan.records - first)
+            parts.append(part_of(plan, first, count))
+            first, room = first + count, room - count
+            if room == 0:
+                pieces.append(Piece(f"{len(pieces):05d}", len(pieces), tuple(parts)))
+                parts, room = [], size
+    if parts:
+        pieces.append(Piece(f"{len(pieces):05d}", len(pieces), tuple(parts)))
+    return pieces
+
+
+def read_piece(
+    piece: Piece,
+    text_column: str = "text",
+    on_error: str = "raise",
+    empty: str = "allow",
+    id_column: str | None = None,
+) -> Iterator[tuple[str, Record]]:
+    """(input, record) for every record of the piece, in order (read as the plan read them)."""
+    for part in piece.parts:
+        stats = ReadStats()  # the plan counted these already
+        records = read_records(
+            part.spec, text_column, part.txt_mode, on_error, stats, part.start, empty, id_column
+        )
+        for record in itertools.islice(records, part.skip, part.skip + part.count):
+            yield part.spec, record
+
+
+def merged_stats(plans: Sequence[FilePlan]) -> ReadStats:
+    """What the readers saw over all inputs, as one pass through them in order would count it."""
+    out = ReadStats()
+    for plan in plans:
+        for name in ("files", "documents", "empty_files", "skipped_records"):
+            setattr(out, name, getattr(out, name) + getattr(plan.stats, name))
+        out.messages.extend(plan.stats.messages[: max(0, MAX_KEPT_MESSAGES - len(out.messages))])
+    return out

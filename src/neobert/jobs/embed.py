@@ -1,0 +1,330 @@
+"""Corpus embedding as a resumable job: ``neobert embed INPUTS --output DIR``.
+
+The inputs (files, directories, globs of .txt, .jsonl, .csv, .parquet; local or fsspec URLs) are planned
+first (:func:`neobert.data.pieces.plan_file`: every row read once, bad rows found before the model loads),
+then cut into pieces of ``shard_rows`` texts, one file's rows each. A piece is embedded by
+:class:`PieceEmbedder` (the model loaded once per worker; the long-document policy, token-budget batching and
+length grouping of :func:`neobert.long_documents.embed`) and written as one parquet shard under an atomic
+name, ``part-FFFFF-PPPPP.parquet``::
+
+    id          string        the id column's value, or FILE:ROW (the input as expanded, the 1-based row or line)
+    embedding   list<float>   float32 (or float16 with dtype float16), ``dimensions`` wide
+    tokens      int32         the text's tokens, special ones included, before any cut
+    truncated   bool          cut to the window (long-documents truncate)
+    windows     int32         model rows the text took (chunk: more than one for a long text)
+
+Each shard's footer repeats its record and the settings' digest, so a re-run recognises finished shards
+whatever became of ``_manifest.json``, skips them and embeds the rest: a killed run, re-run, ends with the
+same shards as an uninterrupted one. The same worker runs in this process (``--engine local``) or in a Ray
+actor pool (``--engine ray``, :mod:`neobert.jobs.engine`), so both engines write the same vectors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..data.pieces import FilePlan, Piece, file_pieces, merged_stats, plan_file, read_piece
+from ..data.readers import DataError, expand_inputs
+from ..encoders import apply_precision, is_preset, load_model, model_dir, resolve_tokenizer
+from ..hardware import versions
+from ..io import atomic_file, clean_temporaries, write_json
+from ..long_documents import LongDocuments, model_window
+from ..long_documents import embed as embed_long
+from ..predict import EmbedConfig, EmbedResult, embed_file
+from ..tables import markdown_table
+from .engine import count_tokens, engine_settings, map_items, progress, run_pieces, session
+
+FORMAT = "neobert-embeddings"
+VERSION = 1
+# "_": parquet readers (pyarrow, pandas, Ray Data) skip it when they read the directory
+MANIFEST = "_manifest.json"
+FOOTER_KEY = b"neobert"
+# Settings that change the vectors: a re-run under other values would mix two sets of embeddings.
+CONTENT_KEYS = ("model", "tokenizer", "pooling", "normalize", "precision", "dtype", "long_documents", "stride",
+                "rope_scaling", "max_length", "text_column", "id_column", "on_error", "shard_rows")  # fmt: skip
+
+
+def embed(config: EmbedConfig) -> EmbedResult | CorpusResult:
+    """``neobert embed``: one text file's lines into a .npy array, or any inputs into a directory of shards."""
+    return embed_file(config) if config.to_npy else embed_corpus(config)
+
+
+@dataclass
+class CorpusResult:
+    output: Path
+    texts: int  # in the output, all runs
+    shards_written: int  # by this run
+    shards_resumed: int  # finished by an earlier run and kept
+    skipped: int  # bad rows skipped (on_error skip)
+    truncated: int
+    tokens: int
+    dimensions: int
+    precision: list[str]  # what ran
+    engine: str
+    workers: int
+    seconds: float
+    texts_per_second: float  # texts embedded by this run per second
+    tokens_per_second: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        rows = [
+            ["texts / shards", f"{self.texts:,} / {self.shards_written + self.shards_resumed:,}"],
+            ["shards written / resumed", f"{self.shards_written:,} / {self.shards_resumed:,}"],
+            ["skipped rows", f"{self.skipped:,}"],
+            ["truncated texts", f"{self.truncated:,}"],
+            ["tokens", f"{self.tokens:,}"],
+            ["dimensions / precision", f"{self.dimensions} / {', '.join(self.precision) or 'n/a'}"],
+            ["engine / workers", f"{self.engine} / {self.workers}"],
+            ["time", f"{self.seconds:.1f} s"],
+            ["this run", f"{self.texts_per_second:,.1f} texts/s, {self.tokens_per_second:,.0f} tokens/s"],
+        ]
+        return f"embedded into {self.output}\n\n" + markdown_table(["", ""], rows)
+
+
+class PieceEmbedder:
+    """One worker: the model and tokenizer loaded once; ``self(piece)`` embeds a piece and writes its shard."""
+
+    def __init__(self, *, config: EmbedConfig, precision: str, digest: str):
+        self.c, self.digest = config, digest
+        self.tokenizer = resolve_tokenizer(config.model, config.tokenizer)
+        model = load_model(config.model, task="base")
+        if torch.cuda.is_available():
+            model = model.to("cuda")
+        self.model = apply_precision(model, precision)
+        self.precision = "bf16" if next(self.model.parameters()).dtype == torch.bfloat16 else "fp32"
+        self.long = LongDocuments(config.long_documents, config.stride, config.rope_scaling)
+        self.window = config.max_length or model_window(self.model, self.tokenizer)
+        self.node = _node()
+
+    def __call__(self, piece: Piece) -> dict:
+        c = self.c
+        ids, texts = [], []
+        for spec, record in read_piece(piece, c.text_column, c.on_error, "refuse", c.id_column):
+            ids.append(record.key if c.id_column is not None else f"{spec}:{record.row}")
+            texts.append(record.text)
+        vectors, report = embed_long(self.model, self.tokenizer, texts, self.long, c.pooling, c.normalize,
+                                     c.batch_size, c.max_tokens, window=c.max_length)  # fmt: skip
+        cut = self.long.policy == "truncate"
+        truncated = [cut and length > self.window for length in report.lengths]
+        record = {
+            "name": piece.name,
+            "rows": len(texts),
+            "tokens": int(sum(report.lengths)),
+            "truncated": int(report.truncated),
+            "windows": int(sum(report.windows)),
+            "dimensions": int(vectors.shape[1]),
+            "precision": self.precision,
+            "node": self.node,
+        }
+        _write_shard(
+            shard_path(c.output, piece), ids, vectors.astype(c.dtype), report, truncated, record, self.digest
+        )
+        return record
+
+
+def _node() -> str:
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.get_runtime_context().get_node_id()
+    except ImportError:
+        pass
+    return platform.node()
+
+
+def shard_path(output: str | Path, piece: Piece) -> Path:
+    return Path(output) / f"{piece.name}.parquet"
+
+
+def _write_shard(path: Path, ids, vectors: np.ndarray, report, truncated, record: dict, digest: str) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    flat = pa.array(vectors.reshape(-1))
+    table = pa.table({
+        "id": pa.array(ids, pa.string()),
+        "embedding": pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1]),
+        "tokens": pa.array(report.lengths, pa.int32()),
+        "truncated": pa.array(truncated, pa.bool_()),
+        "windows": pa.array(report.windows, pa.int32()),
+    })  # fmt: skip
+    footer = json.dumps({**record, "digest": digest}).encode()
+    table = table.replace_schema_metadata({FOOTER_KEY: footer})
+    with atomic_file(path, "wb") as handle:
+        pq.write_table(table, handle)
+
+
+def embed_corpus(config: EmbedConfig) -> CorpusResult:
+    """Embed every text of ``config.input`` into parquet shards plus ``_manifest.json`` under ``config.output``,
+    skipping the shards an earlier run with the same settings finished."""
+    c, settings = config, engine_settings(config)
+    out = Path(c.output)
+    start = time.perf_counter()
+    with session(settings):
+        files = expand_inputs(c.input)
+        plans = map_items(settings, plan_file, files, step=c.shard_rows, text_column=c.text_column, txt_mode="line",
+                          on_error=c.on_error, empty="refuse", id_column=c.id_column)  # fmt: skip
+        pieces = file_pieces(plans, c.shard_rows)
+        manifest = _open_manifest(out, c, plans)
+        done = {p.name: r for p in pieces if (r := finished_shard(out, p, manifest["digest"])) is not None}
+        todo = [p for p in pieces if p.name not in done]
+        ran = sorted({r["precision"] for r in done.values()})
+        precision = ran[0] if ran else c.precision  # a resumed job keeps the precision it ran in
+        records = dict(done)
+        total = sum(p.records for p in pieces)
+        bar = progress(total, "text", "embedding", c.show_progress)
+        bar.update(sum(r["rows"] for r in done.values()))
+        tokens_before = sum(r["tokens"] for r in records.values())
+
+        def finished(record: dict) -> None:
+            records[record["name"]] = record
+            count_tokens(bar, record["rows"], record["tokens"])
+
+        kwargs = {"config": c, "precision": precision, "digest": manifest["digest"]}
+        with bar:
+            workers = run_pieces(settings, PieceEmbedder, kwargs, todo, finished)
+    seconds = time.perf_counter() - start
+    shards = [records[p.name] for p in pieces]
+    stats = merged_stats(plans)
+    manifest.update(
+        complete=True, shards=shards, reader=asdict(stats), totals=_totals(shards, stats.skipped_records)
+    )
+    manifest["engine"] = {
+        k: getattr(settings, k) for k in ("engine", "workers", "cpus_per_worker", "gpus_per_worker")
+    }
+    write_json(out / MANIFEST, manifest)
+    new = [records[p.name] for p in todo]
+    texts_now, tokens_now = (
+        sum(r["rows"] for r in new),
+        sum(r["tokens"] for r in records.values()) - tokens_before,
+    )
+    t = manifest["totals"]
+    result = CorpusResult(
+        out, t["texts"], len(todo), len(done), t["skipped"], t["truncated"], t["tokens"], t["dimensions"],
+        t["precision"], settings.engine, workers, seconds, texts_now / seconds, tokens_now / seconds,
+    )  # fmt: skip
+    result.notes = _notes(result, stats)
+    return result
+
+
+def _totals(shards: list[dict], skipped: int) -> dict:
+    return {
+        "texts": sum(s["rows"] for s in shards),
+        "shards": len(shards),
+        "skipped": skipped,
+        "truncated": sum(s["truncated"] for s in shards),
+        "tokens": sum(s["tokens"] for s in shards),
+        "dimensions": max((s["dimensions"] for s in shards), default=0),
+        "precision": sorted({s["precision"] for s in shards}),
+    }
+
+
+def _notes(result: CorpusResult, stats: Any) -> list[str]:
+    notes = []
+    if result.skipped:
+        shown = "; ".join(stats.messages[:3])
+        notes.append(f"{result.skipped:,} bad row(s) skipped (on-error skip), e.g. {shown}")
+    if result.truncated:
+        notes.append(f"{result.truncated:,} text(s) longer than the window were truncated (--long-documents chunk or "
+                     "extend keeps all of them)")  # fmt: skip
+    if len(result.precision) > 1:
+        notes.append(f"workers ran in different precisions ({', '.join(result.precision)}): pin --precision on a "
+                     "cluster of mixed machines")  # fmt: skip
+    return notes
+
+
+def finished_shard(output: Path, piece: Piece, digest: str) -> dict | None:
+    """The record of ``piece``'s shard if a run with the same settings finished it, else None."""
+    import pyarrow.parquet as pq
+
+    path = shard_path(output, piece)
+    if not path.is_file():
+        return None
+    try:
+        metadata = pq.read_schema(path).metadata or {}
+        record = json.loads(metadata[FOOTER_KEY])
+    except (OSError, KeyError, ValueError):  # not a shard of ours: redone, and replaced whole
+        return None
+    if record.pop("digest", None) != digest or record.get("rows") != piece.records:
+        return None
+    return record
+
+
+def _settings(c: EmbedConfig, plans: list[FilePlan]) -> dict:
+    settings = {key: getattr(c, key) for key in CONTENT_KEYS}
+    settings["model_files"] = _model_files(c.model)
+    settings["inputs"] = [{"path": p.spec, "bytes": p.size, "rows": p.records} for p in plans]
+    return settings
+
+
+def _model_files(model: str) -> dict[str, Any]:
+    """What identifies the weights: config.json's hash and each weight file's size (a preset: its name)."""
+    path = model_dir(model)
+    if path is None:
+        return {"preset": model} if is_preset(model) else {"hub": model}
+    found: dict[str, Any] = {}
+    if (path / "config.json").is_file():
+        found["config.json"] = hashlib.sha256((path / "config.json").read_bytes()).hexdigest()
+    for weights in sorted([*path.glob("*.safetensors"), *path.glob("*.bin")]):
+        found[weights.name] = weights.stat().st_size
+    return found
+
+
+def _open_manifest(out: Path, c: EmbedConfig, plans: list[FilePlan]) -> dict:
+    """The manifest of an earlier run with the same settings, or a new one; other settings are refused with
+    the difference named (``overwrite`` removes the earlier output instead)."""
+    settings = _settings(c, plans)
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+    path = out / MANIFEST
+    if path.is_file() and c.overwrite:
+        _remove_output(out)
+    if path.is_file():
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        if manifest.get("format") != FORMAT:
+            raise DataError(f"{path} is not a {FORMAT} manifest; choose another output directory")
+        changed = _differences(manifest["settings"], settings)
+        if changed:
+            raise DataError(f"{out} holds embeddings made with other settings ({'; '.join(changed)}); use another "
+                            "output directory or --overwrite")  # fmt: skip
+        clean_temporaries(out)  # what a killed run was writing
+        return manifest
+    if out.exists() and any(out.iterdir()):
+        raise DataError(f"{out} is not empty and holds no {MANIFEST}; refusing to write into it")
+    manifest = {"format": FORMAT, "version": VERSION, "complete": False, "digest": digest, "settings": settings,
+                "versions": versions(), "shards": []}  # fmt: skip
+    write_json(path, manifest)
+    return manifest
+
+
+def _differences(before: dict, now: dict) -> list[str]:
+    changed = []
+    for key in sorted(set(before) | set(now)):
+        if key == "inputs" and before.get(key) != now.get(key):
+            was = {i["path"]: i for i in before.get(key, [])}
+            new = {i["path"]: i for i in now.get(key, [])}
+            parts = [f"{p} added" for p in new if p not in was] + [f"{p} gone" for p in was if p not in new]
+            parts += [f"{p} changed ({was[p]['bytes']:,} -> {new[p]['bytes']:,} bytes, {was[p]['rows']:,} -> "
+                      f"{new[p]['rows']:,} rows)" for p in new if p in was and was[p] != new[p]]  # fmt: skip
+            changed.append("inputs: " + ", ".join(parts[:5]))
+        elif before.get(key) != now.get(key):
+            changed.append(f"{key}: {before.get(key)!r} -> {now.get(key)!r}")
+    return changed
+
+
+def _remove_output(out: Path) -> None:
+    for path in out.glob("part-*.parquet"):
+        path.unlink()
+    (out / MANIFEST).unlink(missing_ok=True)
+    clean_temporaries(out)

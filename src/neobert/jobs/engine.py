@@ -1,0 +1,180 @@
+"""Where a job's pieces run: in this process (``local``) or on a Ray cluster (``ray``), with the same code.
+
+A job is a list of pieces and a worker class. ``Worker(**kwargs)`` loads what it needs once (a model, a
+tokenizer); ``worker(piece)`` does one piece, writes its output whole (an atomic rename) and returns a
+JSON-ready record of what it did. The local engine makes one worker and calls it piece after piece; the Ray
+engine streams the pieces through Ray Data's ``map_batches`` over an actor pool, so each actor keeps its
+worker loaded, holds ``cpus_per_worker`` CPUs and ``gpus_per_worker`` GPUs, and is restarted by Ray (its
+piece retried) if it dies. Since a piece's output appears whole or not at all, under one name that depends
+only on the piece, a retried piece never doubles its output: every job is exactly once, and a re-run skips
+what is done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tqdm.auto import tqdm
+
+ENGINES = ("local", "ray")
+
+
+@dataclass(kw_only=True)
+class EngineSettings:
+    """Where a job runs (the options every job shares)."""
+
+    engine: str = field(default="local", metadata={"choices": ENGINES, "help": (
+        "local: this process | ray: a Ray cluster's actor pool (pip install 'neobert[ray]')")})  # fmt: skip
+    # ray: worker actors (default: the cluster's GPUs / --gpus-per-worker, else its CPUs / --cpus-per-worker)
+    workers: int | None = None
+    cpus_per_worker: float = 1.0  # ray: CPUs each worker holds (its threads)
+    gpus_per_worker: float = 0.0  # ray: GPUs each worker holds (1: one actor per GPU)
+    # ray: a running cluster to join (HOST:6379, or auto); default: one started on this machine for the job
+    address: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {self.engine!r}")
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"workers must be positive, got {self.workers}")
+        if self.cpus_per_worker <= 0 or self.gpus_per_worker < 0:
+            raise ValueError(
+                f"cpus per worker must be positive and gpus per worker not negative; got "
+                f"{self.cpus_per_worker} and {self.gpus_per_worker}"
+            )
+        if self.engine == "local" and (self.workers or self.address or self.gpus_per_worker):
+            raise ValueError("--workers, --gpus-per-worker and --address are for --engine ray")
+
+    @property
+    def threads(self) -> int:
+        """Threads a worker's kernels use (torch, the Rust tokenizer)."""
+        return max(1, int(self.cpus_per_worker))
+
+
+def engine_settings(config: Any) -> EngineSettings:
+    """The engine fields of a config that carries them (a subclass of :class:`EngineSettings`)."""
+    names = [f for f in EngineSettings.__dataclass_fields__]
+    return EngineSettings(**{name: getattr(config, name) for name in names})
+
+
+@contextlib.contextmanager
+def cluster(settings: EngineSettings) -> Iterator[Any]:
+    """Ray, connected: to ``settings.address``, to the cluster already initialised in this process, or to
+    one started here for the job (and stopped after it)."""
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError("--engine ray needs Ray: pip install 'neobert[ray]'") from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=settings.address, logging_level="warning", log_to_driver=False)
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False  # the job's own bar counts texts and tokens
+    context.print_on_execution_start = False
+    try:
+        yield ray
+    finally:
+        if started:
+            ray.shutdown()
+
+
+@contextlib.contextmanager
+def session(settings: EngineSettings) -> Iterator[None]:
+    """One Ray connection for a whole job under ``--engine ray`` (plan, pieces); nothing for ``local``."""
+    if settings.engine == "local":
+        yield
+        return
+    with cluster(settings):
+        yield
+
+
+def pool_size(ray: Any, settings: EngineSettings) -> int:
+    """``settings.workers``, or as many workers as the cluster's GPUs (or CPUs) hold."""
+    if settings.workers:
+        return settings.workers
+    resources = ray.cluster_resources()
+    if settings.gpus_per_worker:
+        return max(1, int(resources.get("GPU", 0) / settings.gpus_per_worker))
+    return max(1, int(resources.get("CPU", 1) / settings.cpus_per_worker))
+
+
+class _Actor:
+    """A worker inside a Ray actor: ``threads`` for its kernels, pieces in and records out as bytes."""
+
+    def __init__(self, worker: type, kwargs: dict, threads: int):
+        os.environ["RAYON_NUM_THREADS"] = str(threads)  # the Rust tokenizer's pool, before its first use
+        import torch
+
+        torch.set_num_threads(threads)
+        self.worker = worker(**kwargs)
+
+    def __call__(self, batch: dict) -> dict:
+        records = [json.dumps(self.worker(pickle.loads(item))) for item in batch["piece"]]
+        return {"record": records}
+
+
+def run_pieces(
+    settings: EngineSettings,
+    worker: type,
+    kwargs: dict,
+    pieces: Sequence[Any],
+    on_record: Callable[[dict], None],
+) -> int:
+    """``worker(**kwargs)(piece)`` for every piece, each record handed to ``on_record`` as it comes; returns
+    how many workers ran."""
+    if not pieces:
+        return 0
+    if settings.engine == "local":
+        run = worker(**kwargs)
+        for piece in pieces:
+            on_record(run(piece))
+        return 1
+    with cluster(settings) as ray:
+        workers = min(pool_size(ray, settings), len(pieces))
+        items = [{"piece": pickle.dumps(piece)} for piece in pieces]
+        data = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+            _Actor,
+            batch_size=1,
+            compute=ray.data.ActorPoolStrategy(size=workers),
+            num_cpus=settings.cpus_per_worker,
+            num_gpus=settings.gpus_per_worker or None,
+            fn_constructor_kwargs={"worker": worker, "kwargs": kwargs, "threads": settings.threads},
+        )
+        for row in data.iter_rows():
+            on_record(json.loads(row["record"]))
+    return workers
+
+
+def map_items(
+    settings: EngineSettings, function: Callable[..., Any], items: Sequence[Any], **kwargs: Any
+) -> list:
+    """``[function(item, **kwargs) for item in items]``, in order; on Ray as tasks of ``cpus_per_worker``."""
+    if settings.engine == "local" or not items:
+        return [function(item, **kwargs) for item in items]
+    with cluster(settings) as ray:
+        task = ray.remote(num_cpus=settings.cpus_per_worker)(_pickled_call)
+        return ray.get([task.remote(function, item, kwargs) for item in items])
+
+
+def _pickled_call(function: Callable[..., Any], item: Any, kwargs: dict) -> Any:
+    return function(item, **kwargs)
+
+
+def progress(total: int, unit: str, desc: str, show: bool) -> tqdm:
+    """A bar over ``total`` items that also shows tokens/s (``tokens_rate``) and the ETA."""
+    return tqdm(total=total, unit=unit, desc=desc, disable=not show, dynamic_ncols=True, smoothing=0.1)
+
+
+def count_tokens(bar: tqdm, records: int, tokens: int) -> None:
+    """Advance the bar by one finished piece (``records`` items, ``tokens`` tokens)."""
+    bar.tokens = getattr(bar, "tokens", 0) + tokens
+    bar.update(records)
+    elapsed = bar.format_dict.get("elapsed") or 0
+    if elapsed:
+        bar.set_postfix_str(f"{bar.tokens / elapsed:,.0f} tok/s", refresh=False)
