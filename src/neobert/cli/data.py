@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from ..data import PrepareConfig, prepare, write_stdlib_corpus
+from ..data import PrepareConfig, write_stdlib_corpus
 from ..data.prepare import ON_ERROR, TXT_MODES
+from ..jobs.engine import EngineSettings
+from ..jobs.prepare import prepare
 from .common import add_command, quiet_transformers, say
 from .options import add_options, add_signature_options, given
 
 CHOICES = {"txt_mode": TXT_MODES, "on_error": ON_ERROR}
 PREPARE = (
     "Inputs: .txt (blank line between documents), .jsonl, .csv, .parquet, directories of those, "
-    "hf:NAME[:CONFIG[:SPLIT]] (Hugging Face data set) or stdlib: (offline docstring corpus). Re-running "
-    "resumes, skipping finished shards."
+    "globs, URLs (s3://, gs://, ... through fsspec), hf:NAME[:CONFIG[:SPLIT]] (Hugging Face data set) or "
+    "stdlib: (offline docstring corpus). Re-running resumes, skipping finished shards. --engine ray "
+    "tokenizes the shards in parallel on a Ray cluster, with the same output."
 )
 
 
@@ -27,6 +30,7 @@ def register(subparsers) -> None:
     p.add_argument("--config", metavar="FILE", help="YAML/JSON file of prepare settings; flags override it")
     settings = p.add_argument_group("settings (neobert.data.PrepareConfig; a flag given wins over --config)")
     add_options(settings, PrepareConfig, skip=("inputs",), choices=CHOICES, given_only=True)
+    add_options(p.add_argument_group("engine (neobert.jobs.engine.EngineSettings)"), EngineSettings)
 
     help = "write the offline English corpus (the interpreter's stdlib docstrings) to a .txt file"
     corpus = add_command(commands, "corpus", run_corpus, help)
@@ -45,7 +49,7 @@ def config_from_args(args: argparse.Namespace) -> PrepareConfig:
 
 def run_prepare(args: argparse.Namespace) -> int:
     quiet_transformers()
-    say(prepare(config_from_args(args)).summary)
+    say(prepare(config_from_args(args), EngineSettings(**given(EngineSettings, args))).summary)
     return 0
 
 

@@ -167,7 +167,7 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     if config.max_tokens is not None:
         encoder.enable_truncation(config.max_tokens)
     out = Path(config.output)
-    manifest = _open_manifest(out, config, hf_tokenizer, encoder)
+    manifest = open_manifest(out, config, hf_tokenizer, encoder)
     dtype = np.dtype(manifest["dtype"])
     n_special = len(encoder.encode("").ids)  # what the post-processor adds around one document
     finished = {s["index"]: s for s in manifest["shards"]}
@@ -192,7 +192,7 @@ def prepare(config: PrepareConfig) -> PrepareResult:
                 if n < config.shard_size:
                     break
                 continue
-            shard = _write_shard(out, index, chunk, encoder, config, dtype, n_special, bar)
+            shard = write_shard(out, index, chunk, encoder, config, dtype, n_special, bar.update)
             if shard is None:
                 break
             manifest["shards"].append(shard)
@@ -206,7 +206,7 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     manifest["totals"] = totals(manifest["shards"])
     save_json(out / MANIFEST, manifest)
     seconds = time.perf_counter() - start
-    return _result(out, manifest, written, resumed, stats, seconds, new_tokens)
+    return prepare_result(out, manifest, written, resumed, stats, seconds, new_tokens)
 
 
 def tokenizer_backend(name_or_path: str):
@@ -299,8 +299,10 @@ def _skip_finished(chunk: Iterator[str], shard: dict, bar) -> int:
     return n
 
 
-def _write_shard(out, index, chunk, encoder, config, dtype, n_special, bar) -> dict | None:
-    """Tokenize one shard's documents and write its files; None when the input stream is exhausted."""
+def write_shard(out, index, chunk, encoder, config, dtype, n_special, advance=None) -> dict | None:
+    """Tokenize one shard's documents (an iterator of texts) and write its files; None when ``chunk`` is
+    empty. ``advance(n)`` is called after each batch of ``n`` documents. The one shard writer of both
+    engines (:mod:`neobert.jobs.prepare` calls it in each Ray worker)."""
     first = next(chunk, None)
     if first is None:
         return None
@@ -318,7 +320,8 @@ def _write_shard(out, index, chunk, encoder, config, dtype, n_special, bar) -> d
                 kept["validation" if held_out else "train"].append(ids)
             for s in SPLITS:
                 writers[s].add(kept[s])
-            bar.update(len(batch))
+            if advance is not None:
+                advance(len(batch))
         info = {s: writers[s].finish(config.length_thresholds) for s in SPLITS}
     except BaseException:  # KeyboardInterrupt too: leave no partial file behind
         for w in writers.values():
@@ -333,7 +336,7 @@ def _fingerprint(config: PrepareConfig, encoder) -> dict:
     return fp
 
 
-def _open_manifest(out: Path, config: PrepareConfig, hf_tokenizer, encoder) -> dict:
+def open_manifest(out: Path, config: PrepareConfig, hf_tokenizer, encoder) -> dict:
     """Load the manifest of an earlier run with the same settings, or start a new output directory."""
     path = out / MANIFEST
     fingerprint = _fingerprint(config, encoder)
@@ -372,7 +375,7 @@ def _open_manifest(out: Path, config: PrepareConfig, hf_tokenizer, encoder) -> d
     return manifest
 
 
-def _result(out, manifest, written, resumed, stats, seconds, new_tokens) -> PrepareResult:
+def prepare_result(out, manifest, written, resumed, stats, seconds, new_tokens) -> PrepareResult:
     t = manifest["totals"]
     empty = {"documents": 0, "tokens": 0, "long_documents": {}}
     train, val = t.get("train", empty), t.get("validation", empty)

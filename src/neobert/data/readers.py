@@ -562,9 +562,9 @@ def read_parquet(
         skip, groups, row = (start.offset if start else 0), [], 0
         for g in range(file.num_row_groups):
             size = file.metadata.row_group(g).num_rows
-            if row + size > skip:
+            if groups or row + size > skip:
                 groups.append(g)
-            else:
+            else:  # wholly before the record: not read at all
                 row += size
         if not groups:
             return

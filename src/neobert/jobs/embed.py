@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import time
 from dataclasses import asdict, dataclass, field
@@ -125,7 +126,8 @@ class PieceEmbedder:
             "windows": int(sum(report.windows)),
             "dimensions": int(vectors.shape[1]),
             "precision": self.precision,
-            "node": self.node,
+            "node": self.node,  # Ray's node id (or this host's name), and the worker's process
+            "pid": os.getpid(),
         }
         _write_shard(
             shard_path(c.output, piece), ids, vectors.astype(c.dtype), report, truncated, record, self.digest

@@ -73,10 +73,14 @@ def cluster(settings: EngineSettings) -> Iterator[Any]:
         raise RuntimeError("--engine ray needs Ray: pip install 'neobert[ray]'") from None
     started = not ray.is_initialized()
     if started:
-        ray.init(address=settings.address, logging_level="warning", log_to_driver=False)
+        here = settings.address is None and not os.environ.get("RAY_ADDRESS")
+        # a cluster of this job's own: on loopback, without the dashboard
+        local = {"_node_ip_address": "127.0.0.1", "include_dashboard": False} if here else {}
+        ray.init(address=settings.address, logging_level="warning", log_to_driver=False, **local)
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # the job's own bar counts texts and tokens
     context.print_on_execution_start = False
+    context.wait_for_min_actors_s = 600  # every worker loaded before the first piece: work spreads over all
     try:
         yield ray
     finally:
