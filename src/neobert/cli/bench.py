@@ -9,6 +9,7 @@ Markdown.
 - ``attention``: the attention kernels torch offers on NeoBERT's head shapes;
 - ``precision``: fp32, bf16 and int8 inference for tokens/s and cosine to fp32;
 - ``onnx``: ONNX Runtime fp32 and int8 beside the PyTorch fast path: tokens/s, ratios, parity;
+- ``jobs``: corpus embedding and data preparation, the local engine beside the Ray engine;
 - ``serve``: a load test of ``neobert serve`` (requests/s, p50/p95/p99) with and without dynamic batching.
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ..benchmarks import attention, encode, onnx, precision, report, serve, throughput, training
+from ..benchmarks import attention, encode, jobs, onnx, precision, report, serve, throughput, training
 from ..config import PRECISIONS
 from .common import add_command, make_console, quiet_transformers, say
 from .options import config_from_args
@@ -33,6 +34,7 @@ COMMANDS = {  # name: (config class, run, its Markdown report)
     "attention": (attention.AttentionBenchConfig, attention.run, attention.markdown),
     "onnx": (onnx.OnnxBenchConfig, onnx.run, onnx.markdown),
     "serve": (serve.ServeBenchConfig, serve.run_serve_bench, serve.markdown),
+    "jobs": (jobs.JobsBenchConfig, jobs.run, jobs.markdown),
 }
 HELP = {
     "throughput": "inference tokens/s by model and sequence length",
@@ -42,6 +44,7 @@ HELP = {
     "attention": "attention kernels (SDPA, compiled, matmul+softmax, flex_attention): TFLOP/s by length",
     "onnx": "ONNX Runtime fp32 / int8 beside the PyTorch fast path: tokens/s, ratios, parity",
     "serve": "load test of neobert serve: req/s and p50/p95/p99 latency, batching on vs off, or --overload",
+    "jobs": "corpus embedding and data preparation: local engine beside Ray (workers, two nodes), rates and ratios",
 }
 CHOICES = {"dtype": ("auto", "bf16", "fp32"), "precision": PRECISIONS}
 PLANS = {"serve": serve.plan}  # said before a run that takes minutes

@@ -133,6 +133,9 @@ class PrepareResult:
     vocab_size: int
     seconds: float
     tokens_per_second: float  # tokens written by this run per second of this run
+    work_seconds: float | None = (
+        None  # --engine ray: first shard's start to last shard's end (start-up excluded)
+    )
 
     @property
     def summary(self) -> str:

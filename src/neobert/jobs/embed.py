@@ -75,6 +75,7 @@ class CorpusResult:
     seconds: float
     texts_per_second: float  # texts embedded by this run per second
     tokens_per_second: float
+    work_seconds: float = 0.0  # first piece's start to last piece's end (start-up and the plan excluded)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -196,7 +197,7 @@ def embed_corpus(config: EmbedConfig) -> CorpusResult:
 
         kwargs = {"config": c, "precision": precision, "digest": manifest["digest"]}
         with bar:
-            workers = run_pieces(settings, PieceEmbedder, kwargs, todo, finished)
+            pool = run_pieces(settings, PieceEmbedder, kwargs, todo, finished)
     seconds = time.perf_counter() - start
     shards = [records[p.name] for p in pieces]
     stats = merged_stats(plans)
@@ -215,7 +216,8 @@ def embed_corpus(config: EmbedConfig) -> CorpusResult:
     t = manifest["totals"]
     result = CorpusResult(
         out, t["texts"], len(todo), len(done), t["skipped"], t["truncated"], t["tokens"], t["dimensions"],
-        t["precision"], settings.engine, workers, seconds, texts_now / seconds, tokens_now / seconds,
+        t["precision"], settings.engine, pool.workers, seconds, texts_now / seconds, tokens_now / seconds,
+        pool.span_seconds,
     )  # fmt: skip
     result.notes = _notes(result, stats)
     return result

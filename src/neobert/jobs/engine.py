@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import pickle
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,7 +78,9 @@ def cluster(settings: EngineSettings) -> Iterator[Any]:
         # a cluster of this job's own: on loopback, without the dashboard
         local = {"_node_ip_address": "127.0.0.1", "include_dashboard": False} if here else {}
         ray.init(address=settings.address, logging_level="warning", log_to_driver=False, **local)
-    context = ray.data.DataContext.get_current()
+    # a context of its own: one left from another cluster this process used holds that cluster's state
+    context = ray.data.DataContext()
+    ray.data.DataContext._set_current(context)
     context.enable_progress_bars = False  # the job's own bar counts texts and tokens
     context.print_on_execution_start = False
     context.wait_for_min_actors_s = 600  # every worker loaded before the first piece: work spreads over all
@@ -108,6 +111,23 @@ def pool_size(ray: Any, settings: EngineSettings) -> int:
     return max(1, int(resources.get("CPU", 1) / settings.cpus_per_worker))
 
 
+@dataclass
+class PoolStats:
+    """How a job's pieces ran: workers, pieces, and the wall-clock span from the first piece's start to the
+    last one's end (worker start-up and the plan excluded: the steady rate of the pool)."""
+
+    workers: int = 0
+    pieces: int = 0
+    span_seconds: float = 0.0
+    busy_seconds: float = 0.0  # summed over pieces
+
+
+def _timed(run: Callable[[Any], dict], piece: Any) -> tuple[dict, float, float]:
+    start = time.time()  # wall clock: comparable across the processes (and synchronised nodes) of a cluster
+    record = run(piece)
+    return record, start, time.time()
+
+
 class _Actor:
     """A worker inside a Ray actor: ``threads`` for its kernels, pieces in and records out as bytes."""
 
@@ -119,8 +139,9 @@ class _Actor:
         self.worker = worker(**kwargs)
 
     def __call__(self, batch: dict) -> dict:
-        records = [json.dumps(self.worker(pickle.loads(item))) for item in batch["piece"]]
-        return {"record": records}
+        done = [_timed(self.worker, pickle.loads(item)) for item in batch["piece"]]
+        return {"record": [json.dumps(r) for r, _, _ in done], "start": [s for _, s, _ in done],
+                "end": [e for _, _, e in done]}  # fmt: skip
 
 
 def run_pieces(
@@ -129,30 +150,39 @@ def run_pieces(
     kwargs: dict,
     pieces: Sequence[Any],
     on_record: Callable[[dict], None],
-) -> int:
-    """``worker(**kwargs)(piece)`` for every piece, each record handed to ``on_record`` as it comes; returns
-    how many workers ran."""
+) -> PoolStats:
+    """``worker(**kwargs)(piece)`` for every piece, each record handed to ``on_record`` as it comes."""
+    stats = PoolStats(pieces=len(pieces))
     if not pieces:
-        return 0
+        return stats
+    first, last = float("inf"), 0.0
+
+    def finished(record: dict, start: float, end: float) -> None:
+        nonlocal first, last
+        first, last = min(first, start), max(last, end)
+        stats.busy_seconds += end - start
+        on_record(record)
+
     if settings.engine == "local":
-        run = worker(**kwargs)
+        stats.workers, run = 1, worker(**kwargs)
         for piece in pieces:
-            on_record(run(piece))
-        return 1
-    with cluster(settings) as ray:
-        workers = min(pool_size(ray, settings), len(pieces))
-        items = [{"piece": pickle.dumps(piece)} for piece in pieces]
-        data = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
-            _Actor,
-            batch_size=1,
-            compute=ray.data.ActorPoolStrategy(size=workers),
-            num_cpus=settings.cpus_per_worker,
-            num_gpus=settings.gpus_per_worker or None,
-            fn_constructor_kwargs={"worker": worker, "kwargs": kwargs, "threads": settings.threads},
-        )
-        for row in data.iter_rows():
-            on_record(json.loads(row["record"]))
-    return workers
+            finished(*_timed(run, piece))
+    else:
+        with cluster(settings) as ray:
+            stats.workers = min(pool_size(ray, settings), len(pieces))
+            items = [{"piece": pickle.dumps(piece)} for piece in pieces]
+            data = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+                _Actor,
+                batch_size=1,
+                compute=ray.data.ActorPoolStrategy(size=stats.workers),
+                num_cpus=settings.cpus_per_worker,
+                num_gpus=settings.gpus_per_worker or None,
+                fn_constructor_kwargs={"worker": worker, "kwargs": kwargs, "threads": settings.threads},
+            )
+            for row in data.iter_rows():
+                finished(json.loads(row["record"]), row["start"], row["end"])
+    stats.span_seconds = last - first
+    return stats
 
 
 def map_items(

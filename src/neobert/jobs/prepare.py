@@ -70,14 +70,16 @@ def prepare(config: PrepareConfig, engine: EngineSettings | None = None) -> Prep
 
         kwargs = {"config": config, "dtype": manifest["dtype"]}
         with bar:
-            run_pieces(engine, ShardTokenizer, kwargs, todo, done)
+            pool = run_pieces(engine, ShardTokenizer, kwargs, todo, done)
     stats = merged_stats(plans)
     manifest["complete"] = True
     manifest["reader"] = dataclasses.asdict(stats)
     manifest["totals"] = totals(manifest["shards"])
     save_json(out / MANIFEST, manifest)
     seconds = time.perf_counter() - start
-    return prepare_result(out, manifest, len(todo), len(finished), stats, seconds, new_tokens)
+    result = prepare_result(out, manifest, len(todo), len(finished), stats, seconds, new_tokens)
+    result.work_seconds = pool.span_seconds
+    return result
 
 
 def _check_unchanged(piece: Piece, shard: dict | None) -> None:
