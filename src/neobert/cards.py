@@ -86,8 +86,8 @@ class DataSource:
         """Describe ``spec`` as the readers take it: ``hf:NAME[:CONFIG[:SPLIT]]``, ``stdlib:...``, a file or a
         directory of files (size and a hash over its files' hashes)."""
         spec = str(spec)
-        if spec.startswith("hf:"):
-            name = spec[3:].split(":")[0]
+        if spec.startswith(("hf:", "hub:")):  # hf:NAME[:CONFIG[:SPLIT]], hub:ID[:CONFIG][@SPLIT]
+            name = spec.partition(":")[2].split(":")[0].split("@")[0]
             return cls(spec, hub_id=name)
         if spec.startswith("stdlib:"):
             return cls(spec, note="docstrings of the Python standard library")
@@ -338,7 +338,7 @@ def render(directory: Path, info: CardInfo) -> str:
              "## Architecture\n", architecture(directory)]  # fmt: skip
     parts += ["## Training data\n", _data_section(info)]
     if info.settings or info.run:
-        parts += ["## Training\n", f"Written by `{info.command}`.\n"]
+        parts += ["## Training\n" if info.settings else "## How it was made\n", f"Written by `{info.command}`.\n"]
         if info.run:
             parts.append(markdown_table(["", "value"], [(k, _cell(v)) for k, v in info.run]))
         if info.settings:
@@ -385,7 +385,7 @@ def _data_section(info: CardInfo) -> str:
         return "Not recorded by the command that wrote this directory.\n"
     text = ""
     if info.data:
-        rows = [(s.hub_id and f"[{s.hub_id}](https://huggingface.co/datasets/{s.hub_id}) ({s.name})" or s.name,
+        rows = [((s.hub_id and f"[{s.hub_id}](https://huggingface.co/datasets/{s.hub_id}) ({s.name})") or s.name,
                  f"{s.size:,}" if s.size is not None else "", s.sha256 or "", s.note) for s in info.data]  # fmt: skip
         text += markdown_table(["source", "bytes", "sha256", "note"], rows)
     if info.data_stats:

@@ -109,6 +109,7 @@ class ModelSource:
     tensorboard: bool = True  # TensorBoard logs in OUTPUT
     show_progress: bool = True  # progress bars
     resume: bool = False  # continue an interrupted run from its last evaluation's checkpoint
+    license: str | None = None  # the license the model card names (none unless given), e.g. apache-2.0
 
     def __post_init__(self) -> None:
         check_precision(self.precision, FinetuneConfigError)

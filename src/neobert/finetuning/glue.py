@@ -16,9 +16,11 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from ..cards import CardInfo, DataSource, wall_time, write_card
 from ..encoders import check_vocab, is_preset, max_positions, resolve_tokenizer
 from ..io import replace_dir
 from ..training.engine import is_main_process, wait_for_everyone
+from .card import FinetuneFacts, finetune_card
 from .classification_task import EvalSpec, fit, is_better
 from .config import GlueConfig, TrainSettings
 from .data import EncodedDataset
@@ -109,12 +111,16 @@ def _run_task(
             resume=config.resume,
         )
         rows.append(SweepRow.from_fit(point, fitted, time.perf_counter() - start))
+        precision = fitted.precision
         if is_main_process():
             _keep_if_best(rows, candidate, task_dir / "best")
             write_sweep_report(task, rows, task_dir)  # after every run, so a long sweep shows progress
         wait_for_everyone()  # e.g. MNLI's best is in place before a transfer task loads it
         del model, fitted
     chosen = rows[best_index(rows)]
+    if is_main_process():
+        write_card(task_dir / "best", _card(config, task, source, chosen, rows, precision, train, splits))
+    wait_for_everyone()
     return GlueTaskResult(
         task,
         chosen.score,
@@ -126,6 +132,28 @@ def _run_task(
         source,
         rows,
     )
+
+
+def _card(config: GlueConfig, task: GlueTask, source: str, chosen: SweepRow, rows: list[SweepRow],
+          precision: str, train: EncodedDataset, splits: dict[str, EncodedDataset]) -> CardInfo:  # fmt: skip
+    """The card of OUTPUT/<task>/best: the sweep's chosen run, its numbers as in OUTPUT/<task>/sweep.json."""
+    hub = config.data_dir is None
+    data = [DataSource(f"hf:nyu-mll/glue:{task.name}", hub_id="nyu-mll/glue")] if hub else [
+        DataSource.from_spec(Path(config.data_dir) / task.name)]  # fmt: skip
+    kind = "nyu-mll/glue" if hub else task.name
+    run = [("precision run", precision), ("runs in the sweep", len(rows)), ("chosen run's steps", f"{chosen.steps:,}"),
+           ("best evaluation (the saved model)", f"step {chosen.best_step:,}"), ("stopped early", chosen.stopped_early),
+           ("wall time of the chosen run", wall_time(chosen.seconds))]  # fmt: skip
+    settings = {**config.to_dict(), "chosen grid point": chosen.point or "(no grid)"}
+    facts = FinetuneFacts(
+        head="sequence-classification", command="neobert finetune glue", task=f"GLUE {task.title}", model=source,
+        settings=settings, data=data,
+        data_stats=[("training examples", len(train)), *((f"{s} examples", len(d)) for s, d in splits.items())],
+        run=run, results={(f"GLUE {task.title}", kind, split): m for split, m in chosen.metrics.items()},
+        labels=list(task.label_names) or None, license=config.license,
+        limits=["Scores are on GLUE's validation (dev) split, which also selected the run and the step."],
+    )  # fmt: skip
+    return finetune_card(facts)
 
 
 def _keep_if_best(rows: list[SweepRow], candidate: Path, best_dir: Path) -> None:

@@ -76,7 +76,7 @@ def pretrain_card(
     data_name = ", ".join(s.hub_id or s.name for s in sources) or "training data"
     results = [
         Result("fill-mask", "Masked language modelling", f"held-out documents of {data_name}", data_name,
-               metric, facts.metrics[key], "validation", "neobert pretrain")  # fmt: skip
+               metric, facts.metrics[key], "validation", "neobert pretrain")
         for key, metric in (("val/loss", "loss"), ("val/accuracy", "accuracy"))
         if key in facts.metrics
     ]
