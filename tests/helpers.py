@@ -345,3 +345,39 @@ class FakeHub:
             repo["commits"].append((revision, lines[0]["value"]["summary"], oid))
             return 200, {"commitUrl": f"{self.url}/{repo_id}/commit/{oid}", "commitOid": oid}
         return 404, {"error": f"no such action {action}"}
+
+
+def check_card(directory: Path, pipeline: str, library: str = "transformers"):
+    """Load ``directory``'s README.md with huggingface_hub's parser and check what every card carries: the
+    pipeline tag, the library, the neobert tag, a model-index whose body table shows exactly its values."""
+    import re
+
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(Path(directory) / "README.md")
+    assert card.data.pipeline_tag == pipeline
+    assert card.data.library_name == library
+    assert "neobert" in card.data.tags and pipeline in card.data.tags
+    table = card.text.split("<!-- neobert:results -->")[1].split("<!-- /neobert:results -->")[0]
+    rows = [line.split(" | ") for line in table.strip().splitlines()[2:] if line.startswith("| ")]
+    shown = sorted((r[3], r[4]) for r in rows)
+    expected = sorted((e.metric_type, f"{float(e.metric_value):.4f}") for e in card.data.eval_results or [])
+    assert shown == expected
+    assert "## Citation" in card.text and re.search(r"@article\{lebreton2025neobert", card.text)
+    return card
+
+
+def run_card_snippet(directory: Path, timeout: int = 240) -> tuple[str, str]:
+    """Run the card's first Python snippet in a fresh process inside ``directory`` (as its ``path = "."``
+    says); (what it printed last, what the card says it prints)."""
+    import re
+
+    text = (Path(directory) / "README.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(.*?)\n```", text, re.DOTALL).group(1)
+    documented = re.search(r"```\n\nprints `([^`]*)`", text).group(1)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"),
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], cwd=directory, env=env, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1], documented

@@ -81,7 +81,7 @@ def test_push_refuses_what_is_not_a_model_directory_with_its_card(tmp_path, mode
     with pytest.raises(HubError, match="not a directory"):
         push(tmp_path / "missing", "me/tiny")
     (model_dir / "README.md").unlink()
-    with pytest.raises(HubError, match="no README.md model card"):
+    with pytest.raises(HubError, match=r"no README\.md model card"):
         push(model_dir, "me/tiny")
     (model_dir / "README.md").write_text("# card\n")
     with pytest.raises(HubError, match="OWNER/NAME"):

@@ -266,7 +266,7 @@ def usage(directory: Path, info: CardInfo) -> tuple[str, str]:
     if info.library == "onnx":
         call = "classify" if info.head == "sequence-classification" else "encode"
         width = labels if call == "classify" else hidden
-        code = ("from neobert.export import OnnxEncoder  # onnxruntime + tokenizers, no torch (pip install 'neobert[onnx]')\n\n"
+        code = ("from neobert.export.runtime import OnnxEncoder  # onnxruntime + tokenizers, no torch (pip install 'neobert[onnx]')\n\n"
                 'encoder = OnnxEncoder(".")  # this directory\n'
                 f"outputs = encoder.{call}({list(EXAMPLE_TEXTS)!r})\n"
                 "print(tuple(outputs.shape))")  # fmt: skip
@@ -297,7 +297,7 @@ def _other_ways(info: CardInfo) -> str:
           'save_sentence_transformer(".", None, "st-model")  # mean pooling over this encoder\n'
           'model = SentenceTransformer("st-model")\n```\n')  # fmt: skip
     onnx = ("```bash\nneobert export onnx --model . --output onnx-model  # checked against PyTorch at export\n```\n\n"
-            '```python\nfrom neobert.export import OnnxEncoder\nencoder = OnnxEncoder("onnx-model")\n```\n')  # fmt: skip
+            '```python\nfrom neobert.export.runtime import OnnxEncoder\nencoder = OnnxEncoder("onnx-model")\n```\n')  # fmt: skip
     if info.library == "onnx":
         return ("This directory holds `model.onnx` (and `model_int8.onnx` where quantized), the tokenizer and "
                 "`onnx_config.json`; any ONNX Runtime program can run it with the inputs `input_ids` and "
