@@ -237,3 +237,12 @@ def test_onnx_export_card(model_dir, tmp_path):
     assert body_row(card, "parity with PyTorch: fp32_max_abs") == f"{parity['fp32_max_abs']:.3g}"
     printed, documented = run_card_snippet(result.output)
     assert printed == documented == "(2, 64)"
+
+
+def test_push_settings_are_checked(tmp_path):
+    from neobert.config import ConfigError
+
+    with pytest.raises(ConfigError, match="push_to must be a Hub repository OWNER/NAME"):
+        tiny_pretrain_config(tmp_path, tmp_path / "run", push_to="no-owner")
+    with pytest.raises(ConfigError, match="push_every must be positive"):
+        tiny_pretrain_config(tmp_path, tmp_path / "run", push_every=0)

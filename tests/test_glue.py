@@ -14,6 +14,7 @@ import yaml
 from safetensors.torch import load_file
 
 import neobert  # noqa: F401  (registers NeoBERT with the Auto classes)
+from helpers import check_card
 from neobert.cli.main import main
 from neobert.evaluation.metrics import MetricResult
 from neobert.finetuning import (
@@ -200,6 +201,16 @@ def test_local_files_two_tasks_and_report(glue_dir, tmp_path):
         logits = model(**tokenizer(dev.sentence.tolist(), padding=True, return_tensors="pt")).logits
     accuracy = (logits.argmax(-1).numpy() == dev.label.to_numpy()).mean()
     assert accuracy == pytest.approx(results.tasks["sst2"].score)
+
+    # Each best checkpoint's card carries the chosen run's numbers, as sweep.json holds them.
+    for task in ("sst2", "stsb"):
+        card = check_card(out / task / "best", "text-classification")
+        sweep = json.loads((out / task / "sweep.json").read_text())
+        chosen = sweep["runs"][sweep["best"]]["metrics"]["validation"]
+        assert {e.metric_type: e.metric_value for e in card.data.eval_results} == chosen
+        assert {e.dataset_split for e in card.data.eval_results} == {"validation"}
+        assert "glue" in card.data.tags and card.data.datasets is None  # local files, described in the body
+    assert "dev.csv" in (out / "sst2" / "best" / "README.md").read_text()
 
 
 def test_sweep_picks_the_best_config(glue_dir, tmp_path):

@@ -25,7 +25,7 @@ from .classification_task import EvalSpec, fit, is_better
 from .config import GlueConfig, TrainSettings
 from .data import EncodedDataset
 from .glue_report import GlueResults, GlueTaskResult, table3_average, write_glue_report, write_sweep_report
-from .glue_tasks import MNLI_TRANSFER_TASKS, GlueTask, load_split, resolve_tasks
+from .glue_tasks import HUB_DATASET, MNLI_TRANSFER_TASKS, GlueTask, load_split, local_file, resolve_tasks
 from .models import load_classifier
 from .sweep import SweepRow, best_index, expand_grid, load_grid, run_label
 
@@ -138,9 +138,10 @@ def _card(config: GlueConfig, task: GlueTask, source: str, chosen: SweepRow, row
           precision: str, train: EncodedDataset, splits: dict[str, EncodedDataset]) -> CardInfo:  # fmt: skip
     """The card of OUTPUT/<task>/best: the sweep's chosen run, its numbers as in OUTPUT/<task>/sweep.json."""
     hub = config.data_dir is None
-    data = [DataSource(f"hf:nyu-mll/glue:{task.name}", hub_id="nyu-mll/glue")] if hub else [
-        DataSource.from_spec(Path(config.data_dir) / task.name)]  # fmt: skip
-    kind = "nyu-mll/glue" if hub else task.name
+    splits_read = ("train", *task.validation_splits)
+    data = [DataSource(f"hf:{HUB_DATASET}:{task.name}", hub_id=HUB_DATASET)] if hub else [
+        DataSource.from_spec(local_file(task, Path(config.data_dir), split)) for split in splits_read]  # fmt: skip
+    kind = HUB_DATASET if hub else task.name
     run = [("precision run", precision), ("runs in the sweep", len(rows)), ("chosen run's steps", f"{chosen.steps:,}"),
            ("best evaluation (the saved model)", f"step {chosen.best_step:,}"), ("stopped early", chosen.stopped_early),
            ("wall time of the chosen run", wall_time(chosen.seconds))]  # fmt: skip
