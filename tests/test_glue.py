@@ -347,3 +347,19 @@ def test_public_api_is_importable():
     missing = [name for name in finetuning.__all__ if not hasattr(finetuning, name)]
     assert missing == []
     assert [t.name for t in resolve_tasks("rte, mnli")] == ["mnli", "rte"]
+
+
+def test_update_card_puts_the_dev_scores_into_the_base_models_card(glue_dir, bert_dir, tmp_path):
+    import shutil
+
+    base = shutil.copytree(bert_dir, tmp_path / "base")  # a BERT directory without a card yet
+    for run_name in ("a", "b"):  # twice: the second run's entries replace the first's
+        run_glue({"model": str(base), **FAST, "tasks": "sst2", "data_dir": str(glue_dir), "epochs": 1,
+                  "output": str(tmp_path / run_name), "update_card": True, "seed": len(run_name)})  # fmt: skip
+    card = check_card(base, "feature-extraction")  # the base encoder: GLUE scores it by fine-tuning
+    written = json.loads((tmp_path / "b" / "results.json").read_text())["tasks"]["sst2"]["metrics"]
+    assert [(e.task_name, e.dataset_split, e.metric_type, e.metric_value) for e in card.data.eval_results] == [
+        ("GLUE SST-2", split, metric, value) for split, m in written.items() for metric, value in m.items()]
+    with pytest.raises(ValueError, match="not a local model directory"):
+        run_glue({**NEOBERT, **FAST, "tasks": "sst2", "data_dir": str(glue_dir), "epochs": 1,
+                  "output": str(tmp_path / "c"), "update_card": True})  # fmt: skip

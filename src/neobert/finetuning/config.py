@@ -132,6 +132,7 @@ class GlueConfig(TrainSettings, ModelSource):
     transfer_from_mnli: bool = True  # with MNLI in the run, start RTE / MRPC / STS-B from its best checkpoint
     max_train_samples: int | None = None  # truncate each training set (quick runs)
     max_eval_samples: int | None = None  # truncate each validation set
+    update_card: bool = False  # add the GLUE dev scores to --model's README.md card (a local directory)
 
     def __post_init__(self) -> None:
         TrainSettings.__post_init__(self)

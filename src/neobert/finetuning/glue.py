@@ -8,6 +8,7 @@ RTE, MRPC and STS-B start from MNLI's best checkpoint (MNLI runs first). At the 
 
 from __future__ import annotations
 
+import math
 import shutil
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ..cards import CardInfo, DataSource, wall_time, write_card
+from ..cards import CardInfo, DataSource, Result, update_card, wall_time, write_card
 from ..encoders import check_vocab, is_preset, max_positions, resolve_tokenizer
 from ..io import replace_dir
 from ..training.engine import is_main_process, wait_for_everyone
@@ -50,6 +51,10 @@ def run_glue(config: GlueConfig | dict[str, Any]) -> GlueResults:
                 source = str(results["mnli"].checkpoint)
         results[task.name] = _run_task(config, task, source, points, tokenizer, output / task.name)
     report = write_glue_report(config, results, output) if is_main_process() else None
+    if config.update_card and is_main_process():
+        if not (Path(config.model) / "config.json").is_file():
+            raise ValueError(f"--update-card: {config.model} is not a local model directory, so it has no card")
+        update_card(config.model, [r for t in results.values() for r in _results(config, t.task, t.metrics)])
     wait_for_everyone()
     return report or GlueResults(
         config.model, results, table3_average(results), output / "results.md", output / "results.json"
@@ -155,6 +160,15 @@ def _card(config: GlueConfig, task: GlueTask, source: str, chosen: SweepRow, row
         limits=["Scores are on GLUE's validation (dev) split, which also selected the run and the step."],
     )  # fmt: skip
     return finetune_card(facts)
+
+
+def _results(config: GlueConfig, task: GlueTask, metrics: dict[str, dict[str, float]]) -> list[Result]:
+    """A task's dev scores (split -> metric -> value, as results.json) as entries of the base model's card."""
+    kind = HUB_DATASET if config.data_dir is None else task.name
+    return [Result("text-classification", f"GLUE {task.title}", f"GLUE {task.title}", kind, metric, value, split,
+                   "neobert finetune glue")
+            for split, values in metrics.items() for metric, value in values.items()
+            if not math.isnan(value)]
 
 
 def _keep_if_best(rows: list[SweepRow], candidate: Path, best_dir: Path) -> None:
