@@ -246,3 +246,15 @@ def test_push_settings_are_checked(tmp_path):
         tiny_pretrain_config(tmp_path, tmp_path / "run", push_to="no-owner")
     with pytest.raises(ConfigError, match="push_every must be positive"):
         tiny_pretrain_config(tmp_path, tmp_path / "run", push_every=0)
+
+
+def test_an_uncased_tokenizer_is_named_as_a_limit(run):
+    card = ModelCard.load(run[0].output / "final" / "README.md")
+    normalizer = json.loads((run[0].output / "final" / "tokenizer.json").read_text())["normalizer"]
+    assert normalizer["lowercase"] is True  # the tokenizer trained here lowercases (BertNormalizer) ...
+    assert "The tokenizer is uncased" in card.text  # ... and the card says so
+    (cased := run[0].output / "cased").mkdir()
+    (cased / "tokenizer.json").write_text(json.dumps({"normalizer": {**normalizer, "lowercase": False}}))
+    from neobert.cards import lowercases
+
+    assert not lowercases(cased)

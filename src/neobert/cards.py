@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from transformers import AutoTokenizer
 
 from .encoders import is_preset
 from .hardware import cpu_info
@@ -233,8 +234,6 @@ def architecture(directory: Path) -> str:
 def _example_tokens(directory: Path, texts: tuple[str, ...]) -> int | None:
     """Tokens of the longest of ``texts`` under the directory's tokenizer (the snippet pads to it)."""
     try:
-        from transformers import AutoTokenizer
-
         tokenizer = AutoTokenizer.from_pretrained(str(directory))
     except Exception:  # no tokenizer files: the snippet's shape is given symbolically
         return None
@@ -394,10 +393,29 @@ def _data_section(info: CardInfo) -> str:
     return text
 
 
+def lowercases(directory: Path) -> bool:
+    """Whether the directory's tokenizer lowercases text (``do_lower_case``, or a lowercasing normalizer in
+    tokenizer.json, as BERT's uncased WordPiece has)."""
+    config = directory / "tokenizer_config.json"
+    if config.is_file() and json.loads(config.read_text(encoding="utf-8")).get("do_lower_case"):
+        return True
+    path = directory / "tokenizer.json"
+    if not path.is_file():
+        return False
+
+    def walk(node: Any) -> bool:
+        if isinstance(node, dict):
+            if node.get("type") == "Lowercase" or node.get("lowercase") is True:
+                return True
+            return any(walk(v) for v in node.values())
+        return isinstance(node, list) and any(walk(v) for v in node)
+
+    return walk(json.loads(path.read_text(encoding="utf-8")).get("normalizer"))
+
+
 def _limits(directory: Path, info: CardInfo) -> str:
     lines = list(info.limits)
-    tokenizer = directory / "tokenizer_config.json"
-    if tokenizer.is_file() and json.loads(tokenizer.read_text(encoding="utf-8")).get("do_lower_case"):
+    if lowercases(directory):
         lines.append("The tokenizer is uncased: it lowercases text, so case carries no information.")
     if _config(directory).get("model_type") == "neobert":
         lines.append("Loading needs `pip install neobert` (its import registers the model type with "
