@@ -304,11 +304,13 @@ def _other_ways(info: CardInfo) -> str:
                 "classes after `import neobert`.\n")  # fmt: skip
     if info.library == "sentence-transformers":
         return ("The root of this directory is also a transformers model (`AutoModel.from_pretrained(\".\")` after "
-                "`import neobert`; mean-pool `last_hidden_state` over the attention mask to get the same "
-                "vectors).\n\nONNX Runtime:\n\n" + onnx)  # fmt: skip
+                "`import neobert`; pool `last_hidden_state` over the attention mask as `modules.json`'s Pooling says to "
+                "get the same vectors).\n\nONNX Runtime:\n\n" + onnx)  # fmt: skip
     if info.head in ("mlm", "base"):
         return "sentence-transformers (embeddings):\n\n" + st + "\nONNX Runtime:\n\n" + onnx
-    return "ONNX Runtime:\n\n" + onnx
+    if info.head == "token-classification":
+        return "ONNX Runtime: `neobert export onnx` exports the encoder of this directory, not its tagging head.\n"
+    return "ONNX Runtime (the classifier's logits):\n\n" + onnx
 
 
 def results_table(results: list[EvalResult]) -> str:
