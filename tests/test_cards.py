@@ -257,3 +257,16 @@ def test_an_uncased_tokenizer_is_named_as_a_limit(run, tmp_path):
     from neobert.cards import lowercases
 
     assert not lowercases(tmp_path)
+
+
+def test_mteb_results_go_on_the_card_as_the_report_holds_them(tmp_path):
+    from neobert.evaluation.mteb_adapter import MTEBReport, TaskRow, card_results
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "neobert", "architectures": ["NeoBERTModel"]}))
+    report = MTEBReport({str(tmp_path): [TaskRow("STS12", "STS", 61.5), TaskRow("Banking77", "Classification",
+                                                                                 float("nan"))]})  # fmt: skip
+    results = card_results(report)
+    assert [(r.task_name, r.metric_type, r.value) for r in results[str(tmp_path)]] == [("STS12", "main_score", 61.5)]
+    update_card(tmp_path, results[str(tmp_path)])
+    card = check_card(tmp_path, "feature-extraction")
+    assert [(e.task_type, e.task_name, e.metric_value) for e in card.data.eval_results] == [("STS", "STS12", 61.5)]

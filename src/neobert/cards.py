@@ -126,18 +126,23 @@ class Result:
     value: float
     split: str | None = None
     source: str | None = None  # the command that produced it
+    # what tells apart entries of one task type on one data set (a GLUE task, a length bin): model-index
+    # groups entries by task type, data set type, config and split, and keeps one task name per group
+    config: str | None = None
 
     def eval_result(self) -> EvalResult:
         return EvalResult(
             task_type=self.task_type, task_name=self.task_name, dataset_name=self.dataset_name,
-            dataset_type=self.dataset_type, dataset_split=self.split, metric_type=self.metric_type,
+            dataset_type=self.dataset_type, dataset_config=self.config, dataset_split=self.split,
+            metric_type=self.metric_type,
             metric_value=float(self.value), metric_args={"source": self.source} if self.source else None,
         )  # fmt: skip
 
     def same_task(self, other: EvalResult) -> bool:
-        """Whether ``other`` belongs to the same task and data set (and so is replaced by this run's)."""
-        return (other.task_type, other.task_name, other.dataset_type, other.dataset_split) == (
-            self.task_type, self.task_name, self.dataset_type, self.split)  # fmt: skip
+        """Whether ``other`` is an entry of the same task on the same data (so this run's replaces it): the
+        identity model-index itself groups by (task type, data set type, config, split)."""
+        return (other.task_type, other.dataset_type, other.dataset_config, other.dataset_split) == (
+            self.task_type, self.dataset_type, self.config, self.split)  # fmt: skip
 
 
 @dataclass
@@ -317,7 +322,8 @@ def results_table(results: list[EvalResult]) -> str:
     """The body's results: one row per ``model-index`` entry, exactly its value."""
     if not results:
         return "No evaluation results recorded yet (`neobert eval ... --update-card` adds them).\n"
-    rows = [(r.task_name or r.task_type, r.dataset_name, r.dataset_split or "", r.metric_type,
+    rows = [(r.task_name or r.task_type, r.dataset_name + (f" ({r.dataset_config})" if r.dataset_config else ""),
+             r.dataset_split or "", r.metric_type,
              fmt(float(r.metric_value), digits=4), (r.metric_args or {}).get("source", "")) for r in results]  # fmt: skip
     return markdown_table(["task", "data", "split", "metric", "value", "from"], rows)
 

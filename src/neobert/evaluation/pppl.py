@@ -347,7 +347,7 @@ def card_results(
         how = f", {method} {length}" if method else ""
         out.setdefault(path, []).extend(
             Result("fill-mask", f"Pseudo-perplexity, {b.low}-{b.high} tokens{how}", name, name,
-                   "pseudo-perplexity", b.pppl, None, "neobert eval pppl")
+                   "pseudo-perplexity", b.pppl, None, "neobert eval pppl", config=f"{b.low}-{b.high} tokens{how}")
             for b in report.bins
             if b.model == label and b.tokens
         )

@@ -166,7 +166,7 @@ def _results(config: GlueConfig, task: GlueTask, metrics: dict[str, dict[str, fl
     """A task's dev scores (split -> metric -> value, as results.json) as entries of the base model's card."""
     kind = HUB_DATASET if config.data_dir is None else task.name
     return [Result("text-classification", f"GLUE {task.title}", f"GLUE {task.title}", kind, metric, value, split,
-                   "neobert finetune glue")
+                   "neobert finetune glue", config=task.name)
             for split, values in metrics.items() for metric, value in values.items()
             if not math.isnan(value)]
 
