@@ -270,3 +270,12 @@ def test_mteb_results_go_on_the_card_as_the_report_holds_them(tmp_path):
     update_card(tmp_path, results[str(tmp_path)])
     card = check_card(tmp_path, "feature-extraction")
     assert [(e.task_type, e.task_name, e.metric_value) for e in card.data.eval_results] == [("STS", "STS12", 61.5)]
+
+
+def test_the_embedded_default_run_leaves_a_card(tmp_path):
+    """`neobert pretrain` with no data (two steps, about 10 s here): OUTPUT/final/README.md, the corpus hashed."""
+    assert main(["pretrain", "--max-steps", "2", "--output", str(tmp_path / "default"), "--no-progress"]) == 0
+    card = check_card(tmp_path / "default" / "final", "fill-mask")
+    corpus = tmp_path / "default" / "corpus.txt"
+    assert hashlib.sha256(corpus.read_bytes()).hexdigest() in card.text
+    assert card.data.license is None and body_row(card, "steps") == "2"
