@@ -237,3 +237,147 @@ INT8_PARAGRAPHS = [
     "Sentence embeddings are pooled from the last hidden states, either the mean over real tokens or the "
     "first token, and optionally scaled to unit length before comparing them by cosine similarity.",
 ]
+
+
+class FakeHub:
+    """A local stand-in for the few Hub endpoints ``huggingface_hub``'s ``create_repo``, ``create_branch`` and
+    ``upload_folder`` call (read from huggingface_hub's hf_api.py and _commit_api.py): ``POST
+    /api/repos/create``, ``/api/models/{repo}/branch/{name}``, ``/api/models/{repo}/preupload/{revision}``
+    (every file "regular": its content comes base64-encoded inside the commit) and
+    ``/api/models/{repo}/commit/{revision}`` (NDJSON), and ``/api/validate-yaml`` (the card's front matter
+    must be a YAML mapping). It stores what it receives per repository and branch,
+    answers 401 to any other token than ``token``, and fails the first ``fail_commits`` commits with HTTP 400.
+    Serves on 127.0.0.1 from a thread; use it as a context manager (it stops itself)."""
+
+    def __init__(self, token: str = "hf_test_secret_token", fail_commits: int = 0):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.token, self.fail_commits = token, fail_commits
+        self.repos: dict[str, dict[str, Any]] = {}
+        self.requests: list[tuple[str, str, str]] = []  # (method, path, Authorization header)
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # quiet
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                hub.requests.append(("POST", self.path, self.headers.get("Authorization", "")))
+                status, answer = hub.answer(self.path.split("?")[0], body, self.headers.get("Authorization"))
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                hub.requests.append(("GET", self.path, self.headers.get("Authorization", "")))
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeHub:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def answer(self, path: str, body: bytes, auth: str | None) -> tuple[int, dict]:
+        import base64
+        import hashlib
+        from urllib.parse import unquote
+
+        if auth != f"Bearer {self.token}":
+            return 401, {"error": "Invalid credentials in Authorization header"}
+        if path == "/api/repos/create":
+            request = json.loads(body)
+            repo_id = f"{request['organization']}/{request['name']}"
+            if repo_id in self.repos:
+                return 409, {"error": "You already created this model repo", "url": f"{self.url}/{repo_id}"}
+            self.repos[repo_id] = {"private": request.get("visibility") == "private", "branches": {"main": {}},
+                                   "commits": []}  # fmt: skip
+            return 200, {"url": f"{self.url}/{repo_id}"}
+        if path == "/api/validate-yaml":  # upload_folder checks README.md's front matter first
+            import yaml
+
+            content = json.loads(body)["content"]
+            front = content.split("---\n")[1] if content.startswith("---\n") else ""
+            if not isinstance(yaml.safe_load(front) if front else {}, dict):
+                return 400, {"errors": [{"message": "front matter is not a mapping"}], "warnings": []}
+            return 200, {"errors": [], "warnings": []}
+        parts = path.split("/")  # "", api, models, owner, name, action, revision
+        if len(parts) != 7 or parts[:3] != ["", "api", "models"]:
+            return 404, {"error": f"no such endpoint {path}"}
+        repo_id, action, revision = f"{parts[3]}/{parts[4]}", parts[5], unquote(parts[6])
+        repo = self.repos.get(repo_id)
+        if repo is None:
+            return 404, {"error": "Repository not found"}
+        if action == "branch":
+            if revision in repo["branches"]:
+                return 409, {"error": "Branch already exists"}
+            start = json.loads(body or b"{}").get("startingPoint") or "main"
+            repo["branches"][revision] = dict(repo["branches"][start])
+            return 200, {}
+        if revision not in repo["branches"]:
+            return 404, {"error": f"Invalid rev id: {revision}"}
+        if action == "preupload":
+            files = json.loads(body)["files"]
+            return 200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None}
+                                   for f in files]}  # fmt: skip
+        if action == "commit":
+            if self.fail_commits > 0:
+                self.fail_commits -= 1
+                return 400, {"error": "planted failure"}
+            lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
+            for line in lines:
+                if line["key"] == "file":
+                    repo["branches"][revision][line["value"]["path"]] = base64.b64decode(line["value"]["content"])
+            oid = hashlib.sha1(body).hexdigest()
+            repo["commits"].append((revision, lines[0]["value"]["summary"], oid))
+            return 200, {"commitUrl": f"{self.url}/{repo_id}/commit/{oid}", "commitOid": oid}
+        return 404, {"error": f"no such action {action}"}
+
+
+def check_card(directory: Path, pipeline: str, library: str = "transformers"):
+    """Load ``directory``'s README.md with huggingface_hub's parser and check what every card carries: the
+    pipeline tag, the library, the neobert tag, a model-index whose body table shows exactly its values."""
+    import re
+
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(Path(directory) / "README.md")
+    assert card.data.pipeline_tag == pipeline
+    assert card.data.library_name == library
+    assert "neobert" in card.data.tags and pipeline in card.data.tags
+    table = card.text.split("<!-- neobert:results -->")[1].split("<!-- /neobert:results -->")[0]
+    rows = [line.split(" | ") for line in table.strip().splitlines()[2:] if line.startswith("| ")]
+    shown = sorted((r[3], r[4]) for r in rows)
+    expected = sorted((e.metric_type, f"{float(e.metric_value):.4f}") for e in card.data.eval_results or [])
+    assert shown == expected
+    assert "## Citation" in card.text and re.search(r"@article\{lebreton2025neobert", card.text)
+    return card
+
+
+def run_card_snippet(directory: Path, timeout: int = 240) -> tuple[str, str]:
+    """Run the card's first Python snippet in a fresh process inside ``directory`` (as its ``path = "."``
+    says); (what it printed last, what the card says it prints)."""
+    import re
+
+    text = (Path(directory) / "README.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(.*?)\n```", text, re.DOTALL).group(1)
+    documented = re.search(r"```\n\nprints `([^`]*)`", text).group(1)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"),
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], cwd=directory, env=env, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1], documented

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from embedding_fixtures import NEEDS_TOKENIZER, save_tiny_bert, save_tiny_neobert
-from helpers import write_pairs
+from helpers import check_card, write_pairs
 from neobert.evaluation.instructions import DATASET_INSTRUCTIONS, TEMPLATE, apply_instruction
 from neobert.finetuning.contrastive import (
     ContrastiveConfig,
@@ -204,6 +204,14 @@ def test_two_dataset_run_lowers_the_loss_and_saves_a_sentence_transformer(tmp_pa
     np.testing.assert_allclose(st_vectors, reference, atol=1e-5, rtol=0)
     ours = _encode_loaded(load_encoder(result.output), texts)
     np.testing.assert_allclose(ours, reference, atol=1e-5, rtol=0)
+
+    # The card (ours, not sentence-transformers' generic one) names the data and the run's own numbers.
+    card = check_card(result.output, "sentence-similarity", "sentence-transformers")
+    assert card.data.eval_results is None  # no evaluation ran: none claimed
+    text = card.text
+    assert f"| last logged training loss (InfoNCE) | {result.losses[-1]:.4f} |" in text
+    assert all(f"| steps drawn from {name} | {n:,} |" in text for name, n in result.dataset_steps.items())
+    assert "animals: 12 examples" in text and "sts12: 12 examples" in text
 
 
 @NEEDS_TOKENIZER

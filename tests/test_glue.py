@@ -14,6 +14,7 @@ import yaml
 from safetensors.torch import load_file
 
 import neobert  # noqa: F401  (registers NeoBERT with the Auto classes)
+from helpers import check_card
 from neobert.cli.main import main
 from neobert.evaluation.metrics import MetricResult
 from neobert.finetuning import (
@@ -201,6 +202,16 @@ def test_local_files_two_tasks_and_report(glue_dir, tmp_path):
     accuracy = (logits.argmax(-1).numpy() == dev.label.to_numpy()).mean()
     assert accuracy == pytest.approx(results.tasks["sst2"].score)
 
+    # Each best checkpoint's card carries the chosen run's numbers, as sweep.json holds them.
+    for task in ("sst2", "stsb"):
+        card = check_card(out / task / "best", "text-classification")
+        sweep = json.loads((out / task / "sweep.json").read_text())
+        chosen = sweep["runs"][sweep["best"]]["metrics"]["validation"]
+        assert {e.metric_type: e.metric_value for e in card.data.eval_results} == chosen
+        assert {e.dataset_split for e in card.data.eval_results} == {"validation"}
+        assert "glue" in card.data.tags and card.data.datasets is None  # local files, described in the body
+    assert "dev.csv" in (out / "sst2" / "best" / "README.md").read_text()
+
 
 def test_sweep_picks_the_best_config(glue_dir, tmp_path):
     out = tmp_path / "sweep"
@@ -336,3 +347,19 @@ def test_public_api_is_importable():
     missing = [name for name in finetuning.__all__ if not hasattr(finetuning, name)]
     assert missing == []
     assert [t.name for t in resolve_tasks("rte, mnli")] == ["mnli", "rte"]
+
+
+def test_update_card_puts_the_dev_scores_into_the_base_models_card(glue_dir, bert_dir, tmp_path):
+    import shutil
+
+    base = shutil.copytree(bert_dir, tmp_path / "base")  # a BERT directory without a card yet
+    for run_name in ("a", "b"):  # twice: the second run's entries replace the first's
+        run_glue({"model": str(base), **FAST, "tasks": "sst2", "data_dir": str(glue_dir), "epochs": 1,
+                  "output": str(tmp_path / run_name), "update_card": True, "seed": len(run_name)})  # fmt: skip
+    card = check_card(base, "feature-extraction")  # the base encoder: GLUE scores it by fine-tuning
+    written = json.loads((tmp_path / "b" / "results.json").read_text())["tasks"]["sst2"]["metrics"]
+    assert [(e.task_name, e.dataset_split, e.metric_type, e.metric_value) for e in card.data.eval_results] == [
+        ("GLUE SST-2", split, metric, value) for split, m in written.items() for metric, value in m.items()]
+    with pytest.raises(ValueError, match="not a local model directory"):
+        run_glue({**NEOBERT, **FAST, "tasks": "sst2", "data_dir": str(glue_dir), "epochs": 1,
+                  "output": str(tmp_path / "c"), "update_card": True})  # fmt: skip

@@ -108,6 +108,8 @@ FLOORS = {
     "neobert.long_documents": 2,
     "neobert.model_info": 2,  # a preset's or model directory's architecture and exact parameter counts
     "neobert.registration": 2,
+    "neobert.cards": 2,  # model cards: README.md front matter and body, written with every model directory
+    "neobert.hub": 2,  # pushing a directory to the Hugging Face Hub (and in the background, during training)
     "neobert.training": 2,
     "neobert.jobs": 2,  # where a batch job's pieces run (local or Ray) and data preparation on Ray
     "neobert.jobs.embed": 3,  # corpus embedding: the embed command's config and its .npy path are predict's

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from embedding_fixtures import tiny_bert_config
-from helpers import Crash, assert_same_weights, crash_at, run_script, torchrun
+from helpers import Crash, assert_same_weights, check_card, crash_at, run_script, torchrun
 
 pytest.importorskip("seqeval")
 
@@ -203,6 +203,9 @@ def test_finetune_tokens_then_tag_end_to_end(tmp_path, tokenizer):
     data = TokenLabelDataset(tokenizer, sentences, model.config.label2id, 512)
     result, _, _ = evaluate_tokens(model, data, 16, 0)
     assert result.values["f1"] == pytest.approx(report["metrics"]["f1"], abs=1e-6)
+    card = check_card(tmp_path / "out" / "model", "token-classification")  # its numbers are metrics.json's
+    assert {e.metric_type: e.metric_value for e in card.data.eval_results} == report["metrics"]
+    assert "`B-LOC`, `I-LOC`" in card.text and "dev.jsonl" in card.text
 
     texts = ["john smith visited paris today", "and then mary went to rome with linda"]
     (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")

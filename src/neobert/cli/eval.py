@@ -18,7 +18,8 @@ import torch
 from ..evaluation import embedding_files as files
 from ..evaluation import mteb_adapter, pppl
 from ..evaluation.instructions import read_instruction_file
-from .common import add_command, make_console, quiet_transformers, say, wrote
+from ..evaluation.report import update_cards
+from .common import add_command, make_console, note, quiet_transformers, say, wrote
 from .options import add_signature_options, given
 
 FAMILY_OPTIONS = {
@@ -44,10 +45,17 @@ def _settings(args: argparse.Namespace) -> dict:
     return settings
 
 
-def _print(markdown: str, report) -> int:
+def _print(markdown: str, report, args: argparse.Namespace, results=None) -> int:
+    """The report, the files written and, with --update-card, the model cards updated."""
     console = make_console()
     say(markdown, console)
     wrote(*report.files, console=console)
+    if args.update_card and results is not None:
+        updated, notes = update_cards(results)
+        if updated:
+            say("updated the model card " + ", ".join(map(str, updated)), console)
+        for text in notes:
+            note(text, console)
     say(f"done in {report.seconds:.1f}s", console)
     return 0
 
@@ -60,20 +68,26 @@ def _mteb(args: argparse.Namespace) -> int:
         raise ImportError("`neobert eval mteb` needs the mteb package: pip install 'neobert[mteb]'") from err
     tasks = mteb_adapter.select_tasks(**given(args.select, args))
     report = mteb_adapter.run(tasks=tasks, **_settings(args))
-    return _print(mteb_adapter.table4_markdown(report), report)
+    results = mteb_adapter.card_results(report) if args.update_card else None
+    return _print(mteb_adapter.table4_markdown(report), report, args, results)
 
 
 def _embeddings(args: argparse.Namespace) -> int:
     quiet_transformers()
     tasks = files.select_tasks(args.tasks_dir, {family: getattr(args, family) for family in FAMILY_OPTIONS})
     report = files.run(tasks=tasks, **_settings(args))
-    return _print(files.to_markdown(report), report)
+    return _print(files.to_markdown(report), report, args, files.card_results(report) if args.update_card else None)
 
 
 def _pppl(args: argparse.Namespace) -> int:
     quiet_transformers()
-    report = pppl.run(**_settings(args))
-    return _print(pppl.markdown(report.bins), report)
+    settings = _settings(args)
+    report = pppl.run(**settings)
+    results = None
+    if args.update_card:
+        keys = ("rope_scaling", "context")
+        results = pppl.card_results(report, settings["models"], settings["input"], **{k: settings.get(k) for k in keys})
+    return _print(pppl.markdown(report.bins), report, args, results)
 
 
 def _command(commands, name: str, func, run, help: str, output: str, **metadata) -> argparse.ArgumentParser:
@@ -83,6 +97,8 @@ def _command(commands, name: str, func, run, help: str, output: str, **metadata)
     results = {"default": output, "help": "results directory"}
     metadata = {"models": MODELS, "output": results, "device": DEVICE, **metadata}
     options = add_signature_options(parser, run, skip=skip, metadata=metadata, rename=RENAME)
+    what = "add the results to each --model directory's README.md card (replacing that task's old entries)"
+    parser.add_argument("--update-card", action="store_true", help=what)
     parser.set_defaults(options=options)
     return parser
 

@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     "ablate",
     "doctor",
     "export",
+    "push",
 ]
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..cards import Result
 from ..data.readers import json_objects
 from ..encoders import Encoder, load_encoder
 from ..inference import encode
@@ -29,7 +30,7 @@ from ..io import write_text
 from ..tables import fmt, markdown_table
 from . import embeddings as E
 from .instructions import TaskInstruction, apply_instruction
-from .report import nan_mean, write_json
+from .report import FAMILY_TASK_TYPES, defined, nan_mean, write_json
 
 FAMILY_TITLES = {
     "classification": "Class.",
@@ -277,3 +278,17 @@ def write_report(report: EmbeddingReport, output: Path) -> list[Path]:
         write_json(output / "embedding_results.json", data),
         write_text(output / "embedding_results.md", to_markdown(report)),
     ]
+
+
+def card_results(report: EmbeddingReport) -> dict[str, list[Result]]:
+    """Each model's scores as model-card entries (every defined metric of every task, as in the JSON)."""
+    return {
+        model: [
+            Result(FAMILY_TASK_TYPES[s.family], s.task, s.task, s.task, metric, value, None,
+                   "neobert eval embeddings")
+            for s in scores
+            for metric, value in s.scores.items()
+            if defined(value)
+        ]
+        for model, scores in report.models.items()
+    }

@@ -23,12 +23,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..cards import Result
 from ..encoders import Encoder, load_encoder
 from ..inference import encode
 from ..io import write_text
 from ..tables import markdown_table
 from .instructions import TaskInstruction, apply_instruction, task_instruction
-from .report import nan_mean, write_json
+from .report import defined, nan_mean, write_json
 
 # Table 4's columns: MTEB task type -> header.
 TABLE4_COLUMNS = {
@@ -268,3 +269,12 @@ def write_report(report: MTEBReport, output: Path) -> list[Path]:
         write_json(output / "mteb_results.json", data),
         write_text(output / "mteb_results.md", table4_markdown(report)),
     ]
+
+
+def card_results(report: MTEBReport) -> dict[str, list[Result]]:
+    """Each model's MTEB main scores (x 100, as in the JSON) as model-card entries."""
+    return {
+        model: [Result(r.task_type, r.task, r.task, r.task, "main_score", r.main_score, None, "neobert eval mteb")
+                for r in rows if defined(r.main_score)]
+        for model, rows in report.models.items()
+    }

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from ..cards import Result
 from ..config import ModelConfig
 from ..data.readers import json_objects
 from ..encoders import Encoder, is_preset, load_encoder
@@ -331,3 +332,23 @@ def markdown(bins: Sequence[BinResult]) -> str:
         [m, *({b.high: b.pppl for b in bins if b.model == m}.get(e, math.nan) for e in edges)] for m in models
     ]
     return markdown_table(["model", *(f"<= {e}" for e in edges)], rows)
+
+
+def card_results(
+    report: PPPLReport, models: Sequence[str], input: str | os.PathLike,
+    rope_scaling: str | None = None, context: int | None = None,
+) -> dict[str, list[Result]]:  # fmt: skip
+    """Each model directory's pseudo-perplexity per length bin (as in pppl.csv) as model-card entries."""
+    name = Path(input).name
+    out: dict[str, list[Result]] = {}
+    for spec in models:
+        label = _label(spec, rope_scaling, context)
+        path, method, length = parse_model_spec(spec, context, rope_scaling)
+        how = f", {method} {length}" if method else ""
+        out.setdefault(path, []).extend(
+            Result("fill-mask", f"Pseudo-perplexity, {b.low}-{b.high} tokens{how}", name, name,
+                   "pseudo-perplexity", b.pppl, None, "neobert eval pppl", config=f"{b.low}-{b.high} tokens{how}")
+            for b in report.bins
+            if b.model == label and b.tokens
+        )
+    return out

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..cards import CARD, CardInfo, write_card
 from ..config import POOLINGS
 from ..encoders import EmbeddingSpec, embedding_spec, is_neobert, load_encoder
 from ..io import atomic_dir, write_json
@@ -75,12 +76,14 @@ class OnnxExportConfig:
     quantize: str | None = None  # also write model_int8.onnx (onnxruntime dynamic quantization)
     pooling: str | None = None  # sentence_embedding pooling, mean or cls (default: as the source declares)
     force: bool = False  # replace a non-empty output directory
+    license: str | None = None  # the license the model card names (none unless given), e.g. apache-2.0
 
 
 def run(config: OnnxExportConfig) -> ExportResult:
     return export_onnx(
-        config.model, config.output, config.quantize, force=config.force, pooling=config.pooling
-    )
+        config.model, config.output, config.quantize, force=config.force, pooling=config.pooling,
+        license=config.license,
+    )  # fmt: skip
 
 
 @dataclass
@@ -183,6 +186,7 @@ def export_onnx(
     force: bool = False,
     pooling: str | None = None,
     normalize: bool | None = None,
+    license: str | None = None,
 ) -> ExportResult:
     """Export ``model_dir`` to ``output`` (see the module doc); ``quantize="int8"`` adds model_int8.onnx.
 
@@ -226,6 +230,8 @@ def export_onnx(
     }
     with atomic_dir(output) as tmp, _quiet():
         files = _write_directory(tmp, graph, encoder, source, settings)
+        write_card(tmp, _card(source, settings, license, output.name))
+        files.append(CARD)
     notes = []
     if base and any("For" in a for a in model.config.architectures or []):
         notes.append(f"head {model.config.architectures[0]} not exported: the base encoder was")
@@ -238,6 +244,26 @@ def export_onnx(
     return ExportResult(
         output, source.task, source.model_type, settings["max_length"], settings["pooling"], files,
         settings["parity"], notes,
+    )  # fmt: skip
+
+
+def _card(source: Source, settings: dict, license: str | None, name: str) -> CardInfo:
+    """The card of the export: what it computes, from which directory, and the parity measured here."""
+    base = settings["task"] == "base"
+    pooling = settings["pooling"]
+    what = (f"`sentence_embedding` ({pooling['method']} pooling{', normalized' if pooling['normalize'] else ''}) "
+            "and `last_hidden_state`") if base else "the classifier's `logits`"  # fmt: skip
+    description = (f"An ONNX export (`neobert export onnx`) of the {source.model_type} model directory "
+                   f"`{source.path.name}`: one graph computing {what} from `input_ids` and `attention_mask`, with "
+                   "dynamic batch and length axes. Evaluation results of the model are on the source directory's "
+                   "card; this export was checked against it (below).")  # fmt: skip
+    run = [("files", ", ".join(settings["files"].values())), ("max length", f"{settings['max_length']:,}")]
+    run += [(f"parity with PyTorch: {key}", f"{value:.3g}") for key, value in settings["parity"].items()]
+    return CardInfo(
+        head="base" if base else "sequence-classification", library="onnx", description=description,
+        command="neobert export onnx", run=run, license=license, name=name,
+        limits=["`model_int8.onnx` (where present) is dynamically quantized: compare its vectors with fp32 on "
+                "your own texts before choosing it."],
     )  # fmt: skip
 
 

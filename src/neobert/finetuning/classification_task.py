@@ -80,6 +80,7 @@ class FitResult:
     stopped_early: bool
     checkpoint: Path
     seconds: float
+    precision: str = "fp32"  # the precision actually run (bf16 autocast or fp32)
 
 
 def is_better(new: float, old: float | None) -> bool:
@@ -347,4 +348,6 @@ def fit(
     model.eval()
     stopped = engine.state.stopped
     seconds = time.perf_counter() - start
-    return FitResult(keeper.best, keeper.history, engine.state.step, stopped, Path(checkpoint), seconds)
+    return FitResult(
+        keeper.best, keeper.history, engine.state.step, stopped, Path(checkpoint), seconds, engine.precision
+    )

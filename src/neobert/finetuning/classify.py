@@ -17,12 +17,14 @@ from typing import Any, ClassVar
 
 import torch
 
+from ..cards import CardInfo, DataSource, write_card
 from ..data.text_files import read_table, require_columns, text_column
 from ..encoders import check_vocab, max_positions, resolve_tokenizer
 from ..evaluation.metrics import MetricResult
 from ..io import atomic_file, write_json
 from ..tables import fmt
 from ..training.engine import is_main_process, wait_for_everyone
+from .card import FinetuneFacts, finetune_card, fit_run
 from .classification_task import EvalSpec, fit
 from .config import ClassifyConfig
 from .data import DataError, EncodedDataset, LabelMap, class_labels, regression_targets
@@ -141,6 +143,7 @@ def run_classify(config: ClassifyConfig | dict[str, Any]) -> ClassifyResult:
             output, val_texts, val_pairs, val_raw, fitted.best.predictions["validation"], label_map
         )
         _write_report(config, fitted, model, label_map, len(train), len(validation))
+        write_card(output / "model", _card(config, fitted, label_map, len(train), len(validation)))
     wait_for_everyone()
     best = fitted.best.results["validation"]
     return ClassifyResult(
@@ -153,6 +156,25 @@ def run_classify(config: ClassifyConfig | dict[str, Any]) -> ClassifyResult:
         fitted.steps,
         label_map.names if label_map else None,
     )
+
+
+def _card(config: ClassifyConfig, fitted, label_map, num_train: int, num_validation: int) -> CardInfo:
+    """The card of OUTPUT/model: the numbers are metrics.json's (the best evaluation's)."""
+    best = fitted.best.results["validation"]
+    name = Path(config.validation).name
+    task = f"text classification ({len(label_map.names)} classes)" if label_map else "text regression"
+    if config.text_pair_column:
+        task = task.replace("text ", "text-pair ")
+    facts = FinetuneFacts(
+        head="sequence-classification", command="neobert finetune classify", task=task, model=config.model,
+        settings=config.to_dict(), data=[DataSource.from_spec(config.train), DataSource.from_spec(config.validation)],
+        data_stats=[("training examples", num_train), ("validation examples", num_validation)],
+        run=fit_run(fitted, {}), results={(name, name, "validation"): best.values},
+        labels=label_map.names if label_map else None, license=config.license,
+        limits=[f"Inputs are truncated at {config.max_length} tokens (or the model's limit).",
+                "Selected on the validation file above: its scores are optimistic for unseen data."],
+    )  # fmt: skip
+    return finetune_card(facts)
 
 
 def _write_report(config, fitted, model, label_map, num_train: int, num_validation: int) -> Path:

@@ -109,6 +109,7 @@ class ModelSource:
     tensorboard: bool = True  # TensorBoard logs in OUTPUT
     show_progress: bool = True  # progress bars
     resume: bool = False  # continue an interrupted run from its last evaluation's checkpoint
+    license: str | None = None  # the license the model card names (none unless given), e.g. apache-2.0
 
     def __post_init__(self) -> None:
         check_precision(self.precision, FinetuneConfigError)
@@ -131,6 +132,7 @@ class GlueConfig(TrainSettings, ModelSource):
     transfer_from_mnli: bool = True  # with MNLI in the run, start RTE / MRPC / STS-B from its best checkpoint
     max_train_samples: int | None = None  # truncate each training set (quick runs)
     max_eval_samples: int | None = None  # truncate each validation set
+    update_card: bool = False  # add the GLUE dev scores to --model's README.md card (a local directory)
 
     def __post_init__(self) -> None:
         TrainSettings.__post_init__(self)

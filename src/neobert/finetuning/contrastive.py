@@ -31,12 +31,15 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from ..cards import CardInfo, DataSource, wall_time, write_card
 from ..config import PRECISIONS, check_precision, load_mapping
 from ..encoders import Encoder, embed_batch, load_encoder, tokenize
 from ..evaluation.instructions import TEMPLATE, apply_instruction
 from ..io import write_dir, write_json
+from ..tables import fmt
 from ..training.engine import Engine, EngineSettings, LossTerms, model_widths
 from ..training.schedule import make_scheduler
+from .card import FinetuneFacts, finetune_card
 from .config import FinetuneConfigError, config_from_dict
 from .contrastive_data import BatchSampler, ContrastiveDataset, Example, load_datasets
 
@@ -68,6 +71,7 @@ class ContrastiveConfig:
     precision: str = field(default="auto", metadata={"choices": PRECISIONS})
     activation_checkpointing: bool = False  # recompute each block's activations in the backward
     show_progress: bool = True  # progress bar
+    license: str | None = None  # the license the model card names (none unless given), e.g. apache-2.0
 
     def __post_init__(self) -> None:
         check_precision(self.precision, FinetuneConfigError)
@@ -263,12 +267,13 @@ def run(
         shutil.rmtree(output / "checkpoints", ignore_errors=True)  # finished: the resume state has served
         save_embedding_model(encoder, output)
         _write_log(output, config, datasets, losses, task.dataset_steps)
+        write_card(output, _card(config, datasets, losses, task.dataset_steps, engine, time.perf_counter() - start))
     engine.accelerator.wait_for_everyone()
     return ContrastiveResult(output, engine.state.step, losses, task.dataset_steps, time.perf_counter() - start)
 
 
 # settings that may change between a run and its resumption
-_RUN_CONTROLS = ("resume", "show_progress", "log_every", "save_every", "device")
+_RUN_CONTROLS = ("resume", "show_progress", "log_every", "save_every", "device", "license")
 
 
 def _engine_settings(config: ContrastiveConfig, widths: tuple[int, int]) -> EngineSettings:
@@ -288,6 +293,27 @@ def _engine_settings(config: ContrastiveConfig, widths: tuple[int, int]) -> Engi
         progress_bar=config.show_progress,
         description="contrastive",
     )
+
+
+def _card(config: ContrastiveConfig, datasets: list[ContrastiveDataset], losses: list[float],
+          dataset_steps: dict[str, int], engine: Engine, seconds: float) -> CardInfo:  # fmt: skip
+    """The card of the embedding model: its data sets, settings and run (no evaluation: see eval)."""
+    run = [("precision run", engine.precision), ("steps", f"{engine.state.step:,}"), ("wall time", wall_time(seconds)),
+           ("last logged training loss (InfoNCE)", fmt(losses[-1], digits=4) if losses else "n/a"),
+           *((f"steps drawn from {name}", f"{n:,}") for name, n in dataset_steps.items())]  # fmt: skip
+    data = []
+    for d in datasets:
+        source = DataSource.from_spec(d.source)
+        source.note = f"{d.name}: {len(d):,} examples" + (f"; {source.note}" if source.note else "")
+        data.append(source)
+    facts = FinetuneFacts(
+        head="sentence-embedding", command="neobert finetune contrastive", task="sentence embedding",
+        model=config.model, settings=asdict(config), data=data, data_stats=[], run=run, license=config.license,
+        limits=["Mean pooling, vectors not normalized: compare them with cosine similarity.",
+                "No evaluation ran with the training: `neobert eval embeddings|mteb --model DIR --update-card` "
+                "adds results to this card."],
+    )  # fmt: skip
+    return finetune_card(facts)
 
 
 def _window_losses(metrics: Path) -> list[float]:

@@ -8,6 +8,7 @@ RTE, MRPC and STS-B start from MNLI's best checkpoint (MNLI runs first). At the 
 
 from __future__ import annotations
 
+import math
 import shutil
 import time
 from pathlib import Path
@@ -16,14 +17,16 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from ..cards import CardInfo, DataSource, Result, update_card, wall_time, write_card
 from ..encoders import check_vocab, is_preset, max_positions, resolve_tokenizer
 from ..io import replace_dir
 from ..training.engine import is_main_process, wait_for_everyone
+from .card import FinetuneFacts, finetune_card
 from .classification_task import EvalSpec, fit, is_better
 from .config import GlueConfig, TrainSettings
 from .data import EncodedDataset
 from .glue_report import GlueResults, GlueTaskResult, table3_average, write_glue_report, write_sweep_report
-from .glue_tasks import MNLI_TRANSFER_TASKS, GlueTask, load_split, resolve_tasks
+from .glue_tasks import HUB_DATASET, MNLI_TRANSFER_TASKS, GlueTask, load_split, local_file, resolve_tasks
 from .models import load_classifier
 from .sweep import SweepRow, best_index, expand_grid, load_grid, run_label
 
@@ -48,6 +51,10 @@ def run_glue(config: GlueConfig | dict[str, Any]) -> GlueResults:
                 source = str(results["mnli"].checkpoint)
         results[task.name] = _run_task(config, task, source, points, tokenizer, output / task.name)
     report = write_glue_report(config, results, output) if is_main_process() else None
+    if config.update_card and is_main_process():
+        if not (Path(config.model) / "config.json").is_file():
+            raise ValueError(f"--update-card: {config.model} is not a local model directory, so it has no card")
+        update_card(config.model, [r for t in results.values() for r in _results(config, t.task, t.metrics)])
     wait_for_everyone()
     return report or GlueResults(
         config.model, results, table3_average(results), output / "results.md", output / "results.json"
@@ -109,12 +116,16 @@ def _run_task(
             resume=config.resume,
         )
         rows.append(SweepRow.from_fit(point, fitted, time.perf_counter() - start))
+        precision = fitted.precision
         if is_main_process():
             _keep_if_best(rows, candidate, task_dir / "best")
             write_sweep_report(task, rows, task_dir)  # after every run, so a long sweep shows progress
         wait_for_everyone()  # e.g. MNLI's best is in place before a transfer task loads it
         del model, fitted
     chosen = rows[best_index(rows)]
+    if is_main_process():
+        write_card(task_dir / "best", _card(config, task, source, chosen, rows, precision, train, splits))
+    wait_for_everyone()
     return GlueTaskResult(
         task,
         chosen.score,
@@ -126,6 +137,38 @@ def _run_task(
         source,
         rows,
     )
+
+
+def _card(config: GlueConfig, task: GlueTask, source: str, chosen: SweepRow, rows: list[SweepRow],
+          precision: str, train: EncodedDataset, splits: dict[str, EncodedDataset]) -> CardInfo:  # fmt: skip
+    """The card of OUTPUT/<task>/best: the sweep's chosen run, its numbers as in OUTPUT/<task>/sweep.json."""
+    hub = config.data_dir is None
+    splits_read = ("train", *task.validation_splits)
+    data = [DataSource(f"hf:{HUB_DATASET}:{task.name}", hub_id=HUB_DATASET)] if hub else [
+        DataSource.from_spec(local_file(task, Path(config.data_dir), split)) for split in splits_read]  # fmt: skip
+    kind = HUB_DATASET if hub else task.name
+    run = [("precision run", precision), ("runs in the sweep", len(rows)), ("chosen run's steps", f"{chosen.steps:,}"),
+           ("best evaluation (the saved model)", f"step {chosen.best_step:,}"), ("stopped early", chosen.stopped_early),
+           ("wall time of the chosen run", wall_time(chosen.seconds))]  # fmt: skip
+    settings = {**config.to_dict(), "chosen grid point": chosen.point or "(no grid)"}
+    facts = FinetuneFacts(
+        head="sequence-classification", command="neobert finetune glue", task=f"GLUE {task.title}", model=source,
+        settings=settings, data=data,
+        data_stats=[("training examples", len(train)), *((f"{s} examples", len(d)) for s, d in splits.items())],
+        run=run, results={(f"GLUE {task.title}", kind, split): m for split, m in chosen.metrics.items()},
+        labels=list(task.label_names) or None, license=config.license,
+        limits=["Scores are on GLUE's validation (dev) split, which also selected the run and the step."],
+    )  # fmt: skip
+    return finetune_card(facts)
+
+
+def _results(config: GlueConfig, task: GlueTask, metrics: dict[str, dict[str, float]]) -> list[Result]:
+    """A task's dev scores (split -> metric -> value, as results.json) as entries of the base model's card."""
+    kind = HUB_DATASET if config.data_dir is None else task.name
+    return [Result("text-classification", f"GLUE {task.title}", f"GLUE {task.title}", kind, metric, value, split,
+                   "neobert finetune glue", config=task.name)
+            for split, values in metrics.items() for metric, value in values.items()
+            if not math.isnan(value)]
 
 
 def _keep_if_best(rows: list[SweepRow], candidate: Path, best_dir: Path) -> None:

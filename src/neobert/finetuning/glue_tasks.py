@@ -93,7 +93,7 @@ def resolve_tasks(tasks: str | list[str]) -> list[GlueTask]:
     return sorted(resolved, key=lambda t: t.name != "mnli")
 
 
-def _local_file(task: GlueTask, data_dir: Path, split: str) -> Path:
+def local_file(task: GlueTask, data_dir: Path, split: str) -> Path:
     """``DATA_DIR/<task>/<split>.<ext>`` (task as "sst2" or "SST-2"), or ``DATA_DIR/<split>.<ext>``
     when DATA_DIR is the task's own folder. GLUE's "dev" is accepted for "validation"."""
     folders = [data_dir / task.name, data_dir / task.title, data_dir]
@@ -114,7 +114,7 @@ def load_split(
 ) -> tuple[list[str], list[str] | None, list]:
     """(texts, text pairs or None, labels: class ids or floats) of one split, from files or the hub."""
     if data_dir is not None:
-        path = _local_file(task, Path(data_dir), split)
+        path = local_file(task, Path(data_dir), split)
         frame = read_table(path)
     else:
         import datasets

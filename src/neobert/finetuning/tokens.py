@@ -19,11 +19,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..cards import DataSource, write_card
 from ..encoders import check_vocab, max_positions, resolve_tokenizer
 from ..evaluation.metrics import MetricResult
 from ..io import write_json, write_text
 from ..token_classification.entities import entity_scores, spans
 from ..training.engine import LossTerms, is_main_process, wait_for_everyone
+from .card import FinetuneFacts, finetune_card, fit_run
 from .classification_task import ClassificationTask, EvalSpec, fit
 from .classify import ClassifyResult
 from .config import FinetuneConfigError, TokensConfig
@@ -192,6 +194,19 @@ def run_tokens(config: TokensConfig | dict[str, Any]) -> TokensResult:
             "history": [e.to_dict() for e in fitted.history],
         }
         write_json(metrics_file, report)
+        name = Path(config.validation).name
+        facts = FinetuneFacts(
+            head="token-classification", command="neobert finetune tokens",
+            task=f"token classification ({len(labels)} tags)", model=config.model, settings=config.to_dict(),
+            data=[DataSource.from_spec(config.train), DataSource.from_spec(config.validation)],
+            data_stats=[("training sentences", len(train)), ("validation sentences", len(validation))],
+            run=fit_run(fitted, {}), results={(name, name, "validation"): report["metrics"]}, labels=labels,
+            license=config.license,
+            limits=["Entity-level precision, recall and F1 (seqeval's definition) on the validation file, "
+                    "which also selected the saved step.",
+                    f"Sentences longer than {max_length} tokens are truncated (their tail is not tagged)."],
+        )  # fmt: skip
+        write_card(output / "model", finetune_card(facts))
     wait_for_everyone()
     return TokensResult(best.values, best.notes, output / "model", metrics_file, predictions_file,
                         fitted.best.step, fitted.steps, labels)  # fmt: skip

@@ -27,6 +27,7 @@ from sentence_transformers.sentence_transformer.modules import Normalize, Poolin
 
 import neobert  # registers model_type "neobert" with transformers' Auto classes
 
+from ..cards import CardInfo, hub_model_id, write_card
 from ..config import POOLINGS
 from ..data import load_tokenizer
 from ..encoders import load_model, save_pretrained
@@ -74,6 +75,17 @@ def save_sentence_transformer(
         if normalize:
             modules.append(Normalize())
         SentenceTransformer(modules=modules, device="cpu").save(str(output_dir))
+    source = "an in-memory model" if isinstance(model_dir_or_model, torch.nn.Module) else f"`{Path(model_dir_or_model).name}`"
+    description = (f"A sentence-transformers model: the NeoBERT encoder of {source} followed by {pooling} pooling"
+                   f"{' and L2 normalization' if normalize else ''}, written by "
+                   "`neobert.integrations.sentence_transformers.save_sentence_transformer`. Its vectors equal "
+                   "`neobert.inference.encode`'s with the same pooling.")  # fmt: skip
+    base = None if isinstance(model_dir_or_model, torch.nn.Module) else hub_model_id(str(model_dir_or_model))
+    write_card(output_dir, CardInfo(  # replaces sentence-transformers' generic README
+        head="sentence-embedding", library="sentence-transformers", description=description,
+        command="save_sentence_transformer", base_model=base,
+        limits=[f"Texts longer than {model.config.max_length:,} tokens are truncated."],
+    ))  # fmt: skip
     return output_dir
 
 

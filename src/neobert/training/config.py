@@ -91,6 +91,11 @@ class PretrainConfig:
     save_every: int = 1000  # steps between resumable checkpoints
     keep_last: int = 3  # checkpoints kept
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])  # loggers besides metrics.jsonl
+    # steps between exported checkpoints OUTPUT/exports/step-N, each a model directory with its card
+    # (published as Hub revision step-N with push_to); None: only the final model
+    push_every: int | None = None
+    push_to: str | None = None  # Hub repository (OWNER/NAME): the final model on main, checkpoints as step-N
+    license: str | None = None  # the license the model cards name (none unless given), e.g. apache-2.0
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
@@ -118,6 +123,10 @@ class PretrainConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.push_every is not None and self.push_every <= 0:
+            raise ConfigError(f"push_every must be positive (or unset), got {self.push_every}")
+        if self.push_to is not None and self.push_to.count("/") != 1:
+            raise ConfigError(f"push_to must be a Hub repository OWNER/NAME, got {self.push_to!r}")
         self.model_config()  # validates preset and overrides now, not at step 0
 
     def model_config(self) -> ModelConfig:

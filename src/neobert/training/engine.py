@@ -216,6 +216,11 @@ class Engine:
         return self.accelerator.process_index
 
     @property
+    def precision(self) -> str:
+        """The precision this run actually trains in: bf16 (autocast) or fp32."""
+        return "bf16" if self.accelerator.mixed_precision == "bf16" else "fp32"
+
+    @property
     def is_main(self) -> bool:
         return self.accelerator.is_main_process
 

@@ -14,6 +14,7 @@ the loss:
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,9 +23,12 @@ from typing import Any
 
 import torch
 
+from ..cards import write_card
 from ..encoders import write_model_files
+from ..hub import BackgroundPusher, PushReport
 from ..tables import fmt, markdown_table
 from .batching import collate_packed, micro_batches_for
+from .card import RunFacts, pretrain_card
 from .config import PretrainConfig
 from .data_setup import TrainingData, open_training_data
 from .engine import Engine, EngineSettings, LossTerms, NonFiniteLossError
@@ -53,6 +57,9 @@ class PretrainResult:
     seconds: float
     loss_curve: Path | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
+    precision: str = "fp32"  # the precision actually run
+    exports: list[Path] = field(default_factory=list)  # checkpoints exported on the way (push_every)
+    push: PushReport | None = None  # what reached the Hub (push_to), and what failed
 
     @property
     def summary(self) -> str:
@@ -69,6 +76,12 @@ class PretrainResult:
             ("final model", str(self.final_model)),
             ("loss curve", str(self.loss_curve)),
         ]
+        if self.exports:
+            rows.append(("exported checkpoints", f"{len(self.exports)} under {self.exports[0].parent}"))
+        if self.push is not None:
+            pushed = ", ".join(p.revision for p in self.push.pushed) or "none"
+            rows.append(("pushed revisions", pushed))
+            rows += [(f"push failed: {rev}", why) for rev, why in self.push.failed.items()]
         return "pretraining result\n\n" + markdown_table(["metric", "value"], rows)
 
 
@@ -177,10 +190,64 @@ def pretrain(
     )
     task = MLMTask(config, data, engine, stream)
     fingerprint = {key: config.to_dict()[key] for key in RESUME_KEYS}
-    last = engine.run(task, resume=resume, fingerprint=fingerprint, on_step_end=on_step_end)
-    if "val/loss" not in last:  # nothing left to train (a finished run resumed): evaluate for the result
-        last.update(evaluate(engine.model, engine.accelerator, data, config))
-    return _finish(engine, data, config, last, started)
+    # uploads run on a thread of the main process: training never waits for the network
+    pusher = BackgroundPusher(config.push_to, report=engine.print) if config.push_to and engine.is_main else None
+    exports: list[Path] = []
+
+    def step_end(step: int, metrics: dict[str, float]) -> None:
+        if config.push_every and step % config.push_every == 0 and step < config.max_steps:
+            path = _export(engine, data, config, _facts(engine, config, data, metrics, started, False), "exports")
+            if path is not None:
+                exports.append(path)
+                if pusher is not None:
+                    pusher.submit(path, path.name)
+        if on_step_end is not None:
+            on_step_end(step, metrics)
+
+    try:
+        last = engine.run(task, resume=resume, fingerprint=fingerprint, on_step_end=step_end)
+        if "val/loss" not in last:  # nothing left to train (a finished run resumed): evaluate for the result
+            last.update(evaluate(engine.model, engine.accelerator, data, config))
+        result = _finish(engine, data, config, last, started)
+    except BaseException:
+        if pusher is not None:
+            pusher.close(timeout=0)  # the run failed: leave pending uploads, report nothing more
+        raise
+    result.exports = exports
+    if pusher is not None:
+        if result.final_model is not None:
+            pusher.submit(result.final_model, None)  # the final model on main
+        result.push = pusher.close()
+    return result
+
+
+def _facts(engine: Engine, config: PretrainConfig, data: TrainingData, metrics: dict[str, float],
+           started: float, final: bool) -> RunFacts:  # fmt: skip
+    """The run's facts now; losses only where they were measured at this very step."""
+    step = engine.state.step
+    measured = dict(metrics) if final else {}
+    if not final:
+        if step % config.eval_every == 0:
+            measured.update({k: v for k, v in metrics.items() if k.startswith("val/")})
+        if step % config.log_every == 0 and "train/loss" in metrics:
+            measured["train/loss"] = metrics["train/loss"]
+    return RunFacts(step, engine.state.tokens, time.perf_counter() - started, engine.precision, engine.world,
+                    measured, data.unigram_entropy, final)  # fmt: skip
+
+
+def _export(engine: Engine, data: TrainingData, config: PretrainConfig, facts: RunFacts, where: str,
+            curve: Path | None = None) -> Path | None:  # fmt: skip
+    """Export the model with its card: OUTPUT/final, or OUTPUT/exports/step-N on the way."""
+    output = Path(config.output)
+    target = output / "final" if facts.final else output / where / f"step-{facts.step}"
+
+    def build(model: torch.nn.Module, state_dict: dict, tmp: Path) -> None:
+        write_model_files(model, data.tokenizer, tmp, state_dict)  # + vocab.txt, no auto_map
+        if curve is not None:
+            shutil.copyfile(curve, tmp / curve.name)
+        write_card(tmp, pretrain_card(config, facts, model, curve.name if curve is not None else None))
+
+    return engine.export(build, target)
 
 
 def _my_micro_batches(rows, step: int, config: PretrainConfig, data: TrainingData, rank: int, world: int):
@@ -261,16 +328,13 @@ def _finish(
     engine: Engine, data: TrainingData, config: PretrainConfig, last: dict[str, float], started: float
 ) -> PretrainResult:
     output = Path(config.output)
-
-    def build(model: torch.nn.Module, state_dict: dict, tmp: Path) -> None:
-        write_model_files(model, data.tokenizer, tmp, state_dict)  # + vocab.txt, no auto_map
-
-    final_dir = engine.export(build, output / "final")
     curve = None
-    if engine.is_main:
+    if engine.is_main:  # the curve first: the final directory carries it beside its card
         curve = plot_loss_curve(
             output / "metrics.jsonl", output / "loss_curve.png", baseline=data.unigram_entropy
         )
+    facts = _facts(engine, config, data, last, started, final=True)
+    final_dir = _export(engine, data, config, facts, "final", curve)
     engine.accelerator.wait_for_everyone()
     return PretrainResult(
         output=output,
@@ -284,4 +348,5 @@ def _finish(
         seconds=time.perf_counter() - started,
         loss_curve=curve,
         history=read_metrics(output / "metrics.jsonl") if engine.is_main else [],
+        precision=engine.precision,
     )

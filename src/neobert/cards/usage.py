@@ -1,0 +1,103 @@
+"""The card's "How to load it": a snippet that runs against the directory itself, and the other ways."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from transformers import AutoTokenizer
+
+from .facts import CardInfo, directory_config
+
+# the Auto class of each head, for the transformers snippet
+AUTO_CLASSES = {
+    "mlm": "AutoModelForMaskedLM",
+    "base": "AutoModel",
+    "sequence-classification": "AutoModelForSequenceClassification",
+    "token-classification": "AutoModelForTokenClassification",
+}
+EXAMPLE_TEXTS = ("NeoBERT is a next-generation encoder.", "A second, longer example sentence for the batch.")
+
+
+def _example_tokens(directory: Path, texts: tuple[str, ...]) -> int | None:
+    """Tokens of the longest of ``texts`` under the directory's tokenizer (the snippet pads to it)."""
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    except Exception:  # no tokenizer files: the snippet's shape is given symbolically
+        return None
+    return max(len(ids) for ids in tokenizer(list(texts))["input_ids"])
+
+
+def _mask_text(directory: Path) -> str:
+    special = directory / "special_tokens_map.json"
+    mask = "[MASK]"
+    if special.is_file():
+        value = json.loads(special.read_text(encoding="utf-8")).get("mask_token", mask)
+        mask = value.get("content", mask) if isinstance(value, dict) else value
+    return f"Paris is the {mask} of France."
+
+
+def usage(directory: Path, info: CardInfo) -> tuple[str, str]:
+    """The card's first Python snippet (run against the directory itself: ``path = "."``) and the line it
+    prints: the output's shape, computed here from the directory's config and tokenizer."""
+    config = directory_config(directory)
+    labels = len(config.get("id2label") or {}) or None
+    hidden = config.get("hidden_size")
+    if info.library == "sentence-transformers":
+        code = ("import neobert  # registers NeoBERT with transformers (pip install neobert)\n"
+                "from sentence_transformers import SentenceTransformer\n\n"
+                'model = SentenceTransformer(".")  # this directory, or its Hub repo id\n'
+                f"vectors = model.encode({list(EXAMPLE_TEXTS)!r})\n"
+                "print(tuple(vectors.shape))")  # fmt: skip
+        return code, f"({len(EXAMPLE_TEXTS)}, {hidden})"
+    if info.library == "onnx":
+        call = "classify" if info.head == "sequence-classification" else "encode"
+        width = labels if call == "classify" else hidden
+        code = ("from neobert.export.runtime import OnnxEncoder  # onnxruntime + tokenizers, no torch (pip install 'neobert[onnx]')\n\n"
+                'encoder = OnnxEncoder(".")  # this directory\n'
+                f"outputs = encoder.{call}({list(EXAMPLE_TEXTS)!r})\n"
+                "print(tuple(outputs.shape))")  # fmt: skip
+        return code, f"({len(EXAMPLE_TEXTS)}, {width})"
+    auto = AUTO_CLASSES[info.head if info.head in AUTO_CLASSES else "base"]
+    texts = (_mask_text(directory),) if info.head == "mlm" else EXAMPLE_TEXTS
+    length = _example_tokens(directory, texts) or "L"
+    output = {"mlm": ("logits", config.get("vocab_size")), "sequence-classification": ("logits", labels),
+              "token-classification": ("logits", labels)}.get(info.head, ("last_hidden_state", hidden))  # fmt: skip
+    shape = (len(texts), labels) if info.head == "sequence-classification" else (len(texts), length, output[1])
+    code = ("import neobert  # registers NeoBERT with transformers' Auto classes (pip install neobert); no remote code\n"
+            "import torch\n"
+            f"from transformers import {auto}, AutoTokenizer\n\n"
+            'path = "."  # this directory, or its Hub repo id (and revision=... for a checkpoint)\n'
+            "tokenizer = AutoTokenizer.from_pretrained(path)\n"
+            f"model = {auto}.from_pretrained(path).eval()\n"
+            f"batch = tokenizer({list(texts)!r}, padding=True, return_tensors=\"pt\")\n"
+            "with torch.no_grad():\n"
+            f"    output = model(**batch).{output[0]}\n"
+            "print(tuple(output.shape))")  # fmt: skip
+    return code, "(" + ", ".join(str(n) for n in shape) + ")"
+
+
+def other_ways(info: CardInfo) -> str:
+    """How else to load it: the other two of transformers, sentence-transformers and ONNX Runtime."""
+    st = ("```python\nimport neobert\nfrom neobert.integrations.sentence_transformers import save_sentence_transformer\n"
+          "from sentence_transformers import SentenceTransformer\n\n"
+          'save_sentence_transformer(".", None, "st-model")  # mean pooling over this encoder\n'
+          'model = SentenceTransformer("st-model")\n```\n')  # fmt: skip
+    onnx = ("```bash\nneobert export onnx --model . --output onnx-model  # checked against PyTorch at export\n```\n\n"
+            '```python\nfrom neobert.export.runtime import OnnxEncoder\nencoder = OnnxEncoder("onnx-model")\n```\n')  # fmt: skip
+    if info.library == "onnx":
+        return ("This directory holds `model.onnx` (and `model_int8.onnx` where quantized), the tokenizer and "
+                "`onnx_config.json`; any ONNX Runtime program can run it with the inputs `input_ids` and "
+                "`attention_mask`. The PyTorch model it was exported from loads with transformers' Auto "
+                "classes after `import neobert`.\n")  # fmt: skip
+    if info.library == "sentence-transformers":
+        return ("The root of this directory is also a transformers model (`AutoModel.from_pretrained(\".\")` after "
+                "`import neobert`; pool `last_hidden_state` over the attention mask as `modules.json`'s Pooling says to "
+                "get the same vectors).\n\nONNX Runtime:\n\n" + onnx)  # fmt: skip
+    if info.head in ("mlm", "base"):
+        return "sentence-transformers (embeddings):\n\n" + st + "\nONNX Runtime:\n\n" + onnx
+    if info.head == "token-classification":
+        return "ONNX Runtime: `neobert export onnx` exports the encoder of this directory, not its tagging head.\n"
+    return "ONNX Runtime (the classifier's logits):\n\n" + onnx
+
+

@@ -1,0 +1,72 @@
+"""The model card of a fine-tuned directory (``finetune glue|classify|tokens|contrastive``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..cards import PIPELINES, CardInfo, DataSource, Result, hub_model_id, wall_time
+from ..encoders import is_preset
+
+
+@dataclass
+class FinetuneFacts:
+    """What a fine-tuning run did and measured, as it wrote into its own result files."""
+
+    head: str  # sequence-classification | token-classification | sentence-embedding
+    command: str  # e.g. "neobert finetune classify"
+    task: str  # what it learnt, for a person: "text classification (2 classes)"
+    model: str  # the source it started from: a directory, a preset or a hub id
+    settings: dict[str, Any]  # the run's whole config
+    data: list[DataSource]
+    data_stats: list[tuple[str, Any]]
+    run: list[tuple[str, Any]]  # precision, steps, best step, wall time ...
+    # (data set name, data set type, split) -> metric -> value, the numbers of the result files
+    results: dict[tuple[str, str, str], dict[str, float]] = field(default_factory=dict)
+    labels: list[str] | None = None
+    license: str | None = None
+    limits: list[str] = field(default_factory=list)
+
+
+def started_from(model: str) -> str:
+    if is_preset(model):
+        return f"the `{model}` preset with random weights (trained here from scratch)"
+    if hub_model_id(model):
+        return f"[{model}](https://huggingface.co/{model})"
+    return f"the local model directory `{Path(model).name}`"
+
+
+def finetune_card(facts: FinetuneFacts) -> CardInfo:
+    """The card of a fine-tuned model: its base model, data, settings, run and results."""
+    description = (f"{facts.task.capitalize()} model fine-tuned from {started_from(facts.model)} with "
+                   f"`{facts.command}`.")  # fmt: skip
+    results, undefined = [], []
+    for (name, kind, split), metrics in facts.results.items():
+        for metric, value in metrics.items():
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                undefined.append(f"{metric} on {name} ({split})")
+                continue
+            results.append(Result(PIPELINES[facts.head], facts.task, name, kind, metric, value, split, facts.command))
+    limits = list(facts.limits)
+    if undefined:
+        limits.append("Undefined on the validation data (so not reported): " + ", ".join(undefined) + ".")
+    sections = []
+    if facts.labels:
+        sections.append(("Labels", ", ".join(f"`{label}`" for label in facts.labels) + "\n"))
+    return CardInfo(
+        head=facts.head, description=description, command=facts.command,
+        library="sentence-transformers" if facts.head == "sentence-embedding" else "transformers",
+        base_model=hub_model_id(facts.model), data=facts.data, data_stats=facts.data_stats,
+        settings=facts.settings, run=facts.run, results=results, license=facts.license, limits=limits,
+        sections=sections, tags=[facts.command.split()[-1]],
+    )  # fmt: skip
+
+
+def fit_run(fitted: Any, examples: dict[str, int]) -> list[tuple[str, Any]]:
+    """The run rows of a :class:`~neobert.finetuning.classification_task.FitResult`."""
+    rows = [("precision run", fitted.precision), ("steps", f"{fitted.steps:,}"),
+            ("best evaluation (the saved model)", f"step {fitted.best.step:,}"),
+            ("stopped early", fitted.stopped_early), ("wall time", wall_time(fitted.seconds))]  # fmt: skip
+    return rows + [(f"{split} examples", f"{n:,}") for split, n in examples.items()]

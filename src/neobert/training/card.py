@@ -1,0 +1,93 @@
+"""The model card of a pretraining export (the final model and every checkpoint exported on the way)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..cards import CardInfo, DataSource, Result, wall_time
+from ..data.shards import MANIFEST, read_manifest
+from ..tables import fmt
+from .config import PretrainConfig
+
+
+@dataclass
+class RunFacts:
+    """What the run had done when the directory was written."""
+
+    step: int
+    tokens_seen: int
+    seconds: float
+    precision: str  # the precision actually run: bf16 | fp32
+    processes: int
+    metrics: dict[str, float]  # val/loss, val/accuracy, train/loss measured at ``step`` (absent: not measured)
+    unigram_entropy: float | None
+    final: bool
+
+
+def prepared_dirs(config: PretrainConfig) -> list[Path]:
+    """The prepared data directories the run read: those given, and OUTPUT/data for raw files."""
+    paths = [Path(p) for p in config.data.paths]
+    dirs = [p for p in paths if (p / MANIFEST).is_file()]
+    if len(dirs) < len(paths) and (Path(config.output) / "data" / MANIFEST).is_file():
+        dirs.append(Path(config.output) / "data")
+    return dirs
+
+
+def data_facts(config: PretrainConfig) -> tuple[list[DataSource], list[tuple[str, Any]]]:
+    """The sources the prepared data came from (as their manifests name them) and its sizes."""
+    sources: list[DataSource] = []
+    stats = {"train documents": 0, "train tokens": 0, "validation documents": 0, "validation tokens": 0}
+    for directory in prepared_dirs(config):
+        manifest = read_manifest(directory)
+        sources += [DataSource.from_spec(spec) for spec in manifest["config"]["inputs"]]
+        totals = manifest.get("totals", {})
+        for split in ("train", "validation"):
+            stats[f"{split} documents"] += totals.get(split, {}).get("documents", 0)
+            stats[f"{split} tokens"] += totals.get(split, {}).get("tokens", 0)
+    return sources, list(stats.items()) if sources else []
+
+
+def pretrain_card(
+    config: PretrainConfig, facts: RunFacts, model: Any, loss_curve: str | None = None
+) -> CardInfo:
+    """The card of a model exported by :func:`neobert.training.mlm_task.pretrain` at ``facts.step``."""
+    c = model.config
+    sources, stats = data_facts(config)
+    start = f"continued from `{config.init_from}`" if config.init_from else "from scratch"
+    what = "the final model" if facts.final else f"the checkpoint at step {facts.step:,} (of up to {config.max_steps:,})"
+    description = (
+        f"A NeoBERT masked language model ({c.num_hidden_layers} layers x {c.hidden_size} hidden, preset "
+        f"`{config.preset}`) pretrained {start} with `neobert pretrain`: {what} of a run that had trained "
+        f"{facts.step:,} steps on {facts.tokens_seen:,} tokens when this directory was written."
+    )
+    run = [
+        ("precision run", facts.precision),
+        ("processes", facts.processes),
+        ("steps", f"{facts.step:,}"),
+        ("tokens seen", f"{facts.tokens_seen:,}"),
+        ("wall time", wall_time(facts.seconds)),
+        ("last training loss (logged at this step)", fmt(facts.metrics.get("train/loss"), digits=4)),
+        ("unigram baseline (entropy of the token frequencies)", fmt(facts.unigram_entropy, digits=4)),
+    ]
+    if facts.final and facts.step < config.max_steps:
+        run.append(("stopped", f"at step {facts.step:,} of {config.max_steps:,} (time limit or early stop)"))
+    data_name = ", ".join(s.hub_id or s.name for s in sources) or "training data"
+    results = [
+        Result("fill-mask", "Masked language modelling", f"held-out documents of {data_name}", data_name,
+               metric, facts.metrics[key], "validation", "neobert pretrain")
+        for key, metric in (("val/loss", "loss"), ("val/accuracy", "accuracy"))
+        if key in facts.metrics
+    ]
+    limits = [
+        "Pretrained with masked language modelling only: fine-tune it (`neobert finetune ...`) before using "
+        "it to classify, tag or embed.",
+        f"Inputs longer than {c.max_length:,} tokens must be truncated or chunked.",
+    ]
+    return CardInfo(
+        head="mlm", description=description, command="neobert pretrain", data=sources, data_stats=stats,
+        settings=config.to_dict(), run=run, results=results, loss_curve=loss_curve, license=config.license,
+        limits=limits, tags=["pretraining", "masked-lm"],
+        name=Path(config.output).name + ("" if facts.final else f" (step {facts.step})"),
+    )  # fmt: skip
