@@ -27,8 +27,8 @@ import torch
 from .config import check_precision
 
 # The libraries whose versions a report names (`neobert doctor`, job manifests)
-PACKAGES = ("neobert", "transformers", "tokenizers", "accelerate", "sentence-transformers", "flash-attn",
-            "onnxruntime", "pyarrow", "ray")  # fmt: skip
+PACKAGES = ("neobert", "transformers", "huggingface_hub", "tokenizers", "accelerate", "sentence-transformers",
+            "flash-attn", "onnxruntime", "pyarrow", "ray")  # fmt: skip
 # The CPU flags that decide which paths are fast or available here.
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 AUTO_PRECISION_ENV = "NEOBERT_AUTO_PRECISION"

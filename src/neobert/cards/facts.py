@@ -9,7 +9,6 @@ import os
 import platform
 import re
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from huggingface_hub import EvalResult
 
 from ..encoders import is_preset
 from ..hardware import cpu_info
+from ..hardware import versions as hardware_versions
 
 CARD = "README.md"
 # what a head is for, in the Hub's pipeline vocabulary
@@ -149,13 +149,8 @@ def machine() -> str:
 
 def versions() -> list[tuple[str, str]]:
     """Python and the installed versions of the libraries a model directory depends on."""
-    found = [("python", platform.python_version())]
-    for name in VERSIONED:
-        try:
-            found.append((name, metadata.version(name)))
-        except metadata.PackageNotFoundError:
-            continue
-    return found
+    found = hardware_versions()
+    return [(name, found[name]) for name in ("python", *VERSIONED) if found.get(name)]
 
 
 def hub_model_id(source: str) -> str | None:
