@@ -164,17 +164,33 @@ def apply_precision(model: torch.nn.Module, precision: str = "auto") -> torch.nn
     :func:`neobert.hardware.resolve_precision`). NeoBERT models (any head) also go on the fast path
     (unpadded attention, fused epilogues); other encoders are cast, their code unchanged."""
     check_precision(precision, ValueError)
-    config = model.config
     device = next(model.parameters()).device
-    hidden = getattr(config, "hidden_size", None) or getattr(config, "dim", 0)  # DistilBERT: dim
-    intermediate = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", 4 * hidden)
-    precision = resolve_precision(precision, hidden, intermediate, device)
+    precision = resolve_precision(precision, *matmul_shape(model.config), device)
     dtype = torch.bfloat16 if precision == "bf16" else None
     if is_neobert(model):
         fast_inference(model, dtype)
     else:
         model.to(dtype or torch.float32)
     return model
+
+
+def matmul_shape(config: Any) -> tuple[int, int]:
+    """(hidden, intermediate) widths of a transformers config: the shapes precision ``auto`` times."""
+    hidden = getattr(config, "hidden_size", None) or getattr(config, "dim", 0)  # DistilBERT: dim
+    return hidden, getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", 4 * hidden)
+
+
+def resolve_model_precision(source: str | os.PathLike, precision: str, device: str = "cpu") -> str:
+    """The precision :func:`apply_precision` would run model ``source`` in on ``device``, from its config alone
+    (no weights loaded): a job decides it once for all its workers."""
+    if check_precision(precision, ValueError) != "auto":
+        return precision
+    path = model_dir(source)
+    if path is None and is_preset(source):
+        config = NeoBERTConfig.from_model_config(ModelConfig.from_name(str(source)))
+    else:
+        config = AutoConfig.from_pretrained(path or str(source))
+    return resolve_precision(precision, *matmul_shape(config), device)
 
 
 # --- how a directory says its embeddings are made ---------------------------------------------------------

@@ -35,14 +35,21 @@ import torch
 
 from ..data.pieces import FilePlan, Piece, file_pieces, merged_stats, plan_file, read_piece
 from ..data.readers import DataError, expand_inputs
-from ..encoders import apply_precision, is_preset, load_model, model_dir, resolve_tokenizer
+from ..encoders import (
+    apply_precision,
+    is_preset,
+    load_model,
+    model_dir,
+    resolve_model_precision,
+    resolve_tokenizer,
+)
 from ..hardware import versions
 from ..io import atomic_file, clean_temporaries, write_json
 from ..long_documents import LongDocuments, model_window
 from ..long_documents import embed as embed_long
 from ..predict import EmbedConfig, EmbedResult, embed_file
 from ..tables import markdown_table
-from .engine import count_tokens, engine_settings, map_items, progress, run_pieces, session
+from .engine import EngineSettings, count_tokens, engine_settings, map_items, progress, run_pieces, session
 
 FORMAT = "neobert-embeddings"
 VERSION = 1
@@ -184,7 +191,7 @@ def embed_corpus(config: EmbedConfig) -> CorpusResult:
         done = {p.name: r for p in pieces if (r := finished_shard(out, p, manifest["digest"])) is not None}
         todo = [p for p in pieces if p.name not in done]
         ran = sorted({r["precision"] for r in done.values()})
-        precision = ran[0] if ran else c.precision  # a resumed job keeps the precision it ran in
+        precision = ran[0] if ran else _precision(c, settings)  # a resumed job keeps the precision it ran in
         records = dict(done)
         total = sum(p.records for p in pieces)
         bar = progress(total, "text", "embedding", c.show_progress)
@@ -223,6 +230,15 @@ def embed_corpus(config: EmbedConfig) -> CorpusResult:
     return result
 
 
+def _precision(c: EmbedConfig, settings: EngineSettings) -> str:
+    """One precision for every worker, decided here: ``auto`` measured on this machine for CPU workers (a
+    cluster of another CPU kind pins ``--precision``), bf16 for GPU workers when no GPU is here to measure."""
+    gpu = settings.gpus_per_worker > 0 or (settings.engine == "local" and torch.cuda.is_available())
+    if gpu and not torch.cuda.is_available():
+        return "bf16" if c.precision == "auto" else c.precision
+    return resolve_model_precision(c.model, c.precision, "cuda" if gpu else "cpu")
+
+
 def _totals(shards: list[dict], skipped: int) -> dict:
     return {
         "texts": sum(s["rows"] for s in shards),
@@ -243,9 +259,6 @@ def _notes(result: CorpusResult, stats: Any) -> list[str]:
     if result.truncated:
         notes.append(f"{result.truncated:,} text(s) longer than the window were truncated (--long-documents chunk or "
                      "extend keeps all of them)")  # fmt: skip
-    if len(result.precision) > 1:
-        notes.append(f"workers ran in different precisions ({', '.join(result.precision)}): pin --precision on a "
-                     "cluster of mixed machines")  # fmt: skip
     return notes
 
 
