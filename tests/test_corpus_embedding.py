@@ -187,3 +187,19 @@ def test_the_command_writes_shards_and_keeps_the_npy_output(model_dir, corpus, t
     assert np.load(tmp_path / "v.npy").shape == (2, 64)
     with pytest.raises(ValueError, match=r"a \.npy output holds one text file"):
         embed(config(model_dir, [lines, lines], tmp_path / "w.npy"))
+
+
+@pytest.mark.parametrize("measured", ["bf16", "fp32"])
+def test_auto_precision_is_decided_once_for_the_whole_job(model_dir, corpus, tmp_path, monkeypatch, measured):
+    from neobert import hardware
+
+    root, _ = corpus
+    monkeypatch.setenv(hardware.AUTO_PRECISION_ENV, measured)  # the measured answer, forced either way
+    hardware.choose_precision.cache_clear()
+    try:
+        result = embed(config(model_dir, [root], tmp_path / "out", id_column="doc", precision="auto"))
+    finally:
+        hardware.choose_precision.cache_clear()
+    manifest = json.loads((tmp_path / "out" / MANIFEST).read_text())
+    assert result.precision == manifest["totals"]["precision"] == [measured]
+    assert {s["precision"] for s in manifest["shards"]} == {measured}
