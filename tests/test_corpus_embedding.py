@@ -203,3 +203,9 @@ def test_auto_precision_is_decided_once_for_the_whole_job(model_dir, corpus, tmp
     manifest = json.loads((tmp_path / "out" / MANIFEST).read_text())
     assert result.precision == manifest["totals"]["precision"] == [measured]
     assert {s["precision"] for s in manifest["shards"]} == {measured}
+
+
+def test_an_output_url_is_refused(model_dir, corpus):
+    root, _ = corpus
+    with pytest.raises(DataError, match="not to a URL"):
+        embed(config(model_dir, [root], "s3://bucket/vectors"))

@@ -49,7 +49,16 @@ from ..long_documents import LongDocuments, model_window
 from ..long_documents import embed as embed_long
 from ..predict import EmbedConfig, EmbedResult, embed_file
 from ..tables import markdown_table
-from .engine import EngineSettings, count_tokens, engine_settings, map_items, progress, run_pieces, session
+from .engine import (
+    EngineSettings,
+    count_tokens,
+    engine_settings,
+    map_items,
+    progress,
+    run_pieces,
+    session,
+    shared_output,
+)
 
 FORMAT = "neobert-embeddings"
 VERSION = 1
@@ -180,7 +189,7 @@ def embed_corpus(config: EmbedConfig) -> CorpusResult:
     """Embed every text of ``config.input`` into parquet shards plus ``_manifest.json`` under ``config.output``,
     skipping the shards an earlier run with the same settings finished."""
     c, settings = config, engine_settings(config)
-    out = Path(c.output)
+    out = shared_output(c.output)
     start = time.perf_counter()
     with session(settings):
         files = expand_inputs(c.input)

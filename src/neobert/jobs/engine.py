@@ -19,9 +19,12 @@ import pickle
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
+
+from ..data.readers import DataError, is_url
 
 ENGINES = ("local", "ray")
 
@@ -56,6 +59,16 @@ class EngineSettings:
     def threads(self) -> int:
         """Threads a worker's kernels use (torch, the Rust tokenizer)."""
         return max(1, int(self.cpus_per_worker))
+
+
+def shared_output(output: str) -> Path:
+    """A job's output directory: a path every worker can write (workers write their shards themselves)."""
+    if is_url(str(output)):
+        raise DataError(
+            f"{output}: a job writes its output to a filesystem path that every worker can reach (a local disk, "
+            "or NFS, Lustre or a bucket mounted as a filesystem on a cluster), not to a URL"
+        )
+    return Path(output)
 
 
 def engine_settings(config: Any) -> EngineSettings:

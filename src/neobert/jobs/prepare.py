@@ -30,7 +30,7 @@ from ..data.prepare import (
 from ..data.prepare import prepare as prepare_here
 from ..data.readers import DataError, expand_inputs
 from ..data.shards import MANIFEST, SPLITS, save_json, totals
-from .engine import EngineSettings, count_tokens, map_items, progress, run_pieces, session
+from .engine import EngineSettings, count_tokens, map_items, progress, run_pieces, session, shared_output
 
 PLAN_STEP = 4096  # documents between two noted positions: a shard's reader skips fewer than this many
 
@@ -46,7 +46,7 @@ def prepare(config: PrepareConfig, engine: EngineSettings | None = None) -> Prep
     hf_tokenizer, encoder = tokenizer_backend(config.tokenizer)
     if config.max_tokens is not None:
         encoder.enable_truncation(config.max_tokens)
-    out = Path(config.output)
+    out = shared_output(config.output)
     manifest = open_manifest(out, config, hf_tokenizer, encoder)
     with session(engine):
         plans = map_items(engine, plan_file, files, step=PLAN_STEP, text_column=config.text_column,
