@@ -95,7 +95,7 @@ def notes(empty: list[int], noun: str, consequence: str, long: LongReport | None
 
 
 @dataclass(kw_only=True)
-class EmbedConfig(FileJob, EngineSettings):
+class EmbedConfig(EngineSettings, FileJob):
     """``neobert embed``: embed texts. Into a directory (the default): any number of .txt (one text per line),
     .jsonl, .csv and .parquet files, directories and globs, as parquet shards of (id, embedding, tokens,
     truncated, windows) plus a manifest, resumable, in this process or on a Ray cluster. Into a .npy file:
