@@ -166,9 +166,7 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     config.check_required()
     expand_inputs(config.inputs)  # a missing file fails before anything is written
     start = time.perf_counter()
-    hf_tokenizer, encoder = tokenizer_backend(config.tokenizer)
-    if config.max_tokens is not None:
-        encoder.enable_truncation(config.max_tokens)
+    hf_tokenizer, encoder = tokenizer_backend(config.tokenizer, config.max_tokens)
     out = Path(config.output)
     manifest = open_manifest(out, config, hf_tokenizer, encoder)
     dtype = np.dtype(manifest["dtype"])
@@ -212,9 +210,10 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     return prepare_result(out, manifest, written, resumed, stats, seconds, new_tokens)
 
 
-def tokenizer_backend(name_or_path: str):
+def tokenizer_backend(name_or_path: str, max_tokens: int | None = None):
     """The transformers tokenizer and its Rust tokenizer, without the fixed padding and truncation that saved
-    tokenizers (e.g. sentence-transformers ones) often carry, which would cut documents short."""
+    tokenizers (e.g. sentence-transformers ones) often carry, which would cut documents short; ``max_tokens``:
+    documents truncated to that many tokens (special ones included)."""
     try:
         hf_tokenizer = load_tokenizer(name_or_path, neobert=False)
     except Exception as e:  # a missing directory, a broken file or an unreachable hub name
@@ -222,6 +221,8 @@ def tokenizer_backend(name_or_path: str):
     backend = getattr(hf_tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise DataError(f"tokenizer {name_or_path!r} has no fast (tokenizers) backend; need tokenizer.json")
+    if max_tokens is not None:
+        backend.enable_truncation(max_tokens)
     return hf_tokenizer, backend
 
 

@@ -43,9 +43,7 @@ def prepare(config: PrepareConfig, engine: EngineSettings | None = None) -> Prep
     config.check_required()
     files = expand_inputs(config.inputs)  # a missing file fails before anything is written
     start = time.perf_counter()
-    hf_tokenizer, encoder = tokenizer_backend(config.tokenizer)
-    if config.max_tokens is not None:
-        encoder.enable_truncation(config.max_tokens)
+    hf_tokenizer, encoder = tokenizer_backend(config.tokenizer, config.max_tokens)
     out = shared_output(config.output)
     manifest = open_manifest(out, config, hf_tokenizer, encoder)
     with session(engine):
@@ -95,9 +93,7 @@ class ShardTokenizer:
 
     def __init__(self, *, config: PrepareConfig, dtype: str):
         self.config, self.dtype = config, np.dtype(dtype)
-        _, self.encoder = tokenizer_backend(config.tokenizer)
-        if config.max_tokens is not None:
-            self.encoder.enable_truncation(config.max_tokens)
+        _, self.encoder = tokenizer_backend(config.tokenizer, config.max_tokens)
         self.n_special = len(self.encoder.encode("").ids)
 
     def __call__(self, piece: Piece) -> dict:
