@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ..config import check_precision
 from ..data import PrepareConfig, default_tokenizer_dir, iter_stdlib_documents
+from ..hardware import load_average
 from ..io import write_text
 from ..jobs.embed import embed_corpus
 from ..jobs.engine import EngineSettings
@@ -122,7 +123,7 @@ def _embed_run(name: str, model: str, inputs: Path, work: Path, c: JobsBenchConf
     cpus = int(engine.get("cpus_per_worker", 1)) if engine.get("engine") == "ray" else os.cpu_count()
     return {"model": model, "run": name, "workers": result.workers, "cpus_per_worker": cpus,
             "texts": result.texts, "tokens": result.tokens, "precision": result.precision,
-            "work_seconds": result.work_seconds, "wall_seconds": wall,
+            "work_seconds": result.work_seconds, "wall_seconds": wall, "load": load_average(),
             "texts_per_second": result.texts / result.work_seconds,
             "tokens_per_second": result.tokens / result.work_seconds}  # fmt: skip
 
@@ -140,7 +141,8 @@ def _prepare_run(name: str, inputs: Path, work: Path, shard_size: int, engine: E
     workers = engine.workers or 1
     threads = engine.threads if engine.engine == "ray" else os.cpu_count()
     return {"run": name, "workers": workers, "cpus_per_worker": threads, "tokens": tokens,
-            "work_seconds": work_seconds, "wall_seconds": wall, "tokens_per_second": tokens / work_seconds,
+            "work_seconds": work_seconds, "wall_seconds": wall, "load": load_average(),
+            "tokens_per_second": tokens / work_seconds,
             "per_worker": tokens / work_seconds / workers}  # fmt: skip
 
 
@@ -231,7 +233,8 @@ def markdown(results: dict) -> str:
         against = "one worker" if base is single and base is not local else "local"
         rows.append([r["model"], r["run"], f"{r['workers']} x {r['cpus_per_worker']}", ", ".join(r["precision"]),
                      f"{r['texts_per_second']:,.1f}", f"{r['tokens_per_second']:,.0f}",
-                     f"{r['texts_per_second'] / base['texts_per_second']:.2f}x {against}", f"{r['wall_seconds']:.1f}"])  # fmt: skip
+                     f"{r['texts_per_second'] / base['texts_per_second']:.2f}x {against}", f"{r['wall_seconds']:.1f}",
+                     f"{r['load']:.1f}"])  # fmt: skip
     header = [
         "model",
         "run",
@@ -250,8 +253,9 @@ def markdown(results: dict) -> str:
         alone = rust.get(str(r["cpus_per_worker"]))
         ratio = f"{r['per_worker'] / alone:.2f}" if alone else None
         rows.append([r["run"], f"{r['workers']} x {r['cpus_per_worker']}", f"{r['tokens_per_second']:,.0f}",
-                     f"{r['per_worker']:,.0f}", f"{alone:,.0f}" if alone else None, ratio, f"{r['wall_seconds']:.1f}"])  # fmt: skip
+                     f"{r['per_worker']:,.0f}", f"{alone:,.0f}" if alone else None, ratio, f"{r['wall_seconds']:.1f}",
+                     f"{r['load']:.1f}"])  # fmt: skip
     header = ["run", "workers x CPUs", "tokens/s", "per worker", "Rust tokenizer alone, same threads",
-              "per worker / alone", "wall s (all in)"]  # fmt: skip
+              "per worker / alone", "wall s (all in)", "load after"]  # fmt: skip
     lines.append(markdown_table(header, rows))
     return "\n".join(lines)
