@@ -104,6 +104,7 @@ FLOORS = {
     "neobert.hardware": 1,  # CPU flags and the measured precision: beside the model, imports config only
     "neobert.data": 1,
     "neobert.encoders": 2,
+    "neobert.capabilities": 2,  # what a model can do: head, labels, embeddings, tasks; load_for_inference
     "neobert.inference": 2,
     "neobert.long_documents": 2,
     "neobert.model_info": 2,  # a preset's or model directory's architecture and exact parameter counts
@@ -155,3 +156,14 @@ def test_imports_point_down_cli_tasks_engines_model_data_config():
         if {wing(m), wing(t)} == {"model", "data"}
     ]
     assert across == []
+
+
+def test_no_serving_function_is_long():
+    """The serving wing stays a house of small parts (issue 24): no function over 60 lines."""
+    long = []
+    for path in sorted((ROOT / "serving").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if node.end_lineno - node.lineno + 1 > 60:
+                    long.append(f"{path.name}:{node.name}")
+    assert long == []

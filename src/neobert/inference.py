@@ -17,8 +17,9 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .encoders import EMBEDDING_POOLINGS, MODEL_INPUT_NAMES, check_vocab, max_positions
-from .model.pooling import pool
+from .encoders import MODEL_INPUT_NAMES, check_vocab, max_positions
+from .model.pooling import get_pooling
+from .registration import require_head
 
 __all__ = [  # loading and saving: neobert.encoders; tokenizer files: neobert.data
     "CPU_MAX_TOKENS",
@@ -141,14 +142,13 @@ def encode(
     Texts are batched longest first so each batch pads little: at most ``batch_size`` texts per batch and
     at most ``max_tokens`` padded tokens (default: :data:`CPU_MAX_TOKENS` on the CPU, where that is fastest,
     no limit elsewhere). Inputs longer than ``max_length`` tokens (default: what the model and tokenizer
-    accept, :func:`~neobert.encoders.max_positions`) are truncated. ``pooling`` is ``mean`` (masked mean
-    over real tokens), ``cls`` or ``last`` (the last real token); ``normalize`` scales rows to unit L2.
+    accept, :func:`~neobert.encoders.max_positions`) are truncated. ``pooling`` is a name of the registry
+    (:data:`neobert.model.pooling.POOLINGS`); ``normalize`` scales rows to unit L2.
     ``desc`` labels the progress bar.
     """
     if isinstance(texts, str):
         raise TypeError("texts must be a list of strings, not one string")
-    if pooling not in EMBEDDING_POOLINGS:
-        raise ValueError(f"unknown pooling {pooling!r}; use one of {', '.join(EMBEDDING_POOLINGS)}")
+    pool = get_pooling(pooling).pool
     check_vocab(model, tokenizer)
     encoder = getattr(model, "base_model", model)  # the bare encoder inside any head
     max_length = max_length or max_positions(encoder, tokenizer)
@@ -159,7 +159,7 @@ def encode(
     with _eval_mode(encoder), torch.inference_mode(), progress:
         for index, inputs in batches:
             states = encoder(**inputs).last_hidden_state  # (B, L, C)
-            vectors = pool(states, inputs["attention_mask"], pooling).float()  # (B, C)
+            vectors = pool(states, inputs["attention_mask"]).float()  # (B, C)
             if normalize:
                 vectors = F.normalize(vectors, p=2, dim=-1)
             out[index] = vectors.cpu().numpy()
@@ -191,12 +191,8 @@ def classify(
         raise ValueError(
             f"pairs must hold one second text per text: got {len(texts)} texts, {len(pairs)} pairs"
         )
+    require_head(model, "sequence-classification", "classify")
     inner = getattr(model, "_orig_mod", model)  # a torch.compile wrapper holds the model here
-    if not type(inner).__name__.endswith("ForSequenceClassification"):
-        raise TypeError(
-            "classify needs a sequence-classification model (load it with task='sequence-classification'), "
-            f"got {type(inner).__name__}"
-        )
     check_vocab(inner, tokenizer)
     max_length = max_length or max_positions(inner, tokenizer)
     device = next(inner.parameters()).device

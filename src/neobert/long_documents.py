@@ -35,6 +35,7 @@ from .encoders import max_positions
 from .fastpath import FusedEncoderBlock, fuse_cpu_epilogues
 from .inference import TokenIds
 from .model import set_runtime
+from .model.pooling import get_pooling
 
 POLICIES = ("truncate", "chunk", "extend")
 EXTEND_METHODS = tuple(m for m in ROPE_SCALINGS if m != "none")
@@ -73,9 +74,10 @@ class LongReport:
     truncated: int = 0  # texts cut (truncate policy; every long text there)
     rows: int = 0  # model rows (windows) run
     tokens: int = 0  # tokens fed to the model, special tokens included
+    lengths: list[int] = field(default_factory=list)  # each text's whole length in tokens, specials included
 
     def add(self, other: LongReport) -> None:
-        for name in ("texts", "long", "truncated", "rows", "tokens"):
+        for name in ("texts", "long", "truncated", "rows", "tokens", "lengths"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
@@ -132,6 +134,7 @@ def plan_rows(
     for owner, ids in enumerate(content):
         long = len(ids) > width
         rows.report.long += long
+        rows.report.lengths.append(len(prefix) + len(ids) + len(suffix))
         if settings.policy == "chunk":
             spans = [(s, min(width, len(ids) - s)) for s in window_starts(len(ids), width, stride)]
         elif settings.policy == "extend":
@@ -242,7 +245,8 @@ def embed(
                                 show_progress=show_progress, max_tokens=max_tokens)  # fmt: skip
 
     hidden = model.base_model.config.hidden_size
-    out, report = _per_text(model, tokenizer, texts, settings, hidden, vectors, by_length=pooling == "mean")
+    by_tokens = get_pooling(pooling).by_tokens  # mean: windows weighted by their token counts
+    out, report = _per_text(model, tokenizer, texts, settings, hidden, vectors, by_length=by_tokens)
     if normalize:
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
     return out, report

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import POOLINGS, PRECISIONS, check_precision
+from .config import PRECISIONS, check_precision
 from .data.text_files import read_texts
 from .encoders import apply_precision, is_preset, load_model, resolve_tokenizer
 from .inference import classifier_rows, classify, encode, fill_mask, is_regression, label_names
@@ -24,6 +24,8 @@ from .io import atomic_file, write_text
 from .long_documents import EXTEND_METHODS, POLICIES, LongDocuments, LongReport
 from .long_documents import classify as classify_long
 from .long_documents import embed as embed_long
+from .model.pooling import POOLING_NAMES
+from .registration import declared_head
 from .tables import markdown_table
 from .token_classification.tagging import Entity, tag
 
@@ -98,7 +100,7 @@ class EmbedConfig(FileJob):
 
     output: str  # where to write the .npy array (lines x hidden)
     max_tokens: int | None = field(default=None, metadata={"help": MAX_TOKENS_HELP})
-    pooling: str = field(default="mean", metadata={"choices": POOLINGS, "help": "mean | cls"})
+    pooling: str = field(default="mean", metadata={"choices": POOLING_NAMES, "help": " | ".join(POOLING_NAMES)})
     normalize: bool = True  # unit L2 norm (--no-normalize keeps raw vectors)
     max_length: int | None = None  # truncate texts to this many tokens (default: the model's max_length)
     precision: str = _precision("cosine > 0.99 to fp32")
@@ -198,7 +200,7 @@ class FileClassification:
 def _require_head(model: str, classifier: torch.nn.Module) -> None:
     """A checkpoint saved without a classification head loads with a random one: refuse it."""
     architectures = getattr(classifier.config, "architectures", None) or []
-    if architectures and not any(a.endswith("ForSequenceClassification") for a in architectures):
+    if architectures and declared_head(classifier.config) != "sequence-classification":
         raise ValueError(
             f"{model} is a {architectures[0]} checkpoint without a trained classification head (loading it "
             "as a classifier would add a random one); fine-tune a classifier first (`neobert finetune "

@@ -6,8 +6,8 @@ import argparse
 
 from rich.console import Console
 
-from ..config import POOLINGS
 from ..export.onnx import QUANTIZATIONS, OnnxExportConfig, run
+from ..model.pooling import ONNX_POOLINGS
 from .common import add_command, make_console, quiet_transformers
 from .options import add_options, config_from_args
 
@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(pooling, labels), checked with onnx.checker and against PyTorch on a padded batch. Needs "
         "`pip install 'neobert[onnx]'`.",
     )
-    add_options(parser, OnnxExportConfig, choices={"quantize": QUANTIZATIONS, "pooling": POOLINGS})
+    add_options(parser, OnnxExportConfig, choices={"quantize": QUANTIZATIONS, "pooling": ONNX_POOLINGS})
 
 
 def onnx(args: argparse.Namespace, console: Console | None = None) -> int:

@@ -30,15 +30,7 @@ def _serve(args: argparse.Namespace) -> int:
     console = make_console()
 
     def ready(service) -> None:
-        console.print(
-            f"serving {escape(config.model)} ({service.task} head: {', '.join(service.tasks)}; "
-            f"{service.info['backend']} {service.info['precision']}) on "
-            f"http://{config.host}:{config.port}  (batching {'on' if config.batching else 'off'}, "
-            f"queue {config.max_queue}, long documents: {config.long_documents}, model "
-            f"{'in its own process' if config.model_process else 'in this process'}, API key "
-            f"{'required' if service.api_key else 'off'})",
-            highlight=False,
-        )
+        console.print(escape(service.startup_line()), highlight=False)
 
     serve(config, on_ready=ready)
     console.print("stopped: in-flight requests finished")
