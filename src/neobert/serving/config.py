@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,8 @@ class ServeConfig:
     # the model runs in a process of its own beside the HTTP process, so request handling (refusals
     # included) never takes the model's GIL; off: a thread of the HTTP process
     model_process: bool = True
-    threads: int = 0  # the model's torch threads; 0: one less than the cores (the HTTP side keeps one)
+    # the model's threads; 0: measured at start for this model and machine (or $NEOBERT_SERVE_THREADS)
+    threads: int = 0
     batching: bool = True  # merge requests that arrive together (off: one request per model call)
     max_batch_tokens: int = 4096  # padded tokens per forward batch (the CPU optimum of `bench encode`)
     max_batch_texts: int = 64  # texts per model call: requests are merged until this many
@@ -124,14 +124,3 @@ class ServeConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def model_threads(threads: int) -> int:
-    """The model's torch threads: ``threads``, or for 0 one less than this process's cores (at least one),
-    so the HTTP side keeps a core. Measured on 2 busy cores (docs/serving.md): a 32-text batch of the
-    ``small`` preset took 100 ms with one thread and 1,270 ms with two, whose OpenMP barriers wait on a core
-    the HTTP process (and any other work) holds."""
-    if threads:
-        return threads
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores - 1)

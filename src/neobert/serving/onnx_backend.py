@@ -34,8 +34,9 @@ from ..export.runtime import CONFIG_FILE, OnnxEncoder
 from ..inference import classifier_rows, relevance, token_batches
 from ..long_documents import LongReport
 from ..model.pooling import pool
-from .config import ServeConfig, model_threads
+from .config import ServeConfig
 from .tasks import Backend, Done
+from .threads import ThreadChoice, fixed_threads, thread_info
 
 
 def is_onnx_export(model: str) -> bool:
@@ -52,6 +53,7 @@ class OnnxModel(Backend):
     config: ServeConfig
     encoder: OnnxEncoder
     transformers_config: Any  # the source's config.json (labels, problem type, hidden size)
+    threads: ThreadChoice | None = None
 
     def __post_init__(self) -> None:
         self.task = self.encoder.task
@@ -77,13 +79,15 @@ class OnnxModel(Backend):
                 f"--backend onnx serves a directory written by `neobert export onnx`; {config.model} holds no "
                 f"{CONFIG_FILE}"
             )
-        encoder = OnnxEncoder(config.model, config.onnx_variant, threads=model_threads(config.threads))
+        threads = fixed_threads(config.threads, "ONNX Runtime fixes a session's threads when it is made")
+        encoder = OnnxEncoder(config.model, config.onnx_variant, threads=threads.threads)
         source = json.loads((Path(config.model) / "config.json").read_text(encoding="utf-8"))
-        return cls(config, encoder, PretrainedConfig.from_dict(source))
+        return cls(config, encoder, PretrainedConfig.from_dict(source), threads)
 
     def info(self) -> dict[str, Any]:
         """What the export is and serves (plain data, so it crosses processes)."""
-        return {**self.capabilities.info(), "backend": "onnx", "precision": self.encoder.variant}
+        return {**self.capabilities.info(), "backend": "onnx", "precision": self.encoder.variant,
+                **thread_info(self.threads)}  # fmt: skip
 
     def lengths(self, texts: list[Any]) -> list[int]:
         with self._lock:

@@ -189,7 +189,7 @@ def add_service_routes(routes: Routes) -> None:
 
     @app.get("/info", response_model=InfoResponse, responses=documented(401), dependencies=routes.bearer)
     async def info() -> Response:
-        """The model, what it serves, its dimensions and input limit, pooling, and the request limits."""
+        """The model, what it serves, its dimensions and input limit, pooling, threads, and the limits."""
         return JSONResponse(routes.info())
 
     @app.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}})

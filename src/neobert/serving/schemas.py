@@ -173,6 +173,8 @@ class InfoResponse(BaseModel):
     normalize: bool | None
     embedding_settings_from: str | None
     labels: list[str] | None
+    threads: int | None = Field(description="the model's threads per model process, chosen at start")
+    threads_reason: str | None = Field(description="why: pinned (--threads, the environment) or measured")
     long_documents: str
     limits: dict[str, int | float]
     auth: bool

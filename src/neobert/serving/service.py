@@ -21,9 +21,10 @@ import torch
 from ..capabilities import Loaded, load_for_inference
 from ..long_documents import LongDocuments
 from .batcher import Batcher
-from .config import API_KEY_ENV, ServeConfig, model_threads
+from .config import API_KEY_ENV, ServeConfig
 from .metrics import ServiceMetrics
 from .tasks import TASKS, Backend, Done, pair_lengths
+from .threads import ServingProbe, ThreadChoice, choose_threads, thread_info
 from .worker import WorkerPool
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ class Model(Backend):
 
     config: ServeConfig
     loaded: Loaded
+    threads: ThreadChoice | None = None  # what the model's thread count is, and why
 
     def __post_init__(self) -> None:
         self.model, self.tokenizer = self.loaded.model, self.loaded.tokenizer
@@ -47,15 +49,19 @@ class Model(Backend):
     @classmethod
     def load(cls, config: ServeConfig) -> Model:
         loaded = load_for_inference(config.model, config.tokenizer, config.task, config.precision)
-        torch.set_num_threads(model_threads(config.threads))
-        return cls(config, loaded)
+        model = cls(config, loaded)
+        workers = config.workers if config.model_process else 1
+        key = (config.model, config.precision, loaded.capabilities.head)
+        model.threads = choose_threads(config.threads, ServingProbe(model), workers=workers, key=key)
+        torch.set_num_threads(model.threads.threads)
+        return model
 
     def info(self) -> dict[str, Any]:
         """What the model is and serves (plain data, so it crosses processes): its capabilities, the
-        backend and the precision chosen at start."""
+        backend, the precision and the threads chosen at start."""
         dtype = next(self.model.parameters()).dtype
         return {**self.capabilities.info(), "backend": "torch",
-                "precision": "bf16" if dtype == torch.bfloat16 else "fp32"}  # fmt: skip
+                "precision": "bf16" if dtype == torch.bfloat16 else "fp32", **thread_info(self.threads)}  # fmt: skip
 
     def run_task(self, name: str, texts: list[Any], options: list[Any]) -> Done:
         return TASKS[name](self, texts, *options)
@@ -118,11 +124,12 @@ class Service:
         return cls(config, model.info(), model.call)
 
     def startup_line(self) -> str:
-        """What ``neobert serve`` prints once the model is up: what is served, and how."""
+        """What ``neobert serve`` prints once the model is up: what is served, how, and the threads chosen."""
         c, info = self.config, self.info
+        threads = f"{info.get('threads')} model thread(s): {info.get('threads_reason')}"
         return (
             f"serving {c.model} ({self.task} head: {', '.join(self.tasks)}; {info['backend']} "
-            f"{info['precision']}) on http://{c.host}:{c.port}  (batching "
+            f"{info['precision']}; {threads}) on http://{c.host}:{c.port}  (batching "
             f"{'on' if c.batching else 'off'}, queue {c.max_queue}, long documents: {c.long_documents}, model "
             f"{'in its own process' if c.model_process else 'in this process'}, API key "
             f"{'required' if self.api_key else 'off'})"
