@@ -153,7 +153,7 @@ class Cell:
     client_cpu: float | None = None  # cores the load generator used (its CPU seconds / wall seconds)
     server_cpu: float | None = None  # cores the server used, its model processes included
     texts_per_s: float | None = None  # requests/s x texts per request
-    threads: int | None = None  # the server's model threads (from /info)
+    threads: str | None = None  # the server's model threads (from /info), per round: "2/1"
 
 
 class ServerProcess:
@@ -413,24 +413,24 @@ def measure_storms(config: ServeBenchConfig, texts: list[str]) -> list[Cell]:
         server.stop()
 
 
-def measure_threads(config: ServeBenchConfig, texts: list[str]) -> tuple[list[Cell], dict[str, str]]:
+def measure_threads(config: ServeBenchConfig, texts: list[str]) -> tuple[list[Cell], dict[str, list[str]]]:
     """The default against each pinned thread count, ``rounds`` interleaved rounds, batching on: one cell
     per variant and concurrency (its rounds pooled), and what the default chose and why (from /info)."""
     variants = [0, *config.compare_threads]
     runs: dict[tuple[int, int], list[Cell]] = {}
-    reasons: dict[str, str] = {}
+    reasons: dict[str, list[str]] = {}
     for _ in range(config.rounds):
         for pinned in variants:
             server = ServerProcess(config, batching=True, threads=pinned)
             try:
                 info = server.info()
                 label = variant_label(pinned)
-                reasons[label] = f"{info.get('threads')} thread(s): {info.get('threads_reason')}"
+                reasons.setdefault(label, []).append(f"{info.get('threads')} thread(s): {info.get('threads_reason')}")
                 run_cell(server.port, max(config.concurrency), texts, min(2.0, config.duration), 200,
                          per_request=config.texts_per_request)  # warm-up  # fmt: skip
                 for c in config.concurrency:
                     cell = measured_cell(server, config, texts, True, c, label=label)
-                    cell.threads = info.get("threads")
+                    cell.threads = str(info.get("threads"))
                     runs.setdefault((pinned, c), []).append(cell)
             finally:
                 server.stop()
@@ -455,7 +455,8 @@ def pooled(cells: list[Cell]) -> Cell:
                 sum(c.refused for c in cells), round(seconds, 3), rate,
                 *(_median([getattr(c, q) for c in cells]) for q in ("p50_ms", "p95_ms", "p99_ms")),
                 _median([c.mean_merged for c in cells]), first.label, _median([c.client_cpu for c in cells]),
-                _median([c.server_cpu for c in cells]), round(rate * per_request, 2), first.threads)  # fmt: skip
+                _median([c.server_cpu for c in cells]), round(rate * per_request, 2),
+                "/".join(str(c.threads) for c in cells))  # fmt: skip
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -502,10 +503,12 @@ def threads_markdown(results: dict) -> list[str]:
             for c in sorted(results["cells"], key=lambda c: (c["concurrency"], c["label"] != "default"))]  # fmt: skip
     header = ["server", "threads", "clients", "requests", "req/s", "texts/s", "p50 ms", "p99 ms", "failed + 503",
               "server CPU", "default / best pinned"]  # fmt: skip
-    chosen = "; ".join(f"{label}: {why}" for label, why in threads["chosen"].items())
+    chosen = "; ".join(f"{label}: {' | '.join(why)}" for label, why in threads["chosen"].items()
+                       if label == "default")  # fmt: skip
     return [
         f"Thread counts, batching on, {config['texts_per_request']} text(s) per request, "
-        f"{config['rounds']} interleaved round(s) pooled. What each server chose: {chosen}.",
+        f"{config['rounds']} interleaved round(s) pooled (`threads`: each round's count). What the default chose, "
+        f"per round: {chosen}.",
         "",
         markdown_table(header, rows),
     ]

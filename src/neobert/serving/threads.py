@@ -5,9 +5,11 @@ Why measured: the best count depends on both. The ``small`` preset in fp32 on a 
 behind the service with one model thread (the HTTP process needs the other core, and a second OpenMP thread
 waits for it); the 250M ``neobert`` shape in bf16 on a 2-core AVX-512 BF16 CPU serves 1.4-1.65x more with
 two (its matmuls are long enough to pay for the barrier). So at start the model process times one merged
-batch of short texts (:class:`ServingProbe`) with each candidate count, interleaved (so other work on the
-machine slows every candidate alike), and takes the fewest threads within :data:`MARGIN` of the fastest:
-more threads must pay for the core they take from the HTTP side.
+batch of short texts (:class:`ServingProbe`) with each candidate count, in interleaved rounds (so other work
+on the machine slows every candidate alike), scores each by its median round (a multi-threaded call that
+other work interrupts, as the HTTP process will while serving, counts as it ran; a best-of would hide it),
+and takes the fewest threads within :data:`MARGIN` of the fastest: more threads must pay for the core
+they take from the HTTP side.
 
 ``--threads N`` pins it; so does ``NEOBERT_SERVE_THREADS=N`` for a whole process tree (the test suite pins
 1). The choice is cached per process and model shape; ``/info`` and the start-up line say what was chosen
@@ -17,6 +19,7 @@ and why. Every branch is a plain function that tests force (tests/test_serving_t
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +29,7 @@ import torch
 
 THREADS_ENV = "NEOBERT_SERVE_THREADS"
 MARGIN = 1.2  # more threads are taken only when the probe runs at least this much faster with them
-ROUNDS = 3  # interleaved timed rounds per candidate (after one warm-up each); the best counts
+MIN_ROUNDS, MAX_ROUNDS, BUDGET = 3, 9, 2.0  # interleaved timed rounds (after a warm-up): 3, more while < 2 s
 PROBE_TEXTS = 4  # texts in the probe batch: a small merged batch of the bench's 16-word requests
 PROBE_TEXT = "the quick brown fox jumps over the lazy dog while the service measures how fast it runs"
 _CACHE: dict[tuple, ThreadChoice] = {}
@@ -34,7 +37,7 @@ _CACHE: dict[tuple, ThreadChoice] = {}
 
 @dataclass(frozen=True)
 class ThreadChoice:
-    """The model's thread count and why (``timings_ms``: the probe's best time per candidate)."""
+    """The model's thread count and why (``timings_ms``: the probe's median time per candidate)."""
 
     threads: int
     reason: str
@@ -89,15 +92,24 @@ def choose_threads(
     return choice
 
 
-def measure(probe: Callable[[int], float], options: list[int], rounds: int = ROUNDS) -> dict[int, float]:
-    """Best milliseconds of ``probe(n)`` per candidate, rounds interleaved (a warm-up call first)."""
+def measure(
+    probe: Callable[[int], float], options: list[int], min_rounds: int = MIN_ROUNDS, max_rounds: int = MAX_ROUNDS,
+    budget: float = BUDGET,
+) -> dict[int, float]:  # fmt: skip
+    """Median milliseconds of ``probe(n)`` per candidate over interleaved rounds (a warm-up call first):
+    ``min_rounds``, and more up to ``max_rounds`` while they take less than ``budget`` seconds in all."""
     for n in options:
         probe(n)
-    best = {n: float("inf") for n in options}
-    for _ in range(rounds):
+    times: dict[int, list[float]] = {n: [] for n in options}
+    spent = 0.0
+    for done in range(max_rounds):
+        if done >= min_rounds and spent > budget:
+            break
         for n in options:
-            best[n] = min(best[n], probe(n) * 1e3)
-    return best
+            seconds = probe(n)
+            spent += seconds
+            times[n].append(seconds * 1e3)
+    return {n: float(statistics.median(ms)) for n, ms in times.items()}
 
 
 class ServingProbe:
