@@ -7,7 +7,6 @@ any transformers encoder (NeoBERT, BERT, RoBERTa, ModernBERT ...).
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -19,6 +18,7 @@ from tqdm.auto import tqdm
 
 from .encoders import MODEL_INPUT_NAMES, check_vocab, max_positions
 from .model.pooling import get_pooling
+from .model.runtime import eval_mode
 from .registration import require_head
 
 __all__ = [  # loading and saving: neobert.encoders; tokenizer files: neobert.data
@@ -156,7 +156,7 @@ def encode(
     out = np.empty((len(texts), encoder.config.hidden_size), dtype=np.float32)
     batches = batched_inputs(tokenizer, texts, None, batch_size, max_tokens, max_length, device)
     progress = tqdm(total=len(texts), unit="text", desc=desc, disable=not show_progress)
-    with _eval_mode(encoder), torch.inference_mode(), progress:
+    with eval_mode(encoder), torch.inference_mode(), progress:
         for index, inputs in batches:
             states = encoder(**inputs).last_hidden_state  # (B, L, C)
             vectors = pool(states, inputs["attention_mask"]).float()  # (B, C)
@@ -200,7 +200,7 @@ def classify(
     out = np.empty((len(texts), inner.config.num_labels), dtype=np.float32)
     batches = batched_inputs(tokenizer, texts, pairs, batch_size, max_tokens, max_length, device)
     progress = tqdm(total=len(texts), unit="text", disable=not show_progress)
-    with _eval_mode(model), torch.inference_mode(), progress:
+    with eval_mode(model), torch.inference_mode(), progress:
         for index, inputs in batches:
             if token_types:
                 is_sep = (inputs["input_ids"] == tokenizer.sep_token_id).long()
@@ -271,16 +271,6 @@ def _pair_token_types(model: torch.nn.Module, tokenizer: Any) -> bool:
     return any(types)
 
 
-@contextlib.contextmanager
-def _eval_mode(module: torch.nn.Module) -> Iterator[None]:
-    """Dropout off for inference, and the caller's train/eval mode restored afterwards."""
-    was_training = module.training
-    module.eval()
-    try:
-        yield
-    finally:
-        module.train(was_training)
-
 
 def fill_mask(
     model: torch.nn.Module, tokenizer: Any, text: str, top_k: int = 5
@@ -300,7 +290,7 @@ def fill_mask(
     positions = (inputs["input_ids"][0] == tokenizer.mask_token_id).nonzero().flatten()
     if positions.numel() == 0:  # every mask was beyond max_length and truncated away
         raise ValueError(f"all {mask} tokens fall beyond the model's {max_length} tokens")
-    with _eval_mode(model), torch.inference_mode():
+    with eval_mode(model), torch.inference_mode():
         logits = model(**inputs).logits[0, positions]  # (M, V)
     probs, ids = logits.float().softmax(dim=-1).topk(min(top_k, logits.shape[-1]), dim=-1)
     return [

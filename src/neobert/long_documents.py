@@ -36,6 +36,7 @@ from .fastpath import FusedEncoderBlock, fuse_cpu_epilogues
 from .inference import TokenIds
 from .model import set_runtime
 from .model.pooling import get_pooling
+from .model.runtime import eval_mode
 
 POLICIES = ("truncate", "chunk", "extend")
 EXTEND_METHODS = tuple(m for m in ROPE_SCALINGS if m != "none")
@@ -340,14 +341,9 @@ def _row_logits(model, tokenizer, subset: TokenIds, batch_size, max_tokens) -> l
     width = max(len(row) for row in subset)
     out: list[np.ndarray | None] = [None] * len(subset)
     batches = inference.batched_inputs(tokenizer, subset, None, batch_size, max_tokens, width, device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            for index, inputs in batches:
-                logits = model(**inputs).logits.float().cpu().numpy()  # (B, L, num_labels)
-                for row, j in enumerate(index):
-                    out[j] = logits[row, : len(subset[j])]
-    finally:
-        model.train(was_training)
+    with eval_mode(model), torch.inference_mode():
+        for index, inputs in batches:
+            logits = model(**inputs).logits.float().cpu().numpy()  # (B, L, num_labels)
+            for row, j in enumerate(index):
+                out[j] = logits[row, : len(subset[j])]
     return out
