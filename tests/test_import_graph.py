@@ -98,6 +98,7 @@ FLOORS = {
     "neobert.config": 0,
     "neobert.io": 0,
     "neobert.tables": 0,  # numbers and Markdown tables for people
+    "neobert.progress": 0,  # progress bars for people (a line at a steady interval in a log)
     "neobert.configs": 0,  # the shipped YAML recipes and vocabulary
     "neobert.model": 1,
     "neobert.fastpath": 1,

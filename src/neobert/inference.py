@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from .encoders import MODEL_INPUT_NAMES, check_vocab, max_positions
 from .model.pooling import get_pooling
 from .model.runtime import eval_mode
+from .progress import progress_bar
 from .registration import require_head
 
 __all__ = [  # loading and saving: neobert.encoders; tokenizer files: neobert.data
@@ -155,7 +155,7 @@ def encode(
     device = next(encoder.parameters()).device
     out = np.empty((len(texts), encoder.config.hidden_size), dtype=np.float32)
     batches = batched_inputs(tokenizer, texts, None, batch_size, max_tokens, max_length, device)
-    progress = tqdm(total=len(texts), unit="text", desc=desc, disable=not show_progress)
+    progress = progress_bar(total=len(texts), unit="text", desc=desc, disable=not show_progress)
     with eval_mode(encoder), torch.inference_mode(), progress:
         for index, inputs in batches:
             states = encoder(**inputs).last_hidden_state  # (B, L, C)
@@ -199,7 +199,7 @@ def classify(
     token_types = pairs is not None and _pair_token_types(inner, tokenizer)
     out = np.empty((len(texts), inner.config.num_labels), dtype=np.float32)
     batches = batched_inputs(tokenizer, texts, pairs, batch_size, max_tokens, max_length, device)
-    progress = tqdm(total=len(texts), unit="text", disable=not show_progress)
+    progress = progress_bar(total=len(texts), unit="text", disable=not show_progress)
     with eval_mode(model), torch.inference_mode(), progress:
         for index, inputs in batches:
             if token_types:

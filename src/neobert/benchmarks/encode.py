@@ -22,13 +22,12 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from ..config import check_precision
 from ..encoders import check_vocab, load_model, max_positions, resolve_tokenizer
 from ..fastpath import fast_inference
 from ..hardware import resolve_precision
 from ..inference import CPU_MAX_TOKENS, TOKENIZE_CHUNK, encode, token_batches
+from ..progress import progress_bar
 from .measure import machine_info, time_call
 from .report import publish
 from .throughput import read_lengths
@@ -178,7 +177,7 @@ def run(config: EncodeBenchConfig) -> dict:
 
     default = next(row for row in rows if row["default"])
     call(default, texts[:WARMUP_TEXTS])  # untimed: first-call costs (allocator, oneDNN kernels)
-    with tqdm(total=config.repeats * len(rows), unit="run", disable=not config.progress) as progress:
+    with progress_bar(total=config.repeats * len(rows), unit="run", disable=not config.progress) as progress:
         for r in range(config.repeats):
             for k in range(len(rows)):  # round-robin, starting one setting later each round
                 row = rows[(r + k) % len(rows)]

@@ -20,13 +20,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from ..data.corpus import iter_stdlib_documents
 from ..encoders import is_neobert, load_model, resolve_tokenizer
 from ..fastpath import fast_inference
 from ..model import set_runtime
 from ..model.pooling import mean_pool
+from ..progress import progress_bar
 from .measure import machine_info
 from .report import publish
 
@@ -182,7 +182,7 @@ def run(config: PrecisionBenchConfig) -> dict:
     forwards: dict[str, Forward] = {}
     with torch.inference_mode():
         reference = mean_pool(_hidden(fp32)(ids, mask).float(), mask)
-    for variant in tqdm(config.variants, desc="build + warm up", disable=not config.progress):
+    for variant in progress_bar(config.variants, desc="build + warm up", disable=not config.progress):
         rows[variant] = {"variant": variant, "what": VARIANTS[variant]}
         try:
             start = time.perf_counter()
@@ -198,7 +198,7 @@ def run(config: PrecisionBenchConfig) -> dict:
         forwards[variant] = forward
 
     times: dict[str, list[float]] = {v: [] for v in forwards}
-    rounds = tqdm(total=config.repeats * len(forwards), desc="timing", disable=not config.progress)
+    rounds = progress_bar(total=config.repeats * len(forwards), desc="timing", disable=not config.progress)
     with torch.inference_mode(), rounds:
         for _ in range(config.repeats):
             for variant, forward in forwards.items():  # interleaved: drift hits every variant alike

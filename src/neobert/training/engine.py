@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
-from tqdm.auto import tqdm
 
 from ..hardware import resolve_precision
 from ..io import write_dir, write_text
 from ..model import compile_blocks
+from ..progress import progress_bar
 from .checkpointing import latest_checkpoint, load_checkpoint, save_checkpoint
 from .loss import normalize_loss
 from .monitor import RunLogger
@@ -308,7 +308,7 @@ class Engine:
         logger = None
         if self.is_main and settings.log_dir is not None:
             logger = RunLogger(settings.log_dir, settings.report_to, fingerprint, settings.tensorboard_dir)
-        bar = tqdm(
+        bar = progress_bar(
             total=settings.max_steps,
             initial=self.state.step,
             desc=settings.description,
