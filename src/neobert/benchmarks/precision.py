@@ -27,6 +27,7 @@ from ..fastpath import fast_inference
 from ..model import set_runtime
 from ..model.pooling import mean_pool
 from ..progress import progress_bar
+from ..tables import markdown_table
 from .measure import machine_info
 from .report import publish
 
@@ -234,18 +235,18 @@ def markdown(results: dict) -> str:
         f"{results['machine'].get('cpu', '?')}; median of {c['repeats']} interleaved rounds. Cosine: "
         f"mean-pooled embeddings against fp32 (floor {COSINE_FLOOR}).",
         "",
-        "| variant | tokens/s | vs bf16 | cosine min | cosine mean | kept? |",
-        "|---|---:|---:|---:|---:|---|",
     ]
+    rows = []
     for r in results["rows"]:
         if "error" in r:
-            lines.append(f"| {r['variant']} | failed: {r['error']} | | | | no |")
+            rows.append([r["variant"], f"failed: {r['error']}", None, None, None, "no"])
             continue
         kept = "reference" if r["variant"] == "fp32" else _verdict(r)
-        lines.append(
-            f"| {r['variant']} | {r['tokens_per_s']:,.0f} | {r.get('vs_bf16', float('nan')):.2f}x | "
-            f"{r['cosine_min']:.5f} | {r['cosine_mean']:.5f} | {kept} |"
-        )
+        vs_bf16 = f"{r['vs_bf16']:.2f}x" if r.get("vs_bf16") is not None else None
+        rows.append([r["variant"], f"{r['tokens_per_s']:,.0f}", vs_bf16, f"{r['cosine_min']:.5f}",
+                     f"{r['cosine_mean']:.5f}", kept])  # fmt: skip
+    header = ["variant", "tokens/s", "vs bf16", "cosine min", "cosine mean", "kept?"]
+    lines += markdown_table(header, rows, align="lrrrrl").splitlines()
     lines += ["", "Variants:", ""] + [f"- `{r['variant']}`: {r['what']}" for r in results["rows"]]
     return "\n".join(lines) + "\n"
 

@@ -510,7 +510,7 @@ def threads_markdown(results: dict) -> list[str]:
         f"{config['rounds']} interleaved round(s) pooled (`threads`: each round's count). What the default chose, "
         f"per round: {chosen}.",
         "",
-        markdown_table(header, rows),
+        markdown_table(header, rows, align="llrrrrrrrrr"),
     ]
 
 
@@ -586,20 +586,20 @@ def markdown(results: dict) -> str:
         return "\n".join(lines + threads_markdown(results))
     if config.get("overload"):
         return "\n".join(lines + overload_markdown(results))
-    lines += [
-        "| batching | concurrency | requests | req/s | p50 ms | p95 ms | p99 ms | failed | 503 | merged/call "
-        "| client CPU | server CPU |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for c in results["cells"]:
-        lines.append(
-            f"| {'on' if c['batching'] else 'off'} | {c['concurrency']} | {c['requests']} | "
-            f"{c['requests_per_s']:.1f} | {c['p50_ms']} | {c['p95_ms']} | {c['p99_ms']} | {c['failed']} | "
-            f"{c['refused']} | {c['mean_merged']} | {c['client_cpu']} | {c['server_cpu']} |"
-        )
+    header = ["batching", "concurrency", "requests", "req/s", "p50 ms", "p95 ms", "p99 ms", "failed", "503",
+              "merged/call", "client CPU", "server CPU"]  # fmt: skip
+    rows = [["on" if c["batching"] else "off", c["concurrency"], c["requests"], f"{c['requests_per_s']:.1f}",
+             *_as_given(c, "p50_ms", "p95_ms", "p99_ms", "failed", "refused", "mean_merged", "client_cpu", "server_cpu")]
+            for c in results["cells"]]  # fmt: skip
+    lines += markdown_table(header, rows, align="l" + "r" * 11).splitlines()
     lines += ["", "Speed-up of dynamic batching (requests/s, on / off): "
               + ", ".join(f"concurrency {k}: {v}x" for k, v in results["speedup"].items()), ""]  # fmt: skip
     return "\n".join(lines)
+
+
+def _as_given(cell: dict, *names: str) -> list[str | None]:
+    """Cells printed as measured (rounded when stored); a missing one as tables' n/a."""
+    return [None if cell[n] is None else str(cell[n]) for n in names]
 
 
 def overload_markdown(results: dict) -> list[str]:
@@ -610,16 +610,13 @@ def overload_markdown(results: dict) -> list[str]:
         "the same clients waiting Retry-After. CPU columns: cores used by the load generator and by the "
         "server (HTTP process and model processes).",
         "",
-        "| run | clients | accepted | req/s | p50 ms | p95 ms | p99 ms | lost | 503 | 503/s | merged/call "
-        "| client CPU | server CPU |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for c in results["cells"]:
-        lines.append(
-            f"| {c['label']} | {c['concurrency']} | {c['requests']} | {c['requests_per_s']:.1f} | {c['p50_ms']} | "
-            f"{c['p95_ms']} | {c['p99_ms']} | {c['failed']} | {c['refused']} | "
-            f"{c['refused'] / c['seconds']:.0f} | {c['mean_merged']} | {c['client_cpu']} | {c['server_cpu']} |"
-        )
+    header = ["run", "clients", "accepted", "req/s", "p50 ms", "p95 ms", "p99 ms", "lost", "503", "503/s",
+              "merged/call", "client CPU", "server CPU"]  # fmt: skip
+    rows = [[c["label"], c["concurrency"], c["requests"], f"{c['requests_per_s']:.1f}",
+             *_as_given(c, "p50_ms", "p95_ms", "p99_ms", "failed", "refused"), f"{c['refused'] / c['seconds']:.0f}",
+             *_as_given(c, "mean_merged", "client_cpu", "server_cpu")] for c in results["cells"]]  # fmt: skip
+    lines += markdown_table(header, rows, align="l" + "r" * 12).splitlines()
     ok = {True: "met", False: "NOT met"}
     lines += [
         "",
