@@ -1,6 +1,6 @@
 """The one source of truth for a NeoBERT architecture: a plain dataclass.
 
-It accepts exactly the fields of the released ``config.json`` (see ``docs/architecture.md``) plus our
+It accepts exactly the fields of the released ``config.json`` (see ``docs/model.md``) plus our
 architecture switches. The transformers config (:class:`neobert.model.NeoBERTConfig`) is a thin view of it,
 and training YAML files map onto it 1:1. This module imports nothing heavy.
 """

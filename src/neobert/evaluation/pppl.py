@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..config import ModelConfig
+from ..config import ROPE_SCALINGS, ModelConfig
 from ..data.readers import json_objects
 from ..encoders import Encoder, is_preset, load_encoder
 from ..io import atomic_file
@@ -35,7 +35,7 @@ from ..progress import progress_bar
 from ..tables import markdown_table
 
 DEFAULT_BINS = (128, 256, 512, 1024, 2048, 4096)
-ROPE_METHODS = ("none", "linear", "ntk", "yarn")
+ROPE_METHODS = ROPE_SCALINGS  # config.ROPE_SCALINGS: none | linear | ntk | yarn
 
 
 @dataclass

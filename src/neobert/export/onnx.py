@@ -95,6 +95,19 @@ class ExportResult:
     parity: dict[str, float] = field(default_factory=dict)  # measured at export (see onnx_config.json)
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def summary(self) -> str:
+        """What was written, the graph's outputs and pooling, and the parity measured, for a person."""
+        outputs = "logits" if self.task != "base" else "last_hidden_state, sentence_embedding"
+        pooling = self.pooling
+        parity = ", ".join(f"{k} {v:.3g}" for k, v in self.parity.items())
+        return (
+            f"wrote {self.output}: {', '.join(self.files)}\n"
+            f"{self.model_type} {self.task}: outputs {outputs}; max_length {self.max_length}; pooling "
+            f"{pooling['method']}{', normalized' if pooling['normalize'] else ''} ({pooling['source']})\n"
+            f"parity with PyTorch on a padded batch: {parity}"
+        )
+
 
 @dataclass
 class Source:

@@ -56,14 +56,14 @@ class OnnxModel(Backend):
     threads: ThreadChoice | None = None
 
     def __post_init__(self) -> None:
-        self.task = self.encoder.task
+        self.head = self.encoder.task  # base | sequence-classification
         pooling = self.encoder.config["pooling"]
         embedding = (
             EmbeddingSpec(pooling["method"], pooling["normalize"], None, pooling["source"])
-            if self.task == "base" else None
+            if self.head == "base" else None
         )  # fmt: skip
         self.capabilities = describe(
-            self.transformers_config, self.task, embedding, self.encoder.max_length, pair_token_types=False,
+            self.transformers_config, self.head, embedding, self.encoder.max_length, pair_token_types=False,
             model_type=self.encoder.config["model_type"],
         )
         self.policy = self.config.long_documents

@@ -70,7 +70,7 @@ class Routes:
 
     def require(self, task: str) -> None:
         if task not in self.service.tasks:
-            raise ServiceError(404, f"this server's model ({self.service.task} head) does not serve {task}; "
+            raise ServiceError(404, f"this server's model ({self.service.head} head) does not serve {task}; "
                                     f"it serves {', '.join(self.service.tasks)}")  # fmt: skip
 
     def check_texts(self, texts: list[Any], field: str) -> None:
@@ -199,7 +199,7 @@ def add_service_routes(routes: Routes) -> None:
         body = {
             "status": "shutting down" if closing else ("ok" if alive else "the model process exited"),
             "model": routes.config.model,
-            "head": service.task,
+            "head": service.head,
             "serves": list(service.tasks),
             "queue_depth": service.batcher.depth(),
             "max_queue": routes.config.max_queue,

@@ -88,7 +88,7 @@ class Service:
         alive: Callable[[], bool] = lambda: True,
     ):
         self.config, self.info = config, info
-        self.task, self.tasks = info["head"], tuple(info["serves"])
+        self.head, self.tasks = info["head"], tuple(info["serves"])  # its head; the tasks (endpoints) it serves
         self.hidden_size = int(info["dimensions"])
         self.max_input_tokens = int(info["max_input_tokens"])
         self.api_key = config.api_key or os.environ.get(API_KEY_ENV) or None
@@ -128,7 +128,7 @@ class Service:
         c, info = self.config, self.info
         threads = f"{info.get('threads')} model thread(s): {info.get('threads_reason')}"
         return (
-            f"serving {c.model} ({self.task} head: {', '.join(self.tasks)}; {info['backend']} "
+            f"serving {c.model} ({self.head} head: {', '.join(self.tasks)}; {info['backend']} "
             f"{info['precision']}; {threads}) on http://{c.host}:{c.port}  (batching "
             f"{'on' if c.batching else 'off'}, queue {c.max_queue}, long documents: {c.long_documents}, model "
             f"{'in its own process' if c.model_process else 'in this process'}, API key "

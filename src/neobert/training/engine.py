@@ -278,7 +278,9 @@ class Engine:
     def _reduce_stats(self, loss_total: torch.Tensor, sums: dict[str, torch.Tensor]) -> dict[str, float]:
         keys = sorted(sums)
         vector = torch.stack([loss_total, *(torch.as_tensor(sums[k]) for k in keys)])
-        values = self.accelerator.reduce(vector, "sum").tolist()  # the step's one host sync
+        # one all-reduce and host sync for every logged sum (the grad norm's float() and the tasks' token counts are
+        # the step's other syncs)
+        values = self.accelerator.reduce(vector, "sum").tolist()
         return {"loss": values[0], **dict(zip(keys, values[1:]))}
 
     def _guard(self, loss: float, grad_norm: float) -> None:
