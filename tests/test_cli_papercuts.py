@@ -320,3 +320,22 @@ def test_progress_on_a_terminal_is_tqdm_as_usual():
     bar = progress_bar(total=3, file=Terminal(), leave=False)
     assert bar.mininterval == 0.1 and not isinstance(bar.fp, LogLines)
     bar.close()
+
+
+def test_serve_task_is_now_head_and_the_old_name_still_works(capsys):
+    """neobert serve --task (the head) is --head since issue 24: the option, and a settings file's key."""
+    import warnings
+
+    from neobert.cli.main import build_parser, command_paths
+    from neobert.cli.options import renamed_options
+    from neobert.serving import ServeConfig, ServeConfigError
+
+    argv, notes = renamed_options(["serve", "--model", "m", "--task", "mlm"], command_paths(build_parser()))
+    assert argv == ["serve", "--model", "m", "--head", "mlm"] and "--task was renamed --head" in notes[0]
+    assert build_parser().parse_args(argv).head == "mlm"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert ServeConfig.from_dict({"model": "m", "task": "mlm"}).head == "mlm"
+    assert any("'task' is deprecated, use 'head'" in str(w.message) for w in caught)
+    with pytest.raises(ServeConfigError, match="give only 'head'"):
+        ServeConfig.from_dict({"model": "m", "task": "mlm", "head": "base"})

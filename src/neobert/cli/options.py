@@ -278,6 +278,7 @@ RENAMES: dict[tuple[str, str], str] = {
     **{(f"finetune {c}", "--grad-clip"): "--clip-grad-norm" for c in ("glue", "classify", "tokens")},
     ("finetune contrastive", "--gradient-checkpointing"): "--activation-checkpointing",
     ("finetune contrastive", "--bf16"): "--precision",  # bf16 | fp32 | auto, as every other task
+    ("serve", "--task"): "--head",  # issue 24: the head to load ('tasks' are the endpoints it serves)
 }
 # an old flag whose new option takes a value: the value it meant
 RENAMED_FLAG_VALUES: dict[tuple[str, str], str] = {("finetune contrastive", "--bf16"): "bf16"}

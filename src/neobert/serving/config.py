@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from ..long_documents import EXTEND_METHODS, POLICIES
 
 BACKENDS = ("auto", "torch", "onnx")
 ONNX_VARIANTS = ("fp32", "int8")
-TASKS = ("auto", "base", "mlm", "sequence-classification", "token-classification")
+HEADS = ("auto", "base", "mlm", "sequence-classification", "token-classification")
 API_KEY_ENV = "NEOBERT_API_KEY"
 
 
@@ -25,7 +26,7 @@ class ServeConfigError(ValueError):
 class ServeConfig:
     model: str  # model directory, preset name (random weights) or hub id
     tokenizer: str | None = None  # tokenizer directory (default: the model's; bert-base-uncased for presets)
-    task: str = "auto"  # which head to load; auto: the directory's architecture (presets: mlm)
+    head: str = "auto"  # which head to load; auto: the directory's architecture (presets: mlm)
     host: str = "127.0.0.1"  # address to listen on
     port: int = 8000  # port to listen on (0: a free one)
     # torch, or onnx (ONNX Runtime on a `neobert export onnx` directory); auto: onnx for such a directory
@@ -73,7 +74,7 @@ class ServeConfig:
                 kind = "a non-negative" if name == "port" else "a positive"
                 raise ServeConfigError(f"{name} must be {kind} integer, got {value!r}")
         for name, choices in (
-            ("task", TASKS),
+            ("head", HEADS),
             ("backend", BACKENDS),
             ("onnx_variant", ONNX_VARIANTS),
             ("precision", PRECISIONS),
@@ -119,6 +120,11 @@ class ServeConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ServeConfig:
+        if "task" in data:  # its old name (issue 24: 'task' meant the head, 'tasks' the endpoints)
+            if "head" in data:
+                raise ServeConfigError("serve config: 'task' is the old name of 'head'; give only 'head'")
+            warnings.warn("serve config: 'task' is deprecated, use 'head'", FutureWarning, stacklevel=2)
+            data = {("head" if k == "task" else k): v for k, v in data.items()}
         check_known_keys(cls, data, "serve config", ServeConfigError)
         return cls(**data)
 
