@@ -152,12 +152,12 @@ class Loaded:
 
 def load_for_inference(
     source: str | os.PathLike, tokenizer: str | os.PathLike | None = None, head: str = "auto",
-    precision: str = "auto",
+    precision: str | None = "auto",
 ) -> Loaded:  # fmt: skip
     """Load ``source`` for inference in one call: its head (``auto``: :func:`detect_head`), how it embeds,
     its tokenizer (held to the input length the directory declares, e.g. sentence-transformers'
     ``max_seq_length``, as ``SentenceTransformer`` holds it), the vocabulary check and ``precision``
-    (:func:`neobert.encoders.apply_precision`)."""
+    (:func:`neobert.encoders.apply_precision`; None: the weights as loaded, float32, on the padded path)."""
     head = detect_head(source) if head == "auto" else head
     if head not in HEADS:
         raise ValueError(f"unknown head {head!r}; use auto or one of {', '.join(HEADS)}")
@@ -169,6 +169,7 @@ def load_for_inference(
         tok.model_max_length = min(int(tok.model_max_length), embedding.max_length)
     model = load_model(source, task=head)
     check_vocab(model, tok)
-    apply_precision(model, precision)
+    if precision is not None:
+        apply_precision(model, precision)
     limit = max_positions(model.base_model, tok)
     return Loaded(model, tok, describe(model.config, head, embedding, limit))

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .capabilities import load_for_inference
 from .config import PRECISIONS, check_precision
 from .data.text_files import read_texts
 from .encoders import apply_precision, is_preset, load_model, resolve_tokenizer
@@ -221,10 +222,9 @@ def classify_file(config: ClassifyFileConfig) -> FileClassification:
     if (pairs is not None or c.max_length is not None) and c.long_documents != "truncate":
         raise ValueError(f"--long-documents {c.long_documents} applies to single texts without --max-length")
     start = time.perf_counter()
-    tok = resolve_tokenizer(c.model, c.tokenizer)
-    classifier = load_model(c.model, task="sequence-classification")
+    loaded = load_for_inference(c.model, c.tokenizer, "sequence-classification", c.precision)
+    classifier, tok = loaded.model, loaded.tokenizer
     _require_head(c.model, classifier)
-    apply_precision(classifier, c.precision)
     budget = {"batch_size": c.batch_size, "max_tokens": c.max_tokens, "show_progress": c.show_progress}
     report = None
     if pairs is None and c.max_length is None:  # single texts at the model's window: the policy decides
@@ -288,8 +288,8 @@ def tag_file(config: TagConfig) -> TagResult:
         raise ValueError(f"--model {c.model}: expected a fine-tuned token-classification model directory")
     texts = read_texts(c.input)[0]
     start = time.perf_counter()
-    model = load_model(c.model, task="token-classification")
-    tokenizer = resolve_tokenizer(c.model, c.tokenizer)
+    loaded = load_for_inference(c.model, c.tokenizer, "token-classification", precision=None)  # as trained
+    model, tokenizer = loaded.model, loaded.tokenizer
     entities, report = tag(model, tokenizer, texts, c.long, batch_size=c.batch_size)
     lines = [
         json.dumps({"text": text, "entities": [e.to_dict() for e in row]}, ensure_ascii=False)
