@@ -9,10 +9,14 @@ import torch
 
 from neobert import fastpath, hardware
 from neobert.model import attention
+from neobert.serving.threads import THREADS_ENV
 
 # "auto" precision is measured per machine (bf16 where it is faster, e.g. with AMX): the suite pins it to
 # fp32 so that results do not depend on the CPU it runs on. tests/test_hardware.py forces both answers.
 os.environ[hardware.AUTO_PRECISION_ENV] = "fp32"
+# The service's thread count is measured at start per model and machine: the suite pins one thread (tests
+# start many servers); tests/test_serving_threads.py forces each measured answer.
+os.environ[THREADS_ENV] = "1"
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

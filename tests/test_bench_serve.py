@@ -17,10 +17,12 @@ from neobert.benchmarks.serve import (
     merged_counts,
     overload_goals,
     percentile_ms,
+    pooled,
     request_texts,
     run_cell,
     run_serve_bench,
     speedups,
+    thread_ratios,
 )
 from neobert.serving import ServeConfig
 from neobert.serving.server import BackgroundServer
@@ -116,6 +118,46 @@ def test_overload_goals_and_report():
                "machine": {"cpus": 2, "platform": "p"}, "cells": [c.__dict__ for c in cells], "goals": goals}  # fmt: skip
     text = markdown(results)
     assert "| storm | 64 | 410 | 41.0 |" in text and "0.82 (>= 0.8: met)" in text
+
+
+def test_thread_comparison_report():
+    """Default against pinned thread counts: rounds pooled, the default's ratio to the best pinned."""
+
+    def cell(label, concurrency, requests, seconds, p99, threads):
+        rate = requests / seconds
+        return Cell(True, concurrency, requests, 0, 0, seconds, rate, 1, 2, p99, 2.0, label, 0.1, 1.0,
+                    rate * 4, str(threads))  # fmt: skip
+
+    rounds = [cell("default", 8, 100, 2.0, 30, 2), cell("default", 8, 140, 2.0, 50, 1)]
+    merged = pooled(rounds)
+    assert (merged.requests, merged.seconds, merged.requests_per_s, merged.texts_per_s) == (240, 4.0, 60.0, 240.0)
+    assert merged.p99_ms == 40.0 and merged.threads == "2/1"
+    cells = [merged, cell("--threads 1", 8, 100, 4.0, 90, 1), cell("--threads 2", 8, 250, 4.0, 35, 2),
+             cell("default", 1, 50, 1.0, 5, 2), cell("--threads 1", 1, 40, 1.0, 6, 1)]  # fmt: skip
+    ratios = thread_ratios(cells)
+    assert ratios == {"1": 1.25, "8": 0.96}  # 240 / 250 texts/s at 8 clients
+    results = {"config": {"model": "m", "precision": "auto", "words": 16, "duration": 2, "max_requests": 9,
+                          "compare_threads": [1, 2], "texts_per_request": 4, "rounds": 2},
+               "machine": {"cpus": 2, "platform": "p"}, "cells": [c.__dict__ for c in cells],
+               "threads": {"chosen": {"default": ["2 thread(s): measured", "1 thread(s): measured"]},
+                           "default_over_best_pinned": ratios}}  # fmt: skip
+    text = markdown(results)
+    assert "| default | 2/1 | 8 | 240 | 60.00 | 240.00 | 1.00 | 40.00 | 0 | 1.00 | 0.96 |" in text
+    assert "| --threads 1 | 1 | 8 | 100 | 25.00 | 100.00 | 1 | 90 | 0 | 1.00 | n/a |" in text
+    assert "default: 2 thread(s): measured | 1 thread(s): measured" in text and "4 text(s) per request" in text
+    with pytest.raises(ValueError, match="compare_threads"):
+        ServeBenchConfig(compare_threads=[0])
+
+
+@pytest.mark.slow  # two server processes (each imports torch, transformers and FastAPI)
+def test_bench_serve_compares_thread_counts_end_to_end(model_dir, tmp_path):
+    results = run_serve_bench({"model": str(model_dir), "precision": "fp32", "concurrency": [2], "duration": 0.5,
+                               "max_requests": 40, "compare_threads": [1], "texts_per_request": 3,
+                               "output": str(tmp_path)})  # fmt: skip
+    assert [(c["label"], c["threads"]) for c in results["cells"]] == [("default", "1"), ("--threads 1", "1")]
+    assert all(c["failed"] == 0 and c["requests"] > 0 for c in results["cells"])
+    assert results["cells"][0]["texts_per_s"] == pytest.approx(3 * results["cells"][0]["requests_per_s"], 0.01)
+    assert "pinned by NEOBERT_SERVE_THREADS" in results["threads"]["chosen"]["default"][0]  # the suite's pin
 
 
 @pytest.mark.slow  # two server processes (each imports torch, transformers and FastAPI)

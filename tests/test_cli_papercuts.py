@@ -253,3 +253,89 @@ def test_a_missing_model_directory_is_named(argv, tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"model directory {MISSING} does not exist" in err
     assert "repo" not in err.lower()  # not a hub repo-id validation message
+
+
+# --- renamed options keep working (issue 24), from the record the option-set test keeps -------------------
+
+
+def test_every_renamed_option_is_rewritten_with_a_note_naming_the_new_one():
+    from neobert.cli.main import build_parser, command_paths
+    from neobert.cli.options import RENAMED_FLAG_VALUES, RENAMES, renamed_options
+
+    parser = build_parser()
+    paths = command_paths(parser)
+    for (command, old), new in RENAMES.items():
+        value = RENAMED_FLAG_VALUES.get((command, old))
+        argv, notes = renamed_options([*command.split(), old, *([] if value else ["7"])], paths)
+        assert argv == [*command.split(), new, value or "7"]
+        assert len(notes) == 1 and f"{old} was renamed {new}" in notes[0] and f"write {new}" in notes[0]
+    argv, _ = renamed_options(["finetune", "glue", "--learning-rate=5e-5"], paths)
+    assert argv == ["finetune", "glue", "--lr=5e-5"]
+    assert renamed_options(["serve", "--learning-rate", "1"], paths) == (["serve", "--learning-rate", "1"], [])
+
+
+def test_old_option_parses_to_the_new_setting_and_says_so(capsys):
+    from neobert.cli.main import main
+
+    with pytest.raises(SystemExit):  # --help: parsing succeeded with the old names rewritten
+        main(["finetune", "classify", "--learning-rate", "5e-5", "--grad-clip", "2", "--help"])
+    err = capsys.readouterr().err
+    assert "--learning-rate was renamed --lr" in err and "--grad-clip was renamed --clip-grad-norm" in err
+    from neobert.cli.main import build_parser, command_paths
+    from neobert.cli.options import renamed_options
+
+    parser = build_parser()
+    argv, _ = renamed_options(["finetune", "contrastive", "--bf16", "--gradient-checkpointing"], command_paths(parser))
+    assert argv == ["finetune", "contrastive", "--precision", "bf16", "--activation-checkpointing"]
+
+
+# --- progress in a log: a line at a steady interval, not one per step --------------------------------------
+
+
+def test_progress_without_a_terminal_writes_few_whole_lines():
+    import io
+
+    from neobert.progress import LOG_INTERVAL, progress_bar
+
+    log = io.StringIO()
+    bar = progress_bar(total=2000, desc="steps", file=log)
+    for _ in range(2000):
+        bar.update(1)
+    bar.close()
+    text = log.getvalue()
+    assert "\r" not in text and bar.mininterval == LOG_INTERVAL
+    lines = text.splitlines()
+    assert 1 <= len(lines) <= 3 and "2000/2000" in lines[-1]
+
+
+def test_progress_on_a_terminal_is_tqdm_as_usual():
+    import io
+
+    from neobert.progress import LogLines, progress_bar
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    bar = progress_bar(total=3, file=Terminal(), leave=False)
+    assert bar.mininterval == 0.1 and not isinstance(bar.fp, LogLines)
+    bar.close()
+
+
+def test_serve_task_is_now_head_and_the_old_name_still_works(capsys):
+    """neobert serve --task (the head) is --head since issue 24: the option, and a settings file's key."""
+    import warnings
+
+    from neobert.cli.main import build_parser, command_paths
+    from neobert.cli.options import renamed_options
+    from neobert.serving import ServeConfig, ServeConfigError
+
+    argv, notes = renamed_options(["serve", "--model", "m", "--task", "mlm"], command_paths(build_parser()))
+    assert argv == ["serve", "--model", "m", "--head", "mlm"] and "--task was renamed --head" in notes[0]
+    assert build_parser().parse_args(argv).head == "mlm"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert ServeConfig.from_dict({"model": "m", "task": "mlm"}).head == "mlm"
+    assert any("'task' is deprecated, use 'head'" in str(w.message) for w in caught)
+    with pytest.raises(ServeConfigError, match="give only 'head'"):
+        ServeConfig.from_dict({"model": "m", "task": "mlm", "head": "base"})

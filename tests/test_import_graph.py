@@ -98,12 +98,14 @@ FLOORS = {
     "neobert.config": 0,
     "neobert.io": 0,
     "neobert.tables": 0,  # numbers and Markdown tables for people
+    "neobert.progress": 0,  # progress bars for people (a line at a steady interval in a log)
     "neobert.configs": 0,  # the shipped YAML recipes and vocabulary
     "neobert.model": 1,
     "neobert.fastpath": 1,
     "neobert.hardware": 1,  # CPU flags and the measured precision: beside the model, imports config only
     "neobert.data": 1,
     "neobert.encoders": 2,
+    "neobert.capabilities": 2,  # what a model can do: head, labels, embeddings, tasks; load_for_inference
     "neobert.inference": 2,
     "neobert.long_documents": 2,
     "neobert.model_info": 2,  # a preset's or model directory's architecture and exact parameter counts
@@ -159,3 +161,14 @@ def test_imports_point_down_cli_tasks_engines_model_data_config():
         if {wing(m), wing(t)} == {"model", "data"}
     ]
     assert across == []
+
+
+def test_no_serving_function_is_long():
+    """The serving wing stays a house of small parts (issue 24): no function over 60 lines."""
+    long = []
+    for path in sorted((ROOT / "serving").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            function = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if function and node.end_lineno - node.lineno + 1 > 60:
+                long.append(f"{path.name}:{node.name}")
+    assert long == []

@@ -507,8 +507,10 @@ def test_a_model_process_that_dies_is_replaced(model_dir, reference_model, token
 
         send = second.conn.send
 
-        def send_then_die(message):  # the request reaches the model process, which dies before answering
-            second.process.send_signal(signal.SIGSTOP)  # (stopped, it cannot answer first on a busy machine)
+        def send_then_die(message):  # the request reaches the model process, which then dies
+            # stopped first, so it cannot answer in the moment between the send and the kill (a race that
+            # a busy machine loses now and then)
+            second.process.send_signal(signal.SIGSTOP)
             send(message)
             second.process.send_signal(signal.SIGKILL)
 

@@ -1,6 +1,6 @@
 """The one source of truth for a NeoBERT architecture: a plain dataclass.
 
-It accepts exactly the fields of the released ``config.json`` (see ``docs/architecture.md``) plus our
+It accepts exactly the fields of the released ``config.json`` (see ``docs/model.md``) plus our
 architecture switches. The transformers config (:class:`neobert.model.NeoBERTConfig`) is a thin view of it,
 and training YAML files map onto it 1:1. This module imports nothing heavy.
 """
@@ -19,7 +19,9 @@ POSITION_EMBEDDINGS = ("rope", "learned")
 FFN_TYPES = ("swiglu", "gelu")
 NORM_TYPES = ("rmsnorm", "layernorm")
 ROPE_SCALINGS = ("none", "linear", "ntk", "yarn")
-POOLINGS = ("cls", "mean")
+# the poolings a NeoBERT classifier head takes: a subset of neobert.model.pooling.POOLINGS, the registry
+# (config imports nothing of the model; tests/test_pooling.py checks the subset)
+CLASSIFIER_POOLINGS = ("cls", "mean")
 # Numeric precision of a run, training or inference: "auto" is whichever of fp32 and bf16 runs faster for
 # the model's shapes on this device, measured once per process (neobert.hardware.resolve_precision).
 # Training: bf16 autocast over fp32 weights; inference: bf16 weights (the NeoBERT fast path).
@@ -153,7 +155,7 @@ class ModelConfig:
         self._check_choice("ffn", FFN_TYPES)
         self._check_choice("norm", NORM_TYPES)
         self._check_choice("rope_scaling_type", ROPE_SCALINGS)
-        self._check_choice("classifier_pooling", POOLINGS)
+        self._check_choice("classifier_pooling", CLASSIFIER_POOLINGS)
         for name in (
             "vocab_size",
             "hidden_size",

@@ -29,7 +29,7 @@ from .fastpath import fast_inference
 from .hardware import resolve_precision
 from .io import atomic_dir
 from .model import NeoBERTConfig
-from .model.pooling import mean_pool
+from .model.pooling import POOLINGS, from_sentence_transformers, mean_pool
 from .registration import AUTO_CLASSES, NEOBERT_CLASSES
 
 TASKS = ("base", "mlm", "sequence-classification", "token-classification")
@@ -195,17 +195,16 @@ def resolve_model_precision(source: str | os.PathLike, precision: str, device: s
 
 # --- how a directory says its embeddings are made ---------------------------------------------------------
 
-# sentence-transformers' Pooling modes (its legacy boolean keys and its ``pooling_mode`` values) -> ours
+# sentence-transformers' legacy boolean Pooling keys -> its ``pooling_mode`` names (ours come from the registry,
+# neobert.model.pooling.from_sentence_transformers)
 _ST_POOLING_KEYS = {
     "pooling_mode_cls_token": "cls",
     "pooling_mode_max_tokens": "max",
     "pooling_mode_mean_tokens": "mean",
     "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
     "pooling_mode_weightedmean_tokens": "weightedmean",
-    "pooling_mode_lasttoken": "last",
+    "pooling_mode_lasttoken": "lasttoken",
 }
-_ST_POOLING_NAMES = {"cls": "cls", "mean": "mean", "lasttoken": "last"}
-EMBEDDING_POOLINGS = ("mean", "cls", "last")  # what inference.encode computes
 
 
 @dataclass(frozen=True)
@@ -260,10 +259,11 @@ def _st_pooling(folder: Path, where: str) -> str:
         modes = [modes] if isinstance(modes, str) else list(modes)
     else:
         modes = [_ST_POOLING_KEYS[k] for k, on in config.items() if k in _ST_POOLING_KEYS and on] or ["mean"]
-    names = [_ST_POOLING_NAMES.get(m, m) for m in modes]
-    if len(names) != 1 or names[0] not in EMBEDDING_POOLINGS:
-        raise ValueError(f"{where}: pooling {'+'.join(modes)} is not supported (one of mean, cls, lasttoken)")
-    return names[0]
+    name = from_sentence_transformers(modes[0]) if len(modes) == 1 else None
+    if name is None:
+        supported = ", ".join(p.sentence_transformers for p in POOLINGS.values())
+        raise ValueError(f"{where}: pooling {'+'.join(modes)} is not supported (one of {supported})")
+    return name
 
 
 # --- tokenizers -----------------------------------------------------------------------------------------

@@ -81,6 +81,11 @@ def versions() -> dict[str, str | None]:
     return found
 
 
+def default_device() -> str:
+    """The device a command runs on when none is named: cuda where a GPU is available, else cpu."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def load_average() -> float:
     """The 1-minute load average (0 where the platform has none)."""
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0

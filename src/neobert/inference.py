@@ -7,7 +7,6 @@ any transformers encoder (NeoBERT, BERT, RoBERTa, ModernBERT ...).
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -15,10 +14,12 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
-from .encoders import EMBEDDING_POOLINGS, MODEL_INPUT_NAMES, check_vocab, max_positions
-from .model.pooling import pool
+from .encoders import MODEL_INPUT_NAMES, check_vocab, max_positions
+from .model.pooling import get_pooling
+from .model.runtime import eval_mode
+from .progress import progress_bar
+from .registration import require_head
 
 __all__ = [  # loading and saving: neobert.encoders; tokenizer files: neobert.data
     "CPU_MAX_TOKENS",
@@ -141,25 +142,24 @@ def encode(
     Texts are batched longest first so each batch pads little: at most ``batch_size`` texts per batch and
     at most ``max_tokens`` padded tokens (default: :data:`CPU_MAX_TOKENS` on the CPU, where that is fastest,
     no limit elsewhere). Inputs longer than ``max_length`` tokens (default: what the model and tokenizer
-    accept, :func:`~neobert.encoders.max_positions`) are truncated. ``pooling`` is ``mean`` (masked mean
-    over real tokens), ``cls`` or ``last`` (the last real token); ``normalize`` scales rows to unit L2.
+    accept, :func:`~neobert.encoders.max_positions`) are truncated. ``pooling`` is a name of the registry
+    (:data:`neobert.model.pooling.POOLINGS`); ``normalize`` scales rows to unit L2.
     ``desc`` labels the progress bar.
     """
     if isinstance(texts, str):
         raise TypeError("texts must be a list of strings, not one string")
-    if pooling not in EMBEDDING_POOLINGS:
-        raise ValueError(f"unknown pooling {pooling!r}; use one of {', '.join(EMBEDDING_POOLINGS)}")
+    pool = get_pooling(pooling).pool
     check_vocab(model, tokenizer)
     encoder = getattr(model, "base_model", model)  # the bare encoder inside any head
     max_length = max_length or max_positions(encoder, tokenizer)
     device = next(encoder.parameters()).device
     out = np.empty((len(texts), encoder.config.hidden_size), dtype=np.float32)
     batches = batched_inputs(tokenizer, texts, None, batch_size, max_tokens, max_length, device)
-    progress = tqdm(total=len(texts), unit="text", desc=desc, disable=not show_progress)
-    with _eval_mode(encoder), torch.inference_mode(), progress:
+    progress = progress_bar(total=len(texts), unit="text", desc=desc, disable=not show_progress)
+    with eval_mode(encoder), torch.inference_mode(), progress:
         for index, inputs in batches:
             states = encoder(**inputs).last_hidden_state  # (B, L, C)
-            vectors = pool(states, inputs["attention_mask"], pooling).float()  # (B, C)
+            vectors = pool(states, inputs["attention_mask"]).float()  # (B, C)
             if normalize:
                 vectors = F.normalize(vectors, p=2, dim=-1)
             out[index] = vectors.cpu().numpy()
@@ -191,20 +191,16 @@ def classify(
         raise ValueError(
             f"pairs must hold one second text per text: got {len(texts)} texts, {len(pairs)} pairs"
         )
+    require_head(model, "sequence-classification", "classify")
     inner = getattr(model, "_orig_mod", model)  # a torch.compile wrapper holds the model here
-    if not type(inner).__name__.endswith("ForSequenceClassification"):
-        raise TypeError(
-            "classify needs a sequence-classification model (load it with task='sequence-classification'), "
-            f"got {type(inner).__name__}"
-        )
     check_vocab(inner, tokenizer)
     max_length = max_length or max_positions(inner, tokenizer)
     device = next(inner.parameters()).device
     token_types = pairs is not None and _pair_token_types(inner, tokenizer)
     out = np.empty((len(texts), inner.config.num_labels), dtype=np.float32)
     batches = batched_inputs(tokenizer, texts, pairs, batch_size, max_tokens, max_length, device)
-    progress = tqdm(total=len(texts), unit="text", disable=not show_progress)
-    with _eval_mode(model), torch.inference_mode(), progress:
+    progress = progress_bar(total=len(texts), unit="text", disable=not show_progress)
+    with eval_mode(model), torch.inference_mode(), progress:
         for index, inputs in batches:
             if token_types:
                 is_sep = (inputs["input_ids"] == tokenizer.sep_token_id).long()
@@ -275,16 +271,6 @@ def _pair_token_types(model: torch.nn.Module, tokenizer: Any) -> bool:
     return any(types)
 
 
-@contextlib.contextmanager
-def _eval_mode(module: torch.nn.Module) -> Iterator[None]:
-    """Dropout off for inference, and the caller's train/eval mode restored afterwards."""
-    was_training = module.training
-    module.eval()
-    try:
-        yield
-    finally:
-        module.train(was_training)
-
 
 def fill_mask(
     model: torch.nn.Module, tokenizer: Any, text: str, top_k: int = 5
@@ -304,7 +290,7 @@ def fill_mask(
     positions = (inputs["input_ids"][0] == tokenizer.mask_token_id).nonzero().flatten()
     if positions.numel() == 0:  # every mask was beyond max_length and truncated away
         raise ValueError(f"all {mask} tokens fall beyond the model's {max_length} tokens")
-    with _eval_mode(model), torch.inference_mode():
+    with eval_mode(model), torch.inference_mode():
         logits = model(**inputs).logits[0, positions]  # (M, V)
     probs, ids = logits.float().softmax(dim=-1).topk(min(top_k, logits.shape[-1]), dim=-1)
     return [

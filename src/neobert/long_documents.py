@@ -35,6 +35,8 @@ from .encoders import max_positions
 from .fastpath import FusedEncoderBlock, fuse_cpu_epilogues
 from .inference import TokenIds
 from .model import set_runtime
+from .model.pooling import get_pooling
+from .model.runtime import eval_mode
 
 POLICIES = ("truncate", "chunk", "extend")
 EXTEND_METHODS = tuple(m for m in ROPE_SCALINGS if m != "none")
@@ -73,7 +75,7 @@ class LongReport:
     truncated: int = 0  # texts cut (truncate policy; every long text there)
     rows: int = 0  # model rows (windows) run
     tokens: int = 0  # tokens fed to the model, special tokens included
-    lengths: list[int] = field(default_factory=list)  # per text: its tokens, special ones included, uncut
+    lengths: list[int] = field(default_factory=list)  # each text's whole length in tokens, specials included
     windows: list[int] = field(default_factory=list)  # per text: the model rows it took
 
     def add(self, other: LongReport) -> None:
@@ -134,6 +136,7 @@ def plan_rows(
     for owner, ids in enumerate(content):
         long = len(ids) > width
         rows.report.long += long
+        rows.report.lengths.append(len(prefix) + len(ids) + len(suffix))
         if settings.policy == "chunk":
             spans = [(s, min(width, len(ids) - s)) for s in window_starts(len(ids), width, stride)]
         elif settings.policy == "extend":
@@ -141,7 +144,6 @@ def plan_rows(
         else:
             spans = [(0, min(width, len(ids)))]
             rows.report.truncated += long
-        rows.report.lengths.append(len(prefix) + len(ids) + len(suffix))
         rows.report.windows.append(len(spans))
         for start, size in spans:
             row = [*prefix, *ids[start : start + size], *suffix]
@@ -255,7 +257,8 @@ def embed(
                                 show_progress=show_progress, max_tokens=max_tokens)  # fmt: skip
 
     hidden = model.base_model.config.hidden_size
-    out, report = _per_text(model, tokenizer, texts, settings, hidden, vectors, pooling == "mean", window)
+    by_tokens = get_pooling(pooling).by_tokens  # mean: windows weighted by their token counts
+    out, report = _per_text(model, tokenizer, texts, settings, hidden, vectors, by_tokens, window)
     if normalize:
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
     return out, report
@@ -350,14 +353,9 @@ def _row_logits(model, tokenizer, subset: TokenIds, batch_size, max_tokens) -> l
     width = max(len(row) for row in subset)
     out: list[np.ndarray | None] = [None] * len(subset)
     batches = inference.batched_inputs(tokenizer, subset, None, batch_size, max_tokens, width, device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            for index, inputs in batches:
-                logits = model(**inputs).logits.float().cpu().numpy()  # (B, L, num_labels)
-                for row, j in enumerate(index):
-                    out[j] = logits[row, : len(subset[j])]
-    finally:
-        model.train(was_training)
+    with eval_mode(model), torch.inference_mode():
+        for index, inputs in batches:
+            logits = model(**inputs).logits.float().cpu().numpy()  # (B, L, num_labels)
+            for row, j in enumerate(index):
+                out[j] = logits[row, : len(subset[j])]
     return out

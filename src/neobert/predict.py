@@ -16,16 +16,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import POOLINGS, PRECISIONS, check_precision
+from .capabilities import load_for_inference
+from .config import PRECISIONS, check_precision
 from .data.readers import ON_ERROR
 from .data.text_files import read_texts
-from .encoders import apply_precision, is_preset, load_model, resolve_tokenizer
+from .encoders import is_preset, load_model, resolve_tokenizer
 from .inference import classifier_rows, classify, encode, fill_mask, is_regression, label_names
 from .io import atomic_file, write_text
 from .jobs.engine import EngineSettings
 from .long_documents import EXTEND_METHODS, POLICIES, LongDocuments, LongReport
 from .long_documents import classify as classify_long
 from .long_documents import embed as embed_long
+from .model.pooling import POOLING_NAMES
+from .registration import declared_head
 from .tables import markdown_table
 from .token_classification.tagging import Entity, tag
 
@@ -107,7 +110,7 @@ class EmbedConfig(EngineSettings, FileJob):
     # a directory (parquet shards + _manifest.json), or a .npy file (one text file's lines x hidden)
     output: str
     max_tokens: int | None = field(default=None, metadata={"help": MAX_TOKENS_HELP})
-    pooling: str = field(default="mean", metadata={"choices": POOLINGS, "help": "mean | cls"})
+    pooling: str = field(default="mean", metadata={"choices": POOLING_NAMES, "help": " | ".join(POOLING_NAMES)})
     normalize: bool = True  # unit L2 norm (--no-normalize keeps raw vectors)
     max_length: int | None = None  # truncate texts to this many tokens (default: the model's max_length)
     precision: str = _precision("cosine > 0.99 to fp32")
@@ -162,8 +165,8 @@ def embed_file(config: EmbedConfig) -> EmbedResult:
         )
     texts = read_texts(c.input[0])[0]  # validate the input before paying for the model
     start = time.perf_counter()
-    tok = resolve_tokenizer(c.model, c.tokenizer)
-    encoder = apply_precision(load_model(c.model, task="base"), c.precision)
+    loaded = load_for_inference(c.model, c.tokenizer, "base", c.precision)
+    encoder, tok = loaded.model, loaded.tokenizer
     budget = {"batch_size": c.batch_size, "max_tokens": c.max_tokens, "show_progress": c.show_progress}
     report = None
     if c.max_length is None:  # the model's window: the long-document policy decides
@@ -235,7 +238,7 @@ class FileClassification:
 def _require_head(model: str, classifier: torch.nn.Module) -> None:
     """A checkpoint saved without a classification head loads with a random one: refuse it."""
     architectures = getattr(classifier.config, "architectures", None) or []
-    if architectures and not any(a.endswith("ForSequenceClassification") for a in architectures):
+    if architectures and declared_head(classifier.config) != "sequence-classification":
         raise ValueError(
             f"{model} is a {architectures[0]} checkpoint without a trained classification head (loading it "
             "as a classifier would add a random one); fine-tune a classifier first (`neobert finetune "
@@ -256,10 +259,9 @@ def classify_file(config: ClassifyFileConfig) -> FileClassification:
     if (pairs is not None or c.max_length is not None) and c.long_documents != "truncate":
         raise ValueError(f"--long-documents {c.long_documents} applies to single texts without --max-length")
     start = time.perf_counter()
-    tok = resolve_tokenizer(c.model, c.tokenizer)
-    classifier = load_model(c.model, task="sequence-classification")
+    loaded = load_for_inference(c.model, c.tokenizer, "sequence-classification", c.precision)
+    classifier, tok = loaded.model, loaded.tokenizer
     _require_head(c.model, classifier)
-    apply_precision(classifier, c.precision)
     budget = {"batch_size": c.batch_size, "max_tokens": c.max_tokens, "show_progress": c.show_progress}
     report = None
     if pairs is None and c.max_length is None:  # single texts at the model's window: the policy decides
@@ -323,8 +325,8 @@ def tag_file(config: TagConfig) -> TagResult:
         raise ValueError(f"--model {c.model}: expected a fine-tuned token-classification model directory")
     texts = read_texts(c.input)[0]
     start = time.perf_counter()
-    model = load_model(c.model, task="token-classification")
-    tokenizer = resolve_tokenizer(c.model, c.tokenizer)
+    loaded = load_for_inference(c.model, c.tokenizer, "token-classification", precision=None)  # as trained
+    model, tokenizer = loaded.model, loaded.tokenizer
     entities, report = tag(model, tokenizer, texts, c.long, batch_size=c.batch_size)
     lines = [
         json.dumps({"text": text, "entities": [e.to_dict() for e in row]}, ensure_ascii=False)

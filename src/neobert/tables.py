@@ -24,9 +24,15 @@ def fmt(value: Any, scale: float = 1.0, digits: int = 2) -> str:
 
 
 def markdown_table(
-    header: Sequence[str], rows: Sequence[Sequence[Any]], scale: float = 1.0, digits: int = 2
-) -> str:
-    """A Markdown table; float cells (and missing ones) go through :func:`fmt`, other cells as they are."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    header: Sequence[str], rows: Sequence[Sequence[Any]], scale: float = 1.0, digits: int = 2,
+    align: str | None = None,
+) -> str:  # fmt: skip
+    """A Markdown table; float cells (and missing ones) go through :func:`fmt`, other cells as they are.
+    ``align``: one letter per column, ``l`` or ``r`` (right-aligned numbers); default all left."""
+    marks = {"l": "---", "r": "---:"}
+    align = align or "l" * len(header)
+    if len(align) != len(header) or set(align) - set(marks):
+        raise ValueError(f"align needs one of l, r per column ({len(header)}), got {align!r}")
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(marks[a] for a in align) + "|"]
     lines += ["| " + " | ".join(fmt(v, scale, digits) for v in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"

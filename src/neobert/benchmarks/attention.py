@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
+from ..tables import markdown_table
 from .measure import machine_info, matmul_peak
 from .report import publish
 
@@ -130,14 +131,9 @@ def markdown(results: dict) -> str:
         f"{results['matmul_peak_tflops']:.2f} TFLOP/s in the same run; median of {c['repeats']} interleaved "
         "rounds. Cells: TFLOP/s (max abs error against float32).",
         "",
-        "| kernel | " + " | ".join(str(n) for n in lengths) + " |",
-        "|---|" + "---:|" * len(lengths),
     ]
-    for name in c["kernels"]:
-        cells = [
-            f"{found[name, n]['tflops']:.2f} ({found[name, n]['max_abs_error']:.4f})"
-            for n in lengths
-            if (name, n) in found
-        ]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    rows = [[name, *(f"{found[name, n]['tflops']:.2f} ({found[name, n]['max_abs_error']:.4f})"
+                     if (name, n) in found else None for n in lengths)]  # a kernel not run at a length: n/a
+            for name in c["kernels"]]  # fmt: skip
+    header = ["kernel", *(str(n) for n in lengths)]
+    return "\n".join(lines) + "\n" + markdown_table(header, rows, align="l" + "r" * len(lengths))

@@ -22,13 +22,13 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from ..config import check_precision
 from ..encoders import check_vocab, load_model, max_positions, resolve_tokenizer
 from ..fastpath import fast_inference
 from ..hardware import resolve_precision
 from ..inference import CPU_MAX_TOKENS, TOKENIZE_CHUNK, encode, token_batches
+from ..progress import progress_bar
+from ..tables import markdown_table
 from .measure import machine_info, time_call
 from .report import publish
 from .throughput import read_lengths
@@ -178,7 +178,7 @@ def run(config: EncodeBenchConfig) -> dict:
 
     default = next(row for row in rows if row["default"])
     call(default, texts[:WARMUP_TEXTS])  # untimed: first-call costs (allocator, oneDNN kernels)
-    with tqdm(total=config.repeats * len(rows), unit="run", disable=not config.progress) as progress:
+    with progress_bar(total=config.repeats * len(rows), unit="run", disable=not config.progress) as progress:
         for r in range(config.repeats):
             for k in range(len(rows)):  # round-robin, starting one setting later each round
                 row = rows[(r + k) % len(rows)]
@@ -228,14 +228,11 @@ def markdown(results: dict) -> str:
         f"tokens, {texts['min']}-{texts['max']} per text), median of {cfg['repeats']} interleaved rounds. "
         f"{machine['cpu']}, {machine['threads']} threads, torch {machine['torch']}.",
         "",
-        "| batch size | max tokens | batches | padded tokens | padded / real | real tokens/s | vs baseline | |",
-        "|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for r in results["settings"]:
-        lines.append(
-            f"| {r['batch_size']} | {r['max_tokens'] or 'none'} | {r['batches']} | {r['padded_tokens']:,} | "
-            f"{r['padding']:.2f} | {r['real_tokens_per_s']:,.0f} | {r['ratio']:.2f}x | {r['note']} |"
-        )
+    rows = [[r["batch_size"], r["max_tokens"] or "none", r["batches"], f"{r['padded_tokens']:,}", f"{r['padding']:.2f}",
+             f"{r['real_tokens_per_s']:,.0f}", f"{r['ratio']:.2f}x", r["note"]] for r in results["settings"]]  # fmt: skip
+    header = ["batch size", "max tokens", "batches", "padded tokens", "padded / real", "real tokens/s", "vs baseline", ""]
+    lines += markdown_table(header, rows, align="r" * 7 + "l").splitlines()
     lines += [
         "",
         f"Baseline: {results['baseline']}. Fastest: {fastest['label']} ({fastest['ratio']:.2f}x). "

@@ -28,12 +28,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ..data.corpus import iter_stdlib_documents
 from ..encoders import apply_precision, is_preset, load_encoder, save_pretrained
 from ..export.onnx import ClassifierGraph, EncoderGraph, export_onnx, inspect_source
 from ..export.runtime import OnnxEncoder
+from ..progress import progress_bar
 from ..tables import fmt, markdown_table
 from .measure import machine_info
 from .report import publish
@@ -162,7 +162,7 @@ def _measure(config: OnnxBenchConfig, source: Path, exported: Any, export_s: flo
     }  # warm-up
     reference = outputs["pytorch-fp32"]
     times: dict[str, list[float]] = {name: [] for name in forwards}
-    rounds = tqdm(total=config.repeats * len(forwards), desc="timing", disable=not config.progress)
+    rounds = progress_bar(total=config.repeats * len(forwards), desc="timing", disable=not config.progress)
     with rounds:
         for _ in range(config.repeats):
             for name, forward in forwards.items():  # interleaved: drift on a shared machine hits all alike
@@ -229,14 +229,14 @@ def measure_service(config: OnnxBenchConfig, source: Path, exported: Path) -> li
     variants = [v for v in SERVED if config.bf16 or v != "pytorch-bf16"]
     servers: dict[str, ServerProcess] = {}
     try:
-        for name in tqdm(variants, desc="starting servers", disable=not config.progress):
+        for name in progress_bar(variants, desc="starting servers", disable=not config.progress):
             settings = SERVED[name]
             model = exported if settings["backend"] == "onnx" else source
             servers[name] = ServerProcess(ServeBenchConfig(model=str(model), output=None, **settings), True)
             run_cell(servers[name].port, config.serve_concurrency, texts, 2.0, 200)  # warm-up
         before = {name: merged_counts(server.metrics()) for name, server in servers.items()}
         rounds: dict[str, list[dict]] = {name: [] for name in servers}
-        with tqdm(total=config.repeats * len(servers), desc="service", disable=not config.progress) as bar:
+        with progress_bar(total=config.repeats * len(servers), desc="service", disable=not config.progress) as bar:
             for _ in range(config.repeats):
                 for name, server in servers.items():
                     cell = run_cell(server.port, config.serve_concurrency, texts, config.serve_duration,

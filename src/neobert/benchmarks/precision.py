@@ -20,13 +20,14 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from ..data.corpus import iter_stdlib_documents
 from ..encoders import is_neobert, load_model, resolve_tokenizer
 from ..fastpath import fast_inference
 from ..model import set_runtime
 from ..model.pooling import mean_pool
+from ..progress import progress_bar
+from ..tables import markdown_table
 from .measure import machine_info
 from .report import publish
 
@@ -182,7 +183,7 @@ def run(config: PrecisionBenchConfig) -> dict:
     forwards: dict[str, Forward] = {}
     with torch.inference_mode():
         reference = mean_pool(_hidden(fp32)(ids, mask).float(), mask)
-    for variant in tqdm(config.variants, desc="build + warm up", disable=not config.progress):
+    for variant in progress_bar(config.variants, desc="build + warm up", disable=not config.progress):
         rows[variant] = {"variant": variant, "what": VARIANTS[variant]}
         try:
             start = time.perf_counter()
@@ -198,7 +199,7 @@ def run(config: PrecisionBenchConfig) -> dict:
         forwards[variant] = forward
 
     times: dict[str, list[float]] = {v: [] for v in forwards}
-    rounds = tqdm(total=config.repeats * len(forwards), desc="timing", disable=not config.progress)
+    rounds = progress_bar(total=config.repeats * len(forwards), desc="timing", disable=not config.progress)
     with torch.inference_mode(), rounds:
         for _ in range(config.repeats):
             for variant, forward in forwards.items():  # interleaved: drift hits every variant alike
@@ -234,18 +235,18 @@ def markdown(results: dict) -> str:
         f"{results['machine'].get('cpu', '?')}; median of {c['repeats']} interleaved rounds. Cosine: "
         f"mean-pooled embeddings against fp32 (floor {COSINE_FLOOR}).",
         "",
-        "| variant | tokens/s | vs bf16 | cosine min | cosine mean | kept? |",
-        "|---|---:|---:|---:|---:|---|",
     ]
+    rows = []
     for r in results["rows"]:
         if "error" in r:
-            lines.append(f"| {r['variant']} | failed: {r['error']} | | | | no |")
+            rows.append([r["variant"], f"failed: {r['error']}", None, None, None, "no"])
             continue
         kept = "reference" if r["variant"] == "fp32" else _verdict(r)
-        lines.append(
-            f"| {r['variant']} | {r['tokens_per_s']:,.0f} | {r.get('vs_bf16', float('nan')):.2f}x | "
-            f"{r['cosine_min']:.5f} | {r['cosine_mean']:.5f} | {kept} |"
-        )
+        vs_bf16 = f"{r['vs_bf16']:.2f}x" if r.get("vs_bf16") is not None else None
+        rows.append([r["variant"], f"{r['tokens_per_s']:,.0f}", vs_bf16, f"{r['cosine_min']:.5f}",
+                     f"{r['cosine_mean']:.5f}", kept])  # fmt: skip
+    header = ["variant", "tokens/s", "vs bf16", "cosine min", "cosine mean", "kept?"]
+    lines += markdown_table(header, rows, align="lrrrrl").splitlines()
     lines += ["", "Variants:", ""] + [f"- `{r['variant']}`: {r['what']}" for r in results["rows"]]
     return "\n".join(lines) + "\n"
 

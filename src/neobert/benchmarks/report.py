@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..io import atomic_file, write_json, write_text
+from ..tables import markdown_table
 
 CSV_FIELDS = [
     "mode",
@@ -68,17 +69,15 @@ def _grid(results: dict, cell) -> list[str]:
     """A models x lengths Markdown table; ``cell(row)`` formats one measured cell."""
     lengths, models = _lengths_and_models(results)
     found = {(r["model"], r["length"]): r for r in results["fixed"]}
-    lines = [
-        "| model | " + " | ".join(str(n) for n in lengths) + " |",
-        "|---|" + "---:|" * len(lengths),
-    ]
+    rows = []
     for model in models:
         cells = []
         for n in lengths:
             row = found.get((model, n))
-            cells.append("-" if row is None else ("skipped" if "skipped" in row else cell(row)))
-        lines.append(f"| {model} | " + " | ".join(cells) + " |")
-    return lines
+            cells.append(None if row is None else ("skipped" if "skipped" in row else cell(row)))
+        rows.append([model, *cells])
+    header = ["model", *(str(n) for n in lengths)]
+    return markdown_table(header, rows, align="l" + "r" * len(lengths)).splitlines()
 
 
 def markdown(results: dict) -> str:
@@ -118,14 +117,11 @@ def markdown(results: dict) -> str:
             + _realistic_source(results["config"])
             + ".",
             "",
-            "| model | path | real tokens/s | % of peak (useful FLOPs) | peak memory MiB |",
-            "|---|---|---:|---:|---:|",
         ]
-        for r in results["realistic"]:
-            lines.append(
-                f"| {r['model']} | {r['mode']} | {r['real_tokens_per_s']:,.0f} | "
-                f"{100 * r['peak_fraction']:.0f}% | {r['peak_memory_mb']:,.0f} |"
-            )
+        rows = [[r["model"], r["mode"], f"{r['real_tokens_per_s']:,.0f}", f"{100 * r['peak_fraction']:.0f}%",
+                 f"{r['peak_memory_mb']:,.0f}"] for r in results["realistic"]]  # fmt: skip
+        header = ["model", "path", "real tokens/s", "% of peak (useful FLOPs)", "peak memory MiB"]
+        lines += markdown_table(header, rows, align="llrrr").splitlines()
     summary = results.get("summary", {})
     if summary.get("neobert_over_modernbert"):
         ratios = ", ".join(f"{n}: {v:.2f}x" for n, v in summary["neobert_over_modernbert"].items())

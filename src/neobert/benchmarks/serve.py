@@ -11,6 +11,12 @@ server is stopped with SIGTERM. Reported per cell: requests/s, p50 / p95 / p99 l
 and the same clients honouring Retry-After. Beside each cell: the CPU the load generator itself used and
 the server's (HTTP process and model processes), in cores; on a machine this small the storm's clients
 compete with the server for the same cores. The goals (issue 19) are checked in the report.
+
+``compare_threads``: the server's default thread count (measured at start, :mod:`neobert.serving.threads`)
+against each pinned ``--threads`` in one run, batching on, ``rounds`` interleaved rounds (every variant
+started in turn per round, so slow drift on a shared machine touches each alike); each variant's row
+pools its rounds, and the report gives the default's rate over the best pinned one's per concurrency
+(the issue-24 goal: within 5%). ``texts_per_request`` > 1 sends that many texts in each request.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..hardware import machine_summary
+from ..tables import markdown_table
 from .report import publish
 
 WORDS = [
@@ -100,7 +107,11 @@ class ServeBenchConfig:
     storm_factor: int = 4  # overload: storm clients = this x storm_queue
     refusal_delay: float | None = None  # the server's --refusal-delay (default: the server's own)
     model_process: bool = True  # the server runs its model in a process of its own (off: in a thread)
-    threads: int = 0  # the server's --threads (0: its default, one less than the cores)
+    threads: int = 0  # the server's --threads (0: its default, measured at start)
+    # compare the default thread count with each of these pinned --threads in one run (batching on)
+    compare_threads: list[int] = field(default_factory=list)
+    rounds: int = 1  # compare_threads: interleaved rounds (each variant started in turn per round)
+    texts_per_request: int = 1  # texts in each /embed request
 
     def __post_init__(self) -> None:
         if not self.concurrency or any(not isinstance(c, int) or c < 1 for c in self.concurrency):
@@ -109,6 +120,11 @@ class ServeBenchConfig:
             raise ValueError("duration, max_requests and words must be positive")
         if self.storm_queue < 1 or self.storm_factor < 1:
             raise ValueError("storm_queue and storm_factor must be positive")
+        if any(not isinstance(n, int) or n < 1 for n in self.compare_threads) or self.rounds < 1:
+            raise ValueError(f"compare_threads must be positive integers and rounds >= 1, got "
+                             f"{self.compare_threads!r}, {self.rounds!r}")  # fmt: skip
+        if self.texts_per_request < 1:
+            raise ValueError(f"texts_per_request must be positive, got {self.texts_per_request}")
 
 
 def request_texts(count: int, words: int, seed: int = 0) -> list[str]:
@@ -136,12 +152,16 @@ class Cell:
     label: str = ""  # overload: capacity | storm | polite
     client_cpu: float | None = None  # cores the load generator used (its CPU seconds / wall seconds)
     server_cpu: float | None = None  # cores the server used, its model processes included
+    texts_per_s: float | None = None  # requests/s x texts per request
+    threads: str | None = None  # the server's model threads (from /info), per round: "2/1"
 
 
 class ServerProcess:
     """``neobert serve`` in a child process on a free port of 127.0.0.1."""
 
-    def __init__(self, config: ServeBenchConfig, batching: bool, max_queue: int | None = None):
+    def __init__(
+        self, config: ServeBenchConfig, batching: bool, max_queue: int | None = None, threads: int | None = None
+    ):
         self.port = _free_port()
         command = [
             sys.executable, "-m", "neobert.cli.main", "serve", "--model", config.model,
@@ -157,8 +177,9 @@ class ServerProcess:
             command += ["--refusal-delay", str(config.refusal_delay)]
         if not config.model_process:
             command.append("--no-model-process")
-        if config.threads:
-            command += ["--threads", str(config.threads)]
+        threads = config.threads if threads is None else threads
+        if threads:
+            command += ["--threads", str(threads)]
         if config.backend != "auto":
             command += ["--backend", config.backend]
         if config.onnx_variant != "fp32":
@@ -183,6 +204,9 @@ class ServerProcess:
 
     def metrics(self) -> str:
         return _request(self.port, "GET", "/metrics")[1]
+
+    def info(self) -> dict[str, Any]:
+        return json.loads(_request(self.port, "GET", "/info")[1])
 
     def cpu_seconds(self) -> float | None:
         """CPU seconds the server and its children (model processes) have used so far (Linux /proc)."""
@@ -260,6 +284,7 @@ def run_cell(
     max_requests: int,
     backoff: bool = True,
     server: ServerProcess | None = None,
+    per_request: int = 1,
 ) -> dict:
     """Closed-loop load: ``concurrency`` clients, each sending its next request when the last answered.
 
@@ -282,8 +307,8 @@ def run_cell(
                     if counts["sent"] >= max_requests:
                         return
                     counts["sent"] += 1
-                body = json.dumps({"texts": [texts[i % len(texts)]]}).encode()
-                i += concurrency
+                body = json.dumps({"texts": [texts[(i + k) % len(texts)] for k in range(per_request)]}).encode()
+                i += concurrency * per_request
                 start = time.perf_counter()
                 retry_after = None
                 try:
@@ -354,11 +379,14 @@ def measured_cell(
     backoff: bool = True, label: str = "",
 ) -> Cell:  # fmt: skip
     before = merged_counts(server.metrics())
-    result = run_cell(server.port, concurrency, texts, config.duration, config.max_requests, backoff, server)
+    result = run_cell(server.port, concurrency, texts, config.duration, config.max_requests, backoff, server,
+                      config.texts_per_request)  # fmt: skip
     after = merged_counts(server.metrics())
     calls = after[1] - before[1]
     merged = round((after[0] - before[0]) / calls, 2) if calls else None
-    return make_cell(result, batching, concurrency, merged, label)
+    cell = make_cell(result, batching, concurrency, merged, label)
+    cell.texts_per_s = round(cell.requests_per_s * config.texts_per_request, 2)
+    return cell
 
 
 def measure_mode(config: ServeBenchConfig, batching: bool, texts: list[str], label: str = "") -> list[Cell]:
@@ -385,6 +413,68 @@ def measure_storms(config: ServeBenchConfig, texts: list[str]) -> list[Cell]:
         server.stop()
 
 
+def measure_threads(config: ServeBenchConfig, texts: list[str]) -> tuple[list[Cell], dict[str, list[str]]]:
+    """The default against each pinned thread count, ``rounds`` interleaved rounds, batching on: one cell
+    per variant and concurrency (its rounds pooled), and what the default chose and why (from /info)."""
+    variants = [0, *config.compare_threads]
+    runs: dict[tuple[int, int], list[Cell]] = {}
+    reasons: dict[str, list[str]] = {}
+    for _ in range(config.rounds):
+        for pinned in variants:
+            server = ServerProcess(config, batching=True, threads=pinned)
+            try:
+                info = server.info()
+                label = variant_label(pinned)
+                reasons.setdefault(label, []).append(f"{info.get('threads')} thread(s): {info.get('threads_reason')}")
+                run_cell(server.port, max(config.concurrency), texts, min(2.0, config.duration), 200,
+                         per_request=config.texts_per_request)  # warm-up  # fmt: skip
+                for c in config.concurrency:
+                    cell = measured_cell(server, config, texts, True, c, label=label)
+                    cell.threads = str(info.get("threads"))
+                    runs.setdefault((pinned, c), []).append(cell)
+            finally:
+                server.stop()
+    return [pooled(cells) for cells in runs.values()], reasons
+
+
+def variant_label(pinned: int) -> str:
+    return "default" if pinned == 0 else f"--threads {pinned}"
+
+
+def pooled(cells: list[Cell]) -> Cell:
+    """One cell for several rounds of the same variant: rates over the summed time; latency percentiles as
+    the median of the rounds' (the latencies themselves are not kept)."""
+    if len(cells) == 1:
+        return cells[0]
+    seconds = sum(c.seconds for c in cells)
+    requests = sum(c.requests for c in cells)
+    first = cells[0]
+    rate = round(requests / seconds, 2)
+    per_request = (first.texts_per_s or first.requests_per_s) / first.requests_per_s if first.requests_per_s else 1
+    return Cell(first.batching, first.concurrency, requests, sum(c.failed for c in cells),
+                sum(c.refused for c in cells), round(seconds, 3), rate,
+                *(_median([getattr(c, q) for c in cells]) for q in ("p50_ms", "p95_ms", "p99_ms")),
+                _median([c.mean_merged for c in cells]), first.label, _median([c.client_cpu for c in cells]),
+                _median([c.server_cpu for c in cells]), round(rate * per_request, 2),
+                "/".join(str(c.threads) for c in cells))  # fmt: skip
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(float(np.median(present)), 2) if present else None
+
+
+def thread_ratios(cells: list[Cell]) -> dict[str, float | None]:
+    """Per concurrency: the default's texts/s over the best pinned variant's (1.0: as good as the best)."""
+    out = {}
+    for concurrency in sorted({c.concurrency for c in cells}):
+        here = [c for c in cells if c.concurrency == concurrency]
+        default = next((c.texts_per_s for c in here if c.label == "default"), None)
+        pinned = [c.texts_per_s for c in here if c.label != "default" and c.texts_per_s]
+        out[str(concurrency)] = round(default / max(pinned), 3) if default and pinned else None
+    return out
+
+
 def overload_goals(cells: list[Cell]) -> dict[str, Any]:
     """Issue 19's goals: storm goodput >= 80% of the capacity at the highest concurrency, the storm's
     accepted p99 <= 2x the capacity p99 there, and no accepted request lost."""
@@ -403,6 +493,27 @@ def overload_goals(cells: list[Cell]) -> dict[str, Any]:
     }
 
 
+def threads_markdown(results: dict) -> list[str]:
+    """The default thread count against each pinned one: a row per variant and concurrency."""
+    config, threads = results["config"], results["threads"]
+    ratios = threads["default_over_best_pinned"]
+    rows = [[c["label"], c["threads"], c["concurrency"], c["requests"], c["requests_per_s"], c["texts_per_s"],
+             c["p50_ms"], c["p99_ms"], c["failed"] + c["refused"], c["server_cpu"],
+             ratios.get(str(c["concurrency"])) if c["label"] == "default" else None]
+            for c in sorted(results["cells"], key=lambda c: (c["concurrency"], c["label"] != "default"))]  # fmt: skip
+    header = ["server", "threads", "clients", "requests", "req/s", "texts/s", "p50 ms", "p99 ms", "failed + 503",
+              "server CPU", "default / best pinned"]  # fmt: skip
+    chosen = "; ".join(f"{label}: {' | '.join(why)}" for label, why in threads["chosen"].items()
+                       if label == "default")  # fmt: skip
+    return [
+        f"Thread counts, batching on, {config['texts_per_request']} text(s) per request, "
+        f"{config['rounds']} interleaved round(s) pooled (`threads`: each round's count). What the default chose, "
+        f"per round: {chosen}.",
+        "",
+        markdown_table(header, rows, align="llrrrrrrrrr"),
+    ]
+
+
 def plan(config: ServeBenchConfig) -> str:
     """What a run of ``config`` will do, in one line (said before the minutes it takes)."""
     concurrency = ", ".join(map(str, config.concurrency))
@@ -412,6 +523,9 @@ def plan(config: ServeBenchConfig) -> str:
         if config.overload
         else f"concurrency {concurrency}, batching off then on"
     )
+    if config.compare_threads:
+        pinned = ", ".join(map(str, config.compare_threads))
+        what = f"default threads vs --threads {pinned} at {concurrency} clients, {config.rounds} round(s)"
     where = f"{config.model}, {config.precision}"
     return f"load test of neobert serve ({where}): {what}, {config.duration:g} s per cell"
 
@@ -421,7 +535,10 @@ def run_serve_bench(config: ServeBenchConfig | dict[str, Any]) -> dict:
     if isinstance(config, dict):
         config = ServeBenchConfig(**config)
     texts = request_texts(512, config.words)
-    if config.overload:
+    reasons = None
+    if config.compare_threads:
+        cells, reasons = measure_threads(config, texts)
+    elif config.overload:
         cells = measure_mode(config, True, texts, label="capacity") + measure_storms(config, texts)
     else:
         cells = [cell for batching in (False, True) for cell in measure_mode(config, batching, texts)]
@@ -437,8 +554,10 @@ def run_serve_bench(config: ServeBenchConfig | dict[str, Any]) -> dict:
         "cells": [asdict(cell) for cell in cells],
         "speedup": speedups(cells),
     }
-    if config.overload:
+    if config.overload and not config.compare_threads:
         results["goals"] = overload_goals(cells)
+    if reasons is not None:
+        results["threads"] = {"chosen": reasons, "default_over_best_pinned": thread_ratios(cells)}
     return publish(results, markdown, config.output)
 
 
@@ -457,27 +576,30 @@ def markdown(results: dict) -> str:
     lines = [
         f"# neobert serve under load: {config['model']} ({config['precision']})",
         "",
-        f"Single-text `/embed` requests of {config['words']} words, closed-loop clients on 127.0.0.1, "
+        f"`/embed` requests of {config.get('texts_per_request', 1)} text(s) of {config['words']} words, "
+        "closed-loop clients on 127.0.0.1, "
         f"{config['duration']:g} s (at most {config['max_requests']} requests) per cell; "
         f"{results['machine']['cpus']} CPUs: {results['machine'].get('cpu', results['machine']['platform'])}.",
         "",
     ]
+    if config.get("compare_threads"):
+        return "\n".join(lines + threads_markdown(results))
     if config.get("overload"):
         return "\n".join(lines + overload_markdown(results))
-    lines += [
-        "| batching | concurrency | requests | req/s | p50 ms | p95 ms | p99 ms | failed | 503 | merged/call "
-        "| client CPU | server CPU |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for c in results["cells"]:
-        lines.append(
-            f"| {'on' if c['batching'] else 'off'} | {c['concurrency']} | {c['requests']} | "
-            f"{c['requests_per_s']:.1f} | {c['p50_ms']} | {c['p95_ms']} | {c['p99_ms']} | {c['failed']} | "
-            f"{c['refused']} | {c['mean_merged']} | {c['client_cpu']} | {c['server_cpu']} |"
-        )
+    header = ["batching", "concurrency", "requests", "req/s", "p50 ms", "p95 ms", "p99 ms", "failed", "503",
+              "merged/call", "client CPU", "server CPU"]  # fmt: skip
+    rows = [["on" if c["batching"] else "off", c["concurrency"], c["requests"], f"{c['requests_per_s']:.1f}",
+             *_as_given(c, "p50_ms", "p95_ms", "p99_ms", "failed", "refused", "mean_merged", "client_cpu", "server_cpu")]
+            for c in results["cells"]]  # fmt: skip
+    lines += markdown_table(header, rows, align="l" + "r" * 11).splitlines()
     lines += ["", "Speed-up of dynamic batching (requests/s, on / off): "
               + ", ".join(f"concurrency {k}: {v}x" for k, v in results["speedup"].items()), ""]  # fmt: skip
     return "\n".join(lines)
+
+
+def _as_given(cell: dict, *names: str) -> list[str | None]:
+    """Cells printed as measured (rounded when stored); a missing one as tables' n/a."""
+    return [None if cell[n] is None else str(cell[n]) for n in names]
 
 
 def overload_markdown(results: dict) -> list[str]:
@@ -488,16 +610,13 @@ def overload_markdown(results: dict) -> list[str]:
         "the same clients waiting Retry-After. CPU columns: cores used by the load generator and by the "
         "server (HTTP process and model processes).",
         "",
-        "| run | clients | accepted | req/s | p50 ms | p95 ms | p99 ms | lost | 503 | 503/s | merged/call "
-        "| client CPU | server CPU |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for c in results["cells"]:
-        lines.append(
-            f"| {c['label']} | {c['concurrency']} | {c['requests']} | {c['requests_per_s']:.1f} | {c['p50_ms']} | "
-            f"{c['p95_ms']} | {c['p99_ms']} | {c['failed']} | {c['refused']} | "
-            f"{c['refused'] / c['seconds']:.0f} | {c['mean_merged']} | {c['client_cpu']} | {c['server_cpu']} |"
-        )
+    header = ["run", "clients", "accepted", "req/s", "p50 ms", "p95 ms", "p99 ms", "lost", "503", "503/s",
+              "merged/call", "client CPU", "server CPU"]  # fmt: skip
+    rows = [[c["label"], c["concurrency"], c["requests"], f"{c['requests_per_s']:.1f}",
+             *_as_given(c, "p50_ms", "p95_ms", "p99_ms", "failed", "refused"), f"{c['refused'] / c['seconds']:.0f}",
+             *_as_given(c, "mean_merged", "client_cpu", "server_cpu")] for c in results["cells"]]  # fmt: skip
+    lines += markdown_table(header, rows, align="l" + "r" * 12).splitlines()
     ok = {True: "met", False: "NOT met"}
     lines += [
         "",

@@ -30,6 +30,7 @@ import torch
 
 from ..config import PRESETS, ModelConfig
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
+from ..tables import markdown_table
 from ..training.config import PretrainConfig
 from ..training.data_setup import TrainingData
 from ..training.engine import Engine
@@ -215,16 +216,15 @@ def markdown(results: dict) -> str:
         + f". MFU against {denominator}. Memory: "
         + ("peak allocated (max_memory_allocated)." if gpu else "peak resident set of the process."),
         "",
-        "| preset | dtype | seq x rows | params | s/step | tokens/s | TFLOP/s | MFU | peak memory | compile s |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    rows = []
     for r in results["results"]:
-        compiled = "-" if r["compile_seconds"] is None else f"{r['compile_seconds']:.1f}"
-        memory = "n/a" if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / 2**30:.2f} GiB"
+        compiled = None if r["compile_seconds"] is None else f"{r['compile_seconds']:.1f}"
+        memory = None if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / 2**30:.2f} GiB"
         flags = " +ckpt" if r["checkpointing"] else ""
-        lines.append(
-            f"| {r['preset']}{flags} | {r['dtype']} | {r['seq_len']} x {r['rows']} | {r['parameters'] / 1e6:.1f}M "
-            f"| {r['seconds_per_step']:.3f} | {r['tokens_per_second']:,.0f} | {r['achieved_flops'] / 1e12:.3f} "
-            f"| {100 * r['mfu']:.1f}% | {memory} | {compiled} |"
-        )
-    return "\n".join(lines) + "\n"
+        rows.append([f"{r['preset']}{flags}", r["dtype"], f"{r['seq_len']} x {r['rows']}",
+                     f"{r['parameters'] / 1e6:.1f}M", f"{r['seconds_per_step']:.3f}", f"{r['tokens_per_second']:,.0f}",
+                     f"{r['achieved_flops'] / 1e12:.3f}", f"{100 * r['mfu']:.1f}%", memory, compiled])  # fmt: skip
+    header = ["preset", "dtype", "seq x rows", "params", "s/step", "tokens/s", "TFLOP/s", "MFU", "peak memory",
+              "compile s"]  # fmt: skip
+    return "\n".join(lines) + "\n" + markdown_table(header, rows, align="lll" + "r" * 7)

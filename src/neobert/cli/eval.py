@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
 from ..evaluation import embedding_files as files
 from ..evaluation import mteb_adapter, pppl
 from ..evaluation.instructions import read_instruction_file
 from ..evaluation.report import update_cards
+from ..hardware import default_device
 from .common import add_command, make_console, note, quiet_transformers, say, wrote
 from .options import add_signature_options, given
 
@@ -39,7 +38,7 @@ def _settings(args: argparse.Namespace) -> dict:
     """The called function's keyword arguments: the options given, the device resolved, the instructions
     read from their file."""
     settings = given(args.options, args)
-    settings["device"] = settings.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+    settings["device"] = settings.get("device") or default_device()
     if getattr(args, "instructions", None):
         settings["instructions"] = read_instruction_file(args.instructions)
     return settings
@@ -124,7 +123,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for command, default in ((mteb, "the table"), (emb, "none")):
         what = f"JSON: task -> instruction or {{query, corpus}} (default: {default})"
         command.add_argument("--instructions", help=what)
-    scaling = {"choices": ("none", "linear", "ntk", "yarn")}
+    scaling = {"choices": pppl.ROPE_METHODS}
     help = "pseudo-perplexity per sequence-length bin (Figure 2)"
     _command(commands, "pppl", _pppl, pppl.run, help, "results/pppl", input={"required": True},
              rope_scaling=scaling)  # fmt: skip

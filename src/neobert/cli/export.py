@@ -6,9 +6,9 @@ import argparse
 
 from rich.console import Console
 
-from ..config import POOLINGS
 from ..export.onnx import QUANTIZATIONS, OnnxExportConfig, run
-from .common import add_command, make_console, quiet_transformers
+from ..model.pooling import ONNX_POOLINGS
+from .common import add_command, make_console, quiet_transformers, show
 from .options import add_options, config_from_args
 
 
@@ -27,23 +27,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(pooling, labels), checked with onnx.checker and against PyTorch on a padded batch. Needs "
         "`pip install 'neobert[onnx]'`.",
     )
-    add_options(parser, OnnxExportConfig, choices={"quantize": QUANTIZATIONS, "pooling": POOLINGS})
+    add_options(parser, OnnxExportConfig, choices={"quantize": QUANTIZATIONS, "pooling": ONNX_POOLINGS})
 
 
 def onnx(args: argparse.Namespace, console: Console | None = None) -> int:
     console = make_console(console)
     quiet_transformers()
     result = run(config_from_args(OnnxExportConfig, args))
-    console.print(f"wrote {result.output}: {', '.join(result.files)}", highlight=False, soft_wrap=True)
-    outputs = "logits" if result.task != "base" else "last_hidden_state, sentence_embedding"
-    pooling = result.pooling
-    console.print(
-        f"{result.model_type} {result.task}: outputs {outputs}; max_length {result.max_length}; pooling "
-        f"{pooling['method']}{', normalized' if pooling['normalize'] else ''} ({pooling['source']})",
-        highlight=False,
-    )
-    parity = ", ".join(f"{k} {v:.3g}" for k, v in result.parity.items())
-    console.print(f"parity with PyTorch on a padded batch: {parity}", highlight=False)
-    for note in result.notes:
-        console.print(f"[yellow]note:[/] {note}", highlight=False)
+    show(result, console)
     return 0

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 from rich.markup import escape
 
 from ..finetuning.contrastive import ContrastiveConfig, run
+from ..training.engine import is_main_process
 from .common import CLIError, add_command, make_console, quiet_transformers
 from .options import config_from_args
 
@@ -39,7 +39,7 @@ def _main(args: argparse.Namespace) -> int:
         ContrastiveConfig, args, instructions=_instructions(args.instruction, args.instructions)
     )
     result = run(config)
-    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only the first process reports
+    if not is_main_process():  # under torchrun only the first process reports
         return 0
     steps = ", ".join(f"{name} {n}" for name, n in result.dataset_steps.items())
     first, last = result.losses[0], result.losses[-1]

@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from .. import __version__
-from .common import CLIError
+from .common import CLIError, note
+from .options import renamed_options
 
 COMMAND_MODULES = [
     "pretrain",
@@ -49,8 +50,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_paths(parser: argparse.ArgumentParser, prefix: str = "") -> set[str]:
+    """Every command path of ``parser`` ("finetune classify")."""
+    paths = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                path = f"{prefix} {name}".strip()
+                paths |= {path} | command_paths(sub, path)
+    return paths
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv, notes = renamed_options(list(sys.argv[1:] if argv is None else argv), command_paths(parser))
+    for text in notes:
+        note(text, Console(stderr=True), "deprecated")
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help()

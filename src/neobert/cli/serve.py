@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from ..config import PRECISIONS
 from ..long_documents import EXTEND_METHODS, POLICIES
-from ..serving.config import TASKS, ServeConfig, ServeConfigError
+from ..serving.config import HEADS, ServeConfig, ServeConfigError
 from .common import CLIError, add_command, make_console, quiet_transformers
 from .options import config_from_args
 
@@ -30,15 +30,7 @@ def _serve(args: argparse.Namespace) -> int:
     console = make_console()
 
     def ready(service) -> None:
-        console.print(
-            f"serving {escape(config.model)} ({service.task} head: {', '.join(service.tasks)}; "
-            f"{service.info['backend']} {service.info['precision']}) on "
-            f"http://{config.host}:{config.port}  (batching {'on' if config.batching else 'off'}, "
-            f"queue {config.max_queue}, long documents: {config.long_documents}, model "
-            f"{'in its own process' if config.model_process else 'in this process'}, API key "
-            f"{'required' if service.api_key else 'off'})",
-            highlight=False,
-        )
+        console.print(escape(service.startup_line()), highlight=False)
 
     serve(config, on_ready=ready)
     console.print("stopped: in-flight requests finished")
@@ -50,7 +42,7 @@ DESCRIPTION = (
     "Serve any encoder, on PyTorch or ONNX Runtime (an export of `neobert export onnx`), over HTTP with dynamic batching, a bounded queue, limits, an optional API key, /info, "
     "/health and /metrics (Prometheus). Needs pip install 'neobert[serve]'. See docs/serving.md."
 )
-CHOICES = {"task": TASKS, "precision": PRECISIONS, "long_documents": POLICIES, "rope_scaling": EXTEND_METHODS}
+CHOICES = {"head": HEADS, "precision": PRECISIONS, "long_documents": POLICIES, "rope_scaling": EXTEND_METHODS}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..data import train_tokenizer
-from ..data.readers import TXT_MODES
+from ..data.readers import ON_ERROR, TXT_MODES
 from ..data.tokenizer import KINDS
 from .common import add_command, quiet_transformers, say
 from .options import add_signature_options, given
@@ -15,7 +15,7 @@ OPTIONS = {
     "kind": {"choices": KINDS},
     "output_dir": {"required": True},
     "txt_mode": {"choices": TXT_MODES},
-    "on_error": {"choices": ("raise", "skip")},
+    "on_error": {"choices": ON_ERROR},
 }
 
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..config import ConfigError, check_known_keys, load_mapping
 from ..io import clean_temporaries, write_dir
+from ..progress import progress_bar
 from ..tables import markdown_table
 from .readers import ON_ERROR, TXT_MODES, DataError, ReadStats, expand_inputs, iter_documents
 from .shards import (
@@ -161,8 +162,6 @@ class PrepareResult:
 
 def prepare(config: PrepareConfig) -> PrepareResult:
     """Tokenize ``config.inputs`` into shards under ``config.output``, resuming a previous run."""
-    from tqdm.auto import tqdm
-
     config.check_required()
     expand_inputs(config.inputs)  # a missing file fails before anything is written
     start = time.perf_counter()
@@ -183,7 +182,7 @@ def prepare(config: PrepareConfig) -> PrepareResult:
         )
     )
     written = resumed = new_tokens = 0
-    bar = tqdm(desc="tokenizing", unit="doc", disable=not config.progress, dynamic_ncols=True)
+    bar = progress_bar(desc="tokenizing", unit="doc", disable=not config.progress, dynamic_ncols=True)
     with bar, contextlib.closing(docs):  # closing stops the reader thread if tokenization fails
         for index in itertools.count():
             chunk = itertools.islice(docs, config.shard_size)

@@ -25,18 +25,18 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from ..cards import Result
-from ..config import ModelConfig
+from ..config import ROPE_SCALINGS, ModelConfig
 from ..data.readers import json_objects
 from ..encoders import Encoder, is_preset, load_encoder
 from ..io import atomic_file
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
+from ..progress import progress_bar
 from ..tables import markdown_table
 
 DEFAULT_BINS = (128, 256, 512, 1024, 2048, 4096)
-ROPE_METHODS = ("none", "linear", "ntk", "yarn")
+ROPE_METHODS = ROPE_SCALINGS  # config.ROPE_SCALINGS: none | linear | ntk | yarn
 
 
 @dataclass
@@ -202,7 +202,7 @@ def evaluate_model(
         raise ValueError(f"{label}: the tokenizer has no mask token")
     too_long: set[int] = set()
     encoder.model.eval()
-    for ids in tqdm(documents, desc=f"pppl {label}", unit="doc", disable=not show_progress):
+    for ids in progress_bar(documents, desc=f"pppl {label}", unit="doc", disable=not show_progress):
         index = assign_bin(len(ids), edges)
         if len(ids) > encoder.max_length:
             too_long.add(index)  # beyond the model's positions: the bin is reported as NaN, not guessed

@@ -39,11 +39,12 @@ import torch
 import torch.nn.functional as F
 
 from ..cards import CARD, CardInfo, write_card
-from ..config import POOLINGS
 from ..encoders import EmbeddingSpec, embedding_spec, is_neobert, load_encoder
+from ..inference import label_names
 from ..io import atomic_dir, write_json
 from ..model import set_runtime
-from ..model.pooling import pool
+from ..model.pooling import ONNX_POOLINGS, get_pooling, pool
+from ..registration import declared_head
 from .runtime import CONFIG_FILE, FORMAT_VERSION, OnnxEncoder
 
 # Encoders whose transformers implementation exports and matches PyTorch (tests/test_onnx_export.py).
@@ -97,6 +98,19 @@ class ExportResult:
     parity: dict[str, float] = field(default_factory=dict)  # measured at export (see onnx_config.json)
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def summary(self) -> str:
+        """What was written, the graph's outputs and pooling, and the parity measured, for a person."""
+        outputs = "logits" if self.task != "base" else "last_hidden_state, sentence_embedding"
+        pooling = self.pooling
+        parity = ", ".join(f"{k} {v:.3g}" for k, v in self.parity.items())
+        return (
+            f"wrote {self.output}: {', '.join(self.files)}\n"
+            f"{self.model_type} {self.task}: outputs {outputs}; max_length {self.max_length}; pooling "
+            f"{pooling['method']}{', normalized' if pooling['normalize'] else ''} ({pooling['source']})\n"
+            f"parity with PyTorch on a padded batch: {parity}"
+        )
+
 
 @dataclass
 class Source:
@@ -128,8 +142,7 @@ def inspect_source(model_dir: str | os.PathLike) -> Source:
             f"{', '.join(SUPPORTED_TYPES)}"
         )
     spec = embedding_spec(path)  # ValueError naming the module for Dense layers, max pooling, ...
-    heads = config.get("architectures") or []
-    is_classifier = any(a.endswith("ForSequenceClassification") for a in heads)
+    is_classifier = declared_head(config) == "sequence-classification"  # other heads: the base encoder
     return Source(path, model_type, "sequence-classification" if is_classifier else "base", spec)
 
 
@@ -196,18 +209,16 @@ def export_onnx(
     """
     if quantize not in (None, *QUANTIZATIONS):
         raise ValueError(f"unknown quantization {quantize!r}; use one of {', '.join(QUANTIZATIONS)}")
-    if pooling is not None and pooling not in POOLINGS:
-        raise ValueError(f"unknown pooling {pooling!r}; use one of {', '.join(POOLINGS)}")
+    if pooling is not None:
+        get_pooling(pooling, ONNX_POOLINGS, "for an ONNX export")
     source = inspect_source(model_dir)
     output = Path(output).expanduser()
     check_output(output, Path(model_dir), force)
     _require_extras()
     pooling = pooling or source.embedding.pooling
-    if (
-        pooling not in POOLINGS
-    ):  # e.g. a declared last-token pooling: the documented snippet has no such branch
+    if pooling not in ONNX_POOLINGS:  # e.g. a declared last-token pooling (the registry's `onnx` says which)
         raise UnsupportedModelError(
-            f"{model_dir} declares {pooling} pooling; ONNX export supports {', '.join(POOLINGS)} (see --pooling)"
+            f"{model_dir} declares {pooling} pooling; ONNX export supports {', '.join(ONNX_POOLINGS)} (see --pooling)"
         )
     normalize = source.embedding.normalize if normalize is None else normalize
 
@@ -225,7 +236,7 @@ def export_onnx(
         "outputs": ["last_hidden_state", "sentence_embedding"] if base else ["logits"],
         "max_length": min(encoder.max_length, source.embedding.max_length or encoder.max_length),
         "pooling": {"method": pooling, "normalize": normalize, "source": source.embedding.declared_by},
-        "labels": None if base else _labels(model),
+        "labels": None if base else label_names(model.config),
         "files": {v: FILES[v] for v in ("fp32", quantize) if v},
     }
     with atomic_dir(output) as tmp, _quiet():
@@ -303,11 +314,6 @@ def _quiet() -> Iterator[None]:
 
 def _nbytes(model: torch.nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
-
-
-def _labels(model: torch.nn.Module) -> list[str]:
-    id2label = model.config.id2label or {}
-    return [str(id2label.get(i, f"LABEL_{i}")) for i in range(model.config.num_labels)]
 
 
 def _export_graph(graph: torch.nn.Module, path: Path, max_length: int, nbytes: int) -> None:

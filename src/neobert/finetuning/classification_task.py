@@ -27,11 +27,12 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from ..encoders import save_pretrained
 from ..evaluation.metrics import MetricResult, compute_metrics
+from ..model.losses import sequence_loss
+from ..model.runtime import eval_mode
 from ..training.engine import Engine, EngineSettings, LossTerms, model_widths
 from ..training.optim import build_optimizer
 from ..training.schedule import make_scheduler
@@ -107,17 +108,22 @@ def predict(
     """Predictions (class ids, or real values for regression) in data order, and the mean loss, in the
     model's own precision (during fine-tuning, the engine's: see :mod:`neobert.training.engine`)."""
     device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
     predictions, total_loss = [], torch.zeros((), device=device)
-    for batch in _loader(data, batch_size, pad_token_id):
-        batch = {k: v.to(device) for k, v in batch.items()}
-        out = model(**batch)
-        logits = out.logits.float()  # (B, num_labels)
-        predictions.append(logits[:, 0] if regression else logits.argmax(dim=-1))
-        total_loss += out.loss.detach().float() * len(batch["labels"])  # summed on device: no sync per batch
-    model.train(was_training)
+    with eval_mode(model):
+        for batch in _loader(data, batch_size, pad_token_id):
+            batch = {k: v.to(device) for k, v in batch.items()}
+            labels = batch.pop("labels")
+            logits = model(**batch).logits.float()  # (B, num_labels)
+            predictions.append(logits[:, 0] if regression else logits.argmax(dim=-1))
+            # the training loss's function, summed on device: no sync per batch
+            total_loss += sequence_loss(logits, labels, problem(regression), reduction="sum").detach()
     return torch.cat(predictions).cpu().numpy(), float(total_loss) / len(data)
+
+
+def problem(regression: bool) -> str:
+    """What fine-tuning trains and validates: regression or single-label classification (multi-label is
+    not offered: finetuning/models.py sets the head's problem_type to one of these two)."""
+    return "regression" if regression else "single_label_classification"
 
 
 def evaluate(
@@ -260,11 +266,8 @@ class ClassificationTask:
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> LossTerms:
         batch = {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
         labels = batch.pop("labels")
-        logits = model(**batch).logits.float()  # (B, num_labels)
-        if self.spec.regression:
-            loss_sum = F.mse_loss(logits[:, 0], labels.float(), reduction="sum")
-        else:
-            loss_sum = F.cross_entropy(logits, labels, reduction="sum")
+        logits = model(**batch).logits  # (B, num_labels)
+        loss_sum = sequence_loss(logits, labels, problem(self.spec.regression), reduction="sum")
         return LossTerms(loss_sum, tokens=int(batch["attention_mask"].sum()))
 
     def after_step(self, step: int, final: bool) -> tuple[dict[str, float], bool]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import POOLINGS, check_known_keys, check_precision, load_mapping, renamed_settings
+from ..config import CLASSIFIER_POOLINGS, check_known_keys, check_precision, load_mapping, renamed_settings
 
 
 class FinetuneConfigError(ValueError):
@@ -170,8 +170,8 @@ class ClassifyConfig(TrainSettings, ModelSource):
     def __post_init__(self) -> None:
         TrainSettings.__post_init__(self)
         ModelSource.__post_init__(self)
-        if self.pooling is not None and self.pooling not in POOLINGS:
-            raise FinetuneConfigError(f"pooling must be one of {', '.join(POOLINGS)}; got {self.pooling!r}")
+        if self.pooling is not None and self.pooling not in CLASSIFIER_POOLINGS:
+            raise FinetuneConfigError(f"pooling must be one of {', '.join(CLASSIFIER_POOLINGS)}; got {self.pooling!r}")
         if self.task_type not in TASK_TYPES:
             raise FinetuneConfigError(
                 f"task_type must be one of {', '.join(TASK_TYPES)}; got {self.task_type!r}"

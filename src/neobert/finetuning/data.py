@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ..data.readers import DataError
+from ..progress import progress_bar
 
 
 @dataclass
@@ -119,7 +119,7 @@ class EncodedDataset(torch.utils.data.Dataset):
         pieces: dict[str, list[np.ndarray]] = {}
         lengths: list[np.ndarray] = []
         starts = range(0, len(texts), TOKENIZE_CHUNK)
-        for start in tqdm(
+        for start in progress_bar(
             starts, desc="tokenizing", unit="chunk", disable=not show_progress or len(starts) < 2
         ):
             end = start + TOKENIZE_CHUNK

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from ..cards import CardInfo, DataSource, Result, update_card, wall_time, write_card
 from ..encoders import check_vocab, is_preset, max_positions, resolve_tokenizer
 from ..io import replace_dir
+from ..progress import progress_bar
 from ..training.engine import is_main_process, wait_for_everyone
 from .card import FinetuneFacts, finetune_card
 from .classification_task import EvalSpec, fit, is_better
@@ -40,7 +40,7 @@ def run_glue(config: GlueConfig | dict[str, Any]) -> GlueResults:
     tokenizer = resolve_tokenizer(config.model, config.tokenizer)
     output = Path(config.output)
     results: dict[str, GlueTaskResult] = {}
-    for task in tqdm(
+    for task in progress_bar(
         tasks, desc="GLUE tasks", unit="task", disable=not config.show_progress or len(tasks) < 2
     ):
         source = config.model
@@ -85,7 +85,7 @@ def _run_task(
     overrides = config.preset_overrides if is_preset(source) else None
     cache: dict[int, tuple[EncodedDataset, dict[str, EncodedDataset]]] = {}
     rows: list[SweepRow] = []
-    sweep = tqdm(
+    sweep = progress_bar(
         points, desc=f"{task.title} sweep", unit="run", disable=not config.show_progress or len(points) < 2
     )
     for point, settings in sweep:

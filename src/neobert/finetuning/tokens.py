@@ -17,12 +17,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..cards import DataSource, write_card
 from ..encoders import check_vocab, max_positions, resolve_tokenizer
 from ..evaluation.metrics import MetricResult
 from ..io import write_json, write_text
+from ..model.losses import token_loss
+from ..model.runtime import eval_mode
 from ..token_classification.entities import entity_scores, spans
 from ..training.engine import LossTerms, is_main_process, wait_for_everyone
 from .card import FinetuneFacts, finetune_card, fit_run
@@ -76,8 +77,8 @@ class TokenClassificationTask(ClassificationTask):
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> LossTerms:
         batch = {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
         labels = batch.pop("labels")  # (B, L)
-        logits = model(**batch).logits.float()  # (B, L, num_labels)
-        loss_sum = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="sum")
+        logits = model(**batch).logits  # (B, L, num_labels)
+        loss_sum = token_loss(logits, labels, reduction="sum")  # the head's loss, summed
         return LossTerms(loss_sum, tokens=int(batch["attention_mask"].sum()))
 
 
@@ -89,22 +90,21 @@ def evaluate_tokens(
     -1 past a sentence's end), the mean loss per labelled word."""
     device = next(model.parameters()).device
     id2label = {int(k): v for k, v in model.config.id2label.items()}
-    was_training = model.training
-    model.eval()
     predicted: list[list[str]] = []
     loss_sum, counted = 0.0, 0
-    for start in range(0, len(data), batch_size):
-        rows = [data[i] for i in range(start, min(start + batch_size, len(data)))]
-        batch = {k: v.to(device) for k, v in collate_tokens(rows, pad_token_id).items()}
-        out = model(**batch)
-        labelled = batch["labels"] != IGNORE  # (B, L): the first sub-word of each word
-        loss_sum += float(out.loss) * int(labelled.sum())
-        counted += int(labelled.sum())
-        guesses = out.logits.float().argmax(dim=-1)  # (B, L)
-        for row, sentence in enumerate(data.sentences[start : start + len(rows)]):
-            tags = [id2label[int(i)] for i in guesses[row][labelled[row]].tolist()]
-            predicted.append(tags + [OUTSIDE] * (len(sentence.words) - len(tags)))  # truncated words: O
-    model.train(was_training)
+    with eval_mode(model):
+        for start in range(0, len(data), batch_size):
+            rows = [data[i] for i in range(start, min(start + batch_size, len(data)))]
+            batch = {k: v.to(device) for k, v in collate_tokens(rows, pad_token_id).items()}
+            labels = batch.pop("labels")
+            logits = model(**batch).logits  # (B, L, num_labels)
+            labelled = labels != IGNORE  # (B, L): the first sub-word of each word
+            loss_sum += float(token_loss(logits, labels, reduction="sum"))  # the training loss's function
+            counted += int(labelled.sum())
+            guesses = logits.float().argmax(dim=-1)  # (B, L)
+            for row, sentence in enumerate(data.sentences[start : start + len(rows)]):
+                tags = [id2label[int(i)] for i in guesses[row][labelled[row]].tolist()]
+                predicted.append(tags + [OUTSIDE] * (len(sentence.words) - len(tags)))  # truncated words: O
     gold = [s.tags for s in data.sentences]
     label2id = {name: i for i, name in id2label.items()}
     return entity_metrics(gold, predicted), _tag_ids(predicted, label2id), loss_sum / max(counted, 1)

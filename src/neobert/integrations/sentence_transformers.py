@@ -28,9 +28,9 @@ from sentence_transformers.sentence_transformer.modules import Normalize, Poolin
 import neobert  # registers model_type "neobert" with transformers' Auto classes
 
 from ..cards import CardInfo, hub_model_id, write_card
-from ..config import POOLINGS
 from ..data import load_tokenizer
 from ..encoders import load_model, save_pretrained
+from ..model.pooling import get_pooling
 
 
 def save_sentence_transformer(
@@ -47,8 +47,7 @@ def save_sentence_transformer(
     Inputs are truncated at the model's ``max_length``, as :func:`neobert.inference.encode` does.
     Load the result with ``SentenceTransformer(output_dir)`` after ``import neobert`` (see the module doc).
     """
-    if pooling not in POOLINGS:
-        raise ValueError(f"unknown pooling {pooling!r}; use one of {', '.join(POOLINGS)}")
+    mode = get_pooling(pooling).sentence_transformers  # every pooling of the registry has one
     output_dir = Path(output_dir)
     if isinstance(model_dir_or_model, torch.nn.Module):
         model = model_dir_or_model
@@ -70,7 +69,7 @@ def save_sentence_transformer(
         transformer = Transformer(staging, max_seq_length=model.config.max_length)
         modules: list[torch.nn.Module] = [
             transformer,
-            Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling),
+            Pooling(transformer.get_embedding_dimension(), pooling_mode=mode),
         ]
         if normalize:
             modules.append(Normalize())

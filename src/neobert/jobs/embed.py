@@ -33,15 +33,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..capabilities import load_for_inference
 from ..data.pieces import FilePlan, Piece, file_pieces, merged_stats, plan_file, read_piece
 from ..data.readers import DataError, expand_inputs
 from ..encoders import (
     apply_precision,
     is_preset,
-    load_model,
     model_dir,
     resolve_model_precision,
-    resolve_tokenizer,
 )
 from ..hardware import versions
 from ..io import atomic_file, clean_temporaries, write_json
@@ -115,11 +114,9 @@ class PieceEmbedder:
 
     def __init__(self, *, config: EmbedConfig, precision: str, digest: str):
         self.c, self.digest = config, digest
-        self.tokenizer = resolve_tokenizer(config.model, config.tokenizer)
-        model = load_model(config.model, task="base")
-        if torch.cuda.is_available():
-            model = model.to("cuda")
-        self.model = apply_precision(model, precision)
+        loaded = load_for_inference(config.model, config.tokenizer, "base", precision=None)
+        model = loaded.model.to("cuda") if torch.cuda.is_available() else loaded.model
+        self.model, self.tokenizer = apply_precision(model, precision), loaded.tokenizer
         self.precision = "bf16" if next(self.model.parameters()).dtype == torch.bfloat16 else "fp32"
         self.long = LongDocuments(config.long_documents, config.stride, config.rope_scaling)
         self.window = config.max_length or model_window(self.model, self.tokenizer)

@@ -47,7 +47,9 @@ class AttentionBackendError(RuntimeError):
     """The attention kernel asked for cannot run here (device, dtype or a missing package)."""
 
 
+@functools.cache
 def flash_attn_available() -> bool:
+    """Whether flash-attn is installed: looked up once per process, not on every half-precision forward."""
     return importlib.util.find_spec("flash_attn") is not None
 
 

@@ -32,6 +32,7 @@ from .attention import (
 )
 from .configuration import NeoBERTConfig
 from .layers import EncoderBlock, RMSNorm, make_norm
+from .losses import sequence_loss, sequence_problem, token_loss
 from .pooling import pool
 from .rope import rope_rotations
 
@@ -397,19 +398,8 @@ class NeoBERTForSequenceClassification(_LabelHead):
         return self.classifier(self.dropout(x))  # (B, num_labels)
 
     def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        problem = self.config.problem_type
-        if problem is None:
-            if self.num_labels == 1:
-                problem = "regression"
-            elif labels.dtype in (torch.long, torch.int):
-                problem = "single_label_classification"
-            else:
-                problem = "multi_label_classification"
-        if problem == "regression":
-            return F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1))
-        if problem == "single_label_classification":
-            return F.cross_entropy(logits.float(), labels.view(-1))
-        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+        problem = sequence_problem(self.config.problem_type, self.num_labels, labels)
+        return sequence_loss(logits, labels, problem)
 
 
 class NeoBERTForTokenClassification(_LabelHead):
@@ -421,4 +411,4 @@ class NeoBERTForTokenClassification(_LabelHead):
         return self.classifier(self.dropout(h))  # (B, L, num_labels)
 
     def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+        return token_loss(logits, labels)

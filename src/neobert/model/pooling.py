@@ -1,6 +1,14 @@
-"""Pooling a sequence of hidden states into one vector per sequence."""
+"""Pooling a sequence of hidden states into one vector per sequence, and the one registry of poolings.
+
+:data:`POOLINGS` is the one home of the pooling names: every command, the service, the ONNX export, the
+sentence-transformers export and the long-document policy ask it (a new pooling is one entry here, see
+docs/architecture.md). ``config.CLASSIFIER_POOLINGS`` names the subset a NeoBERT classifier head takes.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -17,7 +25,7 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torc
     return total / mask.sum(dim=1).clamp(min=1.0)
 
 
-def cls_pool(hidden: torch.Tensor) -> torch.Tensor:
+def cls_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     """The first token's state ([CLS]). (B, L, C) -> (B, C)."""
     return hidden[:, 0]
 
@@ -30,11 +38,47 @@ def last_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torc
     return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
 
 
+@dataclass(frozen=True)
+class Pooling:
+    """One way of pooling, and what each consumer needs to know about it."""
+
+    name: str
+    pool: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]  # (B, L, C), (B, L) -> (B, C)
+    sentence_transformers: str  # sentence-transformers' Pooling mode of the same computation
+    onnx: bool  # `neobert export onnx` writes it into the graph's sentence_embedding
+    by_tokens: bool  # long documents (chunk): windows' vectors averaged weighted by their token counts
+
+
+POOLINGS: dict[str, Pooling] = {
+    p.name: p
+    for p in (
+        Pooling("mean", mean_pool, "mean", onnx=True, by_tokens=True),
+        Pooling("cls", cls_pool, "cls", onnx=True, by_tokens=False),
+        # the export's checked graph has no last-token branch (the parity check has never run one)
+        Pooling("last", last_pool, "lasttoken", onnx=False, by_tokens=False),
+    )
+}
+POOLING_NAMES = tuple(POOLINGS)
+ONNX_POOLINGS = tuple(name for name, p in POOLINGS.items() if p.onnx)
+
+
+def get_pooling(name: str, supported: tuple[str, ...] = POOLING_NAMES, what: str = "") -> Pooling:
+    """The registry's entry for ``name``; a ValueError naming the choices (of ``supported``: e.g. what an
+    export can write; ``what`` names that consumer in the message)."""
+    if name not in supported:
+        where = f" {what}" if what else ""
+        raise ValueError(f"unknown pooling {name!r}{where}; use one of {', '.join(supported)}")
+    return POOLINGS[name]
+
+
+def from_sentence_transformers(mode: str) -> str | None:
+    """Our name for a sentence-transformers Pooling mode (``lasttoken`` -> ``last``); None if we have none."""
+    for name, pooling in POOLINGS.items():
+        if pooling.sentence_transformers == mode:
+            return name
+    return None
+
+
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None, method: str) -> torch.Tensor:
-    if method == "mean":
-        return mean_pool(hidden, attention_mask)
-    if method == "cls":
-        return cls_pool(hidden)
-    if method == "last":
-        return last_pool(hidden, attention_mask)
-    raise ValueError(f"unknown pooling {method!r}; use 'mean', 'cls' or 'last'")
+    """``hidden`` (B, L, C) pooled by the registry's ``method`` -> (B, C)."""
+    return get_pooling(method).pool(hidden, attention_mask)

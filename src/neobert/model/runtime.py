@@ -7,6 +7,8 @@ the ``auto`` defaults of :class:`neobert.model.attention.AttentionRuntime`.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -25,6 +27,18 @@ def neobert_encoder(model: nn.Module) -> nn.Module:
     if not isinstance(getattr(encoder, "runtime", None), AttentionRuntime):
         raise TypeError(f"expected a NeoBERT model, got {type(model).__name__}")
     return encoder
+
+
+@contextmanager
+def eval_mode(module: nn.Module) -> Iterator[None]:
+    """Dropout off (inference, validation), and the caller's train/eval mode restored afterwards, errors
+    included: the one save/restore of a module's mode."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)
 
 
 _KEEP: Any = object()

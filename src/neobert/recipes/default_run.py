@@ -21,7 +21,7 @@ from ..data import PrepareConfig, load_tokenizer, prepare, tokenizer_from_vocab,
 from ..encoders import load_model
 from ..inference import fill_mask
 from ..io import write_dir, write_text
-from ..tables import fmt, markdown_table
+from ..tables import markdown_table
 from ..training.config import PretrainConfig
 from ..training.mlm_task import PretrainResult, pretrain
 
@@ -129,21 +129,17 @@ def write_report(out: Path, result: PretrainResult, documents: int, examples) ->
         f"A small NeoBERT pretrained on {documents:,} Python standard-library docstrings "
         f"({result.tokens_seen:,} tokens seen in {result.steps} steps, {result.seconds / 60:.1f} minutes).",
         "",
-        "| metric | value |",
-        "|---|---|",
-        f"| validation MLM loss | {fmt(result.val_loss, digits=3)} |",
-        f"| unigram baseline (entropy of token frequencies) | {fmt(result.unigram_entropy, digits=3)} |",
-        f"| validation masked-token accuracy | {fmt(result.val_accuracy, digits=3)} |",
-        f"| last training loss | {fmt(result.train_loss, digits=3)} |",
-        "",
+        markdown_table(["metric", "value"], [
+            ["validation MLM loss", result.val_loss],
+            ["unigram baseline (entropy of token frequencies)", result.unigram_entropy],
+            ["validation masked-token accuracy", result.val_accuracy],
+            ["last training loss", result.train_loss],
+        ], digits=3),
         "![loss curve](loss_curve.png)",
         "",
         "## Fill-mask (top 3)",
         "",
-        "| text | predictions |",
-        "|---|---|",
-    ]
-    for text, predictions in examples:
-        shown = ", ".join(f"{token} ({prob:.2f})" for token, prob in predictions)
-        lines.append(f"| {text} | {shown} |")
+    ]  # fmt: skip
+    rows = [[text, ", ".join(f"{token} ({prob:.2f})" for token, prob in predictions)] for text, predictions in examples]
+    lines.append(markdown_table(["text", "predictions"], rows).rstrip("\n"))
     return write_text(out / "report.md", "\n".join(lines) + "\n")

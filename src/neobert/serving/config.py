@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,7 @@ from ..long_documents import EXTEND_METHODS, POLICIES
 
 BACKENDS = ("auto", "torch", "onnx")
 ONNX_VARIANTS = ("fp32", "int8")
-TASKS = ("auto", "base", "mlm", "sequence-classification", "token-classification")
+HEADS = ("auto", "base", "mlm", "sequence-classification", "token-classification")
 API_KEY_ENV = "NEOBERT_API_KEY"
 
 
@@ -26,7 +26,7 @@ class ServeConfigError(ValueError):
 class ServeConfig:
     model: str  # model directory, preset name (random weights) or hub id
     tokenizer: str | None = None  # tokenizer directory (default: the model's; bert-base-uncased for presets)
-    task: str = "auto"  # which head to load; auto: the directory's architecture (presets: mlm)
+    head: str = "auto"  # which head to load; auto: the directory's architecture (presets: mlm)
     host: str = "127.0.0.1"  # address to listen on
     port: int = 8000  # port to listen on (0: a free one)
     # torch, or onnx (ONNX Runtime on a `neobert export onnx` directory); auto: onnx for such a directory
@@ -40,7 +40,8 @@ class ServeConfig:
     # the model runs in a process of its own beside the HTTP process, so request handling (refusals
     # included) never takes the model's GIL; off: a thread of the HTTP process
     model_process: bool = True
-    threads: int = 0  # the model's torch threads; 0: one less than the cores (the HTTP side keeps one)
+    # the model's threads; 0: measured at start for this model and machine (or $NEOBERT_SERVE_THREADS)
+    threads: int = 0
     batching: bool = True  # merge requests that arrive together (off: one request per model call)
     max_batch_tokens: int = 4096  # padded tokens per forward batch (the CPU optimum of `bench encode`)
     max_batch_texts: int = 64  # texts per model call: requests are merged until this many
@@ -73,7 +74,7 @@ class ServeConfig:
                 kind = "a non-negative" if name == "port" else "a positive"
                 raise ServeConfigError(f"{name} must be {kind} integer, got {value!r}")
         for name, choices in (
-            ("task", TASKS),
+            ("head", HEADS),
             ("backend", BACKENDS),
             ("onnx_variant", ONNX_VARIANTS),
             ("precision", PRECISIONS),
@@ -119,19 +120,13 @@ class ServeConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ServeConfig:
+        if "task" in data:  # its old name (issue 24: 'task' meant the head, 'tasks' the endpoints)
+            if "head" in data:
+                raise ServeConfigError("serve config: 'task' is the old name of 'head'; give only 'head'")
+            warnings.warn("serve config: 'task' is deprecated, use 'head'", FutureWarning, stacklevel=2)
+            data = {("head" if k == "task" else k): v for k, v in data.items()}
         check_known_keys(cls, data, "serve config", ServeConfigError)
         return cls(**data)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def model_threads(threads: int) -> int:
-    """The model's torch threads: ``threads``, or for 0 one less than this process's cores (at least one),
-    so the HTTP side keeps a core. Measured on 2 busy cores (docs/serving.md): a 32-text batch of the
-    ``small`` preset took 100 ms with one thread and 1,270 ms with two, whose OpenMP barriers wait on a core
-    the HTTP process (and any other work) holds."""
-    if threads:
-        return threads
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores - 1)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,10 +28,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..capabilities import describe
+from ..encoders import EmbeddingSpec
 from ..export.runtime import CONFIG_FILE, OnnxEncoder
 from ..inference import classifier_rows, relevance, token_batches
+from ..long_documents import LongReport
 from ..model.pooling import pool
-from .config import ServeConfig, model_threads
+from .config import ServeConfig
+from .tasks import Backend, Done
+from .threads import ThreadChoice, fixed_threads, thread_info
 
 
 def is_onnx_export(model: str) -> bool:
@@ -41,17 +45,30 @@ def is_onnx_export(model: str) -> bool:
 
 
 @dataclass
-class OnnxModel:
-    """An exported directory on ONNX Runtime and the one function the queue calls: ``call(key, texts)``."""
+class OnnxModel(Backend):
+    """An exported directory on ONNX Runtime and the one function the queue calls: ``call(key, texts)``
+    (:class:`.tasks.Backend`); what it serves is :func:`neobert.capabilities.describe` of its source's
+    config.json, its graph (a classifier graph outputs logits only) and no token types for pairs."""
 
     config: ServeConfig
     encoder: OnnxEncoder
     transformers_config: Any  # the source's config.json (labels, problem type, hidden size)
+    threads: ThreadChoice | None = None
 
     def __post_init__(self) -> None:
-        self.task = self.encoder.task
-        self.tasks = self._served()
+        self.head = self.encoder.task  # base | sequence-classification
+        pooling = self.encoder.config["pooling"]
+        embedding = (
+            EmbeddingSpec(pooling["method"], pooling["normalize"], None, pooling["source"])
+            if self.head == "base" else None
+        )  # fmt: skip
+        self.capabilities = describe(
+            self.transformers_config, self.head, embedding, self.encoder.max_length, pair_token_types=False,
+            model_type=self.encoder.config["model_type"],
+        )
+        self.policy = self.config.long_documents
         self._lock = threading.Lock()  # workers > 1 in one process share the session's tokenizer
+        self._counter = _untruncated(self.encoder.tokenizer)  # whole lengths (usage, truncate: false)
 
     @classmethod
     def load(cls, config: ServeConfig) -> OnnxModel:
@@ -62,60 +79,38 @@ class OnnxModel:
                 f"--backend onnx serves a directory written by `neobert export onnx`; {config.model} holds no "
                 f"{CONFIG_FILE}"
             )
-        encoder = OnnxEncoder(config.model, config.onnx_variant, threads=model_threads(config.threads))
+        threads = fixed_threads(config.threads, "ONNX Runtime fixes a session's threads when it is made")
+        encoder = OnnxEncoder(config.model, config.onnx_variant, threads=threads.threads)
         source = json.loads((Path(config.model) / "config.json").read_text(encoding="utf-8"))
-        return cls(config, encoder, PretrainedConfig.from_dict(source))
-
-    def _served(self) -> tuple[str, ...]:
-        if self.task == "base":
-            return ("embed",)
-        tasks = ["classify"]
-        token_types = self.transformers_config.to_dict().get("type_vocab_size", 0) >= 2
-        if self.transformers_config.num_labels in (1, 2) and not token_types:
-            tasks.append("rerank")
-        return tuple(tasks)
-
-    @property
-    def pooling(self) -> dict[str, Any]:
-        return self.encoder.config["pooling"]
+        return cls(config, encoder, PretrainedConfig.from_dict(source), threads)
 
     def info(self) -> dict[str, Any]:
-        """What the export is and serves (the HTTP side's /info; plain data, so it crosses processes)."""
-        base = self.task == "base"
-        hidden = self.transformers_config.to_dict().get("hidden_size")
-        labels = None if base else list(self.encoder.labels or [])
-        return {
-            "backend": "onnx",
-            "precision": self.encoder.variant,
-            "head": self.task,
-            "serves": list(self.tasks),
-            "model_type": self.encoder.config["model_type"],
-            "dimensions": int(hidden) if hidden else 0,
-            "max_input_tokens": self.encoder.max_length,
-            "pooling": self.pooling["method"] if base else None,
-            "normalize": self.pooling["normalize"] if base else None,
-            "embedding_settings_from": self.pooling["source"] if base else None,
-            "labels": labels,
-        }
+        """What the export is and serves (plain data, so it crosses processes)."""
+        return {**self.capabilities.info(), "backend": "onnx", "precision": self.encoder.variant,
+                **thread_info(self.threads)}  # fmt: skip
 
-    def call(self, key: Hashable, texts: list[Any]) -> tuple[list[Any], int, dict[str, int]]:
-        """One model call: (a result per text, real tokens computed, {"long", "truncated"} counts)."""
-        task, *options = key
+    def lengths(self, texts: list[Any]) -> list[int]:
+        with self._lock:
+            return [len(e.ids) for e in self._counter.encode_batch(list(texts))]
+
+    def run_task(self, name: str, texts: list[Any], options: list[Any]) -> Done:
+        """One model call on texts the graph may cut at its max_length (counted as long and truncated)."""
         with self._lock:
             batch = self.encoder.tokenizer.encode_batch(list(texts))  # (query, document) pairs too
+            lengths = [len(e.ids) for e in self._counter.encode_batch(list(texts))]
         ids = np.array([e.ids for e in batch], dtype=np.int64)
         mask = np.array([e.attention_mask for e in batch], dtype=np.int64)
         cut = sum(1 for e in batch if e.overflowing)  # cut at max_length by tokenizer.json
-        tokens, counts = int(mask.sum()), {"long": cut, "truncated": cut}
         results: list[Any] = [None] * len(batch)
-        lengths = mask.sum(axis=1).tolist()
-        for batch_rows in token_batches(lengths, self.config.max_batch_texts, self.config.max_batch_tokens):
+        for batch_rows in token_batches(mask.sum(axis=1).tolist(), self.config.max_batch_texts,
+                                        self.config.max_batch_tokens):  # fmt: skip
             rows = np.array(batch_rows)
             width = int(mask[rows].sum(axis=1).max())  # right-padded: the group's own longest row
             outputs = self.encoder.run(ids[rows, :width], mask[rows, :width])
-            for i, result in zip(rows, self._results(task, options, outputs, mask[rows, :width])):
+            for i, result in zip(rows, self._results(name, options, outputs, mask[rows, :width])):
                 results[i] = result
-        return results, tokens, counts
+        report = LongReport(texts=len(texts), long=cut, truncated=cut, tokens=int(mask.sum()))
+        return Done(results, lengths, report, report.tokens)
 
     def _results(
         self, task: str, options: list[Any], outputs: list[np.ndarray], mask: np.ndarray
@@ -127,13 +122,22 @@ class OnnxModel:
             return classifier_rows(outputs[0], self.transformers_config)
         if task == "rerank":
             return [relevance(row) for row in outputs[0]]
-        raise ValueError(f"unknown task {task!r}")
+        raise ValueError(f"the ONNX backend has no task {task!r}")
 
     def _vectors(
         self, outputs: list[np.ndarray], mask: np.ndarray, pooling: str, normalize: bool
     ) -> np.ndarray:
         """The graph's sentence embedding where the request asks what it computes; else pooled here."""
-        if pooling == self.pooling["method"] and normalize == self.pooling["normalize"]:
+        spec = self.capabilities.embedding
+        if pooling == spec.pooling and normalize == spec.normalize:
             return outputs[1]
         pooled = pool(torch.from_numpy(outputs[0]), torch.from_numpy(mask), pooling)
         return (F.normalize(pooled, p=2, dim=-1) if normalize else pooled).numpy()
+
+
+def _untruncated(tokenizer: Any) -> Any:
+    """A copy of a tokenizers.Tokenizer that counts whole texts (no truncation, no padding)."""
+    counter = type(tokenizer).from_str(tokenizer.to_str())
+    counter.no_truncation()
+    counter.no_padding()
+    return counter

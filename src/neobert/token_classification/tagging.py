@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ..long_documents import TRUNCATE, LongDocuments, LongReport, TokenLogits, token_logits
+from ..registration import require_head
 from .entities import spans
 
 OUTSIDE = "O"
@@ -82,9 +83,8 @@ def tag(
     max_tokens: int | None = None,
 ) -> tuple[list[list[Entity]], LongReport]:
     """Entities found in each text, and what the long-document policy did."""
+    require_head(model, "token-classification", "tagging")
     inner = getattr(model, "_orig_mod", model)
-    if not type(inner).__name__.endswith("ForTokenClassification"):
-        raise TypeError(f"tagging needs a token-classification model, got {type(inner).__name__}")
     id2label = {int(k): str(v) for k, v in inner.config.id2label.items()}
     logits, report = token_logits(model, tokenizer, texts, settings, batch_size, max_tokens)
     return [entities_of(text, words_of(rows, id2label)) for text, rows in zip(texts, logits)], report

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
-from tqdm.auto import tqdm
 
 from ..hardware import resolve_precision
 from ..io import write_dir, write_text
 from ..model import compile_blocks
+from ..progress import progress_bar
 from .checkpointing import latest_checkpoint, load_checkpoint, save_checkpoint
 from .loss import normalize_loss
 from .monitor import RunLogger
@@ -283,7 +283,9 @@ class Engine:
     def _reduce_stats(self, loss_total: torch.Tensor, sums: dict[str, torch.Tensor]) -> dict[str, float]:
         keys = sorted(sums)
         vector = torch.stack([loss_total, *(torch.as_tensor(sums[k]) for k in keys)])
-        values = self.accelerator.reduce(vector, "sum").tolist()  # the step's one host sync
+        # one all-reduce and host sync for every logged sum (the grad norm's float() and the tasks' token counts are
+        # the step's other syncs)
+        values = self.accelerator.reduce(vector, "sum").tolist()
         return {"loss": values[0], **dict(zip(keys, values[1:]))}
 
     def _guard(self, loss: float, grad_norm: float) -> None:
@@ -313,7 +315,7 @@ class Engine:
         logger = None
         if self.is_main and settings.log_dir is not None:
             logger = RunLogger(settings.log_dir, settings.report_to, fingerprint, settings.tensorboard_dir)
-        bar = tqdm(
+        bar = progress_bar(
             total=settings.max_steps,
             initial=self.state.step,
             desc=settings.description,

@@ -26,6 +26,7 @@ import torch
 from ..cards import write_card
 from ..encoders import write_model_files
 from ..hub import BackgroundPusher, PushReport
+from ..model.runtime import eval_mode
 from ..tables import fmt, markdown_table
 from .batching import collate_packed, micro_batches_for
 from .card import RunFacts, pretrain_card
@@ -298,8 +299,6 @@ def evaluate(model, accelerator, data: TrainingData, config: PretrainConfig) -> 
     """MLM loss and accuracy on a fixed set of validation rows with fixed masks."""
     if data.validation is None or len(data.validation) == 0:
         return {}
-    was_training = model.training
-    model.eval()
     stream = RowStream(
         data.validation,
         data.validation.lengths,
@@ -313,13 +312,13 @@ def evaluate(model, accelerator, data: TrainingData, config: PretrainConfig) -> 
     loss = torch.zeros((), device=accelerator.device)
     correct = torch.zeros((), device=accelerator.device)
     count = torch.zeros((), device=accelerator.device)
-    for batch in batches:
-        loss_sum, hits, selected = _mlm_sums(model, batch, accelerator.device)
-        loss += loss_sum
-        correct += hits
-        count += selected
+    with eval_mode(model):
+        for batch in batches:
+            loss_sum, hits, selected = _mlm_sums(model, batch, accelerator.device)
+            loss += loss_sum
+            correct += hits
+            count += selected
     loss, correct, count = (accelerator.reduce(t, "sum") for t in (loss, correct, count))
-    model.train(was_training)
     n = max(float(count), 1.0)
     return {"val/loss": float(loss) / n, "val/accuracy": float(correct) / n}
 

@@ -1,0 +1,175 @@
+"""What a model can do, decided once: its head, labels, embeddings (pooling, normalisation, longest input)
+and the tasks (endpoints) it offers.
+
+Every caller that asks "what is this model" asks here: the service's two backends and its ``/info``, and
+(through :func:`neobert.registration.head_of`, the one head detection) inference, tagging, the file tasks
+and the ONNX export. :func:`load_for_inference` is the one call that loads a model for inference: head,
+embedding settings, tokenizer (held to the directory's declared input length), vocabulary check, precision.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoConfig
+
+from .encoders import (
+    EmbeddingSpec,
+    apply_precision,
+    check_vocab,
+    embedding_spec,
+    is_preset,
+    load_model,
+    max_positions,
+    model_dir,
+    resolve_tokenizer,
+)
+from .inference import label_names
+from .registration import HEADS, declared_head
+
+# The tasks (service endpoints) each head offers. The encoder inside any head embeds; a sequence classifier
+# with one or two labels (a cross-encoder) also reranks. A new task is one entry here (and its route and
+# model-side function, docs/architecture.md).
+HEAD_TASKS = {
+    "base": ("embed",),
+    "mlm": ("embed", "fill-mask"),
+    "sequence-classification": ("embed", "classify", "rerank"),
+    "token-classification": ("embed", "tokens"),
+}
+assert tuple(HEAD_TASKS) == HEADS
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What one loaded model can do."""
+
+    head: str  # base | mlm | sequence-classification | token-classification
+    model_type: str
+    tasks: tuple[str, ...]  # what it offers: embed, fill-mask, classify, rerank, tokens
+    dimensions: int  # the encoder's hidden size
+    max_input_tokens: int  # the longest input, special tokens included
+    labels: tuple[str, ...] | None = None  # classifiers, in id order
+    embedding: EmbeddingSpec | None = None  # None: it does not embed (see ``refused``)
+    refused: str | None = None  # why it does not embed, where it does not
+
+    def info(self) -> dict[str, Any]:
+        """The model's part of ``/info`` (plain data: it crosses processes)."""
+        spec = self.embedding
+        return {
+            "head": self.head,
+            "serves": list(self.tasks),
+            "model_type": self.model_type,
+            "dimensions": self.dimensions,
+            "max_input_tokens": self.max_input_tokens,
+            "pooling": spec.pooling if spec else None,
+            "normalize": spec.normalize if spec else None,
+            "embedding_settings_from": spec.declared_by if spec else None,
+            "labels": list(self.labels) if self.labels is not None else None,
+        }
+
+
+def describe(
+    config: Any,
+    head: str,
+    embedding: EmbeddingSpec | str | None,
+    max_input_tokens: int,
+    pair_token_types: bool = True,
+    model_type: str | None = None,
+) -> Capabilities:
+    """What a model with transformers ``config`` and ``head`` can do. ``embedding``: how it embeds, or why
+    it does not (a string), or None (its runtime cannot embed, e.g. a classifier's ONNX graph);
+    ``pair_token_types``: whether the runtime passes a pair's token types (ONNX graphs take none, so a
+    BERT-style cross-encoder, which reads them, is not offered rerank there). Raises ValueError saying
+    why when the model would offer nothing. ``model_type`` overrides the config's (a plain
+    ``PretrainedConfig`` read from a file loses it)."""
+    values = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    spec = embedding if isinstance(embedding, EmbeddingSpec) else None
+    refused = embedding if isinstance(embedding, str) else None
+    tasks = []
+    for task in HEAD_TASKS[head]:
+        if task == "embed" and spec is None:
+            continue
+        if task == "rerank" and not _reranks(config, values, pair_token_types):
+            continue
+        tasks.append(task)
+    if not tasks:
+        reason = refused or f"its {head} head serves no endpoint"
+        raise ValueError(f"this model would serve nothing, so it is not served: {reason}")
+    classifier = head in ("sequence-classification", "token-classification")
+    return Capabilities(
+        head=head,
+        model_type=str(model_type or values.get("model_type")),
+        tasks=tuple(tasks),
+        dimensions=int(values.get("hidden_size") or values.get("dim") or 0),
+        max_input_tokens=int(max_input_tokens),
+        labels=tuple(label_names(config)) if classifier else None,
+        embedding=spec,
+        refused=refused,
+    )
+
+
+def _reranks(config: Any, values: dict[str, Any], pair_token_types: bool) -> bool:
+    """A cross-encoder: one or two labels, and its pairs can be given as its training gave them."""
+    labels = getattr(config, "num_labels", None) or len(values.get("id2label") or {}) or 2
+    return labels in (1, 2) and (pair_token_types or int(values.get("type_vocab_size") or 0) < 2)
+
+
+def detect_head(source: str | os.PathLike) -> str:
+    """The head ``source`` holds, without loading it: config.json's ``architectures`` (a directory or hub
+    id); a preset is an MLM (what pretraining writes)."""
+    if is_preset(source):
+        return "mlm"
+    path = model_dir(source)
+    if path is not None:
+        return declared_head(json.loads((path / "config.json").read_text(encoding="utf-8")))
+    return declared_head(AutoConfig.from_pretrained(str(source)))
+
+
+def source_embedding(source: str | os.PathLike) -> EmbeddingSpec | str:
+    """How ``source`` declares its embeddings (:func:`neobert.encoders.embedding_spec`), or why they cannot
+    be reproduced (the error's message), so a model with another head can still serve that head."""
+    if not Path(source).is_dir():
+        return EmbeddingSpec()
+    try:
+        return embedding_spec(source)
+    except ValueError as err:
+        return str(err)
+
+
+@dataclass
+class Loaded:
+    """A model loaded for inference: the model, its tokenizer, and what it can do."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    capabilities: Capabilities
+
+
+def load_for_inference(
+    source: str | os.PathLike, tokenizer: str | os.PathLike | None = None, head: str = "auto",
+    precision: str | None = "auto",
+) -> Loaded:  # fmt: skip
+    """Load ``source`` for inference in one call: its head (``auto``: :func:`detect_head`), how it embeds,
+    its tokenizer (held to the input length the directory declares, e.g. sentence-transformers'
+    ``max_seq_length``, as ``SentenceTransformer`` holds it), the vocabulary check and ``precision``
+    (:func:`neobert.encoders.apply_precision`; None: the weights as loaded, float32, on the padded path)."""
+    head = detect_head(source) if head == "auto" else head
+    if head not in HEADS:
+        raise ValueError(f"unknown head {head!r}; use auto or one of {', '.join(HEADS)}")
+    if head == "token-classification" and not Path(source).is_dir():
+        raise ValueError(f"a token classifier is served from a fine-tuned model directory, not {source!r}")
+    embedding = source_embedding(source)
+    tok = resolve_tokenizer(source, tokenizer)
+    if isinstance(embedding, EmbeddingSpec) and embedding.max_length:
+        tok.model_max_length = min(int(tok.model_max_length), embedding.max_length)
+    model = load_model(source, task=head)
+    check_vocab(model, tok)
+    if precision is not None:
+        apply_precision(model, precision)
+    limit = max_positions(model.base_model, tok)
+    return Loaded(model, tok, describe(model.config, head, embedding, limit))

@@ -1,0 +1,122 @@
+"""Errors of the service, in OpenAI's shape: ``{"error": {"message", "type", "param"}}``.
+
+401 without the API key, 404 for an endpoint the model does not serve, 413 for requests over the limits,
+422 for malformed JSON or wrong types (``param`` names the field), 503 + ``Retry-After`` when the queue is
+full, the model process died or the server is shutting down, 500 without internals for anything
+unexpected (the traceback goes to the server log only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
+
+from .batcher import QueueFull, ShuttingDown
+from .schemas import ErrorResponse
+from .worker import ModelProcessGone
+
+log = logging.getLogger(__name__)
+
+
+def documented(*codes: int) -> dict[int | str, dict[str, Any]]:
+    what = {
+        401: "no or wrong API key (Authorization: Bearer KEY)",
+        404: "the model does not serve this endpoint",
+        413: "too many texts, a text too long (characters, or tokens with truncate: false), body too large",
+        422: "malformed JSON, wrong types, missing or unknown fields, bad option values",
+        500: "unexpected error (details in the server log only)",
+        503: "the queue is full (Retry-After) or the server is shutting down",
+    }
+    return {code: {"model": ErrorResponse, "description": what[code]} for code in codes}
+
+
+MODEL_ERRORS = documented(401, 404, 413, 422, 500, 503)
+
+
+class ServiceError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.headers = status, message, param, headers
+
+
+ERROR_TYPES = {401: "unauthorized", 404: "not_found", 413: "request_too_large", 422: "invalid_request",
+               503: "overloaded"}  # fmt: skip
+
+
+def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
+    kind = ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request")
+    return {"error": {"message": message, "type": kind, "param": param}}
+
+
+def error_response(status: int, message: str, param: str | None = None, headers=None) -> JSONResponse:
+    return JSONResponse(error_body(status, message, param), status_code=status, headers=headers)
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
+
+
+def field_name(loc: tuple) -> str:
+    """A pydantic error location as a field path: ('body', 'texts', 0) -> texts[0]."""
+    # pydantic names the union member tried ("str", "list[str]"): not a field, so left out
+    parts = [p for p in loc if p != "body" and not (isinstance(p, str) and (p in _TYPE_TAGS or "[" in p))]
+    name = ""
+    for part in parts:
+        name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
+    return name or "body"
+
+
+def add_error_handlers(app: FastAPI, service: Any) -> None:
+    """Every error as ``{"error": {"message", "type", "param"}}`` with its status (module doc)."""
+    retry = {"Retry-After": str(service.config.retry_after)}
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, err: RequestValidationError) -> Response:
+        problems = []
+        for e in err.errors():
+            if e.get("type") == "json_invalid":
+                problems.append(
+                    ("body", f"the body is not valid JSON ({e.get('ctx', {}).get('error', 'parse error')})")
+                )
+            else:
+                problems.append((field_name(tuple(e.get("loc", ()))), str(e.get("msg", "invalid"))))
+        message = "; ".join(f"{name}: {msg}" for name, msg in problems)
+        return error_response(422, message, problems[0][0] if problems else None)
+
+    @app.exception_handler(ServiceError)
+    async def service_error(request: Request, err: ServiceError) -> Response:
+        return error_response(err.status, err.message, err.param, err.headers)
+
+    @app.exception_handler(QueueFull)
+    async def full(request: Request, err: QueueFull) -> Response:
+        await asyncio.sleep(service.config.refusal_delay)  # see Guard: a refusal costs no CPU while it waits
+        return error_response(
+            503, f"server busy: {err}; retry after {service.config.retry_after} s", headers=retry
+        )
+
+    @app.exception_handler(ShuttingDown)
+    async def closing(request: Request, err: ShuttingDown) -> Response:
+        return error_response(503, str(err), headers=retry)
+
+    @app.exception_handler(ModelProcessGone)
+    async def model_gone(request: Request, err: ModelProcessGone) -> Response:
+        log.error("%s on %s", err, request.url.path)
+        return error_response(503, f"{err}; a new one is starting: retry", headers=retry)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, err: HTTPException) -> Response:
+        if (
+            err.status_code == 400
+        ):  # FastAPI's answer to a body it cannot decode (not UTF-8): a 422 like the rest
+            return error_response(422, f"body: the body is not valid JSON ({err.detail})", "body")
+        return error_response(err.status_code, str(err.detail), headers=err.headers)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, err: Exception) -> Response:
+        log.exception("unexpected error on %s", request.url.path)
+        return error_response(500, "internal error; the server log has the details")

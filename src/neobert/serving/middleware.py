@@ -1,0 +1,114 @@
+"""ASGI middleware of the service (:class:`Guard`): the API key, paced queue-full refusals, the body limit
+and the request metrics, before any routing or parsing."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from typing import Any
+
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from .errors import error_body, error_response
+
+OPEN_PATHS = ("/health", "/openapi.json", "/docs", "/docs/oauth2-redirect")  # no API key needed
+
+
+class Guard:
+    """ASGI middleware, before any routing or parsing: checks the API key (401), refuses a model request
+    while the queue is full (503 after ``refusal_delay`` seconds of asynchronous waiting, so the refusal
+    costs almost no CPU and a client that retries at once is slowed down), refuses bodies over the size
+    limit (413, before reading them when the length is declared), and records every request's status and
+    latency in the metrics."""
+
+    def __init__(self, app: Any, service: Any, model_paths: dict[str, str], paths: tuple[str, ...]):
+        self.app, self.service = app, service
+        config = service.config
+        self.limit = config.max_body_bytes
+        key = service.api_key
+        self.expected = f"Bearer {key}".encode() if key else None
+        self.model_paths = {path for path, task in model_paths.items() if task in service.tasks}
+        self.paths = set(paths)  # the metrics' endpoint label; others count as "other"
+        busy = error_body(
+            503,
+            f"server busy: {config.max_queue} requests are already waiting; retry after {config.retry_after} s",
+        )
+        self.busy = _raw_json(503, busy, [(b"retry-after", str(config.retry_after).encode())])
+        self.unauthorized = _raw_json(
+            401,
+            error_body(401, "missing or wrong API key: send the header Authorization: Bearer KEY"),
+            [(b"www-authenticate", b"Bearer")],
+        )
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        path = scope["path"]
+        endpoint = path if path in self.paths else "other"
+        status = [500]
+
+        async def send_status(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            if self.expected is not None and path not in OPEN_PATHS and not self._authorized(scope):
+                await _send_raw(send_status, self.unauthorized)
+                return
+            if path in self.model_paths and self.service.batcher.full():
+                await asyncio.sleep(self.service.config.refusal_delay)
+                await _send_raw(send_status, self.busy)
+                return
+            declared = dict(scope.get("headers") or []).get(b"content-length")
+            if declared is not None and declared.isdigit() and int(declared) > self.limit:
+                response = error_response(
+                    413, f"request body of {int(declared):,} bytes; the limit is {self.limit:,}"
+                )
+                await response(scope, receive, send_status)
+                return
+            await self.app(scope, self._limited(receive), send_status)
+        finally:
+            metrics = self.service.metrics
+            metrics.requests.labels(endpoint, str(status[0])).inc()
+            metrics.latency.labels(endpoint).observe(time.perf_counter() - start)
+
+    def _authorized(self, scope: dict) -> bool:
+        for name, value in scope.get("headers") or []:
+            if name == b"authorization":
+                return hmac.compare_digest(value, self.expected)  # constant time
+        return False
+
+    def _limited(self, receive: Any) -> Any:
+        received = [0]
+
+        async def limited() -> dict:
+            message = await receive()
+            if message["type"] == "http.request":
+                received[0] += len(message.get("body", b""))
+                if received[0] > self.limit:
+                    raise HTTPException(413, f"request body over the limit of {self.limit:,} bytes")
+            return message
+
+        return limited
+
+
+def _raw_json(status: int, body: dict, headers: list[tuple[bytes, bytes]]) -> tuple[dict, dict]:
+    """A response built once (the ASGI start and body messages), for the answers sent most often."""
+    content = JSONResponse(body).body
+    start = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode()),
+                    *headers],
+    }  # fmt: skip
+    return start, {"type": "http.response.body", "body": content}
+
+
+async def _send_raw(send: Any, response: tuple[dict, dict]) -> None:
+    await send(response[0])
+    await send(response[1])

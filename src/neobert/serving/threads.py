@@ -1,0 +1,156 @@
+"""The model process's thread count, measured at start for the model and machine at hand (as precision
+``auto`` is, :mod:`neobert.hardware`), instead of assumed.
+
+Why measured: the best count depends on both. The ``small`` preset in fp32 on a 2-core AVX2 CPU is fastest
+behind the service with one model thread (the HTTP process needs the other core, and a second OpenMP thread
+waits for it); the 250M ``neobert`` shape in bf16 on a 2-core AVX-512 BF16 CPU serves 1.4-1.65x more with
+two (its matmuls are long enough to pay for the barrier). So at start the model process times one merged
+batch of short texts (:class:`ServingProbe`) with each candidate count, in interleaved rounds (so other work
+on the machine slows every candidate alike), scores each by its median round (a multi-threaded call that
+other work interrupts, as the HTTP process will while serving, counts as it ran; a best-of would hide it),
+and takes the fewest threads within :data:`MARGIN` of the fastest: more threads must pay for the core
+they take from the HTTP side.
+
+``--threads N`` pins it; so does ``NEOBERT_SERVE_THREADS=N`` for a whole process tree (the test suite pins
+1). The choice is cached per process and model shape; ``/info`` and the start-up line say what was chosen
+and why. Every branch is a plain function that tests force (tests/test_serving_threads.py).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+THREADS_ENV = "NEOBERT_SERVE_THREADS"
+MARGIN = 1.2  # more threads are taken only when the probe runs at least this much faster with them
+MIN_ROUNDS, MAX_ROUNDS, BUDGET = 3, 9, 2.0  # interleaved timed rounds (after a warm-up): 3, more while < 2 s
+PROBE_TEXTS = 4  # texts in the probe batch: a small merged batch of the bench's 16-word requests
+PROBE_TEXT = "the quick brown fox jumps over the lazy dog while the service measures how fast it runs"
+_CACHE: dict[tuple, ThreadChoice] = {}
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    """The model's thread count and why (``timings_ms``: the probe's median time per candidate)."""
+
+    threads: int
+    reason: str
+    timings_ms: dict[int, float] = field(default_factory=dict)
+
+
+def available_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def candidates(cores: int) -> list[int]:
+    """Thread counts worth timing: 1, half the cores, all but one, all."""
+    return sorted({1, max(1, cores // 2), max(1, cores - 1), cores})
+
+
+def pick(timings: dict[int, float], margin: float = MARGIN) -> int:
+    """The fewest threads whose time is within ``margin`` of the fastest."""
+    best = min(timings.values())
+    return min(n for n, seconds in timings.items() if seconds <= best * margin)
+
+
+def choose_threads(
+    threads: int, probe: Callable[[int], float] | None, cores: int | None = None, workers: int = 1,
+    key: Any = None,
+) -> ThreadChoice:  # fmt: skip
+    """The thread count: ``threads`` if given (``--threads``), else the environment's pin, else measured
+    with ``probe(n)`` (seconds of one model call on ``n`` threads), cached by ``key``."""
+    if threads:
+        return ThreadChoice(threads, "pinned by --threads")
+    pinned = os.environ.get(THREADS_ENV)
+    if pinned:
+        if not pinned.isdigit() or int(pinned) < 1:
+            raise ValueError(f"{THREADS_ENV} must be a positive integer, got {pinned!r}")
+        return ThreadChoice(int(pinned), f"pinned by {THREADS_ENV}")
+    cores = cores or available_cores()
+    if workers > 1:  # several model processes share the cores: measuring one alone would mislead
+        share = max(1, cores // workers)
+        return ThreadChoice(share, f"{workers} model processes share {cores} cores")
+    options = candidates(cores)
+    if probe is None or len(options) == 1:
+        return ThreadChoice(options[-1], f"{cores} core(s)")
+    if key is not None and (key, cores) in _CACHE:
+        return _CACHE[(key, cores)]
+    timings = measure(probe, options)
+    chosen = pick(timings)
+    shown = ", ".join(f"{n}: {ms:.0f} ms" for n, ms in timings.items())
+    choice = ThreadChoice(chosen, f"measured at start (one batch of {PROBE_TEXTS} short texts; {shown}; "
+                                  f"more threads must be {MARGIN}x faster)", timings)  # fmt: skip
+    if key is not None:
+        _CACHE[(key, cores)] = choice
+    return choice
+
+
+def measure(
+    probe: Callable[[int], float], options: list[int], min_rounds: int = MIN_ROUNDS, max_rounds: int = MAX_ROUNDS,
+    budget: float = BUDGET,
+) -> dict[int, float]:  # fmt: skip
+    """Median milliseconds of ``probe(n)`` per candidate over interleaved rounds (a warm-up call first):
+    ``min_rounds``, and more up to ``max_rounds`` while they take less than ``budget`` seconds in all."""
+    for n in options:
+        probe(n)
+    times: dict[int, list[float]] = {n: [] for n in options}
+    spent = 0.0
+    for done in range(max_rounds):
+        if done >= min_rounds and spent > budget:
+            break
+        for n in options:
+            seconds = probe(n)
+            spent += seconds
+            times[n].append(seconds * 1e3)
+    return {n: float(statistics.median(ms)) for n, ms in times.items()}
+
+
+class ServingProbe:
+    """Times one ``embed`` call of a model (:class:`neobert.serving.service.Model`) on ``n`` threads: a
+    batch of :data:`PROBE_TEXTS` short texts, as the service merges them."""
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.texts = [PROBE_TEXT] * PROBE_TEXTS
+        task = "embed" if "embed" in model.capabilities.tasks else model.capabilities.tasks[0]
+        self.key = (task, True, *(_probe_options(model, task)))
+        if task == "fill-mask":
+            self.texts = [f"{PROBE_TEXT} {model.tokenizer.mask_token}"] * PROBE_TEXTS
+        elif task == "rerank":
+            self.texts = [(PROBE_TEXT, PROBE_TEXT)] * PROBE_TEXTS
+
+    def __call__(self, threads: int) -> float:
+        torch.set_num_threads(threads)
+        started = time.perf_counter()
+        self.model.call(self.key, self.texts)
+        return time.perf_counter() - started
+
+
+def _probe_options(model: Any, task: str) -> tuple:
+    if task == "embed":
+        spec = model.capabilities.embedding
+        return (spec.pooling, spec.normalize)
+    return (1,) if task == "fill-mask" else ()
+
+
+def thread_info(choice: ThreadChoice | None) -> dict[str, Any]:
+    """The ``/info`` fields of a choice."""
+    if choice is None:
+        return {"threads": None, "threads_reason": None}
+    return {"threads": choice.threads, "threads_reason": choice.reason}
+
+
+def fixed_threads(threads: int, why: str) -> ThreadChoice:
+    """A count that is not measured (``why``): ``threads``, the environment's pin, or all cores but one
+    (the HTTP side keeps one)."""
+    choice = choose_threads(threads, None, cores=1)  # pinned answers only; cores=1 keeps it from measuring
+    if choice.reason.startswith("pinned"):
+        return choice
+    return ThreadChoice(max(1, available_cores() - 1), f"one less than the cores ({why})")

@@ -1,0 +1,169 @@
+"""What a model can do, decided once (neobert.capabilities, neobert.registration.head_of) and the one
+pooling registry (neobert.model.pooling.POOLINGS): each against expectations written out by hand, and the
+structural claims (one home each) checked over the source."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import BertConfig
+
+from neobert import config as neobert_config
+from neobert.capabilities import HEAD_TASKS, describe, detect_head, load_for_inference
+from neobert.encoders import EmbeddingSpec, load_model, save_pretrained
+from neobert.model.pooling import ONNX_POOLINGS, POOLING_NAMES, POOLINGS, from_sentence_transformers, pool
+from neobert.registration import HEADS, declared_head, head_of, head_of_names
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "neobert"
+
+
+@pytest.mark.parametrize(
+    "names, head",
+    [
+        (["NeoBERTForMaskedLM"], "mlm"),
+        (["BertForSequenceClassification"], "sequence-classification"),
+        (["RobertaForTokenClassification"], "token-classification"),
+        (["BertModel"], "base"),
+        (["NeoBERT"], "base"),
+        ([], "base"),
+        (None, "base"),
+        (["BertModel", "BertForMaskedLM"], "mlm"),  # the first that names a head
+    ],
+)
+def test_head_of_names(names, head):
+    assert head_of_names(names) == head
+    assert declared_head({"architectures": names}) == head
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_head_of_a_loaded_model_and_its_saved_directory(head, tmp_path, tokenizer):
+    model = load_model("tiny", task=head, vocab_size=len(tokenizer), num_labels=3)
+    assert head_of(model) == head
+    assert head_of(torch.compile(model)) == head  # the wrapper's inner module decides
+    path = save_pretrained(model, tokenizer, tmp_path / head)
+    assert detect_head(path) == head
+
+
+def test_a_preset_is_an_mlm():
+    assert detect_head("tiny") == "mlm"
+
+
+def _config(num_labels=2, **kw):
+    return BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                      num_labels=num_labels, **kw)  # fmt: skip
+
+
+def test_what_each_head_offers():
+    spec = EmbeddingSpec()
+    assert describe(_config(), "base", spec, 128).tasks == ("embed",)
+    assert describe(_config(), "mlm", spec, 128).tasks == ("embed", "fill-mask")
+    assert describe(_config(), "token-classification", spec, 128).tasks == ("embed", "tokens")
+    assert describe(_config(3), "sequence-classification", spec, 128).tasks == ("embed", "classify")
+    for labels in (1, 2):  # a cross-encoder reranks
+        got = describe(_config(labels), "sequence-classification", spec, 128)
+        assert got.tasks == ("embed", "classify", "rerank")
+    assert set(HEAD_TASKS) == set(HEADS)
+
+
+def test_rerank_needs_the_pairs_token_types_where_the_model_reads_them():
+    bert = _config(1, type_vocab_size=2)  # reads the second text's type
+    assert "rerank" in describe(bert, "sequence-classification", None, 128).tasks
+    assert describe(bert, "sequence-classification", None, 128, pair_token_types=False).tasks == ("classify",)
+    one_type = _config(1, type_vocab_size=1)  # NeoBERT-like: no token types
+    assert "rerank" in describe(one_type, "sequence-classification", None, 128, pair_token_types=False).tasks
+
+
+def test_labels_and_info_and_refusals():
+    config = _config(3, id2label={0: "neg", 1: "neu", 2: "pos"})
+    got = describe(config, "sequence-classification", "a Dense module is not supported", 77)
+    assert got.labels == ("neg", "neu", "pos") and got.tasks == ("classify",)
+    assert got.refused == "a Dense module is not supported"
+    info = got.info()
+    assert info == {"head": "sequence-classification", "serves": ["classify"], "model_type": "bert",
+                    "dimensions": 32, "max_input_tokens": 77, "pooling": None, "normalize": None,
+                    "embedding_settings_from": None, "labels": ["neg", "neu", "pos"]}  # fmt: skip
+    with pytest.raises(ValueError, match=r"would serve nothing.*Dense"):
+        describe(_config(), "base", "a Dense module is not supported", 77)
+    assert describe(_config(), "base", EmbeddingSpec("cls", False), 8).info()["pooling"] == "cls"
+
+
+def test_load_for_inference_decides_head_tokenizer_and_limits(tmp_path, tokenizer):
+    classifier = load_model("tiny", task="sequence-classification", vocab_size=len(tokenizer), num_labels=2,
+                            id2label={0: "no", 1: "yes"})  # fmt: skip
+    path = save_pretrained(classifier, tokenizer, tmp_path / "cls")
+    loaded = load_for_inference(path, precision="fp32")
+    assert loaded.capabilities.head == "sequence-classification"
+    assert loaded.capabilities.labels == ("no", "yes")
+    assert loaded.capabilities.tasks == ("embed", "classify", "rerank")
+    assert loaded.capabilities.max_input_tokens == classifier.config.max_length
+    assert head_of(loaded.model) == "sequence-classification" and not loaded.model.training
+    with pytest.raises(ValueError, match="unknown head 'decoder'"):
+        load_for_inference(path, head="decoder")
+
+
+# --- the pooling registry ---------------------------------------------------------------------------------
+
+
+def test_every_pooling_computes_what_its_name_says():
+    hidden = torch.arange(2 * 4 * 3, dtype=torch.float32).reshape(2, 4, 3)  # (B, L, C)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    expected = {
+        "mean": torch.stack([hidden[0, :3].mean(0), hidden[1, :2].mean(0)]),
+        "cls": hidden[:, 0],
+        "last": torch.stack([hidden[0, 2], hidden[1, 1]]),
+    }
+    assert set(expected) == set(POOLING_NAMES)  # a new pooling adds its expectation here
+    for name, want in expected.items():
+        torch.testing.assert_close(pool(hidden, mask, name), want)
+    with pytest.raises(ValueError, match="unknown pooling 'max'; use one of mean, cls, last"):
+        pool(hidden, mask, "max")
+
+
+def test_registry_answers_each_consumer():
+    assert set(neobert_config.CLASSIFIER_POOLINGS) <= set(POOLINGS)  # the classifier head's subset
+    assert ONNX_POOLINGS == ("mean", "cls")  # the export's graph has no last-token branch
+    assert from_sentence_transformers("lasttoken") == "last" and from_sentence_transformers("max") is None
+    assert all(from_sentence_transformers(p.sentence_transformers) == n for n, p in POOLINGS.items())
+    assert [n for n, p in POOLINGS.items() if p.by_tokens] == ["mean"]  # long documents weight mean only
+
+
+def test_neobert_embed_offers_every_pooling_the_service_does():
+    from neobert.predict import EmbedConfig
+    from neobert.serving.schemas import EmbedRequest
+
+    field = EmbedConfig.__dataclass_fields__["pooling"]
+    assert tuple(field.metadata["choices"]) == POOLING_NAMES
+    service = EmbedRequest.model_json_schema()["properties"]["pooling"]["anyOf"][0]["enum"]
+    assert tuple(service) == POOLING_NAMES
+
+
+def _modules() -> list[tuple[Path, ast.AST]]:
+    return [(p, ast.parse(p.read_text())) for p in SRC.rglob("*.py")]
+
+
+def test_pooling_names_are_listed_in_one_module():
+    """No tuple or list of pooling names outside the registry (and config's classifier subset)."""
+    names = set(POOLING_NAMES)
+    found = []
+    for path, tree in _modules():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and len(node.elts) >= 2:
+                values = [e.value for e in node.elts if isinstance(e, ast.Constant)]
+                if len(values) == len(node.elts) and set(values) <= names:
+                    found.append(str(path.relative_to(SRC)))
+    assert sorted(set(found)) == ["config.py"], found  # CLASSIFIER_POOLINGS
+
+
+def test_head_detection_lives_in_one_module():
+    """Class-name suffixes of heads are read in neobert/registration.py only."""
+    suffixes = {"ForMaskedLM", "ForSequenceClassification", "ForTokenClassification"}
+    found = {
+        str(path.relative_to(SRC))
+        for path, tree in _modules()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.value in suffixes
+    }
+    assert found == {"registration.py"}
