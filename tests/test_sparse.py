@@ -199,3 +199,59 @@ def test_any_masked_lm_through_the_cli(tmp_path):
     assert main([*args[:2], "--model", str(bert_dir), "--data", str(tmp_path / "nope.jsonl"), "--output", str(out)]) == 1
     with pytest.raises(SystemExit):  # Matryoshka widths are dense-only: no such option
         main([*args, "--matryoshka-dims", "8"])
+
+
+def _retrieval_task(root):
+    """Six queries, each with one relevant document among eight (two distractors), BEIR layout."""
+    topics = ["cats purr on warm laps", "rivers flow to the sea", "bread rises in the oven",
+              "stars shine at night", "trains run on rails", "bees make honey in hives"]  # fmt: skip
+    task = root / "retrieval" / "toy"
+    task.mkdir(parents=True)
+    docs = [*topics, "a note about nothing", "another unrelated line"]
+    (task / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": t.split()[0] + " " + t.split()[-1]})
+                                                + "\n" for i, t in enumerate(topics)))  # fmt: skip
+    (task / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(docs)))
+    (task / "qrels.tsv").write_text("".join(f"q{i}\td{i}\t1\n" for i in range(len(topics))))
+    (root / "sts").mkdir()
+    (root / "sts" / "pairs.jsonl").write_text(json.dumps({"sentence1": "a", "sentence2": "b", "score": 1.0}) + "\n")
+    return task
+
+
+def test_eval_embeddings_scores_a_sparse_model_by_dot_product_with_its_sizes(tmp_path):
+    from sentence_transformers import SparseEncoder
+
+    import neobert  # noqa: F401
+    from neobert.cli.main import main
+    from neobert.evaluation import embedding_files as files
+
+    directory = _sparse_dir(tmp_path)
+    task = _retrieval_task(tmp_path / "tasks")
+    queries = [json.loads(line)["text"] for line in (task / "queries.jsonl").read_text().splitlines()]
+    docs = [json.loads(line)["text"] for line in (task / "corpus.jsonl").read_text().splitlines()]
+    st = SparseEncoder(str(directory), device="cpu")
+    q, d = (st.encode(t, convert_to_tensor=True).to_dense().numpy() for t in (queries, docs))
+    scores = q @ d.T
+    ranks = [1 + int((scores[i] > scores[i, i]).sum()) for i in range(len(queries))]  # no ties in random weights
+    expected_ndcg = np.mean([1 / math.log2(r + 1) if r <= 10 else 0.0 for r in ranks])
+    expected_mrr = np.mean([1 / r if r <= 10 else 0.0 for r in ranks])
+
+    tasks = files.select_tasks(tmp_path / "tasks", {})
+    report = files.run([str(directory)], tasks, show_progress=False)
+    by_family = {s.family: s for s in report.models[str(directory)]}
+    sts, retrieval = by_family["sts"], by_family["retrieval"]
+    assert retrieval.scores["ndcg_at_10"] == pytest.approx(expected_ndcg, abs=1e-6)
+    assert retrieval.scores["mrr_at_10"] == pytest.approx(expected_mrr, abs=1e-6)
+    assert retrieval.scores["nonzeros_query"] == pytest.approx((q > 0).sum(axis=1).mean())
+    assert retrieval.scores["nonzeros_document"] == pytest.approx((d > 0).sum(axis=1).mean())
+    assert math.isnan(sts.main_score) and "retrieval only" in sts.notes[0]
+    # any masked-LM directory, asked to, is scored the same way
+    plain = files.run([str(tmp_path / "src")], tasks, show_progress=False, sparse=True)
+    assert {s.family: s for s in plain.models[str(tmp_path / "src")]}["retrieval"].scores == retrieval.scores
+    markdown = files.to_markdown(report)
+    assert "## Sparse retrieval" in markdown and f"{retrieval.scores['nonzeros_document']:.1f}" in markdown
+
+    out = tmp_path / "results"
+    assert main(["eval", "embeddings", "--model", str(directory), "--retrieval", str(task), "--output", str(out),
+                 "--device", "cpu"]) == 0  # fmt: skip
+    saved = json.loads((out / "embedding_results.json").read_text())[str(directory)]["tasks"][0]["scores"]
+    assert saved["ndcg_at_10"] == pytest.approx(expected_ndcg, abs=1e-6)
