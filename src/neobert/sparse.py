@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from .encoders import check_vocab, max_positions
 from .inference import _eval_mode, batched_inputs
 
-__all__ = ["encode_sparse", "is_sparse_dir", "prune_top_k", "sparse_rows", "splade_pool"]
+__all__ = ["encode_sparse", "is_sparse_dir", "is_sparse_model", "prune_top_k", "sparse_rows", "splade_pool"]
 
 
 def splade_pool(logits: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -144,3 +144,9 @@ def is_sparse_dir(source: str | os.PathLike) -> bool:
             f"{[str(m.get('type', '')).rsplit('.', 1)[-1] for m in modules]} with pooling {settings}"
         )
     return True
+
+
+def is_sparse_model(source: str | os.PathLike, sparse: bool = False) -> bool:
+    """Whether ``source`` is used as a sparse model: asked for (``sparse``), or a SPLADE ``SparseEncoder``
+    directory (every evaluation decides it here)."""
+    return sparse or (Path(source).is_dir() and is_sparse_dir(source))

@@ -34,7 +34,7 @@ from ..data.readers import json_objects
 from ..encoders import Encoder, load_encoder
 from ..inference import encode
 from ..io import write_text
-from ..sparse import encode_sparse, is_sparse_dir
+from ..sparse import encode_sparse, is_sparse_model
 from ..tables import fmt, markdown_table
 from . import embeddings as E
 from .instructions import TaskInstruction, apply_instruction
@@ -201,11 +201,6 @@ def make_sparse_embed(encoder: Encoder, batch_size: int = 32, show_progress: boo
 
 
 SPARSE_FAMILIES = ("retrieval",)  # what sparse vectors are scored on
-
-
-def is_sparse_model(model: str, sparse: bool = False) -> bool:
-    """Whether ``model`` is scored as a sparse model: asked for, or a SPLADE ``SparseEncoder`` directory."""
-    return sparse or (Path(model).is_dir() and is_sparse_dir(model))
 
 
 def run(
