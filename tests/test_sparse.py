@@ -255,3 +255,26 @@ def test_eval_embeddings_scores_a_sparse_model_by_dot_product_with_its_sizes(tmp
                  "--device", "cpu"]) == 0  # fmt: skip
     saved = json.loads((out / "embedding_results.json").read_text())[str(directory)]["tasks"][0]["scores"]
     assert saved["ndcg_at_10"] == pytest.approx(expected_ndcg, abs=1e-6)
+
+
+def test_sparse_crash_and_resume_continue_exactly(tmp_path):
+    """The regulariser's warm-up spans the crash: a resumed run must take up its schedule where it stopped."""
+    from helpers import Crash, assert_same_weights, crash_at
+    from neobert.finetuning.sparse import SparseConfig, run
+
+    model_dir = save_tiny_neobert(tmp_path / "tiny")
+    animals, colors = write_pairs(tmp_path)
+
+    def config(name, **changes):
+        return SparseConfig(model=str(model_dir), data=[str(animals), str(colors)], output=str(tmp_path / name),
+                            steps=6, batch_size=4, lr=1e-3, warmup_steps=1, log_every=1, save_every=2,
+                            query_regularizer=0.05, document_regularizer=0.05, regularizer_warmup=1.0,
+                            max_length=32, show_progress=False, **changes)  # fmt: skip
+
+    reference = run(config("reference"))
+    with pytest.raises(Crash):
+        run(config("crashed"), on_step_end=crash_at(3))
+    resumed = run(config("crashed", resume=True))
+    assert resumed.steps == 6 and resumed.losses == pytest.approx(reference.losses, rel=1e-5, abs=1e-6)
+    assert_same_weights(reference.output / "model.safetensors", resumed.output / "model.safetensors", 1e-5)
+    assert not (resumed.output / "checkpoints").exists()
