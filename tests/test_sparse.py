@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from embedding_fixtures import NEEDS_TOKENIZER, save_tiny_bert, save_tiny_neobert
-from helpers import check_card, write_pairs
+from helpers import check_card, run_card_snippet, write_pairs
 from neobert.sparse import encode_sparse, is_sparse_dir, prune_top_k, sparse_rows, splade_pool
 
 pytestmark = [NEEDS_TOKENIZER, pytest.mark.usefixtures("one_thread")]
@@ -168,6 +168,9 @@ def test_sparse_run_lowers_the_loss_sparsifies_and_saves_a_sparse_encoder(tmp_pa
     card = check_card(sparse.output, "feature-extraction", "sentence-transformers")
     assert "sparse-encoder" in card.data.tags and card.data.eval_results is None
     assert f"| last logged training loss (contrastive + FLOPS) | {sparse.losses[-1]:.4f} |" in card.text
+    assert "Sparse retrieval (SPLADE) model fine-tuned" in card.text
+    printed, documented = run_card_snippet(sparse.output)  # the card's SparseEncoder snippet runs as printed
+    assert printed == documented == "(2, 30522)"
 
 
 def test_sparse_config_errors():

@@ -40,7 +40,7 @@ def started_from(model: str) -> str:
 
 def finetune_card(facts: FinetuneFacts) -> CardInfo:
     """The card of a fine-tuned model: its base model, data, settings, run and results."""
-    description = (f"{facts.task.capitalize()} model fine-tuned from {started_from(facts.model)} with "
+    description = (f"{facts.task[:1].upper()}{facts.task[1:]} model fine-tuned from {started_from(facts.model)} with "
                    f"`{facts.command}`.")  # fmt: skip
     results, undefined = [], []
     for (name, kind, split), metrics in facts.results.items():
