@@ -7,7 +7,8 @@ processes (``torchrun``) the candidates of all processes are gathered, with a ga
 gradient of every process's loss into the rows' owner, so each process's loss is the sum over its own
 queries and the core's global-count normalisation gives exactly the gradient of the global mean. Each batch
 comes from one data set, data sets drawn in proportion to size^alpha, queries prefixed with their data
-set's instruction, masked mean pooling, 2,000 steps by default. The core adds resumable checkpoints
+set's instruction, masked mean pooling, 2,000 steps by default. ``matryoshka_dims`` adds the same loss at each
+truncated width (Matryoshka). :func:`train` is shared with SPLADE training (:mod:`.sparse`). The core adds resumable checkpoints
 (``resume``), precision (``auto``, ``fp32`` or bf16 autocast), clipping at 1.0, the NaN guard and logging (``OUTPUT/metrics.jsonl``, TensorBoard).
 
 Entry point: :func:`run` (a :class:`ContrastiveConfig` in, a :class:`ContrastiveResult` out; a settings
@@ -293,7 +294,7 @@ def train(
             f"matryoshka_dims {too_wide} exceed the model's {encoder.hidden_size} dimensions ({config.model})"
         )
     trained_module = encoder.base if head == "base" else encoder.model
-    engine = Engine(_engine_settings(config, model_widths(encoder.base)))
+    engine = Engine(_engine_settings(config, model_widths(encoder.base), "contrastive" if head == "base" else "sparse"))
     task = make_task(encoder, datasets, config, engine)
 
     def optimizer(model: torch.nn.Module, fused: bool) -> torch.optim.Optimizer:
@@ -324,7 +325,7 @@ def train(
 _RUN_CONTROLS = ("resume", "show_progress", "log_every", "save_every", "device", "license")
 
 
-def _engine_settings(config: ContrastiveConfig, widths: tuple[int, int]) -> EngineSettings:
+def _engine_settings(config: ContrastiveConfig, widths: tuple[int, int], description: str) -> EngineSettings:
     return EngineSettings(
         max_steps=config.steps,
         output=config.output,
@@ -339,7 +340,7 @@ def _engine_settings(config: ContrastiveConfig, widths: tuple[int, int]) -> Engi
         activation_checkpointing=config.activation_checkpointing,
         find_unused_parameters=True,  # e.g. BERT's pooler: the bare encoder's pooled output is not used
         progress_bar=config.show_progress,
-        description="contrastive",
+        description=description,  # the progress bar's label
     )
 
 
