@@ -108,6 +108,7 @@ FLOORS = {
     "neobert.capabilities": 2,  # what a model can do: head, labels, embeddings, tasks; load_for_inference
     "neobert.inference": 2,
     "neobert.long_documents": 2,
+    "neobert.sparse": 2,  # SPLADE vectors from a masked-LM head (encode_sparse), beside inference
     "neobert.model_info": 2,  # a preset's or model directory's architecture and exact parameter counts
     "neobert.registration": 2,
     "neobert.cards": 2,  # model cards: README.md front matter and body, written with every model directory

@@ -134,3 +134,23 @@ def test_cli_selects_tasks_and_reports_unknown_ones(tmp_path, capsys):
     assert len(sts) == 10 and {t.metadata.type for t in sts} == {"STS"}  # Table 4's STS column
     assert main(["eval", "mteb", "--model", "tiny", "--tasks", "NoSuchTask", "--output", str(tmp_path)]) == 1
     assert "unknown MTEB task" in capsys.readouterr().err
+
+
+def test_a_sparse_encoder_directory_goes_through_mteb_sparse_path(tmp_path, monkeypatch):
+    from mteb.models import SparseEncoderWrapper
+
+    from neobert.encoders import load_encoder
+    from neobert.finetuning.sparse import save_sparse_encoder
+
+    directory = save_sparse_encoder(load_encoder(save_tiny_neobert(tmp_path / "m"), task="mlm"), tmp_path / "sparse")
+    task = mock_tasks.MockRetrievalTask()
+
+    def dense_adapter(*args, **kwargs):
+        raise AssertionError("a sparse model must not go through the dense adapter")
+
+    monkeypatch.setattr(mteb_adapter, "MTEBEncoder", dense_adapter)
+    report = mteb_adapter.run([str(directory)], [task], show_progress=False, device="cpu")
+    [row] = report.models[str(directory)]
+    direct = mteb.evaluate(SparseEncoderWrapper(str(directory), device="cpu"), [mock_tasks.MockRetrievalTask()],
+                           cache=None, show_progress_bar=False, raise_error=True)  # fmt: skip
+    assert row.main_score == pytest.approx(100 * direct.task_results[0].get_score())

@@ -205,6 +205,8 @@ _ST_POOLING_KEYS = {
     "pooling_mode_weightedmean_tokens": "weightedmean",
     "pooling_mode_lasttoken": "lasttoken",
 }
+# config_sentence_transformers.json: the widths a Matryoshka-trained model was trained for (finetune contrastive)
+MATRYOSHKA_KEY = "matryoshka_dims"
 
 
 @dataclass(frozen=True)
@@ -216,12 +218,14 @@ class EmbeddingSpec:
     normalize: bool = True
     max_length: int | None = None
     declared_by: str = "default"
+    matryoshka_dims: tuple[int, ...] = ()  # widths it was trained to be truncated to (widest first); () none
 
 
 def embedding_spec(source: str | os.PathLike) -> EmbeddingSpec:
     """The pooling and normalisation a sentence-transformers directory declares (``modules.json``: a
     Transformer at the root, then ``Pooling`` (its ``config.json``) and optionally ``Normalize``;
-    ``sentence_bert_config.json``'s ``max_seq_length``). Other sources: mean pooling, unit vectors.
+    ``sentence_bert_config.json``'s ``max_seq_length``; ``config_sentence_transformers.json``'s
+    ``matryoshka_dims``). Other sources: mean pooling, unit vectors.
 
     Raises ValueError, naming the module, for what :func:`neobert.inference.encode` cannot reproduce (a
     Dense layer, max pooling, a transformer in a subfolder), so no caller serves vectors that differ from
@@ -248,7 +252,10 @@ def embedding_spec(source: str | os.PathLike) -> EmbeddingSpec:
     settings_file = path / "sentence_bert_config.json"
     settings = json.loads(settings_file.read_text(encoding="utf-8")) if settings_file.is_file() else {}
     max_length = settings.get("max_seq_length")
-    return EmbeddingSpec(pooling, normalize, int(max_length) if max_length else None, "sentence-transformers")
+    st_file = path / "config_sentence_transformers.json"
+    st_settings = json.loads(st_file.read_text(encoding="utf-8")) if st_file.is_file() else {}
+    dims = tuple(int(d) for d in st_settings.get(MATRYOSHKA_KEY) or ())
+    return EmbeddingSpec(pooling, normalize, int(max_length) if max_length else None, "sentence-transformers", dims)
 
 
 def _st_pooling(folder: Path, where: str) -> str:

@@ -25,6 +25,7 @@ PIPELINES = {
     "mlm": "fill-mask",
     "base": "feature-extraction",
     "sentence-embedding": "sentence-similarity",
+    "sparse-embedding": "feature-extraction",  # SPLADE models on the Hub (sentence-transformers' SparseEncoder)
     "sequence-classification": "text-classification",
     "token-classification": "token-classification",
 }

@@ -194,7 +194,7 @@ def update_card(directory: str | os.PathLike, results: list[Result]) -> Path:
 
 def _head(directory: Path) -> str:
     if (directory / "modules.json").is_file():
-        return "sentence-embedding"
+        return "sparse-embedding" if "SpladePooling" in (directory / "modules.json").read_text() else "sentence-embedding"
     architectures = " ".join(directory_config(directory).get("architectures") or [])
     for suffix, head in (("MaskedLM", "mlm"), ("SequenceClassification", "sequence-classification"),
                          ("TokenClassification", "token-classification")):  # fmt: skip

@@ -43,6 +43,13 @@ def usage(directory: Path, info: CardInfo) -> tuple[str, str]:
     config = directory_config(directory)
     labels = len(config.get("id2label") or {}) or None
     hidden = config.get("hidden_size")
+    if info.library == "sentence-transformers" and info.head == "sparse-embedding":
+        code = ("import neobert  # registers NeoBERT with transformers (pip install neobert)\n"
+                "from sentence_transformers import SparseEncoder\n\n"
+                'model = SparseEncoder(".")  # this directory, or its Hub repo id\n'
+                f"vectors = model.encode({list(EXAMPLE_TEXTS)!r})  # sparse: one weight per vocabulary entry\n"
+                "print(tuple(vectors.shape))")  # fmt: skip
+        return code, f"({len(EXAMPLE_TEXTS)}, {config.get('vocab_size')})"
     if info.library == "sentence-transformers":
         code = ("import neobert  # registers NeoBERT with transformers (pip install neobert)\n"
                 "from sentence_transformers import SentenceTransformer\n\n"
@@ -90,6 +97,10 @@ def other_ways(info: CardInfo) -> str:
                 "`onnx_config.json`; any ONNX Runtime program can run it with the inputs `input_ids` and "
                 "`attention_mask`. The PyTorch model it was exported from loads with transformers' Auto "
                 "classes after `import neobert`.\n")  # fmt: skip
+    if info.head == "sparse-embedding":
+        return ("The root of this directory is also a transformers masked-LM model (`AutoModelForMaskedLM`, after "
+                "`import neobert`): the vector is the max over real tokens of log(1 + ReLU(logits)), which "
+                "`neobert.sparse.encode_sparse` computes.\n")  # fmt: skip
     if info.library == "sentence-transformers":
         return ("The root of this directory is also a transformers model (`AutoModel.from_pretrained(\".\")` after "
                 "`import neobert`; pool `last_hidden_state` over the attention mask as `modules.json`'s Pooling says to "

@@ -1,10 +1,12 @@
-"""``neobert data prepare`` (documents -> token shards) and ``neobert data corpus`` (the offline corpus)."""
+"""``neobert data prepare`` (documents -> token shards), ``neobert data corpus`` (the offline corpus) and
+``neobert data docstring-pairs`` (offline query/document pairs and a held-out retrieval task)."""
 
 from __future__ import annotations
 
 import argparse
 
 from ..data import PrepareConfig, write_stdlib_corpus
+from ..data.docstring_pairs import write_docstring_retrieval
 from ..data.prepare import ON_ERROR, TXT_MODES
 from ..jobs.engine import EngineSettings
 from ..jobs.prepare import prepare
@@ -40,6 +42,11 @@ def register(subparsers) -> None:
     )
     corpus.set_defaults(options=options)
 
+    help = "write query/document pairs from stdlib docstrings (summary -> rest), split by module into training pairs and a held-out retrieval task"
+    pairs = add_command(commands, "docstring-pairs", run_docstring_pairs, help)
+    options = add_signature_options(pairs, write_docstring_retrieval, metadata=modules)
+    pairs.set_defaults(options=options)
+
 
 def config_from_args(args: argparse.Namespace) -> PrepareConfig:
     """The --config file (if any) with every given flag laid over it."""
@@ -55,4 +62,9 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 def run_corpus(args: argparse.Namespace) -> int:
     say(write_stdlib_corpus(**given(args.options, args)).summary)
+    return 0
+
+
+def run_docstring_pairs(args: argparse.Namespace) -> int:
+    say(write_docstring_retrieval(**given(args.options, args)).summary)
     return 0

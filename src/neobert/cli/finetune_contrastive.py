@@ -1,4 +1,5 @@
-"""``neobert finetune contrastive``: the paper's contrastive fine-tuning, for any encoder.
+"""``neobert finetune contrastive`` (the paper's contrastive fine-tuning, for any encoder) and ``neobert
+finetune sparse`` (SPLADE from any masked-LM model, on the same data files).
 
 ``neobert.cli.finetune`` calls :func:`register` with its own subparsers, so the command lives under
 ``neobert finetune``. Multi-GPU: launch with ``torchrun --nproc-per-node N -m neobert.cli.main finetune
@@ -9,10 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.markup import escape
 
+from ..finetuning import sparse
 from ..finetuning.contrastive import ContrastiveConfig, run
 from ..training.engine import is_main_process
 from .common import CLIError, add_command, make_console, quiet_transformers
@@ -52,6 +56,24 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sparse(args: argparse.Namespace) -> int:
+    quiet_transformers()
+    config = config_from_args(
+        sparse.SparseConfig, args, instructions=_instructions(args.instruction, args.instructions)
+    )
+    result = sparse.run(config)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0
+    first, last = result.losses[0], result.losses[-1]
+    make_console().print(
+        f"{result.steps} steps; loss {first:.4f} -> {last:.4f}; saved a sentence-transformers SparseEncoder "
+        f"(and transformers masked-LM) model to {escape(str(result.output))} in {result.seconds:.1f}s",
+        highlight=False,
+        soft_wrap=True,
+    )
+    return 0
+
+
 HELP = "contrastive fine-tuning into an embedding model (InfoNCE, in-batch + hard negatives)"
 DESCRIPTION = (
     "InfoNCE on cosine similarity with in-batch and hard negatives; one data set per batch, data sets "
@@ -59,10 +81,24 @@ DESCRIPTION = (
 )
 
 
+SPARSE_HELP = "SPLADE fine-tuning of a masked-LM model into a sparse retriever (contrastive + FLOPS)"
+SPARSE_DESCRIPTION = (
+    "SPLADE (max over tokens of log(1 + ReLU(MLM logits))) trained with the in-batch contrastive loss on dot "
+    "products plus the FLOPS regulariser on queries and documents (weights grown quadratically over the first "
+    "third of the run); the same data files as finetune contrastive; saves a sentence-transformers SparseEncoder."
+)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    skip = ("data", "template", "show_progress")
-    config = ContrastiveConfig
-    parser = add_command(subparsers, "contrastive", _main, HELP, DESCRIPTION, config=config, skip=skip)
+    _register(subparsers, "contrastive", _main, HELP, DESCRIPTION, ContrastiveConfig, ())
+    _register(subparsers, "sparse", _sparse, SPARSE_HELP, SPARSE_DESCRIPTION, sparse.SparseConfig,
+              ("matryoshka_dims",))  # fmt: skip
+
+
+def _register(subparsers: argparse._SubParsersAction, name: str, func: Callable[[argparse.Namespace], int],
+              help: str, description: str, config: type, skipped: tuple[str, ...]) -> None:  # fmt: skip
+    skip = ("data", "template", "show_progress", *skipped)
+    parser = add_command(subparsers, name, func, help, description, config=config, skip=skip)
     parser.add_argument(
         "--data",
         action="append",

@@ -10,15 +10,22 @@ Task files (UTF-8 JSONL, one object per line; a task's name is its file or direc
     DIR/retrieval/NAME/corpus.jsonl      {"_id" (or "id"), "text", optional "title"}
     DIR/retrieval/NAME/qrels.tsv         query-id <TAB> corpus-id <TAB> score (header optional; BEIR layout)
                       or qrels.jsonl     {"query-id", "corpus-id", "score"}
+
+Sparse models (a SPLADE ``SparseEncoder`` directory, or any masked-LM model with ``sparse=True``) are scored
+on the retrieval tasks by the dot product of their SPLADE vectors (:func:`neobert.sparse.encode_sparse`),
+with the average non-zeros per query and per document beside nDCG@10 and MRR@10; the other families are
+left out for them (a note says so).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +34,7 @@ from ..data.readers import json_objects
 from ..encoders import Encoder, load_encoder
 from ..inference import encode
 from ..io import write_text
+from ..sparse import encode_sparse, is_sparse_model
 from ..tables import fmt, markdown_table
 from . import embeddings as E
 from .instructions import TaskInstruction, apply_instruction
@@ -40,6 +48,7 @@ FAMILY_TITLES = {
     "sts": "STS",
 }
 NO_INSTRUCTION = TaskInstruction("", "")
+COUNTS = ("nonzeros_query", "nonzeros_document")  # sparse retrieval's sizes: numbers of entries, not scores
 
 
 @dataclass(frozen=True)
@@ -180,6 +189,20 @@ def make_embed(encoder: Encoder, batch_size: int = 32, show_progress: bool = Tru
     return embed
 
 
+def make_sparse_embed(encoder: Encoder, batch_size: int = 32, show_progress: bool = True) -> E.Embed:
+    """SPLADE rows (a SciPy CSR matrix) of a masked-LM encoder, instructions applied as for dense models."""
+
+    def embed(texts: list[str], instruction: str) -> Any:
+        texts = [apply_instruction(instruction, t) for t in texts]
+        return encode_sparse(encoder.model, encoder.tokenizer, texts, batch_size, max_length=encoder.max_length,
+                             show_progress=show_progress)  # fmt: skip
+
+    return embed
+
+
+SPARSE_FAMILIES = ("retrieval",)  # what sparse vectors are scored on
+
+
 def run(
     models: Sequence[str],
     tasks: Sequence[TaskSpec],
@@ -190,6 +213,7 @@ def run(
     seed: int = 0,
     device: str | None = None,
     show_progress: bool = True,
+    sparse: bool = False,
 ) -> EmbeddingReport:
     """Score every model on every task (zero-shot: no instruction unless given per task).
 
@@ -198,20 +222,41 @@ def run(
         seed: for k-means and logistic regression
         tokenizer: tokenizer directory (default: the model's own)
         batch_size: texts per batch
+        sparse: score every model as SPLADE from its masked-LM head (a SparseEncoder directory always is)
     """
     start = time.perf_counter()
     report = EmbeddingReport()
     for model in models:
-        encoder = load_encoder(model, tokenizer, device=device)
-        embed = make_embed(encoder, batch_size, show_progress)
+        is_sparse = is_sparse_model(model, sparse)
+        encoder = load_encoder(model, tokenizer, task="mlm" if is_sparse else "base", device=device)
+        embed = (make_sparse_embed if is_sparse else make_embed)(encoder, batch_size, show_progress)
         report.models[model] = [
             evaluate_task(spec, embed, (instructions or {}).get(spec.name, NO_INSTRUCTION), seed)
+            if not is_sparse or spec.family in SPARSE_FAMILIES
+            else _not_for_sparse(spec)
             for spec in tasks
         ]
     report.seconds = time.perf_counter() - start
     if output is not None:
         report.files = write_report(report, Path(output))
     return report
+
+
+def _not_for_sparse(spec: TaskSpec) -> E.TaskScore:
+    return E.TaskScore(spec.family, spec.name, {E.MAIN_METRIC[spec.family]: math.nan}, 0,
+                       ["a sparse model is scored on retrieval only"])  # fmt: skip
+
+
+def sparse_markdown(report: EmbeddingReport) -> str:
+    """The sparse models' retrieval scores beside their sizes ('' without a sparse model)."""
+    rows = [[model, s.task, s.scores["ndcg_at_10"] * 100, s.scores["mrr_at_10"] * 100, s.scores["nonzeros_query"],
+             s.scores["nonzeros_document"]]
+            for model, scores in report.models.items() for s in scores if "nonzeros_query" in s.scores]  # fmt: skip
+    if not rows:
+        return ""
+    header = ["model", "task", "nDCG@10 x 100", "MRR@10 x 100", "non-zeros / query", "non-zeros / document"]
+    return ("\n## Sparse retrieval (index size and query cost: average non-zeros per vector)\n\n"
+            + markdown_table(header, rows, digits=1))  # fmt: skip
 
 
 def family_averages(scores: Sequence[E.TaskScore]) -> dict[str, float]:
@@ -241,7 +286,8 @@ def to_markdown(report: EmbeddingReport) -> str:
     rows = []
     for model, scores in report.models.items():
         for s in scores:
-            others = ", ".join(f"{k} {fmt(v, 100)}" for k, v in s.scores.items() if k != s.main_metric)
+            others = ", ".join(f"{k} {fmt(v, 100)}" for k, v in s.scores.items()
+                               if k != s.main_metric and k not in COUNTS)  # fmt: skip
             rows.append(
                 [model, s.family, s.task, s.main_metric, s.main_score, others, s.size, "; ".join(s.notes)]
             )
@@ -252,6 +298,7 @@ def to_markdown(report: EmbeddingReport) -> str:
         + markdown_table(
             ["model", "family", "task", "metric", "score", "other metrics", "n", "notes"], rows, scale=100
         )
+        + sparse_markdown(report)
     )
 
 

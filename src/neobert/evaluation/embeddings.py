@@ -8,7 +8,7 @@ and the task's data and return a :class:`TaskScore`; reading files and running a
 | family | main metric | other metrics |
 |---|---|---|
 | sts | Spearman of cosine vs gold score | Pearson |
-| retrieval | nDCG@10 | recall@k, MRR@10 |
+| retrieval | nDCG@10 | recall@k, MRR@10; sparse models: average non-zeros per query and document |
 | classification | accuracy (logistic regression on embeddings) | macro-F1 |
 | clustering | V-measure (k-means, k = number of labels) | - |
 | pair_classification | average precision of cosine vs 0/1 label | - |
@@ -19,13 +19,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from .instructions import TaskInstruction
 from .metrics import pearson, spearman
 
-Embed = Callable[[list[str], str], np.ndarray]  # (texts, instruction) -> unit-norm rows (N, C)
+# (texts, instruction) -> unit-norm rows (N, C), or a SciPy sparse matrix of SPLADE rows (N, V) scored by the
+# dot product (retrieval only; see embedding_files.make_sparse_embed)
+Embed = Callable[[list[str], str], Any]
 FAMILIES = ("classification", "clustering", "pair_classification", "retrieval", "sts")
 MAIN_METRIC = {
     "sts": "spearman",
@@ -100,10 +104,12 @@ def average_precision(scores: Sequence[float], labels: Sequence[int]) -> float:
 
 
 def rank_documents(
-    query_vectors: np.ndarray, doc_vectors: np.ndarray, doc_ids: Sequence[str], top_k: int
+    query_vectors: np.ndarray | sp.spmatrix, doc_vectors: np.ndarray | sp.spmatrix, doc_ids: Sequence[str], top_k: int
 ) -> list[list[str]]:
-    """Document ids of each query, best cosine first (unit-norm rows), ties kept in corpus order."""
+    """Document ids of each query, best dot product first (the cosine for unit-norm rows; sparse rows as
+    SPLADE scores them), ties kept in corpus order."""
     scores = query_vectors @ doc_vectors.T  # (Q, D)
+    scores = scores.toarray() if sp.issparse(scores) else np.asarray(scores)
     top_k = min(top_k, len(doc_ids))
     order = np.argsort(-scores, axis=1, kind="stable")[:, :top_k]
     return [[doc_ids[j] for j in row] for row in order]
@@ -177,6 +183,9 @@ def evaluate_retrieval(
         scores[f"recall_at_{k}"] = float(
             np.mean([recall_at_k(r, qrels[q], k) for q, r in zip(judged, rankings)])
         )
+    if sp.issparse(doc_vectors):  # the index's size and the query's cost: average non-zeros per row
+        scores["nonzeros_query"] = float(query_vectors.getnnz(axis=1).mean())
+        scores["nonzeros_document"] = float(doc_vectors.getnnz(axis=1).mean())
     return TaskScore("retrieval", task, scores, len(judged), notes)
 
 

@@ -7,6 +7,10 @@ L2 rows of the masked mean of the last hidden states; ``similarity`` is the cosi
 from mteb, so this module imports without the package (``pip install 'neobert[mteb]'``); only
 :attr:`MTEBEncoder.mteb_model_meta` and :func:`run` import it.
 
+A SPLADE ``SparseEncoder`` directory (``neobert finetune sparse``) goes through mteb's own sparse-model path
+instead (``mteb.models.SparseEncoderWrapper``: sparse vectors, dot-product scores, the model's own prompts; no
+instructions of ours).
+
 Table 4's layout: one row per model; columns the mean main score per task type (Class., Clust.,
 PairClass., Rerank., Retr., STS, Summ.) and the mean over all tasks, scores x 100.
 """
@@ -27,6 +31,7 @@ from ..cards import Result
 from ..encoders import Encoder, load_encoder
 from ..inference import encode
 from ..io import write_text
+from ..sparse import is_sparse_model
 from ..tables import markdown_table
 from .instructions import TaskInstruction, apply_instruction, task_instruction
 from .report import defined, nan_mean, write_json
@@ -235,7 +240,8 @@ def run(
     """Evaluate each model on ``tasks`` (mteb task objects) and write Table 4's Markdown and JSON.
 
     Args:
-        models: model directories, NeoBERT presets or hub ids, each scored on every task
+        models: model directories, NeoBERT presets or hub ids, each scored on every task (a SparseEncoder
+            directory through mteb's sparse-model path)
         use_instructions: prepend the task instructions (off: encode texts as they are, zero-shot)
         tokenizer: tokenizer directory (default: the model's own)
         batch_size: texts per batch
@@ -245,13 +251,18 @@ def run(
     start = time.perf_counter()
     report = MTEBReport()
     for name in models:
-        adapter = MTEBEncoder(
-            load_encoder(name, tokenizer, device=device),
-            use_instructions,
-            instructions,
-            batch_size,
-            show_progress,
-        )
+        if is_sparse_model(name):
+            from mteb.models import SparseEncoderWrapper
+
+            adapter = SparseEncoderWrapper(str(name), device=device)
+        else:
+            adapter = MTEBEncoder(
+                load_encoder(name, tokenizer, device=device),
+                use_instructions,
+                instructions,
+                batch_size,
+                show_progress,
+            )
         results = mteb.evaluate(adapter, tasks, cache=None, show_progress_bar=show_progress, raise_error=True)
         report.models[name] = rows_from_results(results, tasks)
     report.seconds = time.perf_counter() - start

@@ -1,4 +1,4 @@
-"""The model card of a fine-tuned directory (``finetune glue|classify|tokens|contrastive``)."""
+"""The model card of a fine-tuned directory (``finetune glue|classify|tokens|contrastive|sparse``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ..encoders import is_preset
 class FinetuneFacts:
     """What a fine-tuning run did and measured, as it wrote into its own result files."""
 
-    head: str  # sequence-classification | token-classification | sentence-embedding
+    head: str  # sequence-classification | token-classification | sentence-embedding | sparse-embedding
     command: str  # e.g. "neobert finetune classify"
     task: str  # what it learnt, for a person: "text classification (2 classes)"
     model: str  # the source it started from: a directory, a preset or a hub id
@@ -40,7 +40,7 @@ def started_from(model: str) -> str:
 
 def finetune_card(facts: FinetuneFacts) -> CardInfo:
     """The card of a fine-tuned model: its base model, data, settings, run and results."""
-    description = (f"{facts.task.capitalize()} model fine-tuned from {started_from(facts.model)} with "
+    description = (f"{facts.task[:1].upper()}{facts.task[1:]} model fine-tuned from {started_from(facts.model)} with "
                    f"`{facts.command}`.")  # fmt: skip
     results, undefined = [], []
     for (name, kind, split), metrics in facts.results.items():
@@ -57,10 +57,10 @@ def finetune_card(facts: FinetuneFacts) -> CardInfo:
         sections.append(("Labels", ", ".join(f"`{label}`" for label in facts.labels) + "\n"))
     return CardInfo(
         head=facts.head, description=description, command=facts.command,
-        library="sentence-transformers" if facts.head == "sentence-embedding" else "transformers",
+        library="sentence-transformers" if facts.head in ("sentence-embedding", "sparse-embedding") else "transformers",
         base_model=hub_model_id(facts.model), data=facts.data, data_stats=facts.data_stats,
         settings=facts.settings, run=facts.run, results=results, license=facts.license, limits=limits,
-        sections=sections, tags=[facts.command.split()[-1]],
+        sections=sections, tags=[facts.command.split()[-1], *(["sparse-encoder", "splade"] if facts.head == "sparse-embedding" else [])],
     )  # fmt: skip
 
 

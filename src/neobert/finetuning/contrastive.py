@@ -7,7 +7,8 @@ processes (``torchrun``) the candidates of all processes are gathered, with a ga
 gradient of every process's loss into the rows' owner, so each process's loss is the sum over its own
 queries and the core's global-count normalisation gives exactly the gradient of the global mean. Each batch
 comes from one data set, data sets drawn in proportion to size^alpha, queries prefixed with their data
-set's instruction, masked mean pooling, 2,000 steps by default. The core adds resumable checkpoints
+set's instruction, masked mean pooling, 2,000 steps by default. ``matryoshka_dims`` adds the same loss at each
+truncated width (Matryoshka). :func:`train` is shared with SPLADE training (:mod:`.sparse`). The core adds resumable checkpoints
 (``resume``), precision (``auto``, ``fp32`` or bf16 autocast), clipping at 1.0, the NaN guard and logging (``OUTPUT/metrics.jsonl``, TensorBoard).
 
 Entry point: :func:`run` (a :class:`ContrastiveConfig` in, a :class:`ContrastiveResult` out; a settings
@@ -33,7 +34,7 @@ import torch.nn.functional as F
 
 from ..cards import CardInfo, DataSource, wall_time, write_card
 from ..config import PRECISIONS, check_precision, load_mapping
-from ..encoders import Encoder, embed_batch, load_encoder, tokenize
+from ..encoders import MATRYOSHKA_KEY, Encoder, embed_batch, load_encoder, tokenize
 from ..evaluation.instructions import TEMPLATE, apply_instruction
 from ..io import write_dir, write_json
 from ..tables import fmt
@@ -72,9 +73,15 @@ class ContrastiveConfig:
     activation_checkpointing: bool = False  # recompute each block's activations in the backward
     show_progress: bool = True  # progress bar
     license: str | None = None  # the license the model card names (none unless given), e.g. apache-2.0
+    # Matryoshka: the loss at each of these widths (the first N dimensions), summed; e.g. 768,512,256,128,64
+    matryoshka_dims: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         check_precision(self.precision, FinetuneConfigError)
+        dims = list(self.matryoshka_dims or [])
+        if any(int(d) < 1 for d in dims) or len(set(dims)) != len(dims):
+            raise FinetuneConfigError(f"matryoshka_dims must be distinct positive widths, got {dims}")
+        self.matryoshka_dims = sorted((int(d) for d in dims), reverse=True)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ContrastiveConfig:
@@ -102,13 +109,15 @@ def info_nce(
     targets: torch.Tensor,
     temperature: float = 0.07,
     reduction: str = "mean",
+    cosine: bool = True,
 ) -> torch.Tensor:
-    """-log softmax(cos(q, candidates) / temperature)[target], averaged (or summed) over queries.
+    """-log softmax(cos(q, candidates) / temperature)[target], averaged (or summed) over queries; with
+    ``cosine=False`` the raw dot product replaces the cosine (sparse vectors: SPLADE's scores).
 
     queries (B, C), candidates (N, C), targets (B,) index of each query's positive among the candidates.
     """
-    q = F.normalize(queries.float(), dim=-1)
-    c = F.normalize(candidates.float(), dim=-1)
+    q = F.normalize(queries.float(), dim=-1) if cosine else queries.float()
+    c = F.normalize(candidates.float(), dim=-1) if cosine else candidates.float()
     logits = q @ c.T / temperature  # (B, N)
     return F.cross_entropy(logits, targets, reduction=reduction)
 
@@ -153,7 +162,8 @@ def gather_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 def contrastive_loss_sum(
-    queries: torch.Tensor, positives: torch.Tensor, negatives: torch.Tensor, temperature: float = 0.07
+    queries: torch.Tensor, positives: torch.Tensor, negatives: torch.Tensor, temperature: float = 0.07,
+    cosine: bool = True,
 ) -> torch.Tensor:
     """Summed InfoNCE of this process's queries against every positive and hard negative of every process.
 
@@ -164,7 +174,7 @@ def contrastive_loss_sum(
     all_positives, offset = gather_rows(positives)
     candidates = torch.cat([all_positives, gather_rows(negatives)[0]])
     targets = offset + torch.arange(queries.shape[0], device=queries.device)
-    return info_nce(queries, candidates, targets, temperature, reduction="sum")
+    return info_nce(queries, candidates, targets, temperature, reduction="sum", cosine=cosine)
 
 
 def batch_texts(
@@ -187,7 +197,10 @@ def step_loss(encoder: Encoder, texts: list[str], n_queries: int, config: Contra
     inputs = tokenize(encoder, texts, config.max_length)
     vectors = embed_batch(encoder, inputs)  # (T, C)
     q, p, n = vectors.split([n_queries, n_queries, len(texts) - 2 * n_queries])
-    return contrastive_loss_sum(q, p, n, config.temperature)
+    if not config.matryoshka_dims:
+        return contrastive_loss_sum(q, p, n, config.temperature)
+    # Matryoshka (Kusupati et al. 2022): the same loss on the first d dimensions, for each d, summed
+    return sum(contrastive_loss_sum(q[:, :d], p[:, :d], n[:, :d], config.temperature) for d in config.matryoshka_dims)
 
 
 class ContrastiveTask:
@@ -234,15 +247,55 @@ def run(
     """Fine-tune ``config.model`` contrastively and save it to ``config.output`` (see :func:`save_embedding_model`).
 
     ``on_step_end(step, metrics)`` is called after every step (and its checkpoint, if one is due)."""
+    trained = train(config, ContrastiveTask, on_step_end=on_step_end)
+    encoder, engine, task = trained.encoder, trained.engine, trained.task
+    if engine.is_main:
+        save_embedding_model(encoder, config.output, config.matryoshka_dims)
+        _write_log(Path(config.output), config, trained.datasets, trained.losses, task.dataset_steps)
+        write_card(config.output, _card(config, trained.datasets, trained.losses, task.dataset_steps, engine,
+                                        time.perf_counter() - trained.start))  # fmt: skip
+    engine.accelerator.wait_for_everyone()
+    return ContrastiveResult(Path(config.output), engine.state.step, trained.losses, task.dataset_steps,
+                             time.perf_counter() - trained.start)  # fmt: skip
+
+
+@dataclass
+class Trained:
+    """What :func:`train` hands to the task that saves: the trained encoder, the engine, the task's state."""
+
+    encoder: Encoder
+    engine: Engine
+    task: Any
+    datasets: list[ContrastiveDataset]
+    losses: list[float]  # mean loss of each logging window (main process only)
+    start: float  # time.perf_counter() at the start
+
+
+def train(
+    config: ContrastiveConfig,
+    make_task: Callable[[Encoder, list[ContrastiveDataset], Any, Engine], Any],
+    head: str = "base",
+    on_step_end: Callable[[int, dict[str, float]], None] | None = None,
+) -> Trained:
+    """The training of every query/document task (``finetune contrastive``, ``finetune sparse``): load the
+    data, then ``config.model`` with ``head`` (``base``: the bare encoder is trained; ``mlm``: the whole
+    masked-LM model), run ``make_task(encoder, datasets, config, engine)`` on the engine (AdamW, linear
+    warm-up and decay), and remove the resume checkpoints of the finished run."""
     start = time.perf_counter()
     if config.steps < 1 or config.batch_size < 1 or config.save_every < 1:
         raise ValueError("steps, batch_size and save_every must be positive")
     output = Path(config.output)
     datasets = load_datasets(config.data, config.instructions)  # bad data fails before the model loads
     torch.manual_seed(config.seed)
-    encoder = load_encoder(config.model, config.tokenizer)  # engine.prepare moves it to the run's device
-    engine = Engine(_engine_settings(config, model_widths(encoder.base)))
-    task = ContrastiveTask(encoder, datasets, config, engine)
+    encoder = load_encoder(config.model, config.tokenizer, task=head)  # engine.prepare moves it to the device
+    too_wide = [d for d in getattr(config, "matryoshka_dims", []) if d > encoder.hidden_size]
+    if too_wide:
+        raise FinetuneConfigError(
+            f"matryoshka_dims {too_wide} exceed the model's {encoder.hidden_size} dimensions ({config.model})"
+        )
+    trained_module = encoder.base if head == "base" else encoder.model
+    engine = Engine(_engine_settings(config, model_widths(encoder.base), "contrastive" if head == "base" else "sparse"))
+    task = make_task(encoder, datasets, config, engine)
 
     def optimizer(model: torch.nn.Module, fused: bool) -> torch.optim.Optimizer:
         params = [p for p in model.parameters() if p.requires_grad]
@@ -258,25 +311,21 @@ def run(
             decay_fraction=1.0,
         )  # fmt: skip
 
-    engine.prepare(encoder.base, optimizer, scheduler)
+    engine.prepare(trained_module, optimizer, scheduler)
     fingerprint = {k: v for k, v in asdict(config).items() if k not in _RUN_CONTROLS}
     engine.run(task, resume=config.resume, fingerprint=fingerprint, on_step_end=on_step_end)
     encoder.model.eval()
     losses = _window_losses(output / "metrics.jsonl") if engine.is_main else []
     if engine.is_main:
         shutil.rmtree(output / "checkpoints", ignore_errors=True)  # finished: the resume state has served
-        save_embedding_model(encoder, output)
-        _write_log(output, config, datasets, losses, task.dataset_steps)
-        write_card(output, _card(config, datasets, losses, task.dataset_steps, engine, time.perf_counter() - start))
-    engine.accelerator.wait_for_everyone()
-    return ContrastiveResult(output, engine.state.step, losses, task.dataset_steps, time.perf_counter() - start)
+    return Trained(encoder, engine, task, datasets, losses, start)
 
 
 # settings that may change between a run and its resumption
 _RUN_CONTROLS = ("resume", "show_progress", "log_every", "save_every", "device", "license")
 
 
-def _engine_settings(config: ContrastiveConfig, widths: tuple[int, int]) -> EngineSettings:
+def _engine_settings(config: ContrastiveConfig, widths: tuple[int, int], description: str) -> EngineSettings:
     return EngineSettings(
         max_steps=config.steps,
         output=config.output,
@@ -291,7 +340,7 @@ def _engine_settings(config: ContrastiveConfig, widths: tuple[int, int]) -> Engi
         activation_checkpointing=config.activation_checkpointing,
         find_unused_parameters=True,  # e.g. BERT's pooler: the bare encoder's pooled output is not used
         progress_bar=config.show_progress,
-        description="contrastive",
+        description=description,  # the progress bar's label
     )
 
 
@@ -340,16 +389,23 @@ def _write_log(
     write_json(output / "contrastive_training.json", info, indent=2)
 
 
-def save_embedding_model(encoder: Encoder, output: str | os.PathLike) -> Path:
+def save_embedding_model(encoder: Encoder, output: str | os.PathLike, matryoshka_dims: list[int] = ()) -> Path:
     """One directory that is both a sentence-transformers model (mean pooling, no normalization) and a
     transformers model: ``SentenceTransformer(output)`` (after ``import neobert`` for NeoBERT) and
-    ``AutoModel.from_pretrained(output)`` both load it."""
+    ``AutoModel.from_pretrained(output)`` both load it. ``matryoshka_dims``, the widths the model was trained
+    for, go into ``config_sentence_transformers.json`` (read by :func:`neobert.encoders.embedding_spec`)."""
     output = Path(output)
     if encoder.is_neobert:
         from ..integrations.sentence_transformers import save_sentence_transformer
 
-        return save_sentence_transformer(encoder.model, encoder.tokenizer, output, pooling="mean")
-    return _save_generic_sentence_transformer(encoder, output)
+        save_sentence_transformer(encoder.model, encoder.tokenizer, output, pooling="mean")
+    else:
+        _save_generic_sentence_transformer(encoder, output)
+    if matryoshka_dims:
+        settings_file = output / "config_sentence_transformers.json"
+        settings = json.loads(settings_file.read_text(encoding="utf-8")) if settings_file.is_file() else {}
+        write_json(settings_file, {**settings, MATRYOSHKA_KEY: sorted(matryoshka_dims, reverse=True)}, indent=2)
+    return output
 
 
 def _save_generic_sentence_transformer(encoder: Encoder, output: Path) -> Path:

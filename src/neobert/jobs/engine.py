@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from ..data.readers import DataError, is_url
+from ..progress import progress_bar
 
 ENGINES = ("local", "ray")
 
@@ -213,12 +212,14 @@ def _pickled_call(function: Callable[..., Any], item: Any, kwargs: dict) -> Any:
     return function(item, **kwargs)
 
 
-def progress(total: int, unit: str, desc: str, show: bool) -> tqdm:
+def progress(total: int, unit: str, desc: str, show: bool) -> Any:
     """A bar over ``total`` items that also shows tokens/s (``tokens_rate``) and the ETA."""
-    return tqdm(total=total, unit=unit, desc=desc, disable=not show, dynamic_ncols=True, smoothing=0.1)
+    return progress_bar(
+        total=total, unit=unit, desc=desc, disable=not show, dynamic_ncols=True, smoothing=0.1
+    )
 
 
-def count_tokens(bar: tqdm, records: int, tokens: int) -> None:
+def count_tokens(bar: Any, records: int, tokens: int) -> None:
     """Advance the bar by one finished piece (``records`` items, ``tokens`` tokens)."""
     bar.tokens = getattr(bar, "tokens", 0) + tokens
     bar.update(records)

@@ -1,0 +1,184 @@
+"""SPLADE fine-tuning of any masked-LM model into a learned sparse retriever, as a task of the training core.
+
+Each text becomes a vocabulary-wide vector (:func:`neobert.sparse.splade_pool`: max over tokens of
+log(1 + ReLU(MLM logit))). The loss is the in-batch contrastive loss of ``finetune contrastive`` on *dot
+products* of those vectors (scale 1 / ``temperature``, 1 by default, as sentence-transformers'
+``SparseMultipleNegativesRankingLoss``), plus the FLOPS regulariser (Paria et al. 2020: the squared mean
+weight of each vocabulary entry over the batch, summed) on the queries and on the documents (positives and
+hard negatives), with their own weights, each grown quadratically from 0 over the first third of the run
+(sentence-transformers' ``SpladeRegularizerWeightSchedulerCallback``). Data, instructions, sampling,
+resume, several processes and precision are ``finetune contrastive``'s (:func:`.contrastive.train`); under
+several processes the contrastive term gathers the candidates of every process and the FLOPS term is
+each process's own batch (as sentence-transformers computes it per device).
+
+The result is a sentence-transformers ``SparseEncoder`` directory (a ``fill-mask`` Transformer at the root,
+then ``SpladePooling("max")``): ``SparseEncoder(OUTPUT)`` (after ``import neobert`` for NeoBERT) and
+:func:`neobert.sparse.encode_sparse` give the same vectors.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..cards import CardInfo, DataSource, wall_time, write_card
+from ..encoders import Encoder, tokenize, write_model_files
+from ..io import replace_dir, write_json
+from ..sparse import splade_pool
+from ..tables import fmt
+from ..training.engine import Engine, LossTerms
+from .card import FinetuneFacts, finetune_card
+from .config import FinetuneConfigError, config_from_dict
+from .contrastive import ContrastiveConfig, ContrastiveTask, contrastive_loss_sum, train
+from .contrastive_data import ContrastiveDataset
+
+
+@dataclass
+class SparseConfig(ContrastiveConfig):
+    """``finetune contrastive``'s settings (its Matryoshka widths excepted), the dot-product scale and the
+    FLOPS regulariser's weights."""
+
+    temperature: float = 1.0  # dot products are divided by this (SPLADE: 1, the raw dot product)
+    query_regularizer: float = 5e-5  # weight of the FLOPS regulariser on query vectors
+    document_regularizer: float = 3e-5  # weight of the FLOPS regulariser on document vectors
+    regularizer_warmup: float = 1 / 3  # share of the steps over which both weights grow quadratically from 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.matryoshka_dims:
+            raise FinetuneConfigError("matryoshka_dims apply to dense embeddings, not to sparse training")
+        if self.query_regularizer < 0 or self.document_regularizer < 0:
+            raise FinetuneConfigError("query_regularizer and document_regularizer must be >= 0")
+        if not 0 < self.regularizer_warmup <= 1:
+            raise FinetuneConfigError(f"regularizer_warmup must be in (0, 1], got {self.regularizer_warmup}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SparseConfig:
+        return config_from_dict(cls, data)
+
+
+@dataclass
+class SparseResult:
+    output: Path
+    steps: int
+    losses: list[float]  # mean loss of each logging window (contrastive + weighted FLOPS)
+    dataset_steps: dict[str, int]
+    seconds: float
+
+
+def flops(vectors: torch.Tensor) -> torch.Tensor:
+    """The FLOPS regulariser of (B, V) non-negative vectors: sum over entries of (mean over rows)^2."""
+    return vectors.float().mean(dim=0).pow(2).sum()
+
+
+def regularizer_weight(weight: float, step: int, steps: int, warmup: float) -> float:
+    """``weight`` x (step / warm-up steps)^2 during the first ``warmup`` share of ``steps`` (at least one
+    step), then ``weight`` (sentence-transformers' quadratic schedule; ``step`` counts from 0)."""
+    warmup_steps = max(1, int(steps * warmup))
+    return weight * min(1.0, step / warmup_steps) ** 2
+
+
+def sparse_step_loss(model: torch.nn.Module, encoder: Encoder, texts: list[str], n_queries: int,
+                     config: SparseConfig, step: int) -> LossTerms:  # fmt: skip
+    """Summed loss of this process's queries: contrastive on dot products plus ``n_queries`` x the weighted
+    FLOPS terms (the engine divides by the global query count); sums of non-zeros and FLOPS to log."""
+    inputs = tokenize(encoder, texts, config.max_length)
+    vectors = splade_pool(model(**inputs).logits, inputs["attention_mask"])  # (T, V)
+    q, p, n = vectors.split([n_queries, n_queries, len(texts) - 2 * n_queries])
+    documents = vectors[n_queries:]
+    w_query = regularizer_weight(config.query_regularizer, step, config.steps, config.regularizer_warmup)
+    w_document = regularizer_weight(config.document_regularizer, step, config.steps, config.regularizer_warmup)
+    flops_q, flops_d = flops(q), flops(documents)
+    loss = contrastive_loss_sum(q, p, n, config.temperature, cosine=False)
+    loss = loss + n_queries * (w_query * flops_q + w_document * flops_d)
+    with torch.no_grad():
+        sums = {"nonzeros_query": (q > 0).sum().float(), "nonzeros_positive": (p > 0).sum().float(),
+                "flops_query": flops_q.detach() * n_queries, "flops_document": flops_d.detach() * n_queries}  # fmt: skip
+    return LossTerms(loss, sums)
+
+
+class SparseTask(ContrastiveTask):
+    """``finetune contrastive``'s sampling and state; the loss of :func:`sparse_step_loss` on the MLM model."""
+
+    step = 0
+
+    def batches(self, step: int) -> list[tuple[list[str], int]]:
+        self.step = step  # the regulariser's warm-up follows the optimizer step (resume included)
+        return super().batches(step)
+
+    def loss(self, model: torch.nn.Module, batch: tuple[list[str], int]) -> LossTerms:
+        texts, n_queries = batch
+        return sparse_step_loss(model, self.encoder, texts, n_queries, self.config, self.step)
+
+
+def run(config: SparseConfig, on_step_end: Callable[[int, dict[str, float]], None] | None = None) -> SparseResult:
+    """Train ``config.model`` (with its masked-LM head) as a SPLADE model and save a ``SparseEncoder``
+    directory to ``config.output`` (see :func:`save_sparse_encoder`)."""
+    trained = train(config, SparseTask, head="mlm", on_step_end=on_step_end)
+    encoder, engine, task = trained.encoder, trained.engine, trained.task
+    output = Path(config.output)
+    if engine.is_main:
+        save_sparse_encoder(encoder, output)
+        write_json(output / "sparse_training.json", {
+            "config": asdict(config), "dataset_steps": task.dataset_steps, "losses": trained.losses,
+            "datasets": [{"name": d.name, "source": d.source, "size": len(d)} for d in trained.datasets],
+        })  # fmt: skip
+        write_card(output, _card(config, trained.datasets, trained.losses, task.dataset_steps, engine,
+                                 time.perf_counter() - trained.start))  # fmt: skip
+    engine.accelerator.wait_for_everyone()
+    return SparseResult(output, engine.state.step, trained.losses, task.dataset_steps,
+                        time.perf_counter() - trained.start)  # fmt: skip
+
+
+def save_sparse_encoder(encoder: Encoder, output: str | os.PathLike) -> Path:
+    """Write ``encoder`` (a masked-LM model and its tokenizer) into ``output`` as a sentence-transformers
+    ``SparseEncoder``: a ``fill-mask`` Transformer at the root (also a transformers model directory), then
+    ``SpladePooling("max", "relu")``. Files already in ``output`` (training logs) stay; each file written
+    replaces its old version whole."""
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sparse_encoder.modules import SpladePooling
+
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".neobert-sparse-", dir=output) as staging:
+        model_dir, built = Path(staging) / "model", Path(staging) / "built"
+        write_model_files(encoder.model, encoder.tokenizer, model_dir)
+        transformer = Transformer(str(model_dir), transformer_task="fill-mask", max_seq_length=encoder.max_length)
+        pooling = SpladePooling("max", "relu", embedding_dimension=encoder.vocab_size)
+        SparseEncoder(modules=[transformer, pooling], device="cpu").save(str(built))
+        for entry in built.iterdir():
+            if entry.is_dir():
+                replace_dir(entry, output / entry.name)
+            else:
+                os.replace(entry, output / entry.name)
+    return output
+
+
+def _card(config: SparseConfig, datasets: list[ContrastiveDataset], losses: list[float],
+          dataset_steps: dict[str, int], engine: Engine, seconds: float) -> CardInfo:  # fmt: skip
+    run = [("precision run", engine.precision), ("steps", f"{engine.state.step:,}"), ("wall time", wall_time(seconds)),
+           ("last logged training loss (contrastive + FLOPS)", fmt(losses[-1], digits=4) if losses else "n/a"),
+           *((f"steps drawn from {name}", f"{n:,}") for name, n in dataset_steps.items())]  # fmt: skip
+    data = []
+    for d in datasets:
+        source = DataSource.from_spec(d.source)
+        source.note = f"{d.name}: {len(d):,} examples" + (f"; {source.note}" if source.note else "")
+        data.append(source)
+    facts = FinetuneFacts(
+        head="sparse-embedding", command="neobert finetune sparse", task="sparse retrieval (SPLADE)",
+        model=config.model, settings=asdict(config), data=data, data_stats=[], run=run, license=config.license,
+        limits=["SPLADE max pooling over the MLM logits: one weight per vocabulary entry; score with the dot "
+                "product (an inverted index serves it).",
+                "No evaluation ran with the training: `neobert eval embeddings --model DIR --retrieval ... "
+                "--update-card` adds results to this card."],
+    )  # fmt: skip
+    return finetune_card(facts)
+
