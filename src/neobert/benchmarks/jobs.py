@@ -235,16 +235,8 @@ def markdown(results: dict) -> str:
                      f"{r['texts_per_second']:,.1f}", f"{r['tokens_per_second']:,.0f}",
                      f"{r['texts_per_second'] / base['texts_per_second']:.2f}x {against}", f"{r['wall_seconds']:.1f}",
                      f"{r['load']:.1f}"])  # fmt: skip
-    header = [
-        "model",
-        "run",
-        "workers x CPUs",
-        "precision",
-        "texts/s",
-        "tokens/s",
-        "ratio",
-        "wall s (all in)",
-    ]
+    header = ["model", "run", "workers x CPUs", "precision", "texts/s", "tokens/s", "ratio", "wall s (all in)",
+              "load after"]  # fmt: skip
     lines.append(markdown_table(header, rows))
     lines.append("\n## Data preparation\n")
     rust = results["rust_tokenizer"]
