@@ -29,6 +29,7 @@ from .encoders import check_vocab, max_positions
 from .inference import batched_inputs
 from .model.runtime import eval_mode
 from .progress import progress_bar
+from .registration import require_head
 
 __all__ = ["encode_sparse", "is_sparse_dir", "is_sparse_model", "prune_top_k", "sparse_rows", "splade_pool"]
 
@@ -45,14 +46,8 @@ def splade_pool(logits: torch.Tensor, attention_mask: torch.Tensor) -> torch.Ten
 
 def _mlm_logits_model(model: torch.nn.Module) -> torch.nn.Module:
     """``model`` if its forward returns vocabulary logits (a masked-LM head); a clear error otherwise."""
-    inner = model
-    for attr in ("module", "_orig_mod"):  # DistributedDataParallel, torch.compile
-        inner = getattr(inner, attr, inner)
-    if inner.__class__.__name__.endswith("ForMaskedLM"):
-        return model
-    raise TypeError(
-        f"SPLADE vectors need a masked-LM head (load the model with task='mlm'); got {type(inner).__name__}"
-    )
+    require_head(getattr(model, "module", model), "mlm", "SPLADE vectors (a masked-LM head's logits)")
+    return model
 
 
 def encode_sparse(
