@@ -252,8 +252,12 @@ def run(
     if engine.is_main:
         save_embedding_model(encoder, config.output, config.matryoshka_dims)
         _write_log(Path(config.output), config, trained.datasets, trained.losses, task.dataset_steps)
-        write_card(config.output, _card(config, trained.datasets, trained.losses, task.dataset_steps, engine,
-                                        time.perf_counter() - trained.start))  # fmt: skip
+        limits = ["Mean pooling, vectors not normalized: compare them with cosine similarity.",
+                  "No evaluation ran with the training: `neobert eval embeddings|mteb --model DIR --update-card` "
+                  "adds results to this card."]  # fmt: skip
+        card = run_card(config, trained, task.dataset_steps, engine, head="sentence-embedding",
+                        command="neobert finetune contrastive", task="sentence embedding", loss="InfoNCE", limits=limits)  # fmt: skip
+        write_card(config.output, card)
     engine.accelerator.wait_for_everyone()
     return ContrastiveResult(Path(config.output), engine.state.step, trained.losses, task.dataset_steps,
                              time.perf_counter() - trained.start)  # fmt: skip
@@ -344,24 +348,22 @@ def _engine_settings(config: ContrastiveConfig, widths: tuple[int, int], descrip
     )
 
 
-def _card(config: ContrastiveConfig, datasets: list[ContrastiveDataset], losses: list[float],
-          dataset_steps: dict[str, int], engine: Engine, seconds: float) -> CardInfo:  # fmt: skip
-    """The card of the embedding model: its data sets, settings and run (no evaluation: see eval)."""
+def run_card(config: ContrastiveConfig, trained: Any, dataset_steps: dict[str, int], engine: Engine, *, head: str,
+             command: str, task: str, loss: str, limits: list[str]) -> CardInfo:  # fmt: skip
+    """The card of a model :func:`train` trained (contrastive or sparse): its data sets, settings and run (no
+    evaluation ran: see eval)."""
+    seconds = time.perf_counter() - trained.start
+    losses = trained.losses
     run = [("precision run", engine.precision), ("steps", f"{engine.state.step:,}"), ("wall time", wall_time(seconds)),
-           ("last logged training loss (InfoNCE)", fmt(losses[-1], digits=4) if losses else "n/a"),
+           (f"last logged training loss ({loss})", fmt(losses[-1], digits=4) if losses else "n/a"),
            *((f"steps drawn from {name}", f"{n:,}") for name, n in dataset_steps.items())]  # fmt: skip
     data = []
-    for d in datasets:
+    for d in trained.datasets:
         source = DataSource.from_spec(d.source)
         source.note = f"{d.name}: {len(d):,} examples" + (f"; {source.note}" if source.note else "")
         data.append(source)
-    facts = FinetuneFacts(
-        head="sentence-embedding", command="neobert finetune contrastive", task="sentence embedding",
-        model=config.model, settings=asdict(config), data=data, data_stats=[], run=run, license=config.license,
-        limits=["Mean pooling, vectors not normalized: compare them with cosine similarity.",
-                "No evaluation ran with the training: `neobert eval embeddings|mteb --model DIR --update-card` "
-                "adds results to this card."],
-    )  # fmt: skip
+    facts = FinetuneFacts(head=head, command=command, task=task, model=config.model, settings=asdict(config),
+                          data=data, data_stats=[], run=run, license=config.license, limits=limits)  # fmt: skip
     return finetune_card(facts)
 
 

@@ -28,16 +28,13 @@ from typing import Any
 
 import torch
 
-from ..cards import CardInfo, DataSource, wall_time, write_card
+from ..cards import write_card
 from ..encoders import Encoder, tokenize, write_model_files
 from ..io import replace_dir, write_json
 from ..sparse import splade_pool
-from ..tables import fmt
-from ..training.engine import Engine, LossTerms
-from .card import FinetuneFacts, finetune_card
+from ..training.engine import LossTerms
 from .config import FinetuneConfigError, config_from_dict
-from .contrastive import ContrastiveConfig, ContrastiveTask, contrastive_loss_sum, train
-from .contrastive_data import ContrastiveDataset
+from .contrastive import ContrastiveConfig, ContrastiveTask, contrastive_loss_sum, run_card, train
 
 
 @dataclass
@@ -130,8 +127,14 @@ def run(config: SparseConfig, on_step_end: Callable[[int, dict[str, float]], Non
             "config": asdict(config), "dataset_steps": task.dataset_steps, "losses": trained.losses,
             "datasets": [{"name": d.name, "source": d.source, "size": len(d)} for d in trained.datasets],
         })  # fmt: skip
-        write_card(output, _card(config, trained.datasets, trained.losses, task.dataset_steps, engine,
-                                 time.perf_counter() - trained.start))  # fmt: skip
+        limits = ["SPLADE max pooling over the MLM logits: one weight per vocabulary entry; score with the dot "
+                  "product (an inverted index serves it).",
+                  "No evaluation ran with the training: `neobert eval embeddings --model DIR --retrieval ... "
+                  "--update-card` adds results to this card."]  # fmt: skip
+        card = run_card(config, trained, task.dataset_steps, engine, head="sparse-embedding",
+                        command="neobert finetune sparse", task="sparse retrieval (SPLADE)",
+                        loss="contrastive + FLOPS", limits=limits)  # fmt: skip
+        write_card(output, card)
     engine.accelerator.wait_for_everyone()
     return SparseResult(output, engine.state.step, trained.losses, task.dataset_steps,
                         time.perf_counter() - trained.start)  # fmt: skip
@@ -162,23 +165,4 @@ def save_sparse_encoder(encoder: Encoder, output: str | os.PathLike) -> Path:
     return output
 
 
-def _card(config: SparseConfig, datasets: list[ContrastiveDataset], losses: list[float],
-          dataset_steps: dict[str, int], engine: Engine, seconds: float) -> CardInfo:  # fmt: skip
-    run = [("precision run", engine.precision), ("steps", f"{engine.state.step:,}"), ("wall time", wall_time(seconds)),
-           ("last logged training loss (contrastive + FLOPS)", fmt(losses[-1], digits=4) if losses else "n/a"),
-           *((f"steps drawn from {name}", f"{n:,}") for name, n in dataset_steps.items())]  # fmt: skip
-    data = []
-    for d in datasets:
-        source = DataSource.from_spec(d.source)
-        source.note = f"{d.name}: {len(d):,} examples" + (f"; {source.note}" if source.note else "")
-        data.append(source)
-    facts = FinetuneFacts(
-        head="sparse-embedding", command="neobert finetune sparse", task="sparse retrieval (SPLADE)",
-        model=config.model, settings=asdict(config), data=data, data_stats=[], run=run, license=config.license,
-        limits=["SPLADE max pooling over the MLM logits: one weight per vocabulary entry; score with the dot "
-                "product (an inverted index serves it).",
-                "No evaluation ran with the training: `neobert eval embeddings --model DIR --retrieval ... "
-                "--update-card` adds results to this card."],
-    )  # fmt: skip
-    return finetune_card(facts)
 
