@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 
@@ -38,36 +38,30 @@ def _instructions(values: list[str] | None, path: str | None) -> dict[str, str]:
 
 
 def _main(args: argparse.Namespace) -> int:
-    quiet_transformers()
     config = config_from_args(
         ContrastiveConfig, args, instructions=_instructions(args.instruction, args.instructions)
     )
-    result = run(config)
-    if not is_main_process():  # under torchrun only the first process reports
+    return _report(run, config, "a sentence-transformers and transformers model", steps_by_dataset=True)
+
+
+def _sparse(args: argparse.Namespace) -> int:
+    config = config_from_args(
+        sparse.SparseConfig, args, instructions=_instructions(args.instruction, args.instructions)
+    )
+    return _report(sparse.run, config, "a sentence-transformers SparseEncoder (and transformers masked-LM) model")
+
+
+def _report(train: Callable[[Any], Any], config: Any, saved: str, steps_by_dataset: bool = False) -> int:
+    """Train, then (on the first process only, under torchrun) say what was trained and where it went."""
+    quiet_transformers()
+    result = train(config)
+    if not is_main_process():
         return 0
     steps = ", ".join(f"{name} {n}" for name, n in result.dataset_steps.items())
     first, last = result.losses[0], result.losses[-1]
     make_console().print(
-        f"{result.steps} steps ({steps}); loss {first:.4f} -> {last:.4f}; saved a sentence-transformers and "
-        f"transformers model to {escape(str(result.output))} in {result.seconds:.1f}s",
-        highlight=False,
-        soft_wrap=True,
-    )
-    return 0
-
-
-def _sparse(args: argparse.Namespace) -> int:
-    quiet_transformers()
-    config = config_from_args(
-        sparse.SparseConfig, args, instructions=_instructions(args.instruction, args.instructions)
-    )
-    result = sparse.run(config)
-    if int(os.environ.get("RANK", "0")) != 0:
-        return 0
-    first, last = result.losses[0], result.losses[-1]
-    make_console().print(
-        f"{result.steps} steps; loss {first:.4f} -> {last:.4f}; saved a sentence-transformers SparseEncoder "
-        f"(and transformers masked-LM) model to {escape(str(result.output))} in {result.seconds:.1f}s",
+        f"{result.steps} steps{f' ({steps})' if steps_by_dataset else ''}; loss {first:.4f} -> {last:.4f}; "
+        f"saved {saved} to {escape(str(result.output))} in {result.seconds:.1f}s",
         highlight=False,
         soft_wrap=True,
     )
