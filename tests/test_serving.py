@@ -293,7 +293,9 @@ def test_chunked_body_over_the_limit_answers_413(server):
         ("/embed", {"texts": []}, "texts", "at least 1"),
         ("/fill-mask", {"texts": ["no mask here"]}, "texts[0]", "[MASK]"),
         ("/fill-mask", {"texts": ["a [MASK]"], "top_k": "3"}, "top_k", "integer"),
-        ("/v1/embeddings", {"input": [1, 2]}, "input", "string"),
+        ("/v1/embeddings", {"input": {"a": 1}}, "input", "string"),
+        ("/v1/embeddings", {"input": ""}, "input", "at least 1 character"),
+        ("/v1/embeddings", {"input": [[1, 2], [-1]]}, "input[1][0]", "greater than or equal to 0"),
         ("/v1/embeddings", {"input": "a", "dimensions": 65}, "dimensions", "at most the model's 64"),
         ("/embed", {"texts": ["a", "\ud800"]}, "texts[1]", "not valid Unicode"),
         ("/embed", {"texts": ["a"], "truncate": "no"}, "truncate", "boolean"),
@@ -365,7 +367,7 @@ def test_embed_options_and_fill_mask(server, reference_model, tokenizer):
     assert [g["token"] for g in got] == [t for t, _ in expected[0]]
     np.testing.assert_allclose([g["score"] for g in got], [p for _, p in expected[0]], rtol=1e-4)
     status, health = get(server.url, "/health")
-    assert status == 200 and json.loads(health)["serves"] == ["embed", "fill-mask"]
+    assert status == 200 and json.loads(health)["serves"] == ["embed", "embed_all", "fill-mask", "tokenize", "decode"]
 
 
 def test_classify_and_tokens_endpoints(tmp_path, tokenizer):

@@ -252,13 +252,55 @@ def classifier_rows(logits: np.ndarray, config: Any) -> list[dict[str, Any]]:
     ]
 
 
-def relevance(logits: np.ndarray) -> float:
+def relevance(logits: np.ndarray, raw: bool = False) -> float:
     """A cross-encoder's relevance of one (query, document) pair in [0, 1]: the sigmoid of a single logit,
-    or the probability of the second label ("relevant") of a two-label classifier."""
-    z = logits.astype(np.float64)
-    if len(z) == 1:
-        return float(1.0 / (1.0 + np.exp(-z[0])))
-    return float(1.0 / (1.0 + np.exp(z[0] - z[1])))  # softmax(z)[1]
+    or the probability of the second label ("relevant") of a two-label classifier; ``raw``: the logit
+    that sigmoid is taken of (the single logit, or the second label's minus the first's)."""
+    z = np.asarray(logits, dtype=np.float64)
+    score = z[0] if len(z) == 1 else z[1] - z[0]
+    return float(score) if raw else float(1.0 / (1.0 + np.exp(-score)))  # softmax(z)[1] for two labels
+
+
+SCORE_FUNCTIONS = ("auto", "softmax", "sigmoid", "none")
+
+
+def label_scores(logits: np.ndarray, config: Any, function: str = "auto") -> list[list[dict[str, Any]]]:
+    """Per row of classifier ``logits``, every label with its score, best first (text-embeddings-inference's
+    and the Inference API's classification shape). ``function``: ``softmax``, ``sigmoid``, ``none`` (the
+    logits), or ``auto``: the model's own (sigmoid for multi-label, the value for regression, else softmax)."""
+    if function not in SCORE_FUNCTIONS:
+        raise ValueError(f"function must be one of {', '.join(SCORE_FUNCTIONS)}, got {function!r}")
+    z = np.asarray(logits, dtype=np.float64)
+    if function == "auto":
+        kind = getattr(config, "problem_type", None)
+        function = ("none" if is_regression(config) else
+                    "sigmoid" if kind == "multi_label_classification" else "softmax")  # fmt: skip
+    if function == "softmax":
+        z = np.exp(z - z.max(axis=1, keepdims=True))
+        z = z / z.sum(axis=1, keepdims=True)
+    elif function == "sigmoid":
+        z = 1.0 / (1.0 + np.exp(-z))
+    names = label_names(config)
+    return [sorted(({"label": n, "score": float(v)} for n, v in zip(names, row)), key=lambda d: -d["score"])
+            for row in z]  # fmt: skip
+
+
+def token_states(
+    model: torch.nn.Module, tokenizer: Any, rows: TokenIds, batch_size: int = 32, max_tokens: int | None = None
+) -> list[np.ndarray]:
+    """The last hidden state of every token (special ones included) of each tokenized row: float32
+    (tokens, C) per row, in input order (text-embeddings-inference's ``/embed_all``)."""
+    encoder = getattr(model, "base_model", model)
+    check_vocab(encoder, tokenizer)
+    device = next(encoder.parameters()).device
+    out: list[np.ndarray] = [np.empty(0)] * len(rows)
+    width = max((len(row) for row in rows), default=1)
+    with eval_mode(encoder), torch.inference_mode():
+        for index, inputs in batched_inputs(tokenizer, rows, None, batch_size, max_tokens, width, device):
+            states = encoder(**inputs).last_hidden_state.float().cpu().numpy()
+            for row, i in enumerate(index):
+                out[i] = states[row, : len(rows[i])]
+    return out
 
 
 def _pair_token_types(model: torch.nn.Module, tokenizer: Any) -> bool:

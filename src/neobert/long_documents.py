@@ -49,8 +49,11 @@ class LongDocuments:
     policy: str = "truncate"  # truncate | chunk | extend
     stride: int | None = None  # chunk: content tokens shared by neighbouring windows; None: a quarter
     method: str = "yarn"  # extend: RoPE scaling, yarn | ntk | linear
+    side: str = "right"  # truncate: which end is cut (right: the end; left: the start)
 
     def __post_init__(self) -> None:
+        if self.side not in ("right", "left"):
+            raise ValueError(f"truncation side must be right or left; got {self.side!r}")
         if self.policy not in POLICIES:
             raise ValueError(
                 f"long-document policy must be one of {', '.join(POLICIES)}; got {self.policy!r}"
@@ -142,7 +145,7 @@ def plan_rows(
         elif settings.policy == "extend":
             spans = [(0, len(ids))]
         else:
-            spans = [(0, min(width, len(ids)))]
+            spans = [(len(ids) - width if long and settings.side == "left" else 0, min(width, len(ids)))]
             rows.report.truncated += long
         rows.report.windows.append(len(spans))
         for start, size in spans:
