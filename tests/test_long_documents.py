@@ -12,7 +12,7 @@ from neobert import encoders, inference
 from neobert.config import ModelConfig
 from neobert.long_documents import (
     LongDocuments,
-    classify,
+    classifier_logits,
     embed,
     extended_model,
     plan_rows,
@@ -123,7 +123,7 @@ def test_chunk_classification_averages_window_logits(tokenizer):
     windows = windows_by_hand(tokenizer, text, stride=2)
     with torch.no_grad():
         reference = torch.stack([model(torch.tensor([w])).logits[0] for w in windows]).mean(0)
-    logits, report = classify(model, tokenizer, [text], LongDocuments("chunk", stride=2))
+    logits, report = classifier_logits(model, tokenizer, [text], LongDocuments("chunk", stride=2))
     np.testing.assert_allclose(logits[0], reference.numpy(), atol=1e-5)
     assert report.rows == 3
 

@@ -387,7 +387,7 @@ def test_classify_and_tokens_endpoints(tmp_path, tokenizer):
     with BackgroundServer(make_service(clf_dir)) as srv:
         status, body, _ = post(srv.url, "/classify", {"texts": texts})
     assert status == 200
-    logits = inference.classify(classifier, tokenizer, texts, show_progress=False)
+    logits = inference.classifier_logits(classifier, tokenizer, texts, show_progress=False)
     probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     for row, p in zip(body["results"], probs):
         assert row["label"] == labels[int(p.argmax())]

@@ -13,7 +13,7 @@ Every text is tokenized once without special tokens (its *content*), then cut in
   weights with RoPE scaled (``ModelConfig.with_context``, YaRN / NTK / linear) to the window times
   ``ceil(length / window)``, so a text's result depends on its own length only, never on its batch-mates.
 
-The rows then go through :func:`neobert.inference.encode` / :func:`~neobert.inference.classify` as
+The rows then go through :func:`neobert.inference.encode` / :func:`~neobert.inference.classifier_logits` as
 :class:`~neobert.inference.TokenIds`: one encode, one batching.
 """
 
@@ -288,7 +288,7 @@ def _per_text(
     return (sums / np.maximum(totals, 1e-12)).astype(np.float32), rows.report
 
 
-def classify(
+def classifier_logits(
     model: torch.nn.Module,
     tokenizer: Any,
     texts: Sequence[str],
@@ -300,8 +300,9 @@ def classify(
     """Sequence-classification logits (N, num_labels) under the policy (windows' logits averaged)."""
 
     def logits(scale: int, scaled: torch.nn.Module, ids: TokenIds) -> np.ndarray:
-        return inference.classify(scaled, tokenizer, ids, batch_size=batch_size, show_progress=show_progress,
-                                  max_length=model_window(model, tokenizer) * scale, max_tokens=max_tokens)  # fmt: skip
+        return inference.classifier_logits(
+            scaled, tokenizer, ids, batch_size=batch_size, show_progress=show_progress,
+            max_length=model_window(model, tokenizer) * scale, max_tokens=max_tokens)  # fmt: skip
 
     return _per_text(model, tokenizer, texts, settings, model.config.num_labels, logits)
 

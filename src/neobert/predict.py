@@ -21,11 +21,11 @@ from .config import PRECISIONS, check_precision
 from .data.readers import ON_ERROR
 from .data.text_files import read_texts
 from .encoders import is_preset, load_model, resolve_tokenizer
-from .inference import classifier_rows, classify, encode, fill_mask, is_regression, label_names
+from .inference import classifier_logits, classifier_rows, encode, fill_mask, is_regression, label_names
 from .io import atomic_file, write_text
 from .jobs.engine import EngineSettings
 from .long_documents import EXTEND_METHODS, POLICIES, LongDocuments, LongReport
-from .long_documents import classify as classify_long
+from .long_documents import classifier_logits as classifier_logits_long
 from .long_documents import embed as embed_long
 from .model.pooling import POOLING_NAMES
 from .registration import declared_head
@@ -265,9 +265,9 @@ def classify_file(config: ClassifyFileConfig) -> FileClassification:
     budget = {"batch_size": c.batch_size, "max_tokens": c.max_tokens, "show_progress": c.show_progress}
     report = None
     if pairs is None and c.max_length is None:  # single texts at the model's window: the policy decides
-        logits, report = classify_long(classifier, tok, texts, c.long, **budget)
+        logits, report = classifier_logits_long(classifier, tok, texts, c.long, **budget)
     else:
-        logits = classify(classifier, tok, texts, pairs, max_length=c.max_length, **budget)
+        logits = classifier_logits(classifier, tok, texts, pairs, max_length=c.max_length, **budget)
     rows = classifier_rows(logits, classifier.config)
     path = write_text(c.output, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     regression = is_regression(classifier.config)

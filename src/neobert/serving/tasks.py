@@ -127,14 +127,14 @@ def embed(model: Any, texts: list[str], pooling: str, normalize: bool) -> Done:
 
 @task("classify")
 def classify(model: Any, texts: list[str]) -> Done:
-    logits, report = long_documents.classify(model.model, model.tokenizer, texts, model.long, **model.budget)
+    logits, report = long_documents.classifier_logits(model.model, model.tokenizer, texts, model.long, **model.budget)
     return Done(inference.classifier_rows(logits, model.model.config), report.lengths, report, report.tokens)
 
 
 @task("rerank")
 def rerank(model: Any, pairs: list[tuple[str, str]]) -> Done:
     queries, documents = [q for q, _ in pairs], [d for _, d in pairs]
-    logits = inference.classify(
+    logits = inference.classifier_logits(
         model.model, model.tokenizer, queries, documents, show_progress=False, **model.budget
     )
     return Done([inference.relevance(row) for row in logits], pair_lengths(model.tokenizer, pairs, True))
