@@ -460,7 +460,7 @@ def test_long_input_follows_the_policy(model_dir, reference_model, tokenizer):
         _, metrics = get(srv.url, "/metrics")
     assert status == 200
     expected, report = long_documents.embed(reference_model, tokenizer, [text, "short"], settings)
-    assert report.long == 1 and report.rows >= 4
+    assert report.over_window == 1 and report.rows >= 4
     np.testing.assert_allclose(body["embeddings"], expected, atol=2e-5)
     assert 'neobert_long_texts_total{policy="chunk"} 1.0' in metrics
 

@@ -71,7 +71,7 @@ class LongReport:
     """What the policy did to one call's texts."""
 
     texts: int = 0
-    long: int = 0  # texts whose tokens exceed the window
+    over_window: int = 0  # texts whose tokens exceed the window
     truncated: int = 0  # texts cut (truncate policy; every long text there)
     rows: int = 0  # model rows (windows) run
     tokens: int = 0  # tokens fed to the model, special tokens included
@@ -79,7 +79,7 @@ class LongReport:
     windows: list[int] = field(default_factory=list)  # per text: the model rows it took
 
     def add(self, other: LongReport) -> None:
-        for name in ("texts", "long", "truncated", "rows", "tokens", "lengths", "windows"):
+        for name in ("texts", "over_window", "truncated", "rows", "tokens", "lengths", "windows"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
@@ -134,8 +134,8 @@ def plan_rows(
         raise ValueError(f"stride {stride} must be smaller than the window's {width} content tokens")
     rows = Rows(TokenIds(), [], [], [], [], LongReport(texts=len(content)))
     for owner, ids in enumerate(content):
-        long = len(ids) > width
-        rows.report.long += long
+        over = len(ids) > width
+        rows.report.over_window += over
         rows.report.lengths.append(len(prefix) + len(ids) + len(suffix))
         if settings.policy == "chunk":
             spans = [(s, min(width, len(ids) - s)) for s in window_starts(len(ids), width, stride)]
@@ -143,7 +143,7 @@ def plan_rows(
             spans = [(0, len(ids))]
         else:
             spans = [(0, min(width, len(ids)))]
-            rows.report.truncated += long
+            rows.report.truncated += over
         rows.report.windows.append(len(spans))
         for start, size in spans:
             row = [*prefix, *ids[start : start + size], *suffix]

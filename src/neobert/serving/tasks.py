@@ -93,7 +93,7 @@ class Backend:
             answers[i] = answer
         report = done.report or LongReport()
         tokens = sum(done.lengths) if done.tokens is None else done.tokens
-        return answers, tokens, {"long": report.long, "truncated": report.truncated}
+        return answers, tokens, {"long": report.over_window, "truncated": report.truncated}
 
 
 def _too_long(length: int, limit: int, policy: str) -> Refusal:
@@ -120,14 +120,14 @@ def pair_lengths(tokenizer: Any, texts: list[Any], truncation: bool = False) -> 
 @task("embed")
 def embed(model: Any, texts: list[str], pooling: str, normalize: bool) -> Done:
     vectors, report = long_documents.embed(
-        model.model, model.tokenizer, texts, model.long, pooling, normalize, **model.budget
+        model.model, model.tokenizer, texts, model.long_policy, pooling, normalize, **model.budget
     )
     return Done(list(vectors), report.lengths, report, report.tokens)
 
 
 @task("classify")
 def classify(model: Any, texts: list[str]) -> Done:
-    logits, report = long_documents.classifier_logits(model.model, model.tokenizer, texts, model.long, **model.budget)
+    logits, report = long_documents.classifier_logits(model.model, model.tokenizer, texts, model.long_policy, **model.budget)
     return Done(inference.classifier_rows(logits, model.model.config), report.lengths, report, report.tokens)
 
 
@@ -142,7 +142,7 @@ def rerank(model: Any, pairs: list[tuple[str, str]]) -> Done:
 
 @task("tokens")
 def tokens(model: Any, texts: list[str]) -> Done:
-    entities, report = tag(model.model, model.tokenizer, texts, model.long, **model.budget)
+    entities, report = tag(model.model, model.tokenizer, texts, model.long_policy, **model.budget)
     return Done([[e.to_dict() for e in row] for row in entities], report.lengths, report, report.tokens)
 
 
