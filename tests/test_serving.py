@@ -389,7 +389,7 @@ def test_classify_and_tokens_endpoints(tmp_path, tokenizer):
     with BackgroundServer(make_service(clf_dir)) as srv:
         status, body, _ = post(srv.url, "/classify", {"texts": texts})
     assert status == 200
-    logits = inference.classify(classifier, tokenizer, texts, show_progress=False)
+    logits = inference.classifier_logits(classifier, tokenizer, texts, show_progress=False)
     probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     for row, p in zip(body["results"], probs):
         assert row["label"] == labels[int(p.argmax())]
@@ -462,7 +462,7 @@ def test_long_input_follows_the_policy(model_dir, reference_model, tokenizer):
         _, metrics = get(srv.url, "/metrics")
     assert status == 200
     expected, report = long_documents.embed(reference_model, tokenizer, [text, "short"], settings)
-    assert report.long == 1 and report.rows >= 4
+    assert report.over_window == 1 and report.rows >= 4
     np.testing.assert_allclose(body["embeddings"], expected, atol=2e-5)
     assert 'neobert_long_texts_total{policy="chunk"} 1.0' in metrics
 

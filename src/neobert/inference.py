@@ -8,6 +8,7 @@ any transformers encoder (NeoBERT, BERT, RoBERTa, ModernBERT ...).
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from .registration import require_head
 __all__ = [  # loading and saving: neobert.encoders; tokenizer files: neobert.data
     "CPU_MAX_TOKENS",
     "TOKENIZE_CHUNK",
+    "classifier_logits",
     "classifier_rows",
     "classify",
     "encode",
@@ -79,7 +81,8 @@ def token_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | Non
 
 class TokenIds(list):
     """Rows already tokenized, special tokens included, each within the model's length: :func:`encode` and
-    :func:`classify` take them in place of texts (the long-document policies cut texts into such rows)."""
+    :func:`classifier_logits` take them in place of texts (the long-document policies cut texts into such
+    rows)."""
 
 
 def batched_inputs(
@@ -167,7 +170,7 @@ def encode(
     return out
 
 
-def classify(
+def classifier_logits(
     model: torch.nn.Module,
     tokenizer: Any,
     texts: Sequence[str],
@@ -209,6 +212,13 @@ def classify(
             out[index] = model(**inputs).logits.float().cpu().numpy()  # (B, num_labels)
             progress.update(len(index))
     return out
+
+
+def classify(*args: Any, **kwargs: Any) -> np.ndarray:
+    """Deprecated: the old name of :func:`classifier_logits` (it returns logits, not labels)."""
+    warnings.warn("neobert.inference.classify is deprecated: use neobert.inference.classifier_logits "
+                  "(same arguments, same logits)", DeprecationWarning, stacklevel=2)
+    return classifier_logits(*args, **kwargs)
 
 
 def is_regression(config: Any) -> bool:

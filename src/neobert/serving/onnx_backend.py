@@ -127,7 +127,7 @@ class OnnxModel(Backend):
             outputs = self.encoder.run(ids[rows, :width], mask[rows, :width])
             for i, result in zip(rows, self._results(name, options, outputs, mask[rows, :width])):
                 results[i] = result
-        report = LongReport(texts=len(texts), long=cut, truncated=cut, tokens=int(mask.sum()))
+        report = LongReport(texts=len(texts), over_window=cut, truncated=cut, tokens=int(mask.sum()))
         return Done(results, lengths, report, report.tokens)
 
     def _results(

@@ -43,7 +43,7 @@ class Model(Backend):
         self.model, self.tokenizer = self.loaded.model, self.loaded.tokenizer
         self.capabilities = self.loaded.capabilities
         self.policy = self.config.long_documents
-        self.long = LongDocuments(self.config.long_documents, self.config.stride, self.config.rope_scaling)
+        self.long_policy = LongDocuments(self.config.long_documents, self.config.stride, self.config.rope_scaling)
         self.budget = {"batch_size": self.config.max_batch_texts, "max_tokens": self.config.max_batch_tokens}
         self._whole: Any = None
 

@@ -108,7 +108,7 @@ class Backend:
             answers[i] = answer
         report = done.report or LongReport()
         tokens = sum(done.lengths) if done.tokens is None else done.tokens
-        return answers, tokens, {"long": report.long, "truncated": report.truncated}
+        return answers, tokens, {"long": report.over_window, "truncated": report.truncated}
 
 
 def _too_long(length: int, limit: int, policy: str) -> Refusal:
@@ -175,7 +175,7 @@ def token_rows(model: Any, items: list[Any], side: str) -> tuple[TokenIds, list[
 @task("embed")
 def embed(model: Any, items: list[Any], pooling: str, normalize: bool, side: str = "right") -> Done:
     if all(isinstance(item, str) for item in items):
-        settings = model.long if side == "right" else dataclasses.replace(model.long, side=side)
+        settings = model.long_policy if side == "right" else dataclasses.replace(model.long_policy, side=side)
         vectors, report = long_documents.embed(
             model.model, model.tokenizer, items, settings, pooling, normalize, **model.budget
         )
@@ -198,7 +198,7 @@ def embed_all(model: Any, items: list[Any], side: str = "right") -> Done:
 
 @task("classify")
 def classify(model: Any, texts: list[str]) -> Done:
-    logits, report = long_documents.classify(model.model, model.tokenizer, texts, model.long, **model.budget)
+    logits, report = long_documents.classifier_logits(model.model, model.tokenizer, texts, model.long_policy, **model.budget)
     return Done(inference.classifier_rows(logits, model.model.config), report.lengths, report, report.tokens)
 
 
@@ -208,13 +208,13 @@ def pair_logits(model: Any, items: list[Any], side: str) -> np.ndarray:
     texts = [i for i, item in enumerate(items) if isinstance(item, str)]
     pairs = [i for i, item in enumerate(items) if isinstance(item, tuple)]
     if texts:
-        settings = model.long if side == "right" else dataclasses.replace(model.long, side=side)
-        logits, _ = long_documents.classify(model.model, model.tokenizer, [items[i] for i in texts], settings,
+        settings = model.long_policy if side == "right" else dataclasses.replace(model.long_policy, side=side)
+        logits, _ = long_documents.classifier_logits(model.model, model.tokenizer, [items[i] for i in texts], settings,
                                             **model.budget)  # fmt: skip
         out[texts] = logits
     if pairs:
         with truncation_side(model.tokenizer, side):
-            out[pairs] = inference.classify(model.model, model.tokenizer, [items[i][0] for i in pairs],
+            out[pairs] = inference.classifier_logits(model.model, model.tokenizer, [items[i][0] for i in pairs],
                                             [items[i][1] for i in pairs], show_progress=False, **model.budget)  # fmt: skip
     return out
 
@@ -234,7 +234,7 @@ def rerank(model: Any, pairs: list[tuple[str, str]], raw: bool = False, side: st
 
 @task("tokens")
 def tokens(model: Any, texts: list[str]) -> Done:
-    entities, report = tag(model.model, model.tokenizer, texts, model.long, **model.budget)
+    entities, report = tag(model.model, model.tokenizer, texts, model.long_policy, **model.budget)
     return Done([[e.to_dict() for e in row] for row in entities], report.lengths, report, report.tokens)
 
 
