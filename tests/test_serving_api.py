@@ -76,7 +76,7 @@ def test_info_describes_the_model_and_limits(minilm_server):
     status, info, _ = call(minilm_server.url, "GET", "/info")
     assert status == 200
     assert info["model"] == str(minilm.get_model_path())
-    assert (info["model_type"], info["head"], info["serves"]) == ("bert", "base", ["embed"])
+    assert (info["model_type"], info["head"], info["serves"]) == ("bert", "base", ["embed", "embed_all", "tokenize", "decode"])
     assert info["dimensions"] == config["hidden_size"] == 384
     assert info["max_input_tokens"] == 256  # sentence_bert_config.json, below the 512 positions
     assert (info["pooling"], info["normalize"], info["embedding_settings_from"]) == (
@@ -154,7 +154,7 @@ def test_transformers_encoders_serve_mean_pooled_unit_vectors(tmp_path, kind):
     with serve(directory) as srv:
         status, body, _ = call(srv.url, "POST", "/embed", {"texts": TEXTS}, key=None)
         _, info, _ = call(srv.url, "GET", "/info", key=None)
-    assert status == 200 and info["serves"] == ["embed"] and info["embedding_settings_from"] == "default"
+    assert status == 200 and info["serves"] == ["embed", "embed_all", "tokenize", "decode"] and info["embedding_settings_from"] == "default"
     # SentenceTransformer wraps a plain transformers directory in mean pooling
     np.testing.assert_allclose(body["embeddings"], st_encode(directory, TEXTS, normalize=True), atol=1e-5)
 

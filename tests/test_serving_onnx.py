@@ -79,7 +79,7 @@ def test_info_names_the_backend_and_the_graph(minilm_onnx_server):
     status, info, _ = call(minilm_onnx_server.url, "GET", "/info")
     assert status == 200
     assert (info["backend"], info["precision"], info["model_type"]) == ("onnx", "fp32", "bert")
-    assert (info["head"], info["serves"], info["dimensions"]) == ("base", ["embed"], 384)
+    assert (info["head"], info["serves"], info["dimensions"]) == ("base", ["embed", "tokenize", "decode"], 384)
     assert (info["max_input_tokens"], info["pooling"], info["normalize"]) == (256, "mean", True)
     assert call(minilm_onnx_server.url, "POST", "/embed", {"texts": ["a"]}, key=None)[0] == 401
 
@@ -109,7 +109,7 @@ def test_cross_encoder_export_classifies_and_reranks_as_pytorch(cross_encoder_ex
     documents = ["the eiffel tower is in paris", "bananas are yellow", "paris is in france", "a", "towers"]
     requests = [("/classify", {"texts": TEXTS}), ("/rerank", {"query": query, "documents": documents})]
     with serve(exported, max_batch_texts=2, precision="auto") as onnx_server, serve(source) as torch_server:
-        assert call(onnx_server.url, "GET", "/info")[1]["serves"] == ["classify", "rerank"]
+        assert call(onnx_server.url, "GET", "/info")[1]["serves"] == ["classify", "predict", "rerank", "tokenize", "decode"]
         for path, body in requests:
             status, got, _ = call(onnx_server.url, "POST", path, body)
             assert status == 200, got
@@ -130,7 +130,7 @@ def test_bert_cross_encoder_export_does_not_rerank(tmp_path, tokenizer):
     source = encoders.save_pretrained(model, tokenizer, tmp_path / "bert")
     exported = export_onnx(source, tmp_path / "onnx").output
     with serve(exported, precision="auto") as srv:
-        assert call(srv.url, "GET", "/info")[1]["serves"] == ["classify"]
+        assert call(srv.url, "GET", "/info")[1]["serves"] == ["classify", "predict", "tokenize", "decode"]
         status, body, _ = call(srv.url, "POST", "/rerank", {"query": "q", "documents": ["a"]})
         assert status == 404 and "does not serve rerank" in body["error"]["message"]
 

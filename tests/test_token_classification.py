@@ -17,6 +17,7 @@ pytest.importorskip("seqeval")
 
 from neobert.cli.main import main
 from neobert.finetuning.data import DataError
+from neobert.finetuning.tagging_task import entity_metrics, evaluate_tokens, run_tokens
 from neobert.finetuning.token_data import (
     IGNORE,
     TokenLabelDataset,
@@ -24,7 +25,6 @@ from neobert.finetuning.token_data import (
     read_sentences,
     word_labels,
 )
-from neobert.finetuning.tokens import entity_metrics, evaluate_tokens, run_tokens
 from neobert.long_documents import TokenLogits
 from neobert.token_classification import entity_scores, spans
 from neobert.token_classification.tagging import Word, entities_of, words_of
@@ -240,7 +240,7 @@ def test_finetune_tokens_on_a_tiny_bert(tmp_path, tokenizer):
 
     # neobert tag on the BERT model: its entities are the spans of the tags that the evaluation path
     # (words given pre-split) predicts for the same words, at those words' character offsets
-    from neobert.finetuning.tokens import _tag_names
+    from neobert.finetuning.tagging_task import _tag_names
 
     texts = [" ".join(r["tokens"]) for r in rows[:8]]
     (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
@@ -292,17 +292,17 @@ def assert_same_tokens_run(reference, got) -> None:
 def test_finetune_tokens_crash_and_resume_continue_exactly(ner_files, tmp_path, monkeypatch, tokenizer):
     """The training core's resume, for the token task: a run stopped after step 3 (last checkpoint at step 2)
     and resumed ends with the history, predictions and weights of the run that never stopped."""
-    from neobert.finetuning import tokens as tokens_module
+    from neobert.finetuning import tagging_task
 
     run_tokens(tokens_config(ner_files, tmp_path / "reference"))
-    real_fit = tokens_module.fit
-    monkeypatch.setattr(tokens_module, "fit", lambda *a, **k: real_fit(*a, on_step_end=crash_at(3), **k))
+    real_fit = tagging_task.fit
+    monkeypatch.setattr(tagging_task, "fit", lambda *a, **k: real_fit(*a, on_step_end=crash_at(3), **k))
     with pytest.raises(Crash):
         run_tokens(tokens_config(ner_files, tmp_path / "crashed"))
     assert (tmp_path / "crashed" / "checkpoints" / "step-00000002").is_dir()
     with pytest.raises(FileExistsError, match="--resume"):
         run_tokens(tokens_config(ner_files, tmp_path / "crashed"))
-    monkeypatch.setattr(tokens_module, "fit", real_fit)
+    monkeypatch.setattr(tagging_task, "fit", real_fit)
     run_tokens(tokens_config(ner_files, tmp_path / "crashed", resume=True))
     assert_same_tokens_run(tmp_path / "reference", tmp_path / "crashed")
     assert not (tmp_path / "crashed" / "checkpoints").exists()
@@ -312,7 +312,7 @@ def test_token_loss_is_the_mean_over_labelled_words(ner_files, tokenizer):
     """count() is the number of first sub-words; loss_sum / count equals the model's own mean loss."""
     from types import SimpleNamespace
 
-    from neobert.finetuning.tokens import TokenClassificationTask, load_token_classifier
+    from neobert.finetuning.tagging_task import TokenClassificationTask, load_token_classifier
 
     sentences = read_sentences(ner_files / "train.jsonl")[:5]
     labels = label_names(sentences)
@@ -336,7 +336,7 @@ def test_finetune_tokens_two_processes_equal_one(ner_files, tmp_path, tokenizer)
     run_tokens(tokens_config(ner_files, tmp_path / "one"))
     config = tmp_path / "config.json"
     config.write_text(json.dumps(tokens_config(ner_files, tmp_path / "two")))
-    script = "import json, sys\nfrom neobert.finetuning.tokens import run_tokens\n"
+    script = "import json, sys\nfrom neobert.finetuning.tagging_task import run_tokens\n"
     script += "run_tokens(json.loads(open(sys.argv[1]).read()))\n"
     two = run_script(tmp_path, script, [str(config)], torchrun())
     assert two.returncode == 0, (two.stdout.decode() + two.stderr.decode())[-4000:]

@@ -32,16 +32,21 @@ from .encoders import (
 from .inference import label_names
 from .registration import HEADS, declared_head
 
-# The tasks (service endpoints) each head offers. The encoder inside any head embeds; a sequence classifier
-# with one or two labels (a cross-encoder) also reranks. A new task is one entry here (and its route and
-# model-side function, docs/architecture.md).
+# The tasks (service endpoints) each head offers. The encoder inside any head embeds (pooled, and token by
+# token: embed_all); a sequence classifier classifies texts and pairs (predict) and, with one or two labels
+# (a cross-encoder), reranks. A new task is one entry here (and its route and model-side function,
+# docs/architecture.md).
 HEAD_TASKS = {
-    "base": ("embed",),
-    "mlm": ("embed", "fill-mask"),
-    "sequence-classification": ("embed", "classify", "rerank"),
-    "token-classification": ("embed", "tokens"),
+    "base": ("embed", "embed_all"),
+    "mlm": ("embed", "embed_all", "fill-mask"),
+    "sequence-classification": ("embed", "embed_all", "classify", "predict", "rerank"),
+    "token-classification": ("embed", "embed_all", "tokens"),
 }
 assert tuple(HEAD_TASKS) == HEADS
+# What every model offers beside its head's tasks (its tokenizer's), once it offers one of them.
+TOKENIZER_TASKS = ("tokenize", "decode")
+# Tasks that are there only where another is: token embeddings where the model's embeddings are served.
+NEEDS = {"embed_all": "embed"}
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,9 @@ class Capabilities:
         """The model's part of ``/info`` (plain data: it crosses processes)."""
         spec = self.embedding
         return {
+            "prompts": dict(spec.prompts) if spec else {},
+            "default_prompt_name": spec.default_prompt_name if spec else None,
+            "matryoshka_dims": list(spec.matryoshka_dims) if spec else [],
             "head": self.head,
             "serves": list(self.tasks),
             "model_type": self.model_type,
@@ -80,13 +88,14 @@ def describe(
     max_input_tokens: int,
     pair_token_types: bool = True,
     model_type: str | None = None,
+    runtime: tuple[str, ...] | None = None,
 ) -> Capabilities:
     """What a model with transformers ``config`` and ``head`` can do. ``embedding``: how it embeds, or why
     it does not (a string), or None (its runtime cannot embed, e.g. a classifier's ONNX graph);
     ``pair_token_types``: whether the runtime passes a pair's token types (ONNX graphs take none, so a
-    BERT-style cross-encoder, which reads them, is not offered rerank there). Raises ValueError saying
-    why when the model would offer nothing. ``model_type`` overrides the config's (a plain
-    ``PretrainedConfig`` read from a file loses it)."""
+    BERT-style cross-encoder, which reads them, is not offered rerank there); ``runtime``: the tasks the
+    runtime implements (None: every task). Raises ValueError saying why when the model would offer
+    nothing. ``model_type`` overrides the config's (a plain ``PretrainedConfig`` read from a file loses it)."""
     values = config.to_dict() if hasattr(config, "to_dict") else dict(config)
     spec = embedding if isinstance(embedding, EmbeddingSpec) else None
     refused = embedding if isinstance(embedding, str) else None
@@ -96,10 +105,14 @@ def describe(
             continue
         if task == "rerank" and not _reranks(config, values, pair_token_types):
             continue
+        if task in NEEDS and NEEDS[task] not in tasks:
+            continue
         tasks.append(task)
+    tasks = [task for task in tasks if runtime is None or task in runtime]
     if not tasks:
         reason = refused or f"its {head} head serves no endpoint"
         raise ValueError(f"this model would serve nothing, so it is not served: {reason}")
+    tasks += [task for task in TOKENIZER_TASKS if runtime is None or task in runtime]
     classifier = head in ("sequence-classification", "token-classification")
     return Capabilities(
         head=head,

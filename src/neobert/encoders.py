@@ -219,6 +219,8 @@ class EmbeddingSpec:
     max_length: int | None = None
     declared_by: str = "default"
     matryoshka_dims: tuple[int, ...] = ()  # widths it was trained to be truncated to (widest first); () none
+    prompts: tuple[tuple[str, str], ...] = ()  # (name, text put before the input), as sentence-transformers
+    default_prompt_name: str | None = None  # the prompt SentenceTransformer.encode applies when none is named
 
 
 def embedding_spec(source: str | os.PathLike) -> EmbeddingSpec:
@@ -255,7 +257,12 @@ def embedding_spec(source: str | os.PathLike) -> EmbeddingSpec:
     st_file = path / "config_sentence_transformers.json"
     st_settings = json.loads(st_file.read_text(encoding="utf-8")) if st_file.is_file() else {}
     dims = tuple(int(d) for d in st_settings.get(MATRYOSHKA_KEY) or ())
-    return EmbeddingSpec(pooling, normalize, int(max_length) if max_length else None, "sentence-transformers", dims)
+    prompts = tuple((str(k), str(v)) for k, v in (st_settings.get("prompts") or {}).items())
+    default = st_settings.get("default_prompt_name")
+    if default is not None and default not in dict(prompts):
+        raise ValueError(f"{st_file}: default_prompt_name {default!r} is not one of its prompts")
+    return EmbeddingSpec(pooling, normalize, int(max_length) if max_length else None, "sentence-transformers",
+                         dims, prompts, default)  # fmt: skip
 
 
 def _st_pooling(folder: Path, where: str) -> str:

@@ -8,6 +8,7 @@ any transformers encoder (NeoBERT, BERT, RoBERTa, ModernBERT ...).
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from .registration import require_head
 __all__ = [  # loading and saving: neobert.encoders; tokenizer files: neobert.data
     "CPU_MAX_TOKENS",
     "TOKENIZE_CHUNK",
+    "classifier_logits",
     "classifier_rows",
     "classify",
     "encode",
@@ -79,7 +81,8 @@ def token_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | Non
 
 class TokenIds(list):
     """Rows already tokenized, special tokens included, each within the model's length: :func:`encode` and
-    :func:`classify` take them in place of texts (the long-document policies cut texts into such rows)."""
+    :func:`classifier_logits` take them in place of texts (the long-document policies cut texts into such
+    rows)."""
 
 
 def batched_inputs(
@@ -167,7 +170,7 @@ def encode(
     return out
 
 
-def classify(
+def classifier_logits(
     model: torch.nn.Module,
     tokenizer: Any,
     texts: Sequence[str],
@@ -211,6 +214,13 @@ def classify(
     return out
 
 
+def classify(*args: Any, **kwargs: Any) -> np.ndarray:
+    """Deprecated: the old name of :func:`classifier_logits` (it returns logits, not labels)."""
+    warnings.warn("neobert.inference.classify is deprecated: use neobert.inference.classifier_logits "
+                  "(same arguments, same logits)", DeprecationWarning, stacklevel=2)
+    return classifier_logits(*args, **kwargs)
+
+
 def is_regression(config: Any) -> bool:
     """Whether a classifier's config describes a regression head (its outputs are values, not labels)."""
     return config.problem_type == "regression" or config.num_labels == 1
@@ -252,13 +262,55 @@ def classifier_rows(logits: np.ndarray, config: Any) -> list[dict[str, Any]]:
     ]
 
 
-def relevance(logits: np.ndarray) -> float:
+def relevance(logits: np.ndarray, raw: bool = False) -> float:
     """A cross-encoder's relevance of one (query, document) pair in [0, 1]: the sigmoid of a single logit,
-    or the probability of the second label ("relevant") of a two-label classifier."""
-    z = logits.astype(np.float64)
-    if len(z) == 1:
-        return float(1.0 / (1.0 + np.exp(-z[0])))
-    return float(1.0 / (1.0 + np.exp(z[0] - z[1])))  # softmax(z)[1]
+    or the probability of the second label ("relevant") of a two-label classifier; ``raw``: the logit
+    that sigmoid is taken of (the single logit, or the second label's minus the first's)."""
+    z = np.asarray(logits, dtype=np.float64)
+    score = z[0] if len(z) == 1 else z[1] - z[0]
+    return float(score) if raw else float(1.0 / (1.0 + np.exp(-score)))  # softmax(z)[1] for two labels
+
+
+SCORE_FUNCTIONS = ("auto", "softmax", "sigmoid", "none")
+
+
+def label_scores(logits: np.ndarray, config: Any, function: str = "auto") -> list[list[dict[str, Any]]]:
+    """Per row of classifier ``logits``, every label with its score, best first (text-embeddings-inference's
+    and the Inference API's classification shape). ``function``: ``softmax``, ``sigmoid``, ``none`` (the
+    logits), or ``auto``: the model's own (sigmoid for multi-label, the value for regression, else softmax)."""
+    if function not in SCORE_FUNCTIONS:
+        raise ValueError(f"function must be one of {', '.join(SCORE_FUNCTIONS)}, got {function!r}")
+    z = np.asarray(logits, dtype=np.float64)
+    if function == "auto":
+        kind = getattr(config, "problem_type", None)
+        function = ("none" if is_regression(config) else
+                    "sigmoid" if kind == "multi_label_classification" else "softmax")  # fmt: skip
+    if function == "softmax":
+        z = np.exp(z - z.max(axis=1, keepdims=True))
+        z = z / z.sum(axis=1, keepdims=True)
+    elif function == "sigmoid":
+        z = 1.0 / (1.0 + np.exp(-z))
+    names = label_names(config)
+    return [sorted(({"label": n, "score": float(v)} for n, v in zip(names, row)), key=lambda d: -d["score"])
+            for row in z]  # fmt: skip
+
+
+def token_states(
+    model: torch.nn.Module, tokenizer: Any, rows: TokenIds, batch_size: int = 32, max_tokens: int | None = None
+) -> list[np.ndarray]:
+    """The last hidden state of every token (special ones included) of each tokenized row: float32
+    (tokens, C) per row, in input order (text-embeddings-inference's ``/embed_all``)."""
+    encoder = getattr(model, "base_model", model)
+    check_vocab(encoder, tokenizer)
+    device = next(encoder.parameters()).device
+    out: list[np.ndarray] = [np.empty(0)] * len(rows)
+    width = max((len(row) for row in rows), default=1)
+    with eval_mode(encoder), torch.inference_mode():
+        for index, inputs in batched_inputs(tokenizer, rows, None, batch_size, max_tokens, width, device):
+            states = encoder(**inputs).last_hidden_state.float().cpu().numpy()
+            for row, i in enumerate(index):
+                out[i] = states[row, : len(rows[i])]
+    return out
 
 
 def _pair_token_types(model: torch.nn.Module, tokenizer: Any) -> bool:

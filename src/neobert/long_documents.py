@@ -13,7 +13,7 @@ Every text is tokenized once without special tokens (its *content*), then cut in
   weights with RoPE scaled (``ModelConfig.with_context``, YaRN / NTK / linear) to the window times
   ``ceil(length / window)``, so a text's result depends on its own length only, never on its batch-mates.
 
-The rows then go through :func:`neobert.inference.encode` / :func:`~neobert.inference.classify` as
+The rows then go through :func:`neobert.inference.encode` / :func:`~neobert.inference.classifier_logits` as
 :class:`~neobert.inference.TokenIds`: one encode, one batching.
 """
 
@@ -49,8 +49,11 @@ class LongDocuments:
     policy: str = "truncate"  # truncate | chunk | extend
     stride: int | None = None  # chunk: content tokens shared by neighbouring windows; None: a quarter
     method: str = "yarn"  # extend: RoPE scaling, yarn | ntk | linear
+    side: str = "right"  # truncate: which end is cut (right: the end; left: the start)
 
     def __post_init__(self) -> None:
+        if self.side not in ("right", "left"):
+            raise ValueError(f"truncation side must be right or left; got {self.side!r}")
         if self.policy not in POLICIES:
             raise ValueError(
                 f"long-document policy must be one of {', '.join(POLICIES)}; got {self.policy!r}"
@@ -71,7 +74,7 @@ class LongReport:
     """What the policy did to one call's texts."""
 
     texts: int = 0
-    long: int = 0  # texts whose tokens exceed the window
+    over_window: int = 0  # texts whose tokens exceed the window
     truncated: int = 0  # texts cut (truncate policy; every long text there)
     rows: int = 0  # model rows (windows) run
     tokens: int = 0  # tokens fed to the model, special tokens included
@@ -79,7 +82,7 @@ class LongReport:
     windows: list[int] = field(default_factory=list)  # per text: the model rows it took
 
     def add(self, other: LongReport) -> None:
-        for name in ("texts", "long", "truncated", "rows", "tokens", "lengths", "windows"):
+        for name in ("texts", "over_window", "truncated", "rows", "tokens", "lengths", "windows"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
@@ -134,16 +137,16 @@ def plan_rows(
         raise ValueError(f"stride {stride} must be smaller than the window's {width} content tokens")
     rows = Rows(TokenIds(), [], [], [], [], LongReport(texts=len(content)))
     for owner, ids in enumerate(content):
-        long = len(ids) > width
-        rows.report.long += long
+        over = len(ids) > width
+        rows.report.over_window += over
         rows.report.lengths.append(len(prefix) + len(ids) + len(suffix))
         if settings.policy == "chunk":
             spans = [(s, min(width, len(ids) - s)) for s in window_starts(len(ids), width, stride)]
         elif settings.policy == "extend":
             spans = [(0, len(ids))]
         else:
-            spans = [(0, min(width, len(ids)))]
-            rows.report.truncated += long
+            spans = [(len(ids) - width if over and settings.side == "left" else 0, min(width, len(ids)))]
+            rows.report.truncated += over
         rows.report.windows.append(len(spans))
         for start, size in spans:
             row = [*prefix, *ids[start : start + size], *suffix]
@@ -288,7 +291,7 @@ def _per_text(
     return (sums / np.maximum(totals, 1e-12)).astype(np.float32), rows.report
 
 
-def classify(
+def classifier_logits(
     model: torch.nn.Module,
     tokenizer: Any,
     texts: Sequence[str],
@@ -300,8 +303,9 @@ def classify(
     """Sequence-classification logits (N, num_labels) under the policy (windows' logits averaged)."""
 
     def logits(scale: int, scaled: torch.nn.Module, ids: TokenIds) -> np.ndarray:
-        return inference.classify(scaled, tokenizer, ids, batch_size=batch_size, show_progress=show_progress,
-                                  max_length=model_window(model, tokenizer) * scale, max_tokens=max_tokens)  # fmt: skip
+        return inference.classifier_logits(
+            scaled, tokenizer, ids, batch_size=batch_size, show_progress=show_progress,
+            max_length=model_window(model, tokenizer) * scale, max_tokens=max_tokens)  # fmt: skip
 
     return _per_text(model, tokenizer, texts, settings, model.config.num_labels, logits)
 

@@ -21,11 +21,11 @@ from .config import PRECISIONS, check_precision
 from .data.readers import ON_ERROR
 from .data.text_files import read_texts
 from .encoders import is_preset, load_model, resolve_tokenizer
-from .inference import classifier_rows, classify, encode, fill_mask, is_regression, label_names
+from .inference import classifier_logits, classifier_rows, encode, fill_mask, is_regression, label_names
 from .io import atomic_file, write_text
 from .jobs.engine import EngineSettings
 from .long_documents import EXTEND_METHODS, POLICIES, LongDocuments, LongReport
-from .long_documents import classify as classify_long
+from .long_documents import classifier_logits as classifier_logits_long
 from .long_documents import embed as embed_long
 from .model.pooling import POOLING_NAMES
 from .registration import declared_head
@@ -64,7 +64,7 @@ class FileJob:
             check_precision(self.precision)
 
     @property
-    def long(self) -> LongDocuments:
+    def long_policy(self) -> LongDocuments:
         return LongDocuments(self.long_documents, self.stride, self.rope_scaling)
 
 
@@ -78,19 +78,21 @@ def empty_rows(texts: list[str]) -> list[int]:
     return [i + 1 for i, text in enumerate(texts) if not text.strip()]
 
 
-def notes(empty: list[int], noun: str, consequence: str, long: LongReport | None, policy: str) -> list[str]:
+def notes(
+    empty: list[int], noun: str, consequence: str, long_report: LongReport | None, policy: str
+) -> list[str]:
     """What a file task tells its user beside the result: the empty rows (the first ten), and how many texts
     exceeded the model window and what the long-document policy did with them."""
     found = []
     if empty:
         shown = ", ".join(map(str, empty[:10])) + (", ..." if len(empty) > 10 else "")
         found.append(f"{len(empty):,} {noun}(s) have an empty text ({noun}s {shown}); {consequence}")
-    if long is not None and long.long:
-        if long.truncated:
+    if long_report is not None and long_report.over_window:
+        if long_report.truncated:
             what = "truncated to the window (--long-documents chunk or extend keeps all of them)"
         else:
-            what = f"handled by '{policy}' ({long.rows:,} model rows in all)"
-        found.append(f"{long.long:,} {noun}(s) longer than the model window: {what}")
+            what = f"handled by '{policy}' ({long_report.rows:,} model rows in all)"
+        found.append(f"{long_report.over_window:,} {noun}(s) longer than the model window: {what}")
     return found
 
 
@@ -145,7 +147,7 @@ class EmbedResult:
     shape: tuple[int, int]
     seconds: float
     empty_rows: list[int]  # 1-based lines whose text is empty or blank (embedded as such, and reported)
-    long: LongReport | None = None  # what the long-document policy did (None with an explicit max_length)
+    long_report: LongReport | None = None  # what the long-document policy did (None with an explicit max_length)
     summary: str = ""  # what was written, for a person
     notes: list[str] = field(default_factory=list)  # empty lines, long texts
 
@@ -170,7 +172,7 @@ def embed_file(config: EmbedConfig) -> EmbedResult:
     budget = {"batch_size": c.batch_size, "max_tokens": c.max_tokens, "show_progress": c.show_progress}
     report = None
     if c.max_length is None:  # the model's window: the long-document policy decides
-        vectors, report = embed_long(encoder, tok, texts, c.long, c.pooling, c.normalize, **budget)
+        vectors, report = embed_long(encoder, tok, texts, c.long_policy, c.pooling, c.normalize, **budget)
     else:
         vectors = encode(encoder, tok, texts, pooling=c.pooling, normalize=c.normalize, max_length=c.max_length,
                          **budget)  # fmt: skip
@@ -219,7 +221,7 @@ class FileClassification:
     seconds: float
     random_weights: bool  # a preset: the head and encoder are untrained
     empty_rows: list[int]  # 1-based rows whose text is empty or blank (classified as such, and reported)
-    long: LongReport | None = None  # what the long-document policy did (None for pairs / explicit max_length)
+    long_report: LongReport | None = None  # what the long-document policy did (None for pairs / explicit max_length)
     notes: list[str] = field(default_factory=list)  # empty rows, long texts, random weights
 
     @property
@@ -265,9 +267,9 @@ def classify_file(config: ClassifyFileConfig) -> FileClassification:
     budget = {"batch_size": c.batch_size, "max_tokens": c.max_tokens, "show_progress": c.show_progress}
     report = None
     if pairs is None and c.max_length is None:  # single texts at the model's window: the policy decides
-        logits, report = classify_long(classifier, tok, texts, c.long, **budget)
+        logits, report = classifier_logits_long(classifier, tok, texts, c.long_policy, **budget)
     else:
-        logits = classify(classifier, tok, texts, pairs, max_length=c.max_length, **budget)
+        logits = classifier_logits(classifier, tok, texts, pairs, max_length=c.max_length, **budget)
     rows = classifier_rows(logits, classifier.config)
     path = write_text(c.output, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     regression = is_regression(classifier.config)
@@ -309,7 +311,7 @@ class TagResult:
     texts: int
     entities: list[list[Entity]]
     seconds: float
-    long: LongReport | None = None
+    long_report: LongReport | None = None
     notes: list[str] = field(default_factory=list)  # long texts
 
     @property
@@ -327,7 +329,7 @@ def tag_file(config: TagConfig) -> TagResult:
     start = time.perf_counter()
     loaded = load_for_inference(c.model, c.tokenizer, "token-classification", precision=None)  # as trained
     model, tokenizer = loaded.model, loaded.tokenizer
-    entities, report = tag(model, tokenizer, texts, c.long, batch_size=c.batch_size)
+    entities, report = tag(model, tokenizer, texts, c.long_policy, batch_size=c.batch_size)
     lines = [
         json.dumps({"text": text, "entities": [e.to_dict() for e in row]}, ensure_ascii=False)
         for text, row in zip(texts, entities)

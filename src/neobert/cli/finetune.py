@@ -13,7 +13,7 @@ from typing import Any
 from ..config import PRECISIONS
 from ..finetuning import ClassifyConfig, GlueConfig, run_classify, run_glue
 from ..finetuning.config import TASK_TYPES, TokensConfig, settings
-from ..finetuning.tokens import run_tokens
+from ..finetuning.tagging_task import run_tokens
 from . import finetune_contrastive
 from .common import add_command, describe, quiet_transformers, show
 from .options import add_options, given, key_values, names

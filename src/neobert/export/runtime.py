@@ -5,7 +5,7 @@ the artefact. Contract::
 
     encoder = OnnxEncoder("model-onnx")             # or OnnxEncoder(dir, variant="int8", threads=4)
     encoder.encode(["a text", "another"])           # (N, C) float32, pooled/normalized as onnx_config.json says
-    encoder.classify(["a text"])                    # (N, num_labels) float32 logits; encoder.labels names them
+    encoder.classifier_logits(["a text"])           # (N, num_labels) float32 logits; encoder.labels names them
 
 Texts are tokenized by the directory's tokenizer.json (truncation at ``max_length``, padding to the longest
 row of a batch), batched ``batch_size`` at a time in order of length (less padding), and returned in input
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -99,11 +100,17 @@ class OnnxEncoder:
             raise TypeError(f"{self.directory} is a {self.task} export; encode needs a base encoder export")
         return self._batched(texts, batch_size, output=1)
 
-    def classify(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
-        """Logits (N, num_labels) float32; softmax is left to the caller (as neobert.inference.classify)."""
+    def classifier_logits(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        """Logits (N, num_labels) float32; softmax is left to the caller (as inference.classifier_logits)."""
         if self.task != "sequence-classification":
             raise TypeError(f"{self.directory} is a {self.task} export; classify needs a classifier export")
         return self._batched(texts, batch_size, output=0)
+
+    def classify(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        """Deprecated: the old name of :meth:`classifier_logits` (it returns logits, not labels)."""
+        warnings.warn("OnnxEncoder.classify is deprecated: use OnnxEncoder.classifier_logits "
+                      "(same arguments, same logits)", DeprecationWarning, stacklevel=2)
+        return self.classifier_logits(texts, batch_size)
 
     def _batched(self, texts: Sequence[str], batch_size: int, output: int) -> np.ndarray:
         if isinstance(texts, str):

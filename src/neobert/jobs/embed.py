@@ -118,7 +118,7 @@ class PieceEmbedder:
         model = loaded.model.to("cuda") if torch.cuda.is_available() else loaded.model
         self.model, self.tokenizer = apply_precision(model, precision), loaded.tokenizer
         self.precision = "bf16" if next(self.model.parameters()).dtype == torch.bfloat16 else "fp32"
-        self.long = LongDocuments(config.long_documents, config.stride, config.rope_scaling)
+        self.long_policy = LongDocuments(config.long_documents, config.stride, config.rope_scaling)
         self.window = config.max_length or model_window(self.model, self.tokenizer)
         self.node = _node()
 
@@ -128,9 +128,9 @@ class PieceEmbedder:
         for spec, record in read_piece(piece, c.text_column, c.on_error, "refuse", c.id_column):
             ids.append(record.key if c.id_column is not None else f"{spec}:{record.row}")
             texts.append(record.text)
-        vectors, report = embed_long(self.model, self.tokenizer, texts, self.long, c.pooling, c.normalize,
+        vectors, report = embed_long(self.model, self.tokenizer, texts, self.long_policy, c.pooling, c.normalize,
                                      c.batch_size, c.max_tokens, window=c.max_length)  # fmt: skip
-        cut = self.long.policy == "truncate"
+        cut = self.long_policy.policy == "truncate"
         truncated = [cut and length > self.window for length in report.lengths]
         record = {
             "name": piece.name,

@@ -40,35 +40,61 @@ MODEL_ERRORS = documented(401, 404, 413, 422, 500, 503)
 
 
 class ServiceError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None, headers: dict | None = None):
+    def __init__(self, status: int, message: str, param: str | None = None, headers: dict | None = None,
+                 code: str | None = None):  # fmt: skip
         super().__init__(message)
-        self.status, self.message, self.param, self.headers = status, message, param, headers
+        self.status, self.message, self.param, self.headers, self.code = status, message, param, headers, code
 
 
 ERROR_TYPES = {401: "unauthorized", 404: "not_found", 413: "request_too_large", 422: "invalid_request",
                503: "overloaded"}  # fmt: skip
 
 
-def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
+def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
     kind = ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request")
-    return {"error": {"message": message, "type": kind, "param": param}}
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-def error_response(status: int, message: str, param: str | None = None, headers=None) -> JSONResponse:
-    return JSONResponse(error_body(status, message, param), status_code=status, headers=headers)
+def error_response(status: int, message: str, param: str | None = None, headers=None,
+                   code: str | None = None) -> JSONResponse:  # fmt: skip
+    return JSONResponse(error_body(status, message, param, code), status_code=status, headers=headers)
 
 
-_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "ours", "tei", "RerankDocumentIn"}
 
 
 def field_name(loc: tuple) -> str:
     """A pydantic error location as a field path: ('body', 'texts', 0) -> texts[0]."""
-    # pydantic names the union member tried ("str", "list[str]"): not a field, so left out
-    parts = [p for p in loc if p != "body" and not (isinstance(p, str) and (p in _TYPE_TAGS or "[" in p))]
+    # pydantic names the union member tried ("str", "list[str]", "constrained-str"): not a field, so left out
+    parts = [p for p in loc if p != "body" and not (isinstance(p, str) and (
+        p in _TYPE_TAGS or any(c in p for c in "[-`")))]  # fmt: skip
     name = ""
     for part in parts:
         name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
     return name or "body"
+
+
+def validation_problems(errors: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(field, message) per field, in order. Where a field may take several shapes (a text, texts, token
+    ids), the shape the value had speaks: a broken constraint ("at least 1 character", "greater than or
+    equal to 0") wins over "should be a valid list" from the shapes it was not."""
+    shaped: dict[Any, bool] = {}  # per top-level field: whether some shape got past the type check
+    for e in errors:
+        if not str(e.get("type", "")).endswith("_type"):
+            shaped[_top(e)] = True
+    problems: dict[str, str] = {}
+    for e in errors:
+        if e.get("type") == "json_invalid":
+            reason = e.get("ctx", {}).get("error", "parse error")
+            problems.setdefault("body", f"the body is not valid JSON ({reason})")
+        elif not (shaped.get(_top(e)) and str(e.get("type", "")).endswith("_type")):
+            problems.setdefault(field_name(tuple(e.get("loc", ()))), str(e.get("msg", "invalid")))
+    return list(problems.items())
+
+
+def _top(error: dict[str, Any]) -> Any:
+    loc = [p for p in error.get("loc", ()) if p != "body"]
+    return loc[0] if loc else None
 
 
 def add_error_handlers(app: FastAPI, service: Any) -> None:
@@ -77,20 +103,13 @@ def add_error_handlers(app: FastAPI, service: Any) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, err: RequestValidationError) -> Response:
-        problems = []
-        for e in err.errors():
-            if e.get("type") == "json_invalid":
-                problems.append(
-                    ("body", f"the body is not valid JSON ({e.get('ctx', {}).get('error', 'parse error')})")
-                )
-            else:
-                problems.append((field_name(tuple(e.get("loc", ()))), str(e.get("msg", "invalid"))))
+        problems = validation_problems(err.errors())
         message = "; ".join(f"{name}: {msg}" for name, msg in problems)
         return error_response(422, message, problems[0][0] if problems else None)
 
     @app.exception_handler(ServiceError)
     async def service_error(request: Request, err: ServiceError) -> Response:
-        return error_response(err.status, err.message, err.param, err.headers)
+        return error_response(err.status, err.message, err.param, err.headers, err.code)
 
     @app.exception_handler(QueueFull)
     async def full(request: Request, err: QueueFull) -> Response:

@@ -38,7 +38,8 @@ class Guard:
         self.busy = _raw_json(503, busy, [(b"retry-after", str(config.retry_after).encode())])
         self.unauthorized = _raw_json(
             401,
-            error_body(401, "missing or wrong API key: send the header Authorization: Bearer KEY"),
+            error_body(401, "missing or wrong API key: send the header Authorization: Bearer KEY", None,
+                       "invalid_api_key"),
             [(b"www-authenticate", b"Bearer")],
         )
 

@@ -8,12 +8,14 @@ serves:
   export declares) is returned as computed; a request naming other pooling or normalisation is pooled from
   the graph's ``last_hidden_state`` by :func:`neobert.model.pooling.pool`, the function PyTorch uses;
 * a sequence-classifier export: ``classify`` (through :func:`neobert.inference.classifier_rows`, the one
-  classifier output) and, for a one- or two-label model without token types (NeoBERT), ``rerank``. The graph
+  classifier output), ``predict`` (:func:`neobert.inference.label_scores`) and, for a one- or two-label model without token types (NeoBERT), ``rerank``. The graph
   takes no ``token_type_ids``, so a BERT-style cross-encoder, which reads the second text's type, is not
   offered for reranking from ONNX (its scores would differ from the PyTorch model's).
 
 Texts longer than the export's ``max_length`` are truncated by its tokenizer.json (the only long-document
-policy here: ``--long-documents chunk|extend`` need the PyTorch backend).
+policy here: ``--long-documents chunk|extend`` need the PyTorch backend). Token-id inputs, token embeddings
+(``embed_all``) and ``truncation_direction: Left`` need the PyTorch backend too: such inputs are refused by
+name. ``tokenize`` and ``decode`` are the tokenizer's, as on PyTorch.
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ import torch.nn.functional as F
 from ..capabilities import describe
 from ..encoders import EmbeddingSpec
 from ..export.runtime import CONFIG_FILE, OnnxEncoder
-from ..inference import classifier_rows, relevance, token_batches
+from ..inference import classifier_rows, label_scores, relevance, token_batches
 from ..long_documents import LongReport
 from ..model.pooling import pool
 from .config import ServeConfig
-from .tasks import Backend, Done
+from .tasks import Backend, Done, Refusal, whole_texts
 from .threads import ThreadChoice, fixed_threads, thread_info
 
 
@@ -64,11 +66,11 @@ class OnnxModel(Backend):
         )  # fmt: skip
         self.capabilities = describe(
             self.transformers_config, self.head, embedding, self.encoder.max_length, pair_token_types=False,
-            model_type=self.encoder.config["model_type"],
+            model_type=self.encoder.config["model_type"], runtime=ONNX_TASKS,
         )
         self.policy = self.config.long_documents
         self._lock = threading.Lock()  # workers > 1 in one process share the session's tokenizer
-        self._counter = _untruncated(self.encoder.tokenizer)  # whole lengths (usage, truncate: false)
+        self._counter = whole_texts(self.encoder.tokenizer)  # whole lengths (usage, truncate: false)
 
     @classmethod
     def load(cls, config: ServeConfig) -> OnnxModel:
@@ -86,15 +88,31 @@ class OnnxModel(Backend):
 
     def info(self) -> dict[str, Any]:
         """What the export is and serves (plain data, so it crosses processes)."""
+        mask = self.encoder.config.get("mask_token")
         return {**self.capabilities.info(), "backend": "onnx", "precision": self.encoder.variant,
-                **thread_info(self.threads)}  # fmt: skip
+                "mask_token": mask, **thread_info(self.threads)}  # fmt: skip
 
     def lengths(self, texts: list[Any]) -> list[int]:
         with self._lock:
-            return [len(e.ids) for e in self._counter.encode_batch(list(texts))]
+            counted = iter(self._counter.encode_batch([t for t in texts if not isinstance(t, list)]))
+            return [len(t) if isinstance(t, list) else len(next(counted).ids) for t in texts]
+
+    def text_tokenizer(self) -> Any:
+        return self._counter
 
     def run_task(self, name: str, texts: list[Any], options: list[Any]) -> Done:
         """One model call on texts the graph may cut at its max_length (counted as long and truncated)."""
+        if "left" in options:
+            refusal = Refusal(422, "{noun} {i}: truncation_direction Left needs the PyTorch backend")
+            return Done([refusal] * len(texts), self.lengths(texts))
+        if any(isinstance(t, list) for t in texts):  # token ids: refused one by one, the rest answered
+            keep = [i for i, t in enumerate(texts) if not isinstance(t, list)]
+            done = self.run_task(name, [texts[i] for i in keep], options) if keep else Done([], [], None, 0)
+            values: list[Any] = [Refusal(422, "{noun} {i}: token-id inputs need the PyTorch backend")] * len(texts)
+            lengths = [len(t) if isinstance(t, list) else 0 for t in texts]
+            for i, value, length in zip(keep, done.values, done.lengths):
+                values[i], lengths[i] = value, length
+            return Done(values, lengths, done.report, done.tokens)
         with self._lock:
             batch = self.encoder.tokenizer.encode_batch(list(texts))  # (query, document) pairs too
             lengths = [len(e.ids) for e in self._counter.encode_batch(list(texts))]
@@ -109,19 +127,21 @@ class OnnxModel(Backend):
             outputs = self.encoder.run(ids[rows, :width], mask[rows, :width])
             for i, result in zip(rows, self._results(name, options, outputs, mask[rows, :width])):
                 results[i] = result
-        report = LongReport(texts=len(texts), long=cut, truncated=cut, tokens=int(mask.sum()))
+        report = LongReport(texts=len(texts), over_window=cut, truncated=cut, tokens=int(mask.sum()))
         return Done(results, lengths, report, report.tokens)
 
     def _results(
         self, task: str, options: list[Any], outputs: list[np.ndarray], mask: np.ndarray
     ) -> list[Any]:
         if task == "embed":
-            pooling, normalize = options
+            pooling, normalize = options[:2]
             return list(self._vectors(outputs, mask, pooling, normalize))
         if task == "classify":
             return classifier_rows(outputs[0], self.transformers_config)
+        if task == "predict":
+            return label_scores(outputs[0], self.transformers_config, options[0] if options else "auto")
         if task == "rerank":
-            return [relevance(row) for row in outputs[0]]
+            return [relevance(row, bool(options and options[0])) for row in outputs[0]]
         raise ValueError(f"the ONNX backend has no task {task!r}")
 
     def _vectors(
@@ -135,9 +155,4 @@ class OnnxModel(Backend):
         return (F.normalize(pooled, p=2, dim=-1) if normalize else pooled).numpy()
 
 
-def _untruncated(tokenizer: Any) -> Any:
-    """A copy of a tokenizers.Tokenizer that counts whole texts (no truncation, no padding)."""
-    counter = type(tokenizer).from_str(tokenizer.to_str())
-    counter.no_truncation()
-    counter.no_padding()
-    return counter
+ONNX_TASKS = ("embed", "classify", "predict", "rerank", "tokenize", "decode")

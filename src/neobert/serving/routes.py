@@ -5,13 +5,21 @@ Nothing here tokenizes or touches the model: token counts, ``truncate: false`` r
 back from the model process. A model route is declared with :meth:`Routes.model_route`, which records the
 task it needs (``MODEL_ROUTES``: the middleware refuses a full queue only for those, and a model that does
 not offer the task answers 404). Adding an endpoint: one route here, one task in :mod:`.tasks`.
+
+Three dialects (docs/serving.md, "Clients people already use"): ours; text-embeddings-inference's (``/embed``
+and ``/rerank`` tell its shape from ours by a field, ``/embed_all``, ``/predict``, ``/tokenize``,
+``/decode``, ``POST /`` by the model's head as the Inference API answers it); OpenAI's (``/v1/embeddings``,
+``/v1/models``) and Cohere's / Jina's rerank (``/v1/rerank``, ``/v2/rerank``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import time
+import uuid
 from collections.abc import Callable
+from importlib.metadata import version
 from typing import Any
 
 import numpy as np
@@ -22,24 +30,45 @@ from fastapi.security import HTTPBearer
 from .errors import MODEL_ERRORS, ServiceError, documented
 from .schemas import (
     ClassifyResponse,
+    CohereRerankRequest,
+    CohereRerankResponse,
+    DecodeRequest,
+    EmbedBody,
     EmbedRequest,
     EmbedResponse,
+    FillMaskItem,
     FillMaskRequest,
     FillMaskResponse,
     HealthResponse,
     InfoResponse,
+    ModelCard,
+    ModelList,
     OpenAIEmbeddingRequest,
     OpenAIEmbeddingResponse,
+    PredictRequest,
+    RerankBody,
     RerankRequest,
     RerankResponse,
+    RootRequest,
+    TEIEmbedAllRequest,
+    TEIEmbedRequest,
+    TEIPrediction,
+    TEIRerankItem,
+    TEIRerankRequest,
+    TEIToken,
     TextsRequest,
+    TokenizeRequest,
     TokensResponse,
+    Vectors,
 )
 from .tasks import Refusal
 
 MODEL_ROUTES: dict[str, str] = {}  # path -> the model task it needs (filled by Routes.model_route)
-SERVICE_ROUTES = ("/info", "/health", "/metrics")
+SERVICE_ROUTES = ("/info", "/health", "/metrics", "/v1/models")
 LIMITS = ("max_texts", "max_chars", "max_queue", "max_batch_texts", "max_batch_tokens", "max_body_bytes")
+# POST / answers as the Inference API does for the model's head (what huggingface_hub's InferenceClient sends)
+ROOT_TASKS = {"base": "embed", "mlm": "fill-mask", "sequence-classification": "predict",
+              "token-classification": "tokens"}  # fmt: skip
 
 
 class Routes:
@@ -47,9 +76,11 @@ class Routes:
 
     def __init__(self, app: FastAPI, service: Any):
         self.app, self.service, self.config = app, service, service.config
-        self.bearer = [Depends(HTTPBearer(auto_error=False))]  # documents the scheme; the Guard checks it
+        # documents the scheme where a key is set (the Guard checks it); without a key no header is asked
+        self.bearer = [Depends(HTTPBearer(auto_error=False))] if service.api_key else []
+        self.started = int(time.time())
 
-    def model_route(self, path: str, task: str, response_model: type) -> Callable:
+    def model_route(self, path: str, task: str, response_model: Any) -> Callable:
         """``@model_route(path, task, Response)``: a POST route that needs the model's ``task``."""
         MODEL_ROUTES[path] = task
         return self.app.post(path, response_model=response_model, responses=MODEL_ERRORS,
@@ -79,8 +110,13 @@ class Routes:
                 413, f"{len(texts)} texts in one request; the limit is {self.config.max_texts}", field
             )
         for i, text in enumerate(texts):
-            if isinstance(text, str):
-                self.check_text(text, f"{field}[{i}]", f"text {i}")
+            for j, part in enumerate(text if isinstance(text, tuple) else (text,)):
+                where = f"{field}[{i}][{j}]" if isinstance(text, tuple) else f"{field}[{i}]"
+                if isinstance(part, str):
+                    self.check_text(part, where, f"text {i}")
+                elif len(part) > self.config.max_chars:  # token ids: bounded as characters are
+                    raise ServiceError(413, f"text {i} has {len(part):,} token ids; the limit is "
+                                            f"{self.config.max_chars:,}", where)  # fmt: skip
 
     def check_text(self, text: str, param: str, name: str) -> None:
         if len(text) > self.config.max_chars:
@@ -94,12 +130,53 @@ class Routes:
                 422, f"{name} is not valid Unicode ({err.reason} at character {err.start})", param
             ) from None
 
+    def prompted(self, items: list[Any], prompt_name: str | None) -> list[Any]:
+        """The texts with the named prompt before them (else the model's default prompt, as
+        ``SentenceTransformer.encode``); token ids as given."""
+        prompts, name = self.service.info.get("prompts") or {}, prompt_name
+        name = name if name is not None else self.service.info.get("default_prompt_name")
+        if name is None:
+            return items
+        if name not in prompts:
+            known = ", ".join(prompts) or "none"
+            raise ServiceError(422, f"prompt_name {name!r} is not one of the model's prompts ({known})",
+                               "prompt_name")  # fmt: skip
+        return [prompts[name] + item if isinstance(item, str) else item for item in items]
+
+    def shortened(self, vectors: np.ndarray, dimensions: int | None, normalize: bool) -> np.ndarray:
+        """The first ``dimensions`` components of each vector (renormalised where the vectors are unit)."""
+        hidden = self.service.hidden_size
+        if dimensions is None or dimensions == hidden:
+            return vectors
+        if dimensions > hidden:
+            raise ServiceError(422, f"dimensions must be at most the model's {hidden}, got {dimensions}",
+                               "dimensions")  # fmt: skip
+        vectors = vectors[:, :dimensions]
+        if normalize:
+            vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return vectors
+
+    async def vectors(self, items: list[Any], field: str, truncate: bool, normalize: bool,
+                      dimensions: int | None = None, side: str = "right") -> tuple[np.ndarray, int]:  # fmt: skip
+        """Embeddings of texts or token ids with the model's pooling, and the tokens they took."""
+        answers = await self.run("embed", items, field, truncate, self.service.info["pooling"], normalize,
+                                 side)  # fmt: skip
+        vectors = np.stack([vector for vector, _ in answers])
+        return self.shortened(vectors, dimensions, normalize), sum(length for _, length in answers)
+
     def info(self) -> dict[str, Any]:
-        """The one ``/info`` description: the model's (from the model process) and the service's."""
-        config = self.config
-        body = {**self.service.info, "model": config.model, "long_documents": config.long_documents,
+        """The one ``/info`` description: the model's (from the model process), the service's, and
+        text-embeddings-inference's fields."""
+        config, info = self.config, self.service.info
+        body = {**info, "model": config.model, "long_documents": config.long_documents,
                 "limits": {name: getattr(config, name) for name in LIMITS},
-                "auth": self.service.api_key is not None}  # fmt: skip
+                "auth": self.service.api_key is not None,
+                "model_id": config.model, "model_sha": None,
+                "model_dtype": {"bf16": "bfloat16", "fp32": "float32"}.get(info["precision"], info["precision"]),
+                "max_concurrent_requests": config.max_queue, "max_input_length": info["max_input_tokens"],
+                "max_batch_tokens": config.max_batch_tokens, "max_batch_requests": config.max_batch_texts,
+                "max_client_batch_size": config.max_texts, "auto_truncate": True, "tokenization_workers": None,
+                "version": version("neobert")}  # fmt: skip
         return {name: body.get(name) for name in InfoResponse.model_fields}
 
 
@@ -107,68 +184,107 @@ def add_routes(app: FastAPI, service: Any) -> None:
     """Every route of the service on ``app``."""
     routes = Routes(app, service)
     add_embedding_routes(routes)
+    add_openai_routes(routes)
     add_model_routes(routes)
+    add_rerank_routes(routes)
+    add_tokenizer_routes(routes)
+    add_root_route(routes)
     add_service_routes(routes)
+
+
+def as_items(inputs: Any) -> list[Any]:
+    """OpenAI's and TEI's ``input(s)``: a text, texts, one text's token ids, or several texts' ids."""
+    if isinstance(inputs, str):
+        return [inputs]
+    if inputs and isinstance(inputs[0], int):
+        return [list(inputs)]
+    return list(inputs)
+
+
+def side(direction: str) -> str:
+    return direction.lower()
 
 
 def add_embedding_routes(routes: Routes) -> None:
     service = routes.service
 
-    @routes.model_route("/embed", "embed", EmbedResponse)
-    async def embed(request: EmbedRequest) -> Response:
-        """Vectors of the texts, with the model's pooling and normalisation unless the request names them."""
+    @routes.model_route("/embed", "embed", EmbedResponse | Vectors)
+    async def embed(request: EmbedBody) -> Response:
+        """Vectors of the texts. Ours: ``texts``, with the model's pooling and normalisation unless the
+        request names them -> ``{"embeddings"}``. text-embeddings-inference's: ``inputs`` -> a list of vectors."""
+        if isinstance(request, TEIEmbedRequest):
+            items = routes.prompted(as_items(request.inputs), request.prompt_name)
+            vectors, _ = await routes.vectors(items, "inputs", request.truncate, request.normalize,
+                                              request.dimensions, side(request.truncation_direction))  # fmt: skip
+            return JSONResponse(vectors.tolist())
+        assert isinstance(request, EmbedRequest)
         pooling = request.pooling or service.info["pooling"]
         normalize = service.info["normalize"] if request.normalize is None else request.normalize
         answers = await routes.run("embed", request.texts, "texts", request.truncate, pooling, normalize)
         return JSONResponse({"embeddings": [vector.tolist() for vector, _ in answers]})
 
+    @routes.model_route("/embed_all", "embed_all", list[Vectors])
+    async def embed_all(request: TEIEmbedAllRequest) -> Response:
+        """text-embeddings-inference's: the last hidden state of every token (special ones included) of
+        each input; a long input is cut to the model's window (``truncation_direction``), whatever the policy."""
+        items = routes.prompted(as_items(request.inputs), request.prompt_name)
+        answers = await routes.run("embed_all", items, "inputs", request.truncate,
+                                   side(request.truncation_direction))  # fmt: skip
+        return JSONResponse([states.tolist() for states, _ in answers])
+
+
+def add_openai_routes(routes: Routes) -> None:
+    app, config = routes.app, routes.config
+
     @routes.model_route("/v1/embeddings", "embed", OpenAIEmbeddingResponse)
     async def openai_embeddings(request: OpenAIEmbeddingRequest) -> Response:
-        """OpenAI's embeddings API: the model's pooling, unit vectors; ``dimensions`` keeps the first N
-        components and renormalises (sound only for models trained for it, e.g. Matryoshka)."""
-        texts = [request.input] if isinstance(request.input, str) else request.input
-        routes.require("embed")
-        routes.check_texts(texts, "input")
-        hidden = service.hidden_size
-        if request.dimensions is not None and request.dimensions > hidden:
-            message = f"dimensions must be at most the model's {hidden}, got {request.dimensions}"
-            raise ServiceError(422, message, "dimensions")
-        answers = await routes.run("embed", texts, "input", request.truncate, service.info["pooling"], True)
-        vectors = np.stack([vector for vector, _ in answers])
-        if request.dimensions is not None and request.dimensions < hidden:
-            vectors = vectors[:, : request.dimensions]
-            vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        """OpenAI's embeddings API: the model's pooling, unit vectors; ``input`` texts or token ids;
+        ``dimensions`` keeps the first N components and renormalises (sound for a Matryoshka model's widths)."""
+        items = routes.prompted(as_items(request.input), None)
+        vectors, tokens = await routes.vectors(items, "input", request.truncate, True, request.dimensions)
         data = [{"object": "embedding", "index": i, "embedding": encode_vector(v, request.encoding_format)}
                 for i, v in enumerate(vectors)]  # fmt: skip
-        tokens = sum(length for _, length in answers)
-        return JSONResponse({"object": "list", "data": data, "model": request.model or routes.config.model,
+        return JSONResponse({"object": "list", "data": data, "model": request.model or config.model,
                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})  # fmt: skip
+
+    def card() -> dict[str, Any]:
+        return {"id": config.model, "object": "model", "created": routes.started, "owned_by": "neobert"}
+
+    @app.get("/v1/models", response_model=ModelList, responses=documented(401), dependencies=routes.bearer)
+    async def models() -> Response:
+        """OpenAI's model list: the one model this server serves (its id: the --model value)."""
+        return JSONResponse({"object": "list", "data": [card()]})
+
+    @app.get("/v1/models/{model_id:path}", response_model=ModelCard, responses=documented(401, 404),
+             dependencies=routes.bearer)  # fmt: skip
+    async def model(model_id: str) -> Response:
+        """OpenAI's model object of ``model_id``: 404 for any model but the one served."""
+        if model_id != config.model:
+            raise ServiceError(404, f"the model {model_id!r} does not exist here; this server serves "
+                                    f"{config.model!r}", "model", code="model_not_found")  # fmt: skip
+        return JSONResponse(card())
 
 
 def add_model_routes(routes: Routes) -> None:
+    service = routes.service
+
     @routes.model_route("/classify", "classify", ClassifyResponse)
     async def classify(request: TextsRequest) -> Response:
         """The top label and every label's probability per text (a regression model: its value)."""
         answers = await routes.run("classify", request.texts, "texts", request.truncate)
         return JSONResponse({"results": [row for row, _ in answers]})
 
-    @routes.model_route("/rerank", "rerank", RerankResponse)
-    async def rerank(request: RerankRequest) -> Response:
-        """A cross-encoder's relevance of each document to the query, most relevant first (Cohere's
-        shape): the sigmoid of a one-logit model, the second label's probability of a two-label one."""
-        routes.require("rerank")
-        routes.check_text(request.query, "query", "the query")
-        pairs = [(request.query, d) for d in request.documents]
-        routes.check_texts(request.documents, "documents")
-        answers = await routes.run("rerank", pairs, "documents", request.truncate, noun="query + document")
-        scores = [score for score, _ in answers]
-        results = []
-        for i in sorted(range(len(scores)), key=lambda i: -scores[i])[: request.top_n]:
-            result: dict[str, Any] = {"index": i, "relevance_score": scores[i]}
-            if request.return_documents:
-                result["document"] = {"text": request.documents[i]}
-            results.append(result)
-        return JSONResponse({"results": results, "model": request.model or routes.config.model})
+    @routes.model_route("/predict", "predict", list[TEIPrediction] | list[list[TEIPrediction]])
+    async def predict(request: PredictRequest) -> Response:
+        """text-embeddings-inference's: every label with its score, best first. ``inputs``: a text, a pair
+        ``[text, text]`` (two texts in one list are a pair, as TEI reads them), or a batch
+        ``[[text] | [text, text], ...]`` (or a list of other than two texts) -> a list per input."""
+        items, single = predict_items(request.inputs)
+        function = "none" if request.raw_scores else "auto"
+        answers = await routes.run("predict", items, "inputs", request.truncate, function,
+                                   side(request.truncation_direction))  # fmt: skip
+        rows = [row for row, _ in answers]
+        return JSONResponse(rows[0] if single else rows)
 
     @routes.model_route("/tokens", "tokens", TokensResponse)
     async def tokens(request: TextsRequest) -> Response:
@@ -180,8 +296,147 @@ def add_model_routes(routes: Routes) -> None:
     async def fill_mask(request: FillMaskRequest) -> Response:
         """The top_k tokens for every mask token of every text."""
         answers = await routes.run("fill-mask", request.texts, "texts", request.truncate, request.top_k)
-        rows = [[[{"token": t, "score": p} for t, p in mask] for mask in row] for row, _ in answers]
+        rows = [[[{"token": t, "score": p} for t, p, _ in mask] for mask in row] for row, _ in answers]
         return JSONResponse({"results": rows})
+
+    del service
+
+
+def predict_items(inputs: Any) -> tuple[list[Any], bool]:
+    """TEI's ``/predict`` inputs as texts and (first, second) pairs, and whether one input was given."""
+    if isinstance(inputs, str):
+        return [inputs], True
+    if len(inputs) == 2 and all(isinstance(x, str) for x in inputs):
+        return [tuple(inputs)], True
+    return [x if isinstance(x, str) else (x[0] if len(x) == 1 else tuple(x)) for x in inputs], False
+
+
+def add_rerank_routes(routes: Routes) -> None:
+    config = routes.config
+
+    async def scores(query: str, documents: list[str], field: str, truncate: bool, raw: bool = False,
+                     direction: str = "right") -> list[float]:  # fmt: skip
+        routes.require("rerank")
+        routes.check_text(query, "query", "the query")
+        routes.check_texts(documents, field)
+        pairs = [(query, d) for d in documents]
+        answers = await routes.run("rerank", pairs, field, truncate, raw, direction, noun="query + document")
+        return [score for score, _ in answers]
+
+    def ranked(scores: list[float], top_n: int | None) -> list[int]:
+        return sorted(range(len(scores)), key=lambda i: -scores[i])[:top_n]
+
+    def results(request: Any, documents: list[str], relevance: list[float]) -> list[dict[str, Any]]:
+        out = []
+        for i in ranked(relevance, request.top_n):
+            result: dict[str, Any] = {"index": i, "relevance_score": relevance[i]}
+            if request.return_documents:
+                result["document"] = {"text": documents[i]}
+            out.append(result)
+        return out
+
+    @routes.model_route("/rerank", "rerank", RerankResponse | list[TEIRerankItem])
+    async def rerank(request: RerankBody) -> Response:
+        """A cross-encoder's relevance of each document to the query, most relevant first: the sigmoid of a
+        one-logit model, the second label's probability of a two-label one. Ours (Cohere's shape):
+        ``documents`` -> ``{"results", "model"}``; text-embeddings-inference's: ``texts`` -> a list of
+        ``{index, score, text?}`` (``raw_scores``: the logit)."""
+        if isinstance(request, TEIRerankRequest):
+            relevance = await scores(request.query, request.texts, "texts", request.truncate,
+                                     request.raw_scores, side(request.truncation_direction))  # fmt: skip
+            items = [{"index": i, "score": relevance[i], **({"text": request.texts[i]} if request.return_text
+                                                             else {})} for i in ranked(relevance, None)]  # fmt: skip
+            return JSONResponse(items)
+        assert isinstance(request, RerankRequest)
+        relevance = await scores(request.query, request.documents, "documents", request.truncate)
+        return JSONResponse({"results": results(request, request.documents, relevance),
+                             "model": request.model or config.model})  # fmt: skip
+
+    for version_path, api in (("/v1/rerank", "1"), ("/v2/rerank", "2")):
+
+        @routes.model_route(version_path, "rerank", CohereRerankResponse)
+        async def cohere_rerank(request: CohereRerankRequest, api: str = api) -> Response:
+            """Cohere's and Jina's rerank: ``documents`` (texts or ``{"text"}``), ``top_n``,
+            ``return_documents`` -> ``results[].relevance_score``, most relevant first."""
+            documents = [d if isinstance(d, str) else d.text for d in request.documents]
+            relevance = await scores(request.query, documents, "documents", request.truncate)
+            return JSONResponse({
+                "id": uuid.uuid4().hex, "results": results(request, documents, relevance),
+                "model": request.model or config.model,
+                "meta": {"api_version": {"version": api}, "billed_units": {"search_units": 1}},
+                "usage": {"total_tokens": 0},
+            })  # fmt: skip
+
+
+def add_tokenizer_routes(routes: Routes) -> None:
+    @routes.model_route("/tokenize", "tokenize", list[list[TEIToken]])
+    async def tokenize(request: TokenizeRequest) -> Response:
+        """text-embeddings-inference's: each text's tokens (id, text, special, start, stop: a character span,
+        end exclusive; None for special tokens), as the model's tokenizer makes them."""
+        items = routes.prompted(as_items(request.inputs), request.prompt_name)
+        answers = await routes.run("tokenize", items, "inputs", True, request.add_special_tokens)
+        return JSONResponse([row for row, _ in answers])
+
+    @routes.model_route("/decode", "decode", list[str])
+    async def decode(request: DecodeRequest) -> Response:
+        """text-embeddings-inference's: the text of each list of token ids."""
+        rows = [list(request.ids)] if not request.ids or isinstance(request.ids[0], int) else request.ids
+        answers = await routes.run("decode", rows, "ids", True, request.skip_special_tokens)
+        return JSONResponse([text for text, _ in answers])
+
+
+def add_root_route(routes: Routes) -> None:
+    service = routes.service
+    task = ROOT_TASKS[service.head]
+
+    @routes.model_route("/", task, Any)
+    async def root(request: RootRequest) -> Response:
+        """By the model's head, in the Inference API's shape (what huggingface_hub's InferenceClient sends
+        and parses): a base encoder embeds (TEI's ``/embed``: a list of vectors); an MLM fills masks
+        (``[{sequence, score, token, token_str}]``); a sequence classifier gives every label's score, best
+        first, a list per input (``parameters``: ``top_k``, ``function_to_apply``); a token classifier
+        gives entities ``[{entity_group, score, word, start, end}]``."""
+        parameters = request.parameters
+        if task == "embed":
+            items = routes.prompted(as_items(request.inputs), request.prompt_name)
+            vectors, _ = await routes.vectors(items, "inputs", request.truncate, request.normalize,
+                                              request.dimensions, side(request.truncation_direction))  # fmt: skip
+            return JSONResponse(vectors.tolist())
+        texts, single = text_inputs(request.inputs, pairs=task == "predict")
+        top_k = parameters.top_k if parameters else None
+        if task == "predict":
+            function = (parameters.function_to_apply if parameters else None) or "auto"
+            answers = await routes.run("predict", texts, "inputs", request.truncate, function,
+                                       side(request.truncation_direction))  # fmt: skip
+            return JSONResponse([row[:top_k] for row, _ in answers])
+        if task == "fill-mask":
+            answers = await routes.run("fill-mask", texts, "inputs", request.truncate, top_k or 5)
+            rows = [[filled(text, mask, service.info["mask_token"]) for mask in row]
+                    for text, (row, _) in zip(texts, answers)]  # fmt: skip
+            rows = [row[0] if len(row) == 1 else row for row in rows]
+            return JSONResponse(rows[0] if single else rows)
+        answers = await routes.run("tokens", texts, "inputs", request.truncate)
+        rows = [[{"entity_group": e["label"], "score": e["score"], "word": e["text"], "start": e["start"],
+                  "end": e["end"]} for e in row] for row, _ in answers]  # fmt: skip
+        return JSONResponse(rows[0] if single else rows)
+
+
+def text_inputs(inputs: Any, pairs: bool) -> tuple[list[Any], bool]:
+    """``inputs`` as texts (and, where ``pairs``, [text, text] pairs), and whether one was given."""
+    if isinstance(inputs, str):
+        return [inputs], True
+    items = [x if isinstance(x, str) else (tuple(x) if pairs and len(x) == 2 else None) for x in inputs]
+    for i, item in enumerate(items):
+        if item is None:
+            raise ServiceError(422, f"inputs[{i}] must be a text{' or a [text, text] pair' if pairs else ''}",
+                               f"inputs[{i}]")  # fmt: skip
+    return items, False
+
+
+def filled(text: str, candidates: list[Any], mask: str) -> list[dict[str, Any]]:
+    """One mask's candidates in the Inference API's fill-mask shape."""
+    return [FillMaskItem(sequence=text.replace(mask, token, 1), score=score, token=token_id,
+                         token_str=token).model_dump() for token, score, token_id in candidates]  # fmt: skip
 
 
 def add_service_routes(routes: Routes) -> None:

@@ -3,9 +3,9 @@ answers) and document every answer in the OpenAPI schema (``/openapi.json``)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, StrictBool, StrictStr, Tag
 
 from ..model.pooling import POOLING_NAMES
 
@@ -16,6 +16,25 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class _Lenient(BaseModel):  # the dialects of other servers: clients send fields we do not use (user, ...)
+    model_config = ConfigDict(extra="ignore")
+
+
+def _integral(value: Any) -> Any:
+    """JSON Schema's ``integer`` admits 3.0: so do we (strings and booleans stay refused)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Integer = Annotated[int, BeforeValidator(_integral), Field(strict=True)]
+Text = Annotated[StrictStr, Field(min_length=1)]  # an empty text has nothing to embed, classify or rank
+Texts = Annotated[list[StrictStr], Field(min_length=1)]
+TokenId = Annotated[int, BeforeValidator(_integral), Field(strict=True, ge=0)]
+Ids = Annotated[list[TokenId], Field(min_length=1)]
+# a text, or a text as token ids (the model's tokenizer's, special tokens included: what /tokenize gives)
+Inputs = Text | Annotated[list[Text], Field(min_length=1)] | Ids | Annotated[list[Ids], Field(min_length=1)]
+Direction = Literal["Right", "Left", "right", "left"]
+
+
 TRUNCATE = Field(
     default=True,
     description="true: a text longer than the model window follows the server's long-document policy "
@@ -24,7 +43,7 @@ TRUNCATE = Field(
 
 
 class EmbedRequest(_Request):
-    texts: list[StrictStr] = Field(min_length=1)
+    texts: Texts
     pooling: Literal[POOLING_NAMES] | None = Field(  # type: ignore[valid-type]
         default=None, description="default: the model's; the registry neobert.model.pooling.POOLINGS"
     )
@@ -32,32 +51,143 @@ class EmbedRequest(_Request):
     truncate: StrictBool = TRUNCATE
 
 
-class OpenAIEmbeddingRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # OpenAI clients may send fields we do not use (user, ...)
-    input: StrictStr | list[StrictStr] = Field(min_length=1)
+DIMENSIONS = Field(default=None, ge=1, description="keep the first N components, then renormalise (sound "
+                   "for the widths a Matryoshka model was trained for: /info's matryoshka_dims)")  # fmt: skip
+
+
+class OpenAIEmbeddingRequest(_Lenient):
+    input: Inputs = Field(description="a text, texts, or token ids of our tokenizer (special tokens included)")
     model: StrictStr | None = None
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = Field(
-        default=None, ge=1, strict=True, description="keep the first N components, then renormalise"
-    )
+    dimensions: Integer | None = DIMENSIONS
     truncate: StrictBool = TRUNCATE
 
 
 class TextsRequest(_Request):
-    texts: list[StrictStr] = Field(min_length=1)
+    texts: Texts
     truncate: StrictBool = TRUNCATE
 
 
-class FillMaskRequest(TextsRequest):
-    top_k: int = Field(default=5, ge=1, le=100, strict=True)
+MASKED = "every text holds the model's mask token (/info's mask_token)"
+
+
+class FillMaskRequest(_Request):
+    texts: list[Annotated[StrictStr, Field(description=MASKED)]] = Field(min_length=1)
+    top_k: Integer = Field(default=5, ge=1, le=100)
+    truncate: StrictBool = TRUNCATE
 
 
 class RerankRequest(_Request):
     query: StrictStr
-    documents: list[StrictStr] = Field(min_length=1)
-    top_n: int | None = Field(default=None, ge=1, strict=True, description="default: every document")
+    documents: Texts
+    top_n: Integer | None = Field(default=None, ge=1, description="default: every document")
     return_documents: StrictBool = False
     model: StrictStr | None = None
+    truncate: StrictBool = TRUNCATE
+
+
+# --- text-embeddings-inference's dialect (TEI's routes and shapes) -----------------------------------------
+
+TEI_TRUNCATE = Field(default=True, description="as our truncate (TEI's server-side auto-truncate is on here)")
+DIRECTION = Field(default="Right", description="which end a truncated text keeps: Right cuts the end")
+
+
+class TEIEmbedRequest(_Lenient):
+    inputs: Inputs
+    normalize: StrictBool = True
+    truncate: StrictBool = TEI_TRUNCATE
+    truncation_direction: Direction = DIRECTION
+    prompt_name: StrictStr | None = Field(default=None, description="one of /info's prompts")
+    dimensions: Integer | None = DIMENSIONS
+
+
+class TEIEmbedAllRequest(_Lenient):
+    inputs: Inputs
+    truncate: StrictBool = TEI_TRUNCATE
+    truncation_direction: Direction = DIRECTION
+    prompt_name: StrictStr | None = None
+
+
+def _shape(field: str) -> Any:
+    """A route that speaks two dialects tells them apart by one field: ``field`` present -> TEI's shape."""
+
+    def tag(body: Any) -> str:
+        return "tei" if (field in body if isinstance(body, dict) else hasattr(body, field)) else "ours"
+
+    return Discriminator(tag)
+
+
+EmbedBody = Annotated[
+    Annotated[EmbedRequest, Tag("ours")] | Annotated[TEIEmbedRequest, Tag("tei")], _shape("inputs")
+]
+
+Sequence = Text | Annotated[list[Text], Field(min_length=1, max_length=2)]  # a text or a pair
+
+
+class PredictRequest(_Lenient):
+    inputs: Text | Annotated[list[Sequence], Field(min_length=1)] = Field(
+        description="a text; a pair [text, text]; or a batch of texts and pairs [[text] | [text, text], ...]"
+    )
+    raw_scores: StrictBool = Field(default=False, description="logits instead of probabilities")
+    truncate: StrictBool = TEI_TRUNCATE
+    truncation_direction: Direction = DIRECTION
+
+
+class TEIRerankRequest(_Lenient):
+    query: Text
+    texts: Texts
+    raw_scores: StrictBool = False
+    return_text: StrictBool = False
+    truncate: StrictBool = TEI_TRUNCATE
+    truncation_direction: Direction = DIRECTION
+
+
+RerankBody = Annotated[
+    Annotated[RerankRequest, Tag("ours")] | Annotated[TEIRerankRequest, Tag("tei")], _shape("texts")
+]
+
+
+class TokenizeRequest(_Lenient):
+    inputs: StrictStr | Annotated[list[StrictStr], Field(min_length=1)]
+    add_special_tokens: StrictBool = True
+    prompt_name: StrictStr | None = None
+
+
+class DecodeRequest(_Lenient):
+    ids: list[TokenId] | Annotated[list[list[TokenId]], Field(min_length=1)]
+    skip_special_tokens: StrictBool = True
+
+
+class Parameters(_Lenient):
+    top_k: Integer | None = Field(default=None, ge=1)
+    function_to_apply: Literal["softmax", "sigmoid", "none"] | None = None
+
+
+class RootRequest(_Lenient):
+    """``POST /``: by the model's head, in the Inference API's shape (what huggingface_hub sends)."""
+
+    inputs: Inputs | Annotated[list[Sequence], Field(min_length=1)]
+    parameters: Parameters | None = None
+    normalize: StrictBool = True
+    truncate: StrictBool = TEI_TRUNCATE
+    truncation_direction: Direction = DIRECTION
+    prompt_name: StrictStr | None = None
+    dimensions: Integer | None = DIMENSIONS
+
+
+# --- Cohere's and Jina's rerank (/v1/rerank, /v2/rerank) ---------------------------------------------------
+
+
+class RerankDocumentIn(_Lenient):
+    text: StrictStr
+
+
+class CohereRerankRequest(_Lenient):
+    query: Text
+    documents: Annotated[list[StrictStr | RerankDocumentIn], Field(min_length=1)]
+    model: StrictStr | None = None
+    top_n: Integer | None = Field(default=None, ge=1)
+    return_documents: StrictBool = False
     truncate: StrictBool = TRUNCATE
 
 
@@ -68,6 +198,7 @@ class ErrorBody(BaseModel):
     message: str
     type: str
     param: str | None
+    code: str | None = Field(description="OpenAI's: e.g. model_not_found, invalid_api_key")
 
 
 class ErrorResponse(BaseModel):
@@ -76,6 +207,9 @@ class ErrorResponse(BaseModel):
 
 class EmbedResponse(BaseModel):
     embeddings: list[list[float]]
+
+
+Vectors = list[list[float]]  # TEI's /embed answer: a bare list of vectors
 
 
 class OpenAIEmbedding(BaseModel):
@@ -149,6 +283,52 @@ class RerankResponse(BaseModel):
     model: str
 
 
+class TEIRerankItem(BaseModel):
+    index: int
+    score: float
+    text: str | None = None
+
+
+class TEIPrediction(BaseModel):
+    label: str
+    score: float
+
+
+class TEIToken(BaseModel):
+    id: int
+    text: str
+    special: bool
+    start: int | None
+    stop: int | None
+
+
+class FillMaskItem(BaseModel):  # the Inference API's fill-mask element (huggingface_hub's FillMaskOutputElement)
+    sequence: str
+    score: float
+    token: int
+    token_str: str
+
+
+class CohereRerankResponse(BaseModel):
+    id: str
+    results: list[RerankResult]
+    model: str
+    meta: dict[str, Any]
+    usage: dict[str, int]
+
+
+class ModelCard(BaseModel):  # OpenAI's model object
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+
+
+class ModelList(BaseModel):
+    object: Literal["list"]
+    data: list[ModelCard]
+
+
 class HealthResponse(BaseModel):
     status: str
     model: str
@@ -178,3 +358,19 @@ class InfoResponse(BaseModel):
     long_documents: str
     limits: dict[str, int | float]
     auth: bool
+    mask_token: str | None = Field(description="the token /fill-mask fills")
+    prompts: dict[str, str] = Field(description="prompt_name -> the text put before the input")
+    default_prompt_name: str | None
+    matryoshka_dims: list[int] = Field(description="the widths `dimensions` may take without a warning")
+    # text-embeddings-inference's /info fields
+    model_id: str
+    model_sha: str | None
+    model_dtype: str
+    max_concurrent_requests: int
+    max_input_length: int
+    max_batch_tokens: int | None
+    max_batch_requests: int | None
+    max_client_batch_size: int
+    auto_truncate: bool
+    tokenization_workers: int | None
+    version: str

@@ -23,7 +23,7 @@ from ..long_documents import LongDocuments
 from .batcher import Batcher
 from .config import API_KEY_ENV, ServeConfig
 from .metrics import ServiceMetrics
-from .tasks import TASKS, Backend, Done, pair_lengths
+from .tasks import TASKS, Backend, Done, pair_lengths, whole_texts
 from .threads import ServingProbe, ThreadChoice, choose_threads, thread_info
 from .worker import WorkerPool
 
@@ -43,8 +43,9 @@ class Model(Backend):
         self.model, self.tokenizer = self.loaded.model, self.loaded.tokenizer
         self.capabilities = self.loaded.capabilities
         self.policy = self.config.long_documents
-        self.long = LongDocuments(self.config.long_documents, self.config.stride, self.config.rope_scaling)
+        self.long_policy = LongDocuments(self.config.long_documents, self.config.stride, self.config.rope_scaling)
         self.budget = {"batch_size": self.config.max_batch_texts, "max_tokens": self.config.max_batch_tokens}
+        self._whole: Any = None
 
     @classmethod
     def load(cls, config: ServeConfig) -> Model:
@@ -60,7 +61,7 @@ class Model(Backend):
         """What the model is and serves (plain data, so it crosses processes): its capabilities, the
         backend, the precision and the threads chosen at start."""
         dtype = next(self.model.parameters()).dtype
-        return {**self.capabilities.info(), "backend": "torch",
+        return {**self.capabilities.info(), "backend": "torch", "mask_token": self.tokenizer.mask_token,
                 "precision": "bf16" if dtype == torch.bfloat16 else "fp32", **thread_info(self.threads)}  # fmt: skip
 
     def run_task(self, name: str, texts: list[Any], options: list[Any]) -> Done:
@@ -68,6 +69,13 @@ class Model(Backend):
 
     def lengths(self, texts: list[Any]) -> list[int]:
         return pair_lengths(self.tokenizer, texts)
+
+    def text_tokenizer(self) -> Any:
+        if self._whole is None:
+            if not hasattr(self.tokenizer, "backend_tokenizer"):
+                raise ValueError("tokenize and decode need a fast (Rust) tokenizer")
+            self._whole = whole_texts(self.tokenizer.backend_tokenizer)
+        return self._whole
 
 
 # call(key, texts) -> (one result per text, tokens computed, {"long", "truncated"} counts)

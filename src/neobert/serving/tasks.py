@@ -13,11 +13,16 @@ graphs can run through the same :class:`Backend`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+import dataclasses
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .. import inference, long_documents
+from ..inference import TokenIds
 from ..long_documents import LongReport
 from ..token_classification.tagging import tag
 
@@ -73,6 +78,16 @@ class Backend:
     def lengths(self, texts: list[Any]) -> list[int]:
         raise NotImplementedError
 
+    def text_tokenizer(self) -> Any:
+        """The backend's ``tokenizers.Tokenizer`` (Rust): what ``tokenize`` and ``decode`` use."""
+        raise NotImplementedError
+
+    def dispatch(self, name: str, texts: list[Any], options: list[Any]) -> Done:
+        """The tokenizer's tasks here (the same for every backend); the model's through ``run_task``."""
+        if name in TOKENIZER_TASKS:
+            return TOKENIZER_TASKS[name](self.text_tokenizer(), texts, *options)
+        return self.run_task(name, texts, options)
+
     def call(self, key: Hashable, texts: list[Any]) -> tuple[list[Any], int, dict[str, int]]:
         """One model call: ((value, tokens) per text, tokens computed, {"long", "truncated"} counts)."""
         name, truncate, *options = key
@@ -85,7 +100,7 @@ class Backend:
                 if length > limit:
                     refused[i] = (_too_long(length, limit, self.policy), length)
             keep = [i for i in keep if i not in refused]
-        done = self.run_task(name, [texts[i] for i in keep], options) if keep else Done([], [])
+        done = self.dispatch(name, [texts[i] for i in keep], options) if keep else Done([], [])
         answers: list[Any] = [None] * len(texts)
         for i, value, length in zip(keep, done.values, done.lengths):
             answers[i] = (value, length)
@@ -93,7 +108,7 @@ class Backend:
             answers[i] = answer
         report = done.report or LongReport()
         tokens = sum(done.lengths) if done.tokens is None else done.tokens
-        return answers, tokens, {"long": report.long, "truncated": report.truncated}
+        return answers, tokens, {"long": report.over_window, "truncated": report.truncated}
 
 
 def _too_long(length: int, limit: int, policy: str) -> Refusal:
@@ -105,44 +120,121 @@ def _too_long(length: int, limit: int, policy: str) -> Refusal:
 
 
 def pair_lengths(tokenizer: Any, texts: list[Any], truncation: bool = False) -> list[int]:
-    """Tokens of each text, or of each (query, document) pair, special tokens included."""
-    if texts and isinstance(texts[0], tuple):
-        firsts, seconds = [q for q, _ in texts], [d for _, d in texts]
-        ids = tokenizer(firsts, seconds, truncation=truncation, verbose=False)["input_ids"]
-    else:
-        ids = tokenizer(list(texts), truncation=truncation, verbose=False)["input_ids"]
-    return [len(row) for row in ids]
+    """Tokens of each text, (query, document) pair or list of token ids, special tokens included."""
+    lengths = [len(item) if isinstance(item, list) else 0 for item in texts]
+    for kind in (str, tuple):
+        where = [i for i, item in enumerate(texts) if isinstance(item, kind)]
+        if not where:
+            continue
+        if kind is tuple:
+            firsts, seconds = [texts[i][0] for i in where], [texts[i][1] for i in where]
+            ids = tokenizer(firsts, seconds, truncation=truncation, verbose=False)["input_ids"]
+        else:
+            ids = tokenizer([texts[i] for i in where], truncation=truncation, verbose=False)["input_ids"]
+        for i, row in zip(where, ids):
+            lengths[i] = len(row)
+    return lengths
+
+
+@contextmanager
+def truncation_side(tokenizer: Any, side: str) -> Iterator[None]:
+    """``tokenizer`` cutting from ``side`` (right | left) within the block (one model call at a time)."""
+    before = tokenizer.truncation_side
+    tokenizer.truncation_side = side
+    try:
+        yield
+    finally:
+        tokenizer.truncation_side = before
+
+
+def token_rows(model: Any, items: list[Any], side: str) -> tuple[TokenIds, list[int], list[Any]]:
+    """Model rows for texts and token-id lists (cut to the window from ``side``): the rows, each item's
+    whole length, and a :class:`Refusal` per item whose ids the vocabulary does not hold (else None)."""
+    window = long_documents.model_window(model.model, model.tokenizer)
+    settings = dataclasses.replace(long_documents.TRUNCATE, side=side)
+    texts = [i for i, item in enumerate(items) if isinstance(item, str)]
+    out, lengths, refusals = TokenIds([[]] * len(items)), [0] * len(items), [None] * len(items)
+    if texts:
+        rows, _ = long_documents.tokenize_rows(model.model, model.tokenizer, [items[i] for i in texts], settings)
+        for i, row, length in zip(texts, rows.ids, rows.report.lengths):
+            out[i], lengths[i] = row, length
+    vocab = model.model.config.vocab_size
+    for i, item in enumerate(items):
+        if isinstance(item, list):
+            lengths[i] = len(item)
+            out[i] = item[:window] if side == "right" else item[-window:]
+            if max(item) >= vocab:
+                refusals[i] = Refusal(422, f"{{noun}} {{i}} holds token id {max(item)}; the vocabulary has {vocab}")
+                out[i] = [0]
+    return out, lengths, refusals
 
 
 # --- the PyTorch backend's tasks (model: serving.service.Model) -------------------------------------------
 
 
 @task("embed")
-def embed(model: Any, texts: list[str], pooling: str, normalize: bool) -> Done:
-    vectors, report = long_documents.embed(
-        model.model, model.tokenizer, texts, model.long, pooling, normalize, **model.budget
-    )
-    return Done(list(vectors), report.lengths, report, report.tokens)
+def embed(model: Any, items: list[Any], pooling: str, normalize: bool, side: str = "right") -> Done:
+    if all(isinstance(item, str) for item in items):
+        settings = model.long_policy if side == "right" else dataclasses.replace(model.long_policy, side=side)
+        vectors, report = long_documents.embed(
+            model.model, model.tokenizer, items, settings, pooling, normalize, **model.budget
+        )
+        return Done(list(vectors), report.lengths, report, report.tokens)
+    # token ids (OpenAI's and TEI's token inputs) are rows as the model sees them: one window each
+    rows, lengths, refusals = token_rows(model, items, side)
+    vectors = inference.encode(model.model, model.tokenizer, rows, pooling=pooling, normalize=normalize,
+                               show_progress=False, **model.budget)  # fmt: skip
+    values = [refusal or vector for refusal, vector in zip(refusals, vectors)]
+    return Done(values, lengths, tokens=sum(len(row) for row in rows))
+
+
+@task("embed_all")
+def embed_all(model: Any, items: list[Any], side: str = "right") -> Done:
+    rows, lengths, refusals = token_rows(model, items, side)
+    states = inference.token_states(model.model, model.tokenizer, rows, **model.budget)
+    values = [refusal or state for refusal, state in zip(refusals, states)]
+    return Done(values, lengths, tokens=sum(len(row) for row in rows))
 
 
 @task("classify")
 def classify(model: Any, texts: list[str]) -> Done:
-    logits, report = long_documents.classify(model.model, model.tokenizer, texts, model.long, **model.budget)
+    logits, report = long_documents.classifier_logits(model.model, model.tokenizer, texts, model.long_policy, **model.budget)
     return Done(inference.classifier_rows(logits, model.model.config), report.lengths, report, report.tokens)
 
 
+def pair_logits(model: Any, items: list[Any], side: str) -> np.ndarray:
+    """Classifier logits of texts and (first, second) pairs, in order; texts under the long-document policy."""
+    out = np.empty((len(items), model.model.config.num_labels), dtype=np.float32)
+    texts = [i for i, item in enumerate(items) if isinstance(item, str)]
+    pairs = [i for i, item in enumerate(items) if isinstance(item, tuple)]
+    if texts:
+        settings = model.long_policy if side == "right" else dataclasses.replace(model.long_policy, side=side)
+        logits, _ = long_documents.classifier_logits(model.model, model.tokenizer, [items[i] for i in texts], settings,
+                                            **model.budget)  # fmt: skip
+        out[texts] = logits
+    if pairs:
+        with truncation_side(model.tokenizer, side):
+            out[pairs] = inference.classifier_logits(model.model, model.tokenizer, [items[i][0] for i in pairs],
+                                            [items[i][1] for i in pairs], show_progress=False, **model.budget)  # fmt: skip
+    return out
+
+
+@task("predict")
+def predict(model: Any, items: list[Any], function: str = "auto", side: str = "right") -> Done:
+    logits = pair_logits(model, items, side)
+    scores = inference.label_scores(logits, model.model.config, function)
+    return Done(scores, pair_lengths(model.tokenizer, items, True))
+
+
 @task("rerank")
-def rerank(model: Any, pairs: list[tuple[str, str]]) -> Done:
-    queries, documents = [q for q, _ in pairs], [d for _, d in pairs]
-    logits = inference.classify(
-        model.model, model.tokenizer, queries, documents, show_progress=False, **model.budget
-    )
-    return Done([inference.relevance(row) for row in logits], pair_lengths(model.tokenizer, pairs, True))
+def rerank(model: Any, pairs: list[tuple[str, str]], raw: bool = False, side: str = "right") -> Done:
+    logits = pair_logits(model, pairs, side)
+    return Done([inference.relevance(row, raw) for row in logits], pair_lengths(model.tokenizer, pairs, True))
 
 
 @task("tokens")
 def tokens(model: Any, texts: list[str]) -> Done:
-    entities, report = tag(model.model, model.tokenizer, texts, model.long, **model.budget)
+    entities, report = tag(model.model, model.tokenizer, texts, model.long_policy, **model.budget)
     return Done([[e.to_dict() for e in row] for row in entities], report.lengths, report, report.tokens)
 
 
@@ -155,7 +247,54 @@ def fill_mask(model: Any, texts: list[str], top_k: int) -> Done:
             values.append(Refusal(422, f"{{noun}} {{i}} holds no {mask} token to fill"))
             continue
         try:
-            values.append(inference.fill_mask(model.model, model.tokenizer, text, top_k))
+            filled = inference.fill_mask(model.model, model.tokenizer, text, top_k)
+            ids = [model.tokenizer.convert_tokens_to_ids([t for t, _ in mask]) for mask in filled]
+            values.append([[(t, p, i) for (t, p), i in zip(mask, row)] for mask, row in zip(filled, ids)])
         except ValueError as err:
             values.append(Refusal(422, "{noun} {i}: " + str(err).replace("{", "{{").replace("}", "}}")))
     return Done(values, pair_lengths(model.tokenizer, texts))
+
+
+# --- the tokenizer's tasks (every backend: a tokenizers.Tokenizer) -----------------------------------------
+
+
+def tokenize(tokenizer: Any, texts: list[str], add_special_tokens: bool = True) -> Done:
+    """Every token of each text: id, its text (the characters it covers; a special token's own text),
+    whether it is special, and its character span (None for special tokens)."""
+    values = []
+    for text, encoding in zip(texts, tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)):
+        rows = []
+        for token_id, token, special, (start, stop) in zip(
+            encoding.ids, encoding.tokens, encoding.special_tokens_mask, encoding.offsets
+        ):
+            if special:
+                rows.append({"id": token_id, "text": token, "special": True, "start": None, "stop": None})
+            else:
+                rows.append({"id": token_id, "text": text[start:stop], "special": False, "start": start,
+                             "stop": stop})  # fmt: skip
+        values.append(rows)
+    return Done(values, [len(row) for row in values])
+
+
+def decode(tokenizer: Any, rows: list[list[int]], skip_special_tokens: bool = True) -> Done:
+    """The text of each row of token ids."""
+    vocab = tokenizer.get_vocab_size()
+    values: list[Any] = []
+    for row in rows:
+        if row and max(row) >= vocab:
+            values.append(Refusal(422, f"{{noun}} {{i}} holds token id {max(row)}; the vocabulary has {vocab}"))
+        else:
+            values.append(tokenizer.decode(row, skip_special_tokens=skip_special_tokens))
+    return Done(values, [len(row) for row in rows])
+
+
+TOKENIZER_TASKS: dict[str, TaskFn] = {"tokenize": tokenize, "decode": decode}
+
+
+def whole_texts(tokenizer: Any) -> Any:
+    """A copy of a ``tokenizers.Tokenizer`` that takes whole texts (no truncation, no padding): token
+    counts and ``tokenize`` see every token, whatever the last call set on the original."""
+    copy = type(tokenizer).from_str(tokenizer.to_str())
+    copy.no_truncation()
+    copy.no_padding()
+    return copy
