@@ -32,8 +32,8 @@ MASKED = "paris is the [MASK] of france."
 
 @pytest.fixture(scope="module")
 def embedder():
-    """The real all-MiniLM-L6-v2 directory; its served id is the --model value, the directory's path."""
-    with serve(minilm.get_model_path(), api_key=KEY) as srv:
+    """The real all-MiniLM-L6-v2 directory, the model in its own process; its served id is the --model value."""
+    with serve(minilm.get_model_path(), api_key=KEY, model_process=True) as srv:  # as a user serves it
         yield srv
 
 
@@ -144,7 +144,8 @@ def test_openai_embeddings_float_base64_dimensions(embedder, model_id):
     default = client.embeddings.create(model=model_id, input=TEXTS)  # the SDK asks for base64
     np.testing.assert_allclose([d.embedding for d in default.data], expected, atol=1e-5, rtol=0)
     assert [d.index for d in default.data] == [0, 1, 2]
-    assert default.usage.prompt_tokens > 0 and default.usage.total_tokens == default.usage.prompt_tokens
+    tokens = sum(map(len, ours(embedder.url, "/tokenize", {"inputs": TEXTS})))  # special tokens included
+    assert (default.usage.prompt_tokens, default.usage.total_tokens) == (tokens, tokens)
     floats = client.embeddings.create(model=model_id, input=TEXTS, encoding_format="float")
     np.testing.assert_allclose([d.embedding for d in floats.data], expected, atol=1e-5, rtol=0)
     one = client.embeddings.create(model=model_id, input=TEXTS[0])
@@ -174,7 +175,9 @@ def test_openai_errors(embedder, model_id):
         openai_client(embedder.url, key="wrong-key").embeddings.create(model=model_id, input="a")
     with pytest.raises((openai.UnprocessableEntityError, openai.BadRequestError)) as raised:
         openai_client(embedder.url).embeddings.create(model=model_id, input="")
-    assert "empty" in str(raised.value).lower()
+    assert raised.value.param == "input"  # the SDK reads our error body's param
+    message = str(raised.value).lower()
+    assert "empty" in message or "at least 1 character" in message
 
 
 # --- huggingface_hub ------------------------------------------------------------------------------------
