@@ -99,7 +99,7 @@ class Routes:
         config = self.config
         body = {**self.service.info, "model": config.model, "long_documents": config.long_documents,
                 "limits": {name: getattr(config, name) for name in LIMITS},
-                "auth": self.service.api_key is not None}  # fmt: skip
+                "auth": self.service.api_key is not None, **self.service.thread_state()}  # fmt: skip
         return {name: body.get(name) for name in InfoResponse.model_fields}
 
 
