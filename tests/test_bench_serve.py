@@ -13,6 +13,7 @@ pytest.importorskip("fastapi")
 from neobert.benchmarks.serve import (
     Cell,
     ServeBenchConfig,
+    calls_by_threads,
     markdown,
     merged_counts,
     overload_goals,
@@ -23,6 +24,7 @@ from neobert.benchmarks.serve import (
     run_serve_bench,
     speedups,
     thread_ratios,
+    threads_used,
 )
 from neobert.serving import ServeConfig
 from neobert.serving.server import BackgroundServer
@@ -147,6 +149,19 @@ def test_thread_comparison_report():
     assert "default: 2 thread(s): measured | 1 thread(s): measured" in text and "4 text(s) per request" in text
     with pytest.raises(ValueError, match="compare_threads"):
         ServeBenchConfig(compare_threads=[0])
+
+
+def test_threads_used_per_cell_from_the_servers_metric():
+    """A cell's ``threads``: the counts its model calls ran on, from ``neobert_model_calls{threads}``."""
+    text = ("# HELP neobert_model_calls_total Model calls by the torch threads they ran on\n"
+            'neobert_model_calls_total{threads="1"} 93.0\nneobert_model_calls_total{threads="2"} 12.0\n'
+            'neobert_model_calls_total{threads="unknown"} 4.0\nneobert_model_calls_created{threads="1"} 1.7e9\n')  # fmt: skip
+    before = calls_by_threads(text)
+    assert before == {1: 93.0, 2: 12.0}
+    assert calls_by_threads("neobert_batch_requests_count 3.0") == {}  # an older server: /info's count instead
+    assert threads_used(before, {1: 186.0, 2: 19.0}) == "1: 93%, 2: 7%"
+    assert threads_used(before, {1: 93.0, 2: 40.0}) == "2"
+    assert threads_used({}, {1: 5.0}) == "1" and threads_used(before, before) is None
 
 
 @pytest.mark.slow  # two server processes (each imports torch, transformers and FastAPI)

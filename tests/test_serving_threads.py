@@ -1,12 +1,26 @@
 """The model process's thread count, measured at start (neobert.serving.threads): each measured answer
-forced, the pins, the cache, and /info plus the start-up line over real HTTP."""
+forced, the pins, the cache, and /info plus the start-up line over real HTTP; then the count per call under
+load (threads_for_call on every branch, the HTTP side's CPU per text, the service sending each call its
+count, and a real server's per-thread-count metric)."""
 
 from __future__ import annotations
 
 import pytest
 
 from neobert.serving import threads
-from neobert.serving.threads import THREADS_ENV, ThreadChoice, candidates, choose_threads, measure, pick
+from neobert.serving.threads import (
+    PROBE_TEXTS,
+    THREADS_ENV,
+    HttpCost,
+    ThreadChoice,
+    candidates,
+    choice_from_info,
+    choose_threads,
+    measure,
+    pick,
+    thread_info,
+    threads_for_call,
+)
 
 
 def fake_probe(ms: dict[int, float]):
@@ -143,3 +157,216 @@ def test_pinned_threads_in_info(model_dir):
     with serve(model_dir, threads=1) as srv:
         info = call(srv.url, "GET", "/info", key=None)[1]
     assert (info["threads"], info["threads_reason"]) == (1, "pinned by --threads")
+
+
+# --- the count per call under load ---------------------------------------------------------------------
+
+# The issue's probes on a 2-core Xeon (AVX-512 BF16), in ms for PROBE_TEXTS texts
+SMALL = ThreadChoice(2, "measured", {1: 7.0, 2: 5.6}, 2)  # 1.75 and 1.4 ms a text
+NEOBERT = ThreadChoice(2, "measured", {1: 287.0, 2: 168.0}, 2)  # 71.75 and 42 ms a text
+
+
+def test_threads_for_call_without_backlog_or_estimate_keeps_the_start_up_choice():
+    assert PROBE_TEXTS == 4
+    assert threads_for_call(SMALL, 2, backlog=0, http_ms_per_text=1.0) == 2  # one client: lowest latency
+    assert threads_for_call(SMALL, 2, backlog=5, http_ms_per_text=None) == 2  # the HTTP side not measured yet
+    light = ThreadChoice(1, "measured", {1: 7.0, 2: 12.0}, 2)
+    assert threads_for_call(light, 2, backlog=0, http_ms_per_text=0.0) == 1
+
+
+def test_threads_for_call_under_backlog_small_takes_one_thread_neobert_two():
+    # small: 1 thread beside the HTTP side, max(1.75, h), against 2 threads sharing the cores, 1.4 + h
+    assert threads_for_call(SMALL, 2, backlog=1, http_ms_per_text=0.5) == 1  # 1.75 < 1.9
+    assert threads_for_call(SMALL, 2, backlog=31, http_ms_per_text=1.0) == 1  # 1.75 < 2.4
+    assert threads_for_call(SMALL, 2, backlog=1, http_ms_per_text=0.2) == 2  # 1.6 < 1.75: HTTP work is light
+    # the neobert shape: 71.75 against 42 + h
+    assert threads_for_call(NEOBERT, 2, backlog=7, http_ms_per_text=1.0) == 2
+    assert threads_for_call(NEOBERT, 2, backlog=7, http_ms_per_text=100.0) == 1  # HTTP-bound: 100 < 142
+
+
+def test_threads_for_call_each_candidate_can_win_and_ties_take_fewer():
+    four = ThreadChoice(4, "measured", {1: 40.0, 2: 22.0, 3: 16.0, 4: 14.0}, 4)  # 10, 5.5, 4, 3.5 ms a text
+    assert threads_for_call(four, 4, backlog=1, http_ms_per_text=0.1) == 4  # 3.6 against 4 (3 threads)
+    assert threads_for_call(four, 4, backlog=1, http_ms_per_text=1.0) == 3  # max(4, 1) = 4 < 4.5
+    assert threads_for_call(four, 4, backlog=1, http_ms_per_text=5.0) == 3  # max(4, 5) = 5 < 5.5 (2 threads)
+    # the HTTP side is the bottleneck: 2 and 3 threads both cost max(t, 6) = 6, and fewer threads win the tie
+    assert threads_for_call(four, 4, backlog=1, http_ms_per_text=6.0) == 2
+    assert threads_for_call(four, 4, backlog=1, http_ms_per_text=50.0) == 1  # every count: max(t, 50) = 50
+    tie = ThreadChoice(2, "measured", {1: 8.0, 2: 4.0}, 2)  # 2 and 1 ms a text: h = 1 makes both 2 ms
+    assert threads_for_call(tie, 2, backlog=1, http_ms_per_text=1.0) == 1
+    assert threads_for_call(SMALL, 2, backlog=1, http_ms_per_text=-1.0) == 2  # a negative estimate counts as 0
+
+
+def test_threads_for_call_pinned_shared_and_onnx_do_not_adapt(unpinned, monkeypatch):
+    never = fake_probe({})
+    pinned = choose_threads(2, never, cores=2)
+    shared = choose_threads(0, never, cores=8, workers=3)
+    monkeypatch.setattr(threads, "available_cores", lambda: 4)
+    onnx = threads.fixed_threads(0, "ONNX Runtime")
+    monkeypatch.setenv(THREADS_ENV, "1")
+    env = choose_threads(0, never, cores=2)
+    for choice, n in ((pinned, 2), (shared, 2), (onnx, 3), (env, 1)):
+        assert not choice.adapts
+        for backlog in (0, 1, 40):
+            for h in (None, 0.0, 1.0, 1000.0):
+                assert threads_for_call(choice, 2, backlog, h) == n
+    assert SMALL.adapts and NEOBERT.adapts
+
+
+def test_the_choice_crosses_the_process_boundary_through_info():
+    assert choice_from_info(thread_info(SMALL)) == SMALL
+    assert choice_from_info(thread_info(ThreadChoice(1, "pinned by --threads"))) == ThreadChoice(1, "pinned by --threads")
+    assert choice_from_info(thread_info(None)) is None
+    assert choice_from_info({"threads": 2, "threads_reason": "older model process"}).adapts is False
+
+
+def test_http_cost_from_a_sequence_of_updates():
+    cost = HttpCost(alpha=0.2, skip=1)
+    assert cost.ms_per_text is None
+    assert cost.update(5.0, 4) is None  # the first call's CPU includes the server's start: skipped
+    assert cost.update(0.004, 4) == pytest.approx(1.0)  # 4 ms over 4 texts
+    assert cost.update(0.012, 4) == pytest.approx(1.4)  # (0.2 * 12 + 0.8 * 4) / 4
+    # a call weighs by its texts: CPU and texts averaged alike, (0.2 * 8 + 0.8 * 5.6) / (0.2 * 8 + 0.8 * 4)
+    assert cost.update(0.008, 8) == pytest.approx(6.08 / 4.8)
+    assert cost.update(0.5, 0) == pytest.approx(6.08 / 4.8)  # no texts answered: nothing learned
+    assert cost.update(-0.001, 4) == pytest.approx(0.8 * 6.08 / (0.2 * 4 + 0.8 * 4.8))  # clock noise: 0 CPU
+    assert cost.updates == 6
+
+
+class FixedCost(HttpCost):
+    """An HTTP side whose CPU per text is known in advance."""
+
+    def __init__(self, ms: float):
+        super().__init__()
+        self.fixed = ms
+
+    def update(self, cpu_seconds: float, texts: int) -> float:
+        return self.fixed
+
+    @property
+    def ms_per_text(self) -> float:
+        return self.fixed
+
+
+def fake_service(choice: ThreadChoice, **settings):
+    """A Service over a fake model call that records the threads each call was sent, held until released."""
+    import threading
+
+    from neobert.serving import ServeConfig
+    from neobert.serving.service import Service
+
+    sent, release, entered = [], threading.Event(), threading.Event()
+
+    def call(key, texts, *threads):
+        sent.append(threads)
+        entered.set()
+        release.wait(10)
+        return [[0.0]] * len(texts), len(texts), {"long": 0, "truncated": 0}
+
+    info = {"head": "base", "serves": ["embed"], "dimensions": 1, "max_input_tokens": 8, "precision": "fp32",
+            "backend": settings.pop("backend", "torch"), **thread_info(choice)}  # fmt: skip
+    service = Service(ServeConfig(model="fake", **settings), info, call)
+    return service, sent, release, entered
+
+
+def burst(service, release, entered, waiting: int = 3) -> None:
+    """One call held while ``waiting`` requests queue behind it, then all answered."""
+    first = service.submit(("embed",), ["a"])
+    assert entered.wait(10)
+    rest = [service.submit(("embed",), [f"t{i}"]) for i in range(waiting)]
+    release.set()
+    for future in (first, *rest):
+        future.result(10)
+
+
+def test_service_sends_each_call_its_count_from_the_backlog():
+    """One request alone runs on the start-up choice; the three that queued behind it were taken with a
+    backlog (2 others waiting) and run on one thread, the small preset's answer with h = 1 ms."""
+    service, sent, release, entered = fake_service(SMALL)
+    service.http_cost = FixedCost(1.0)
+    try:
+        assert service.adaptive and service.cores == 2
+        burst(service, release, entered)
+        assert sent == [(2,), (1,)]  # the three waiting requests merged into one call
+        counts = {s.labels["threads"]: s.value for m in service.metrics.registry.collect()
+                  if m.name == "neobert_model_calls" for s in m.samples if s.name.endswith("_total")}  # fmt: skip
+        assert counts == {"2": 1.0, "1": 1.0}
+        assert service.thread_state() == {"threads_under_load": 1, "http_ms_per_text": 1.0}
+        assert "while requests wait, per call" in service.startup_line()
+    finally:
+        service.close(10)
+
+
+def test_service_measures_its_cpu_per_text():
+    service, sent, release, _ = fake_service(NEOBERT)
+    release.set()
+    try:
+        assert service.http_ms_per_text is None and service.thread_state()["threads_under_load"] == 2
+        for _ in range(3):
+            service.submit(("embed",), ["x"] * 4).result(10)
+        assert service.http_cost.updates == 3 and service.http_ms_per_text >= 0
+        assert sent == [(2,)] * 3  # no backlog: the start-up choice, sent with each call
+    finally:
+        service.close(10)
+
+
+@pytest.mark.parametrize("settings, why", [
+    ({"threads": 2}, "pinned"), ({"workers": 2}, "several model processes"), ({"backend": "onnx"}, "onnx"),
+    ({"model_process": False}, "in-process"),
+])  # fmt: skip
+def test_service_does_not_adapt_pinned_shared_onnx_or_in_process(settings, why):
+    pinned = settings.get("threads")
+    choice = ThreadChoice(2, "pinned by --threads") if pinned else SMALL
+    service, sent, release, entered = fake_service(choice, **settings)
+    if service.http_cost is not None:
+        service.http_cost = FixedCost(1.0)
+    try:
+        assert not service.adaptive, why
+        burst(service, release, entered)
+        assert all(threads == () for threads in sent)  # the call as before, no count sent
+        assert service.thread_state()["threads_under_load"] == 2
+        assert "while requests wait" not in service.startup_line()
+    finally:
+        service.close(10)
+    assert (service.http_cost is None) == (why == "in-process")
+
+
+def test_a_real_server_counts_its_calls_by_thread_count(unpinned, model_dir):
+    """The model in its own process, the count measured at start (un-pinned; the child inherits it): after
+    a burst of concurrent requests the per-thread-count metric holds every model call."""
+    pytest.importorskip("fastapi")
+    import threading
+
+    from helpers import call
+    from neobert.serving import ServeConfig
+    from neobert.serving.server import BackgroundServer
+    from neobert.serving.service import Service
+
+    service = Service.load(ServeConfig(model=str(model_dir), precision="fp32"))
+    errors = []
+
+    def client(c: int) -> None:
+        for i in range(4):
+            status = call(srv.url, "POST", "/embed", {"texts": [f"text {c} {i}"] * (1 + i % 2)}, key=None)[0]
+            if status != 200:
+                errors.append(status)
+
+    with BackgroundServer(service) as srv:
+        clients = [threading.Thread(target=client, args=(c,)) for c in range(12)]
+        for thread in clients:
+            thread.start()
+        for thread in clients:
+            thread.join()
+        metrics = call(srv.url, "GET", "/metrics", key=None)[1]
+        info = call(srv.url, "GET", "/info", key=None)[1]
+    assert errors == []
+    counts = {int(line.split('"')[1]): float(line.split()[-1]) for line in metrics.splitlines()
+              if line.startswith('neobert_model_calls_total{threads="')}  # fmt: skip
+    batches = next(float(line.split()[-1]) for line in metrics.splitlines()
+                   if line.startswith("neobert_batch_requests_count "))  # fmt: skip
+    cores = threads.available_cores()
+    assert counts and sum(counts.values()) == batches >= 4  # each client's requests follow each other
+    assert set(counts) <= set(candidates(cores))
+    assert info["http_ms_per_text"] is not None and info["http_ms_per_text"] >= 0  # measured after 2+ calls
+    assert info["threads_under_load"] in candidates(cores)
+    assert service.adaptive == info["threads_reason"].startswith("measured at start")

@@ -16,7 +16,9 @@ compete with the server for the same cores. The goals (issue 19) are checked in 
 against each pinned ``--threads`` in one run, batching on, ``rounds`` interleaved rounds (every variant
 started in turn per round, so slow drift on a shared machine touches each alike); each variant's row
 pools its rounds, and the report gives the default's rate over the best pinned one's per concurrency
-(the issue-24 goal: within 5%). ``texts_per_request`` > 1 sends that many texts in each request.
+(the issue-24 goal: within 5%). ``texts_per_request`` > 1 sends that many texts in each request. A cell's
+``threads`` are the counts its model calls ran on (the server's ``neobert_model_calls{threads}``): the
+default adapts them per call to the load.
 """
 
 from __future__ import annotations
@@ -153,7 +155,9 @@ class Cell:
     client_cpu: float | None = None  # cores the load generator used (its CPU seconds / wall seconds)
     server_cpu: float | None = None  # cores the server used, its model processes included
     texts_per_s: float | None = None  # requests/s x texts per request
-    threads: str | None = None  # the server's model threads (from /info), per round: "2/1"
+    # the server's model threads per round ("2/1"): the calls' counts from its metrics ("1: 93%, 2: 7%"
+    # where they varied), else the start-up count from /info (older servers)
+    threads: str | None = None
 
 
 class ServerProcess:
@@ -274,6 +278,32 @@ def merged_counts(metrics_text: str) -> tuple[float, float]:
             if line.startswith(name + " "):
                 values[name] = float(line.split()[1])
     return values.get("neobert_batch_requests_sum", 0.0), values.get("neobert_batch_requests_count", 0.0)
+
+
+def calls_by_threads(metrics_text: str) -> dict[int, float]:
+    """Model calls per thread count so far, from the ``neobert_model_calls{threads}`` counter (empty for a
+    server without it)."""
+    counts: dict[int, float] = {}
+    prefix = 'neobert_model_calls_total{threads="'
+    for line in metrics_text.splitlines():
+        if line.startswith(prefix):
+            label, value = line[len(prefix):].split('"', 1)
+            if label.isdigit():
+                counts[int(label)] = float(value.split()[-1])
+    return counts
+
+
+def threads_used(before: dict[int, float], after: dict[int, float]) -> str | None:
+    """The thread counts of the calls between two scrapes: "2", or each count's share "1: 93%, 2: 7%"
+    (None without calls)."""
+    calls = {n: after[n] - before.get(n, 0.0) for n in after}
+    calls = {n: c for n, c in sorted(calls.items()) if c > 0}
+    total = sum(calls.values())
+    if not total:
+        return None
+    if len(calls) == 1:
+        return str(next(iter(calls)))
+    return ", ".join(f"{n}: {100 * c / total:.0f}%" for n, c in calls.items())
 
 
 def run_cell(
@@ -429,8 +459,10 @@ def measure_threads(config: ServeBenchConfig, texts: list[str]) -> tuple[list[Ce
                 run_cell(server.port, max(config.concurrency), texts, min(2.0, config.duration), 200,
                          per_request=config.texts_per_request)  # warm-up  # fmt: skip
                 for c in config.concurrency:
+                    before = calls_by_threads(server.metrics())
                     cell = measured_cell(server, config, texts, True, c, label=label)
-                    cell.threads = str(info.get("threads"))
+                    used = threads_used(before, calls_by_threads(server.metrics()))
+                    cell.threads = used or str(info.get("threads"))
                     runs.setdefault((pinned, c), []).append(cell)
             finally:
                 server.stop()
@@ -507,8 +539,9 @@ def threads_markdown(results: dict) -> list[str]:
                        if label == "default")  # fmt: skip
     return [
         f"Thread counts, batching on, {config['texts_per_request']} text(s) per request, "
-        f"{config['rounds']} interleaved round(s) pooled (`threads`: each round's count). What the default chose, "
-        f"per round: {chosen}.",
+        f"{config['rounds']} interleaved round(s) pooled (`threads`: per round, the counts the model calls ran on, "
+        f"from the server's metrics, with each count's share of the calls where they varied). What the default "
+        f"chose at start, per round: {chosen}.",
         "",
         markdown_table(header, rows, align="llrrrrrrrrr"),
     ]

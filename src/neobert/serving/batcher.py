@@ -2,7 +2,9 @@
 
 A worker takes the oldest request, then (with merging on) every request already waiting with the same
 task and options, up to ``max_texts`` texts; runs them as one model call (which cuts its rows into
-token-budgeted batches); and hands each caller exactly its own rows. A full queue refuses at once
+token-budgeted batches); and hands each caller exactly its own rows. During the call, :meth:`Batcher.backlog`
+(in the worker's thread) says how many other requests were waiting when its batch was taken (the model's
+thread count under load depends on it, :func:`neobert.serving.threads.threads_for_call`). A full queue refuses at once
 (:class:`QueueFull`) instead of growing a backlog.
 """
 
@@ -57,6 +59,7 @@ class Batcher:
         self._waiting: deque[Job] = deque()
         self._ready = threading.Condition()
         self._closed = False
+        self._local = threading.local()  # per worker thread: the backlog of the batch it runs
         self._threads = [
             threading.Thread(target=self._loop, name=f"neobert-model-{i}", daemon=True)
             for i in range(workers)
@@ -70,6 +73,11 @@ class Batcher:
 
     def depth(self) -> int:
         return len(self._waiting)
+
+    def backlog(self) -> int:
+        """In a worker thread during a model call: the requests that were waiting, besides the oldest, when
+        the call's batch was taken (merged into it or not); 0 elsewhere."""
+        return getattr(self._local, "backlog", 0)
 
     def full(self) -> bool:
         """Whether the queue is at its limit; no lock: the answer may be a moment old (:meth:`submit`
@@ -111,6 +119,7 @@ class Batcher:
                 self._ready.wait()
             if not self._waiting:
                 return []
+            self._local.backlog = len(self._waiting) - 1
             first = self._waiting.popleft()
             jobs, texts = [first], len(first.texts)
             if self._merge:

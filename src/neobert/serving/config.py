@@ -40,7 +40,8 @@ class ServeConfig:
     # the model runs in a process of its own beside the HTTP process, so request handling (refusals
     # included) never takes the model's GIL; off: a thread of the HTTP process
     model_process: bool = True
-    # the model's threads; 0: measured at start for this model and machine (or $NEOBERT_SERVE_THREADS)
+    # the model's threads; 0: measured at start for this model and machine, then fitted per call to the
+    # load (docs/serving.md, Threads); N, or $NEOBERT_SERVE_THREADS: pinned
     threads: int = 0
     batching: bool = True  # merge requests that arrive together (off: one request per model call)
     max_batch_tokens: int = 4096  # padded tokens per forward batch (the CPU optimum of `bench encode`)

@@ -50,6 +50,12 @@ class ServiceMetrics:
         self.tokens_per_second = Gauge(
             "neobert_tokens_per_second", "Tokens per second of the latest model call", registry=registry
         )
+        self.calls_by_threads = Counter(
+            "neobert_model_calls",
+            "Model calls by the torch threads they ran on (the default adapts them to the load)",
+            ["threads"],
+            registry=registry,
+        )
         self.long_texts = Counter(
             "neobert_long_texts",
             "Texts longer than the model window, by policy",

@@ -170,7 +170,7 @@ class Routes:
         config, info = self.config, self.service.info
         body = {**info, "model": config.model, "long_documents": config.long_documents,
                 "limits": {name: getattr(config, name) for name in LIMITS},
-                "auth": self.service.api_key is not None,
+                "auth": self.service.api_key is not None, **self.service.thread_state(),
                 "model_id": config.model, "model_sha": None,
                 "model_dtype": {"bf16": "bfloat16", "fp32": "float32"}.get(info["precision"], info["precision"]),
                 "max_concurrent_requests": config.max_queue, "max_input_length": info["max_input_tokens"],

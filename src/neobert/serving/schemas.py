@@ -355,6 +355,17 @@ class InfoResponse(BaseModel):
     labels: list[str] | None
     threads: int | None = Field(description="the model's threads per model process, chosen at start")
     threads_reason: str | None = Field(description="why: pinned (--threads, the environment) or measured")
+    threads_under_load: int | None = Field(
+        default=None,
+        description="the model's threads for a call taken while other requests wait: measured defaults pick "
+        "per call from the start-up probe and http_ms_per_text; pinned counts, several model processes and "
+        "ONNX keep threads",
+    )
+    http_ms_per_text: float | None = Field(
+        default=None,
+        description="the HTTP process's CPU milliseconds per text answered, measured while serving (model in "
+        "its own process; null before the first calls)",
+    )
     long_documents: str
     limits: dict[str, int | float]
     auth: bool

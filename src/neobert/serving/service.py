@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +26,16 @@ from .batcher import Batcher
 from .config import API_KEY_ENV, ServeConfig
 from .metrics import ServiceMetrics
 from .tasks import TASKS, Backend, Done, pair_lengths, whole_texts
-from .threads import ServingProbe, ThreadChoice, choose_threads, thread_info
+from .threads import (
+    HttpCost,
+    ServingProbe,
+    ThreadChoice,
+    available_cores,
+    choice_from_info,
+    choose_threads,
+    thread_info,
+    threads_for_call,
+)
 from .worker import WorkerPool
 
 log = logging.getLogger(__name__)
@@ -78,14 +89,22 @@ class Model(Backend):
         return self._whole
 
 
-# call(key, texts) -> (one result per text, tokens computed, {"long", "truncated"} counts)
+# call(key, texts[, threads]) -> (one result per text, tokens computed, {"long", "truncated"} counts); the
+# model processes' call also takes the torch threads to run on (Service.adaptive)
 CallFn = Callable[[Hashable, list[Any]], tuple[list[Any], int, dict[str, int]]]
 
 
 class Service:
     """What the HTTP layer talks to: the bounded queue in front of the model workers, the metrics and what
     the model serves (``info``, from the model process). It holds no tokenizer: token counts come back
-    from the model with the results."""
+    from the model with the results.
+
+    With the model in its own process, it measures this (HTTP) process's CPU per text answered
+    (``http_cost``) and, where the start-up thread count was measured (``threads.adapts``: one model
+    process, torch, not pinned), sends each model call the count :func:`.threads.threads_for_call` picks
+    for it: the start-up choice with no request waiting, the cheapest probed count beside the HTTP work
+    under a backlog. ``neobert_model_calls{threads}`` counts the calls by the count they ran on.
+    """
 
     def __init__(
         self,
@@ -102,6 +121,14 @@ class Service:
         self.api_key = config.api_key or os.environ.get(API_KEY_ENV) or None
         self._call, self._close_workers, self.alive = call, close_workers, alive
         self.pool: WorkerPool | None = None  # the model processes, where the model runs in processes
+        self.threads = choice_from_info(info)  # the model's start-up thread count and its probe
+        # this process's CPU per text answered, measured where the model runs elsewhere (in-process, the
+        # model's own CPU would count)
+        self.http_cost = HttpCost() if config.model_process else None
+        self.adaptive = bool(config.model_process and config.workers == 1 and info.get("backend") == "torch"
+                             and self.threads is not None and self.threads.adapts)  # fmt: skip
+        self.cores = (self.threads.cores if self.threads is not None else None) or available_cores()
+        self._cpu_mark, self._cost_lock = time.process_time(), threading.Lock()
         self.batcher = Batcher(
             self.run,
             max_queue=config.max_queue,
@@ -135,6 +162,9 @@ class Service:
         """What ``neobert serve`` prints once the model is up: what is served, how, and the threads chosen."""
         c, info = self.config, self.info
         threads = f"{info.get('threads')} model thread(s): {info.get('threads_reason')}"
+        if self.adaptive:
+            threads += ("; while requests wait, per call the probed count that is fastest beside this "
+                        "process's measured CPU per text")  # fmt: skip
         return (
             f"serving {c.model} ({self.head} head: {', '.join(self.tasks)}; {info['backend']} "
             f"{info['precision']}; {threads}) on http://{c.host}:{c.port}  (batching "
@@ -144,13 +174,48 @@ class Service:
         )
 
     def run(self, key: Hashable, texts: list[Any]) -> tuple[list[Any], int]:
-        """One model call through the workers, with the long-document counts recorded."""
-        results, tokens, counts = self._call(key, texts)
+        """One model call through the workers (on the threads :meth:`call_threads` picks, where they adapt),
+        with the long-document counts, the thread count and this process's CPU per text recorded."""
+        threads = self.call_threads(self.batcher.backlog())
+        if self.adaptive:
+            results, tokens, counts = self._call(key, texts, threads)
+        else:
+            results, tokens, counts = self._call(key, texts)
+        self._answered(len(texts))
+        self.metrics.calls_by_threads.labels("unknown" if threads is None else str(threads)).inc()
         if counts["long"]:
             self.metrics.long_texts.labels(self.config.long_documents).inc(counts["long"])
         if counts["truncated"]:
             self.metrics.truncated.inc(counts["truncated"])
         return results, tokens
+
+    def call_threads(self, backlog: int) -> int | None:
+        """The model's threads for a call whose batch was taken with ``backlog`` other requests waiting."""
+        if self.threads is None:
+            return None
+        if not self.adaptive:
+            return self.threads.threads
+        return threads_for_call(self.threads, self.cores, backlog, self.http_ms_per_text)
+
+    @property
+    def http_ms_per_text(self) -> float | None:
+        """This process's CPU milliseconds per text answered, so far (None: in-process, or not yet)."""
+        return None if self.http_cost is None else self.http_cost.ms_per_text
+
+    def thread_state(self) -> dict[str, Any]:
+        """The ``/info`` fields that change while serving: the count a call taken under a backlog runs on
+        now, and the HTTP side's CPU per text it is decided from."""
+        ms = self.http_ms_per_text
+        return {"threads_under_load": self.call_threads(1), "http_ms_per_text": None if ms is None else round(ms, 3)}
+
+    def _answered(self, texts: int) -> None:
+        """After a model call: this process's CPU since the last one, over the texts this one answered."""
+        if self.http_cost is None:
+            return
+        with self._cost_lock:
+            now = time.process_time()
+            cpu, self._cpu_mark = now - self._cpu_mark, now
+            self.http_cost.update(cpu, texts)
 
     def submit(self, key: tuple, texts: list[Any]):
         return self.batcher.submit(key, texts)

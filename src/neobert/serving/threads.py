@@ -14,6 +14,16 @@ they take from the HTTP side.
 ``--threads N`` pins it; so does ``NEOBERT_SERVE_THREADS=N`` for a whole process tree (the test suite pins
 1). The choice is cached per process and model shape; ``/info`` and the start-up line say what was chosen
 and why. Every branch is a plain function that tests force (tests/test_serving_threads.py).
+
+Per call, under load (:func:`threads_for_call`): no single count is best at every load for a fast model
+(issue 24: the ``small`` preset on a 2-core Xeon serves 1 client best on two threads, 32 clients best on
+one). With one client the HTTP process idles while the model runs; with requests waiting, it parses,
+encodes and answers them while the model runs, and a model that takes every core makes the two fight. So
+with the model in its own process, the HTTP process measures its own CPU per text answered
+(:class:`HttpCost`), and each model call taken while other requests wait runs on the probe's count that
+is cheapest once that HTTP work is counted: a count that takes every core adds it, one that leaves a core
+free runs beside it. Without a backlog, or before the HTTP side is measured, the start-up choice. Pinned
+counts, several model processes and ONNX Runtime do not adapt (they carry no probe timings).
 """
 
 from __future__ import annotations
@@ -42,6 +52,13 @@ class ThreadChoice:
     threads: int
     reason: str
     timings_ms: dict[int, float] = field(default_factory=dict)
+    cores: int | None = None  # the cores the probe divided (measured choices only)
+
+    @property
+    def adapts(self) -> bool:
+        """Whether calls under load may run on another count (:func:`threads_for_call`): only a measured
+        choice (pinned counts, shared cores and ONNX Runtime carry no timings)."""
+        return len(self.timings_ms) > 1
 
 
 def available_cores() -> int:
@@ -86,7 +103,7 @@ def choose_threads(
     chosen = pick(timings)
     shown = ", ".join(f"{n}: {ms:.0f} ms" for n, ms in timings.items())
     choice = ThreadChoice(chosen, f"measured at start (one batch of {PROBE_TEXTS} short texts; {shown}; "
-                                  f"more threads must be {MARGIN}x faster)", timings)  # fmt: skip
+                                  f"more threads must be {MARGIN}x faster)", timings, cores)  # fmt: skip
     if key is not None:
         _CACHE[(key, cores)] = choice
     return choice
@@ -141,10 +158,69 @@ def _probe_options(model: Any, task: str) -> tuple:
 
 
 def thread_info(choice: ThreadChoice | None) -> dict[str, Any]:
-    """The ``/info`` fields of a choice."""
+    """The ``/info`` fields of a choice, and what the HTTP process needs to rebuild it
+    (:func:`choice_from_info`)."""
     if choice is None:
         return {"threads": None, "threads_reason": None}
-    return {"threads": choice.threads, "threads_reason": choice.reason}
+    return {"threads": choice.threads, "threads_reason": choice.reason, "threads_timings_ms": choice.timings_ms,
+            "threads_cores": choice.cores}  # fmt: skip
+
+
+def choice_from_info(info: dict[str, Any]) -> ThreadChoice | None:
+    """The model process's choice, from its info (:func:`thread_info`)."""
+    if info.get("threads") is None:
+        return None
+    timings = {int(n): float(ms) for n, ms in (info.get("threads_timings_ms") or {}).items()}
+    return ThreadChoice(int(info["threads"]), str(info.get("threads_reason")), timings, info.get("threads_cores"))
+
+
+def threads_for_call(choice: ThreadChoice, cores: int, backlog: int, http_ms_per_text: float | None) -> int:
+    """The model's threads for one call: ``choice.threads`` without a ``backlog`` (no other request was
+    waiting when the call's batch was taken), before the HTTP side's CPU per text is known, or for a
+    choice that does not adapt (:attr:`ThreadChoice.adapts`). With a backlog, each probed count ``n`` is
+    costed per text from the probe (``t(n) = timings_ms[n] / PROBE_TEXTS``) and ``h = http_ms_per_text``:
+    taking every core, the HTTP work shares them (``t(n) + h``); leaving a core free, it runs beside the
+    model (``max(t(n), h)``). The cheapest wins; a tie goes to fewer threads."""
+    if not choice.adapts or backlog <= 0 or http_ms_per_text is None:
+        return choice.threads
+    h = max(0.0, http_ms_per_text)
+
+    def cost(n: int) -> float:
+        t = choice.timings_ms[n] / PROBE_TEXTS
+        return t + h if n >= cores else max(t, h)
+
+    return min(choice.timings_ms, key=lambda n: (cost(n), n))
+
+
+class HttpCost:
+    """The HTTP process's CPU milliseconds per text answered, while serving: :meth:`update` after each
+    model call with the process CPU seconds spent since the last update and the texts the call answered.
+    An exponentially weighted ratio of sums (CPU and texts are averaged alike, so a call weighs by its
+    texts); the first ``skip`` updates only start it (their CPU includes the server's start)."""
+
+    def __init__(self, alpha: float = 0.2, skip: int = 1):
+        self.alpha, self.skip = alpha, skip
+        self._cpu: float | None = None
+        self._texts = 0.0
+        self.updates = 0
+
+    def update(self, cpu_seconds: float, texts: int) -> float | None:
+        """Add one call; the estimate after it (None while there is none)."""
+        self.updates += 1
+        if self.updates <= self.skip or texts <= 0:
+            return self.ms_per_text
+        cpu = max(0.0, cpu_seconds)
+        if self._cpu is None:
+            self._cpu, self._texts = cpu, float(texts)
+        else:
+            a = self.alpha
+            self._cpu = a * cpu + (1 - a) * self._cpu
+            self._texts = a * texts + (1 - a) * self._texts
+        return self.ms_per_text
+
+    @property
+    def ms_per_text(self) -> float | None:
+        return None if self._cpu is None else self._cpu / self._texts * 1e3
 
 
 def fixed_threads(threads: int, why: str) -> ThreadChoice:

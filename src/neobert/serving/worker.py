@@ -6,7 +6,8 @@ from the model thread between its kernels; under a storm of clients that retry a
 refusals starves the model (docs/serving.md measures it). Here the HTTP process keeps the queue, the
 limits and every refusal; a model process only ever sees merged batches, over a pipe:
 
-    parent -> child   (key, texts)                      one model call (texts may be (query, doc) pairs)
+    parent -> child   (key, texts, threads)             one model call (texts may be (query, doc) pairs) on
+                                                        ``threads`` torch threads (None: as they are)
     child -> parent   ("ok", results, tokens, counts)   or ("error", "Type: message")
 
 A child loads the model with ``load(config)`` (a picklable function, e.g. ``Model.load``) and answers
@@ -60,12 +61,22 @@ def _main(fd: int) -> None:
             return
         if message is None:
             return
-        key, texts = message
+        key, texts, threads = message
         try:
+            if threads is not None:
+                _set_threads(threads)
             conn.send(("ok", *model.call(key, texts)))
         except Exception as err:
             traceback.print_exc()  # the server log (the child shares the parent's stderr)
             conn.send(("error", f"{type(err).__name__}: {err}"))
+
+
+def _set_threads(threads: int) -> None:
+    """The torch thread count for the next call (changed only when it differs: the call is per batch)."""
+    import torch
+
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 class ModelProcess:
@@ -100,9 +111,11 @@ class ModelProcess:
             raise (ValueError if user_error else ModelProcessError)(message)
         return payload[0]
 
-    def call(self, key: Hashable, texts: list[Any]) -> tuple[list[Any], int, dict[str, int]]:
+    def call(
+        self, key: Hashable, texts: list[Any], threads: int | None = None
+    ) -> tuple[list[Any], int, dict[str, int]]:
         try:
-            self.conn.send((key, texts))
+            self.conn.send((key, texts, threads))
             status, *payload = self.conn.recv()
         except (EOFError, OSError) as err:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -148,12 +161,15 @@ class WorkerPool:
         for process in self.processes:
             self._idle.put(process)
 
-    def call(self, key: Hashable, texts: list[Any]) -> tuple[list[Any], int, dict[str, int]]:
+    def call(
+        self, key: Hashable, texts: list[Any], threads: int | None = None
+    ) -> tuple[list[Any], int, dict[str, int]]:
+        """One model call on an idle process, on ``threads`` torch threads (None: the process's current)."""
         process = self._idle.get()
         try:
             if not process.alive():
                 process = self._replace(process)
-            return process.call(key, texts)
+            return process.call(key, texts, threads)
         except ModelProcessGone:
             process = self._replace(process)
             raise
