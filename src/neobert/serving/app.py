@@ -15,7 +15,8 @@ from fastapi import FastAPI
 
 from .errors import add_error_handlers
 from .middleware import Guard
-from .routes import MODEL_ROUTES, SERVICE_ROUTES, add_routes
+from .routes import LIMITS, MODEL_ROUTES, SERVICE_ROUTES, add_routes
+from .schemas import state_limits
 
 
 def create_app(service: Any) -> FastAPI:
@@ -36,6 +37,14 @@ def create_app(service: Any) -> FastAPI:
         redoc_url=None,
     )
     add_routes(app, service)
+    limits = {name: getattr(service.config, name) for name in LIMITS}
+
+    def openapi() -> dict[str, Any]:  # FastAPI's schema, with this model's and these limits' bounds stated
+        if app.openapi_schema is None:
+            app.openapi_schema = state_limits(FastAPI.openapi(app), limits, service.info)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     add_error_handlers(app, service)
     app.add_middleware(Guard, service=service, model_paths=dict(MODEL_ROUTES),
                        paths=(*MODEL_ROUTES, *SERVICE_ROUTES))  # fmt: skip

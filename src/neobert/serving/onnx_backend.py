@@ -90,7 +90,7 @@ class OnnxModel(Backend):
         """What the export is and serves (plain data, so it crosses processes)."""
         mask = self.encoder.config.get("mask_token")
         return {**self.capabilities.info(), "backend": "onnx", "precision": self.encoder.variant,
-                "mask_token": mask, **thread_info(self.threads)}  # fmt: skip
+                "mask_token": mask, "vocab_size": self._counter.get_vocab_size(), **thread_info(self.threads)}  # fmt: skip
 
     def lengths(self, texts: list[Any]) -> list[int]:
         with self._lock:

@@ -45,11 +45,14 @@ from .schemas import (
     ModelList,
     OpenAIEmbeddingRequest,
     OpenAIEmbeddingResponse,
+    Parameters,
     PredictRequest,
     RerankBody,
     RerankRequest,
     RerankResponse,
-    RootRequest,
+    RootFillMaskRequest,
+    RootPredictRequest,
+    RootTokensRequest,
     TEIEmbedAllRequest,
     TEIEmbedRequest,
     TEIPrediction,
@@ -66,9 +69,6 @@ from .tasks import Refusal
 MODEL_ROUTES: dict[str, str] = {}  # path -> the model task it needs (filled by Routes.model_route)
 SERVICE_ROUTES = ("/info", "/health", "/metrics", "/v1/models")
 LIMITS = ("max_texts", "max_chars", "max_queue", "max_batch_texts", "max_batch_tokens", "max_body_bytes")
-# POST / answers as the Inference API does for the model's head (what huggingface_hub's InferenceClient sends)
-ROOT_TASKS = {"base": "embed", "mlm": "fill-mask", "sequence-classification": "predict",
-              "token-classification": "tokens"}  # fmt: skip
 
 
 class Routes:
@@ -315,13 +315,14 @@ def add_rerank_routes(routes: Routes) -> None:
     config = routes.config
 
     async def scores(query: str, documents: list[str], field: str, truncate: bool, raw: bool = False,
-                     direction: str = "right") -> list[float]:  # fmt: skip
+                     direction: str = "right") -> tuple[list[float], int]:  # fmt: skip
+        """Each document's score against the query, and the tokens the pairs took."""
         routes.require("rerank")
         routes.check_text(query, "query", "the query")
         routes.check_texts(documents, field)
         pairs = [(query, d) for d in documents]
         answers = await routes.run("rerank", pairs, field, truncate, raw, direction, noun="query + document")
-        return [score for score, _ in answers]
+        return [score for score, _ in answers], sum(length for _, length in answers)
 
     def ranked(scores: list[float], top_n: int | None) -> list[int]:
         return sorted(range(len(scores)), key=lambda i: -scores[i])[:top_n]
@@ -342,13 +343,13 @@ def add_rerank_routes(routes: Routes) -> None:
         ``documents`` -> ``{"results", "model"}``; text-embeddings-inference's: ``texts`` -> a list of
         ``{index, score, text?}`` (``raw_scores``: the logit)."""
         if isinstance(request, TEIRerankRequest):
-            relevance = await scores(request.query, request.texts, "texts", request.truncate,
-                                     request.raw_scores, side(request.truncation_direction))  # fmt: skip
+            relevance, _ = await scores(request.query, request.texts, "texts", request.truncate,
+                                        request.raw_scores, side(request.truncation_direction))  # fmt: skip
             items = [{"index": i, "score": relevance[i], **({"text": request.texts[i]} if request.return_text
                                                              else {})} for i in ranked(relevance, None)]  # fmt: skip
             return JSONResponse(items)
         assert isinstance(request, RerankRequest)
-        relevance = await scores(request.query, request.documents, "documents", request.truncate)
+        relevance, _ = await scores(request.query, request.documents, "documents", request.truncate)
         return JSONResponse({"results": results(request, request.documents, relevance),
                              "model": request.model or config.model})  # fmt: skip
 
@@ -359,12 +360,12 @@ def add_rerank_routes(routes: Routes) -> None:
             """Cohere's and Jina's rerank: ``documents`` (texts or ``{"text"}``), ``top_n``,
             ``return_documents`` -> ``results[].relevance_score``, most relevant first."""
             documents = [d if isinstance(d, str) else d.text for d in request.documents]
-            relevance = await scores(request.query, documents, "documents", request.truncate)
+            relevance, tokens = await scores(request.query, documents, "documents", request.truncate)
             return JSONResponse({
                 "id": uuid.uuid4().hex, "results": results(request, documents, relevance),
                 "model": request.model or config.model,
                 "meta": {"api_version": {"version": api}, "billed_units": {"search_units": 1}},
-                "usage": {"total_tokens": 0},
+                "usage": {"total_tokens": tokens},
             })  # fmt: skip
 
 
@@ -386,50 +387,73 @@ def add_tokenizer_routes(routes: Routes) -> None:
 
 
 def add_root_route(routes: Routes) -> None:
-    service = routes.service
-    task = ROOT_TASKS[service.head]
+    """``POST /`` by the model's head, in the Inference API's shape (what huggingface_hub's InferenceClient
+    sends and parses); its request schema is the head's."""
+    task, body = ROOT[routes.service.head]
+    answer = ROOT_ANSWERS[task]
 
-    @routes.model_route("/", task, Any)
-    async def root(request: RootRequest) -> Response:
-        """By the model's head, in the Inference API's shape (what huggingface_hub's InferenceClient sends
-        and parses): a base encoder embeds (TEI's ``/embed``: a list of vectors); an MLM fills masks
-        (``[{sequence, score, token, token_str}]``); a sequence classifier gives every label's score, best
-        first, a list per input (``parameters``: ``top_k``, ``function_to_apply``); a token classifier
-        gives entities ``[{entity_group, score, word, start, end}]``."""
-        parameters = request.parameters
-        if task == "embed":
-            items = routes.prompted(as_items(request.inputs), request.prompt_name)
-            vectors, _ = await routes.vectors(items, "inputs", request.truncate, request.normalize,
-                                              request.dimensions, side(request.truncation_direction))  # fmt: skip
-            return JSONResponse(vectors.tolist())
-        texts, single = text_inputs(request.inputs, pairs=task == "predict")
-        top_k = parameters.top_k if parameters else None
-        if task == "predict":
-            function = (parameters.function_to_apply if parameters else None) or "auto"
-            answers = await routes.run("predict", texts, "inputs", request.truncate, function,
-                                       side(request.truncation_direction))  # fmt: skip
-            return JSONResponse([row[:top_k] for row, _ in answers])
-        if task == "fill-mask":
-            answers = await routes.run("fill-mask", texts, "inputs", request.truncate, top_k or 5)
-            rows = [[filled(text, mask, service.info["mask_token"]) for mask in row]
-                    for text, (row, _) in zip(texts, answers)]  # fmt: skip
-            rows = [row[0] if len(row) == 1 else row for row in rows]
-            return JSONResponse(rows[0] if single else rows)
-        answers = await routes.run("tokens", texts, "inputs", request.truncate)
-        rows = [[{"entity_group": e["label"], "score": e["score"], "word": e["text"], "start": e["start"],
-                  "end": e["end"]} for e in row] for row, _ in answers]  # fmt: skip
-        return JSONResponse(rows[0] if single else rows)
+    async def root(request: Any) -> Response:
+        return await answer(routes, request)
+
+    root.__annotations__ = {"request": body, "return": Response}
+    root.__doc__ = answer.__doc__
+    routes.model_route("/", task, Any)(root)
+
+
+async def root_embed(routes: Routes, request: TEIEmbedRequest) -> Response:
+    """A base encoder embeds (TEI's ``/embed``): a list of vectors."""
+    items = routes.prompted(as_items(request.inputs), request.prompt_name)
+    vectors, _ = await routes.vectors(items, "inputs", request.truncate, request.normalize,
+                                      request.dimensions, side(request.truncation_direction))  # fmt: skip
+    return JSONResponse(vectors.tolist())
+
+
+async def root_predict(routes: Routes, request: RootPredictRequest) -> Response:
+    """A sequence classifier: every label's score, best first, a list per input (``parameters``:
+    ``top_k``, ``function_to_apply``)."""
+    texts, _ = text_inputs(request.inputs, pairs=True)
+    parameters = request.parameters or Parameters()
+    answers = await routes.run("predict", texts, "inputs", request.truncate, parameters.function_to_apply or
+                               "auto", side(request.truncation_direction))  # fmt: skip
+    return JSONResponse([row[: parameters.top_k] for row, _ in answers])
+
+
+async def root_fill_mask(routes: Routes, request: RootFillMaskRequest) -> Response:
+    """An MLM fills its masks: ``[{sequence, score, token, token_str}]`` (a list per mask where a text has
+    several; a list per text for several texts)."""
+    texts, single = text_inputs(request.inputs, pairs=False)
+    top_k = (request.parameters.top_k if request.parameters else None) or 5
+    answers = await routes.run("fill-mask", texts, "inputs", request.truncate, top_k)
+    mask = routes.service.info["mask_token"]
+    rows = [[filled(text, candidates, mask) for candidates in row] for text, (row, _) in zip(texts, answers)]
+    rows = [row[0] if len(row) == 1 else row for row in rows]
+    return JSONResponse(rows[0] if single else rows)
+
+
+async def root_tokens(routes: Routes, request: RootTokensRequest) -> Response:
+    """A token classifier: entities ``[{entity_group, score, word, start, end}]`` (a list per text)."""
+    texts, single = text_inputs(request.inputs, pairs=False)
+    answers = await routes.run("tokens", texts, "inputs", request.truncate)
+    rows = [[{"entity_group": e["label"], "score": e["score"], "word": e["text"], "start": e["start"],
+              "end": e["end"]} for e in row] for row, _ in answers]  # fmt: skip
+    return JSONResponse(rows[0] if single else rows)
+
+
+ROOT = {"base": ("embed", TEIEmbedRequest), "mlm": ("fill-mask", RootFillMaskRequest),
+        "sequence-classification": ("predict", RootPredictRequest),
+        "token-classification": ("tokens", RootTokensRequest)}  # fmt: skip
+ROOT_ANSWERS = {"embed": root_embed, "predict": root_predict, "fill-mask": root_fill_mask, "tokens": root_tokens}
 
 
 def text_inputs(inputs: Any, pairs: bool) -> tuple[list[Any], bool]:
-    """``inputs`` as texts (and, where ``pairs``, [text, text] pairs), and whether one was given."""
+    """``inputs`` of ``POST /`` as texts (and, where ``pairs``, ``[text, text]`` pairs; ``[text]`` is a text),
+    and whether one was given. A list of texts is a batch here (the Inference API's reading)."""
     if isinstance(inputs, str):
         return [inputs], True
-    items = [x if isinstance(x, str) else (tuple(x) if pairs and len(x) == 2 else None) for x in inputs]
+    items = [x if isinstance(x, str) else (x[0] if len(x) == 1 else tuple(x)) for x in inputs]
     for i, item in enumerate(items):
-        if item is None:
-            raise ServiceError(422, f"inputs[{i}] must be a text{' or a [text, text] pair' if pairs else ''}",
-                               f"inputs[{i}]")  # fmt: skip
+        if isinstance(item, tuple) and not pairs:
+            raise ServiceError(422, f"inputs[{i}] must be a text", f"inputs[{i}]")
     return items, False
 
 

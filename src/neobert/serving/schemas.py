@@ -3,6 +3,7 @@ answers) and document every answer in the OpenAPI schema (``/openapi.json``)."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, StrictBool, StrictStr, Tag
@@ -25,10 +26,17 @@ def _integral(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-Integer = Annotated[int, BeforeValidator(_integral), Field(strict=True)]
+def integer(**bounds: int) -> Any:
+    """A JSON integer (3.0 too) within ``bounds`` (ge, le): the bounds stated in the schema as JSON Schema's."""
+    return Annotated[int, Field(strict=True, **bounds), BeforeValidator(_integral)]
+
+
+
 Text = Annotated[StrictStr, Field(min_length=1)]  # an empty text has nothing to embed, classify or rank
 Texts = Annotated[list[StrictStr], Field(min_length=1)]
-TokenId = Annotated[int, BeforeValidator(_integral), Field(strict=True, ge=0)]
+TokenId = integer(ge=0)
+Positive = integer(ge=1)
+TopK = integer(ge=1, le=100)
 Ids = Annotated[list[TokenId], Field(min_length=1)]
 # a text, or a text as token ids (the model's tokenizer's, special tokens included: what /tokenize gives)
 Inputs = Text | Annotated[list[Text], Field(min_length=1)] | Ids | Annotated[list[Ids], Field(min_length=1)]
@@ -44,14 +52,14 @@ TRUNCATE = Field(
 
 class EmbedRequest(_Request):
     texts: Texts
-    pooling: Literal[POOLING_NAMES] | None = Field(  # type: ignore[valid-type]
+    pooling: Literal[POOLING_NAMES] | None = Field(
         default=None, description="default: the model's; the registry neobert.model.pooling.POOLINGS"
     )
     normalize: StrictBool | None = Field(default=None, description="unit vectors; default: the model's")
     truncate: StrictBool = TRUNCATE
 
 
-DIMENSIONS = Field(default=None, ge=1, description="keep the first N components, then renormalise (sound "
+DIMENSIONS = Field(default=None, description="keep the first N components, then renormalise (sound "
                    "for the widths a Matryoshka model was trained for: /info's matryoshka_dims)")  # fmt: skip
 
 
@@ -59,7 +67,7 @@ class OpenAIEmbeddingRequest(_Lenient):
     input: Inputs = Field(description="a text, texts, or token ids of our tokenizer (special tokens included)")
     model: StrictStr | None = None
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: Integer | None = DIMENSIONS
+    dimensions: Positive | None = DIMENSIONS
     truncate: StrictBool = TRUNCATE
 
 
@@ -73,14 +81,14 @@ MASKED = "every text holds the model's mask token (/info's mask_token)"
 
 class FillMaskRequest(_Request):
     texts: list[Annotated[StrictStr, Field(description=MASKED)]] = Field(min_length=1)
-    top_k: Integer = Field(default=5, ge=1, le=100)
+    top_k: TopK = 5
     truncate: StrictBool = TRUNCATE
 
 
 class RerankRequest(_Request):
     query: StrictStr
     documents: Texts
-    top_n: Integer | None = Field(default=None, ge=1, description="default: every document")
+    top_n: Positive | None = Field(default=None, description="default: every document")
     return_documents: StrictBool = False
     model: StrictStr | None = None
     truncate: StrictBool = TRUNCATE
@@ -98,7 +106,7 @@ class TEIEmbedRequest(_Lenient):
     truncate: StrictBool = TEI_TRUNCATE
     truncation_direction: Direction = DIRECTION
     prompt_name: StrictStr | None = Field(default=None, description="one of /info's prompts")
-    dimensions: Integer | None = DIMENSIONS
+    dimensions: Positive | None = DIMENSIONS
 
 
 class TEIEmbedAllRequest(_Lenient):
@@ -159,20 +167,33 @@ class DecodeRequest(_Lenient):
 
 
 class Parameters(_Lenient):
-    top_k: Integer | None = Field(default=None, ge=1)
+    top_k: Positive | None = None
     function_to_apply: Literal["softmax", "sigmoid", "none"] | None = None
 
 
-class RootRequest(_Lenient):
-    """``POST /``: by the model's head, in the Inference API's shape (what huggingface_hub sends)."""
+class RootFillMaskRequest(_Lenient):
+    """``POST /`` of an MLM (the Inference API's fill-mask)."""
 
-    inputs: Inputs | Annotated[list[Sequence], Field(min_length=1)]
+    inputs: Text | Annotated[list[Text], Field(min_length=1)]
     parameters: Parameters | None = None
-    normalize: StrictBool = True
+    truncate: StrictBool = TEI_TRUNCATE
+
+
+class RootPredictRequest(_Lenient):
+    """``POST /`` of a sequence classifier (the Inference API's text classification)."""
+
+    inputs: Text | Annotated[list[Sequence], Field(min_length=1)]
+    parameters: Parameters | None = None
     truncate: StrictBool = TEI_TRUNCATE
     truncation_direction: Direction = DIRECTION
-    prompt_name: StrictStr | None = None
-    dimensions: Integer | None = DIMENSIONS
+
+
+class RootTokensRequest(_Lenient):
+    """``POST /`` of a token classifier (the Inference API's token classification)."""
+
+    inputs: Text | Annotated[list[Text], Field(min_length=1)]
+    parameters: dict[str, Any] | None = None
+    truncate: StrictBool = TEI_TRUNCATE
 
 
 # --- Cohere's and Jina's rerank (/v1/rerank, /v2/rerank) ---------------------------------------------------
@@ -186,7 +207,7 @@ class CohereRerankRequest(_Lenient):
     query: Text
     documents: Annotated[list[StrictStr | RerankDocumentIn], Field(min_length=1)]
     model: StrictStr | None = None
-    top_n: Integer | None = Field(default=None, ge=1)
+    top_n: Positive | None = None
     return_documents: StrictBool = False
     truncate: StrictBool = TRUNCATE
 
@@ -370,6 +391,7 @@ class InfoResponse(BaseModel):
     limits: dict[str, int | float]
     auth: bool
     mask_token: str | None = Field(description="the token /fill-mask fills")
+    vocab_size: int | None = Field(description="token ids are below it")
     prompts: dict[str, str] = Field(description="prompt_name -> the text put before the input")
     default_prompt_name: str | None
     matryoshka_dims: list[int] = Field(description="the widths `dimensions` may take without a warning")
@@ -385,3 +407,66 @@ class InfoResponse(BaseModel):
     auto_truncate: bool
     tokenization_workers: int | None
     version: str
+
+
+# --- the schema states what this server's model accepts ----------------------------------------------------
+
+TEXT_FIELDS = ("texts", "inputs", "input", "documents", "query", "ids", "text")
+REQUESTS_WITH_TEXTS = ("Request", "RerankDocumentIn")
+
+
+def state_limits(openapi: dict[str, Any], limits: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
+    """``openapi`` (FastAPI's) with what this server's model and limits accept stated: texts per request
+    (``max_texts``) and characters per text (``max_chars``; token ids per text alike), token ids below the
+    vocabulary, ``dimensions`` up to the model's, the prompt names it has, and the mask token a fill-mask
+    text must hold. A client generated from it is refused nothing the schema allows."""
+    models = openapi.get("components", {}).get("schemas", {})
+    for name, model in models.items():
+        if not name.endswith(REQUESTS_WITH_TEXTS):
+            continue
+        for field, prop in model.get("properties", {}).items():
+            if field in TEXT_FIELDS:
+                _bound(prop, limits, info, outer=True)
+                if name in ("FillMaskRequest", "RootFillMaskRequest") and info.get("mask_token"):
+                    _pattern(prop, re.escape(info["mask_token"]))
+            elif field == "dimensions":
+                _each(prop, "integer", lambda n: n.update(maximum=info["dimensions"]))
+            elif field == "prompt_name":
+                prompts = sorted(info.get("prompts") or {})
+                prop.pop("anyOf", None)
+                prop["anyOf"] = [{"type": "string", "enum": prompts}, {"type": "null"}] if prompts else [
+                    {"type": "null"}]  # fmt: skip
+    return openapi
+
+
+def _bound(node: dict[str, Any], limits: dict[str, Any], info: dict[str, Any], outer: bool) -> None:
+    for option in node.get("anyOf", []):
+        _bound(option, limits, info, outer)
+    kind = node.get("type")
+    if kind == "string":
+        node["maxLength"] = limits["max_chars"]
+    elif kind == "integer" and info.get("vocab_size"):
+        node["maximum"] = int(info["vocab_size"]) - 1
+    elif kind == "array":
+        items = node.get("items", {})
+        if items.get("type") == "integer":
+            node["maxItems"] = limits["max_chars"]  # one text's token ids
+        elif outer:
+            node["maxItems"] = limits["max_texts"]
+        _bound(items, limits, info, outer=False)
+
+
+def _each(node: dict[str, Any], kind: str, change: Any) -> None:
+    for option in node.get("anyOf", []):
+        _each(option, kind, change)
+    if node.get("type") == kind:
+        change(node)
+
+
+def _pattern(node: dict[str, Any], pattern: str) -> None:
+    _each(node, "string", lambda n: n.update(pattern=pattern))
+    for option in node.get("anyOf", []):
+        if option.get("type") == "array":
+            _each(option.get("items", {}), "string", lambda n: n.update(pattern=pattern))
+    if node.get("type") == "array":
+        _each(node.get("items", {}), "string", lambda n: n.update(pattern=pattern))

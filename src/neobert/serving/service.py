@@ -73,6 +73,7 @@ class Model(Backend):
         backend, the precision and the threads chosen at start."""
         dtype = next(self.model.parameters()).dtype
         return {**self.capabilities.info(), "backend": "torch", "mask_token": self.tokenizer.mask_token,
+                "vocab_size": self.text_tokenizer().get_vocab_size(),
                 "precision": "bf16" if dtype == torch.bfloat16 else "fp32", **thread_info(self.threads)}  # fmt: skip
 
     def run_task(self, name: str, texts: list[Any], options: list[Any]) -> Done:

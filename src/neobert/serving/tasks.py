@@ -158,7 +158,7 @@ def token_rows(model: Any, items: list[Any], side: str) -> tuple[TokenIds, list[
         rows, _ = long_documents.tokenize_rows(model.model, model.tokenizer, [items[i] for i in texts], settings)
         for i, row, length in zip(texts, rows.ids, rows.report.lengths):
             out[i], lengths[i] = row, length
-    vocab = model.model.config.vocab_size
+    vocab = model.text_tokenizer().get_vocab_size()  # what /info states (check_vocab: within the model's)
     for i, item in enumerate(items):
         if isinstance(item, list):
             lengths[i] = len(item)
