@@ -227,8 +227,9 @@ def load_for_inference(
     splade = splade_dir(source, sparse)
     is_sparse = sparse or splade
     if is_sparse and head != "mlm":
-        raise ValueError(f"SPLADE vectors (--sparse) need a masked-LM head's logits; {source} is served with "
-                         f"the {head} head")  # fmt: skip
+        asked = "--sparse" if sparse else "a SPLADE SparseEncoder directory"
+        raise ValueError(f"{source} is served for SPLADE vectors ({asked}), which need a masked-LM head's "
+                         f"logits; it was loaded with the {head} head")  # fmt: skip
     # a SPLADE directory: sparse vectors only, held to its own max_seq_length as SparseEncoder holds it
     embedding = SPLADE_NO_DENSE if splade else source_embedding(source)
     tok = resolve_tokenizer(source, tokenizer)
