@@ -66,6 +66,12 @@ def test_what_each_head_offers():
         got = describe(_config(labels), "sequence-classification", spec, 128)
         assert got.tasks == ("embed", "embed_all", "classify", "predict", "rerank", "tokenize", "decode")
     assert set(HEAD_TASKS) == set(HEADS)
+    # SPLADE vectors: an MLM used as a sparse model (a SPLADE directory, or --sparse); no other head
+    sparse = describe(_config(), "mlm", spec, 128, sparse=True)
+    assert sparse.tasks == ("embed", "embed_all", "fill-mask", "embed_sparse", "tokenize", "decode") and sparse.sparse
+    assert "--sparse" in describe(_config(), "mlm", spec, 128).info()["not_served"]["embed_sparse"]
+    assert describe(_config(), "base", spec, 128, sparse=True).tasks == ("embed", "embed_all", "tokenize", "decode")
+    assert describe(_config(), "mlm", spec, 128, runtime=("embed", "fill-mask"), sparse=True).tasks == ("embed", "fill-mask")
 
 
 def test_rerank_needs_the_pairs_token_types_where_the_model_reads_them():
@@ -85,7 +91,8 @@ def test_labels_and_info_and_refusals():
     assert info == {"head": "sequence-classification", "serves": ["classify", "predict", "tokenize", "decode"],
                     "model_type": "bert", "dimensions": 32, "max_input_tokens": 77, "pooling": None,
                     "normalize": None, "embedding_settings_from": None, "labels": ["neg", "neu", "pos"],
-                    "prompts": {}, "default_prompt_name": None, "matryoshka_dims": []}  # fmt: skip
+                    "prompts": {}, "default_prompt_name": None, "matryoshka_dims": [],
+                    "not_served": {"embed": "a Dense module is not supported"}}  # fmt: skip
     with pytest.raises(ValueError, match=r"would serve nothing.*Dense"):
         describe(_config(), "base", "a Dense module is not supported", 77)
     assert describe(_config(), "base", EmbeddingSpec("cls", False), 8).info()["pooling"] == "cls"

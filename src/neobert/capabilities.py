@@ -31,14 +31,16 @@ from .encoders import (
 )
 from .inference import label_names
 from .registration import HEADS, declared_head
+from .sparse import is_sparse_dir
 
 # The tasks (service endpoints) each head offers. The encoder inside any head embeds (pooled, and token by
 # token: embed_all); a sequence classifier classifies texts and pairs (predict) and, with one or two labels
 # (a cross-encoder), reranks. A new task is one entry here (and its route and model-side function,
-# docs/architecture.md).
+# docs/architecture.md). An MLM's SPLADE vectors (embed_sparse) are offered where it is used as a sparse model
+# (a SPLADE SparseEncoder directory, or served with --sparse): see ``describe``'s ``sparse``.
 HEAD_TASKS = {
     "base": ("embed", "embed_all"),
-    "mlm": ("embed", "embed_all", "fill-mask"),
+    "mlm": ("embed", "embed_all", "fill-mask", "embed_sparse"),
     "sequence-classification": ("embed", "embed_all", "classify", "predict", "rerank"),
     "token-classification": ("embed", "embed_all", "tokens"),
 }
@@ -61,6 +63,7 @@ class Capabilities:
     labels: tuple[str, ...] | None = None  # classifiers, in id order
     embedding: EmbeddingSpec | None = None  # None: it does not embed (see ``refused``)
     refused: str | None = None  # why it does not embed, where it does not
+    sparse: bool = False  # used as a sparse model: offers embed_sparse (SPLADE vectors of its MLM logits)
 
     def info(self) -> dict[str, Any]:
         """The model's part of ``/info`` (plain data: it crosses processes)."""
@@ -78,7 +81,18 @@ class Capabilities:
             "normalize": spec.normalize if spec else None,
             "embedding_settings_from": spec.declared_by if spec else None,
             "labels": list(self.labels) if self.labels is not None else None,
+            "not_served": self.not_served(),
         }
+
+    def not_served(self) -> dict[str, str]:
+        """The head's tasks this model does not offer, and why (``/info``'s ``not_served``)."""
+        out = {}
+        if "embed" in HEAD_TASKS[self.head] and "embed" not in self.tasks and self.refused:
+            out["embed"] = self.refused
+        if "embed_sparse" in HEAD_TASKS[self.head] and "embed_sparse" not in self.tasks:
+            out["embed_sparse"] = ("not a SPLADE SparseEncoder directory; serve a masked-LM model with --sparse "
+                                   "for its SPLADE vectors")  # fmt: skip
+        return out
 
 
 def describe(
@@ -89,12 +103,14 @@ def describe(
     pair_token_types: bool = True,
     model_type: str | None = None,
     runtime: tuple[str, ...] | None = None,
+    sparse: bool = False,
 ) -> Capabilities:
     """What a model with transformers ``config`` and ``head`` can do. ``embedding``: how it embeds, or why
     it does not (a string), or None (its runtime cannot embed, e.g. a classifier's ONNX graph);
     ``pair_token_types``: whether the runtime passes a pair's token types (ONNX graphs take none, so a
     BERT-style cross-encoder, which reads them, is not offered rerank there); ``runtime``: the tasks the
-    runtime implements (None: every task). Raises ValueError saying why when the model would offer
+    runtime implements (None: every task); ``sparse``: the model is used as a sparse model (a SPLADE
+    directory, or ``--sparse``), so an MLM offers ``embed_sparse``. Raises ValueError saying why when the model would offer
     nothing. ``model_type`` overrides the config's (a plain ``PretrainedConfig`` read from a file loses it)."""
     values = config.to_dict() if hasattr(config, "to_dict") else dict(config)
     spec = embedding if isinstance(embedding, EmbeddingSpec) else None
@@ -104,6 +120,8 @@ def describe(
         if task == "embed" and spec is None:
             continue
         if task == "rerank" and not _reranks(config, values, pair_token_types):
+            continue
+        if task == "embed_sparse" and not sparse:
             continue
         if task in NEEDS and NEEDS[task] not in tasks:
             continue
@@ -123,6 +141,7 @@ def describe(
         labels=tuple(label_names(config)) if classifier else None,
         embedding=spec,
         refused=refused,
+        sparse="embed_sparse" in tasks,
     )
 
 
@@ -141,6 +160,33 @@ def detect_head(source: str | os.PathLike) -> str:
     if path is not None:
         return declared_head(json.loads((path / "config.json").read_text(encoding="utf-8")))
     return declared_head(AutoConfig.from_pretrained(str(source)))
+
+
+SPLADE_NO_DENSE = ("a SPLADE SparseEncoder directory: its vectors are sparse (embed_sparse); dense embeddings "
+                   "(embed) would not be what SparseEncoder computes, so they are not offered")
+
+
+def splade_dir(source: str | os.PathLike, sparse: bool = False) -> bool:
+    """Whether ``source`` is a SPLADE ``SparseEncoder`` directory :func:`neobert.sparse.encode_sparse`
+    reproduces. One with other SPLADE settings raises where ``sparse`` (``--sparse``) is asked for, and is
+    served as a plain model (no ``embed_sparse``) otherwise."""
+    if not Path(source).is_dir():
+        return False
+    try:
+        return is_sparse_dir(source)
+    except ValueError:
+        if sparse:
+            raise
+        return False
+
+
+def _declared_max_length(source: str | os.PathLike) -> int | None:
+    """sentence-transformers' ``max_seq_length`` of a directory (``sentence_bert_config.json``), if any."""
+    settings_file = Path(source) / "sentence_bert_config.json"
+    if not settings_file.is_file():
+        return None
+    value = json.loads(settings_file.read_text(encoding="utf-8")).get("max_seq_length")
+    return int(value) if value else None
 
 
 def source_embedding(source: str | os.PathLike) -> EmbeddingSpec | str:
@@ -165,24 +211,35 @@ class Loaded:
 
 def load_for_inference(
     source: str | os.PathLike, tokenizer: str | os.PathLike | None = None, head: str = "auto",
-    precision: str | None = "auto",
+    precision: str | None = "auto", sparse: bool = False,
 ) -> Loaded:  # fmt: skip
     """Load ``source`` for inference in one call: its head (``auto``: :func:`detect_head`), how it embeds,
     its tokenizer (held to the input length the directory declares, e.g. sentence-transformers'
     ``max_seq_length``, as ``SentenceTransformer`` holds it), the vocabulary check and ``precision``
-    (:func:`neobert.encoders.apply_precision`; None: the weights as loaded, float32, on the padded path)."""
+    (:func:`neobert.encoders.apply_precision`; None: the weights as loaded, float32, on the padded path).
+    ``sparse``: serve the model's SPLADE vectors (``embed_sparse``) though it is not a SPLADE directory (one
+    is served so without asking); it needs a masked-LM head."""
     head = detect_head(source) if head == "auto" else head
     if head not in HEADS:
         raise ValueError(f"unknown head {head!r}; use auto or one of {', '.join(HEADS)}")
     if head == "token-classification" and not Path(source).is_dir():
         raise ValueError(f"a token classifier is served from a fine-tuned model directory, not {source!r}")
-    embedding = source_embedding(source)
+    splade = splade_dir(source, sparse)
+    is_sparse = sparse or splade
+    if is_sparse and head != "mlm":
+        asked = "--sparse" if sparse else "a SPLADE SparseEncoder directory"
+        raise ValueError(f"{source} is served for SPLADE vectors ({asked}), which need a masked-LM head's "
+                         f"logits; it was loaded with the {head} head")  # fmt: skip
+    # a SPLADE directory: sparse vectors only, held to its own max_seq_length as SparseEncoder holds it
+    embedding = SPLADE_NO_DENSE if splade else source_embedding(source)
     tok = resolve_tokenizer(source, tokenizer)
-    if isinstance(embedding, EmbeddingSpec) and embedding.max_length:
-        tok.model_max_length = min(int(tok.model_max_length), embedding.max_length)
+    declared = embedding.max_length if isinstance(embedding, EmbeddingSpec) else None
+    declared = _declared_max_length(source) if splade else declared
+    if declared:
+        tok.model_max_length = min(int(tok.model_max_length), declared)
     model = load_model(source, task=head)
     check_vocab(model, tok)
     if precision is not None:
         apply_precision(model, precision)
     limit = max_positions(model.base_model, tok)
-    return Loaded(model, tok, describe(model.config, head, embedding, limit))
+    return Loaded(model, tok, describe(model.config, head, embedding, limit, sparse=is_sparse))

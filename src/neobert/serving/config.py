@@ -27,6 +27,10 @@ class ServeConfig:
     model: str  # model directory, preset name (random weights) or hub id
     tokenizer: str | None = None  # tokenizer directory (default: the model's; bert-base-uncased for presets)
     head: str = "auto"  # which head to load; auto: the directory's architecture (presets: mlm)
+    # also serve a masked-LM model's SPLADE vectors (POST /embed_sparse); a SPLADE SparseEncoder directory serves them without it
+    sparse: bool = False
+    # refuse (422) a `dimensions` the model was not trained for (not in /info's matryoshka_dims, not its full width) instead of serving it with a Warning header
+    strict_dimensions: bool = False
     host: str = "127.0.0.1"  # address to listen on
     port: int = 8000  # port to listen on (0: a free one)
     # torch, or onnx (ONNX Runtime on a `neobert export onnx` directory); auto: onnx for such a directory
@@ -103,6 +107,8 @@ class ServeConfig:
             raise ServeConfigError(
                 "precision applies to the torch backend; an ONNX export's is its variant (onnx_variant)"
             )
+        if self.onnx and self.sparse:
+            raise ServeConfigError("sparse (SPLADE vectors) needs the torch backend; an ONNX export has no MLM logits")
         if self.api_key is not None and not self.api_key.strip():
             raise ServeConfigError("api_key must not be empty (leave it out to serve without a key)")
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -25,6 +27,7 @@ from typing import Any
 import numpy as np
 from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 
 from .errors import MODEL_ERRORS, ServiceError, documented
@@ -53,8 +56,10 @@ from .schemas import (
     RootFillMaskRequest,
     RootPredictRequest,
     RootTokensRequest,
+    SparseValue,
     TEIEmbedAllRequest,
     TEIEmbedRequest,
+    TEIEmbedSparseRequest,
     TEIPrediction,
     TEIRerankItem,
     TEIRerankRequest,
@@ -66,9 +71,39 @@ from .schemas import (
 )
 from .tasks import Refusal
 
+log = logging.getLogger(__name__)
 MODEL_ROUTES: dict[str, str] = {}  # path -> the model task it needs (filled by Routes.model_route)
 SERVICE_ROUTES = ("/info", "/health", "/metrics", "/v1/models")
 LIMITS = ("max_texts", "max_chars", "max_queue", "max_batch_texts", "max_batch_tokens", "max_body_bytes")
+# the Warning header values of the request being answered (a fresh list per request: WarningRoute)
+WARNINGS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("warnings", default=None)
+
+
+class WarningRoute(APIRoute):
+    """A route whose answer carries the ``Warning`` headers (RFC 9110's ``299 - "text"``) its handler
+    recorded with :func:`warn` (e.g. a ``dimensions`` the model was not trained for)."""
+
+    def get_route_handler(self) -> Callable:
+        handler = super().get_route_handler()
+
+        async def handle(request: Any) -> Response:
+            token = WARNINGS.set([])
+            try:
+                response = await handler(request)
+                for text in WARNINGS.get() or ():
+                    response.headers.append("Warning", f'299 - "{text}"')
+                return response
+            finally:
+                WARNINGS.reset(token)
+
+        return handle
+
+
+def warn(text: str) -> None:
+    """A ``Warning`` header on the answer to the request being handled (outside a route: nothing)."""
+    warnings = WARNINGS.get()
+    if warnings is not None and text not in warnings:
+        warnings.append(text)
 
 
 class Routes:
@@ -76,6 +111,8 @@ class Routes:
 
     def __init__(self, app: FastAPI, service: Any):
         self.app, self.service, self.config = app, service, service.config
+        app.router.route_class = WarningRoute  # routes may answer with Warning headers (``warn``)
+        self.warned_widths: set[int] = set()  # untrained ``dimensions`` already logged (once each)
         # documents the scheme where a key is set (the Guard checks it); without a key no header is asked
         self.bearer = [Depends(HTTPBearer(auto_error=False))] if service.api_key else []
         self.started = int(time.time())
@@ -151,10 +188,29 @@ class Routes:
         if dimensions > hidden:
             raise ServiceError(422, f"dimensions must be at most the model's {hidden}, got {dimensions}",
                                "dimensions")  # fmt: skip
+        self.check_width(dimensions)
         vectors = vectors[:, :dimensions]
         if normalize:
             vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         return vectors
+
+    def check_width(self, dimensions: int) -> None:
+        """A width the model was trained for (``/info``'s ``matryoshka_dims``) passes silently; another is
+        served with a ``Warning`` header and one log line per width, or refused (422) with
+        ``strict_dimensions``."""
+        trained = [int(d) for d in self.service.info.get("matryoshka_dims") or ()]
+        if dimensions in trained:
+            return
+        widths = (f"it was trained for {', '.join(map(str, trained))}" if trained
+                  else "it declares no Matryoshka widths") + f" and its full {self.service.hidden_size}"  # fmt: skip
+        if getattr(self.config, "strict_dimensions", False):
+            raise ServiceError(422, f"dimensions {dimensions} is not one the model was trained for ({widths}); "
+                                    "this server refuses others (--strict-dimensions)", "dimensions")  # fmt: skip
+        warn(f"dimensions {dimensions} is not one the model was trained for ({widths})")
+        if dimensions not in self.warned_widths:
+            self.warned_widths.add(dimensions)
+            log.warning("serving dimensions %d, which the model was not trained for (%s); its first %d "
+                        "components may embed poorly", dimensions, widths, dimensions)  # fmt: skip
 
     async def vectors(self, items: list[Any], field: str, truncate: bool, normalize: bool,
                       dimensions: int | None = None, side: str = "right") -> tuple[np.ndarray, int]:  # fmt: skip
@@ -190,6 +246,7 @@ def add_routes(app: FastAPI, service: Any) -> None:
     add_tokenizer_routes(routes)
     add_root_route(routes)
     add_service_routes(routes)
+    add_sparse_routes(routes)
 
 
 def as_items(inputs: Any) -> list[Any]:
@@ -497,3 +554,24 @@ def encode_vector(vector: np.ndarray, encoding: str) -> list[float] | str:
     if encoding == "base64":  # what the OpenAI client asks for by default: little-endian float32 bytes
         return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
     return vector.tolist()
+
+
+def add_sparse_routes(routes: Routes) -> None:
+    service = routes.service
+
+    @routes.model_route("/embed_sparse", "embed_sparse", list[list[SparseValue]])
+    async def embed_sparse(request: TEIEmbedSparseRequest) -> Response:
+        """text-embeddings-inference's: each input's SPLADE vector (its MLM logits, max-pooled over its
+        tokens: what sentence-transformers' ``SparseEncoder`` computes) as ``[{index, value}]``, highest value
+        first; ``top_k`` keeps the k highest; ``return_tokens`` adds each index's vocabulary entry
+        (``token``). Served by a SPLADE ``SparseEncoder`` directory, or a masked-LM model with ``--sparse``;
+        a long input is cut to the model's window (``truncation_direction``), whatever the policy."""
+        if "embed_sparse" not in service.tasks:
+            why = (service.info.get("not_served") or {}).get("embed_sparse") or (
+                "SPLADE vectors need a masked-LM head (a SPLADE SparseEncoder directory, or --sparse)")
+            raise ServiceError(404, f"this server's model ({service.head} head) does not serve embed_sparse "
+                                    f"({why}); it serves {', '.join(service.tasks)}")  # fmt: skip
+        items = routes.prompted(as_items(request.inputs), request.prompt_name)
+        answers = await routes.run("embed_sparse", items, "inputs", request.truncate,
+                                   side(request.truncation_direction), request.top_k, request.return_tokens)  # fmt: skip
+        return JSONResponse([row for row, _ in answers])

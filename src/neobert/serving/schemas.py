@@ -395,6 +395,9 @@ class InfoResponse(BaseModel):
     prompts: dict[str, str] = Field(description="prompt_name -> the text put before the input")
     default_prompt_name: str | None
     matryoshka_dims: list[int] = Field(description="the widths `dimensions` may take without a warning")
+    not_served: dict[str, str] = Field(
+        default_factory=dict, description="endpoints (tasks) of the model's head it does not serve, and why"
+    )
     # text-embeddings-inference's /info fields
     model_id: str
     model_sha: str | None
@@ -407,6 +410,24 @@ class InfoResponse(BaseModel):
     auto_truncate: bool
     tokenization_workers: int | None
     version: str
+
+
+# --- text-embeddings-inference's /embed_sparse (SPLADE vectors) --------------------------------------------
+
+
+class TEIEmbedSparseRequest(_Lenient):
+    inputs: Inputs = Field(description="a text, texts, or token ids of our tokenizer (special tokens included)")
+    truncate: StrictBool = TEI_TRUNCATE
+    truncation_direction: Direction = DIRECTION
+    prompt_name: StrictStr | None = Field(default=None, description="one of /info's prompts")
+    top_k: Positive | None = Field(default=None, description="keep each text's k highest values")
+    return_tokens: StrictBool = Field(default=False, description="each value's vocabulary entry as `token`")
+
+
+class SparseValue(BaseModel):
+    index: int = Field(description="the vocabulary id")
+    value: float
+    token: str | None = Field(default=None, description="the vocabulary entry (return_tokens: true)")
 
 
 # --- the schema states what this server's model accepts ----------------------------------------------------

@@ -60,7 +60,7 @@ class Model(Backend):
 
     @classmethod
     def load(cls, config: ServeConfig) -> Model:
-        loaded = load_for_inference(config.model, config.tokenizer, config.head, config.precision)
+        loaded = load_for_inference(config.model, config.tokenizer, config.head, config.precision, config.sparse)
         model = cls(config, loaded)
         workers = config.workers if config.model_process else 1
         key = (config.model, config.precision, loaded.capabilities.head)

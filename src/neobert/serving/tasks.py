@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import inference, long_documents
+from .. import inference, long_documents, sparse
 from ..inference import TokenIds
 from ..long_documents import LongReport
 from ..token_classification.tagging import tag
@@ -193,6 +193,21 @@ def embed_all(model: Any, items: list[Any], side: str = "right") -> Done:
     rows, lengths, refusals = token_rows(model, items, side)
     states = inference.token_states(model.model, model.tokenizer, rows, **model.budget)
     values = [refusal or state for refusal, state in zip(refusals, states)]
+    return Done(values, lengths, tokens=sum(len(row) for row in rows))
+
+
+@task("embed_sparse")
+def embed_sparse(model: Any, items: list[Any], side: str = "right", top_k: int | None = None,
+                 tokens: bool = False) -> Done:  # fmt: skip
+    """SPLADE vectors (:func:`neobert.sparse.encode_sparse` over the model's MLM logits) of texts or token
+    ids, each cut to the window from ``side`` (whatever the long-document policy, as SparseEncoder cuts):
+    per text its non-zeros ``{index, value[, token]}``, highest value first (ties: the lower index),
+    the ``top_k`` largest where given."""
+    rows, lengths, refusals = token_rows(model, items, side)
+    matrix = sparse.encode_sparse(model.model, model.tokenizer, rows, top_k=top_k, **model.budget)
+    values: list[Any] = []
+    for refusal, row in zip(refusals, sparse.sparse_rows(matrix, model.tokenizer if tokens else None)):
+        values.append(refusal or sorted(row, key=lambda entry: (-entry["value"], entry["index"])))
     return Done(values, lengths, tokens=sum(len(row) for row in rows))
 
 

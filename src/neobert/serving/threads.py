@@ -130,13 +130,14 @@ def measure(
 
 
 class ServingProbe:
-    """Times one ``embed`` call of a model (:class:`neobert.serving.service.Model`) on ``n`` threads: a
+    """Times one ``embed`` call (a SPLADE model's: ``embed_sparse``) of a model (:class:`neobert.serving.service.Model`) on ``n`` threads: a
     batch of :data:`PROBE_TEXTS` short texts, as the service merges them."""
 
     def __init__(self, model: Any):
         self.model = model
         self.texts = [PROBE_TEXT] * PROBE_TEXTS
-        task = "embed" if "embed" in model.capabilities.tasks else model.capabilities.tasks[0]
+        tasks = model.capabilities.tasks
+        task = next((t for t in ("embed", "embed_sparse") if t in tasks), tasks[0])  # a SPLADE model: its vectors
         self.key = (task, True, *(_probe_options(model, task)))
         if task == "fill-mask":
             self.texts = [f"{PROBE_TEXT} {model.tokenizer.mask_token}"] * PROBE_TEXTS
