@@ -370,3 +370,17 @@ def test_a_real_server_counts_its_calls_by_thread_count(unpinned, model_dir):
     assert info["http_ms_per_text"] is not None and info["http_ms_per_text"] >= 0  # measured after 2+ calls
     assert info["threads_under_load"] in candidates(cores)
     assert service.adaptive == info["threads_reason"].startswith("measured at start")
+
+
+def test_a_backlog_is_remembered_for_a_while_so_the_count_does_not_flap():
+    from neobert.serving.threads import LoadMemory
+
+    now = [100.0]
+    memory = LoadMemory(hold=2.0, clock=lambda: now[0])
+    assert memory.backlog(0) == 0  # never busy: the light-load count
+    assert memory.backlog(3) == 3
+    now[0] += 1.5
+    assert memory.backlog(0) == 1  # the queue emptied a moment ago: still under load
+    now[0] += 0.6
+    assert memory.backlog(0) == 0  # empty for longer than the hold
+    assert memory.backlog(1) == 1

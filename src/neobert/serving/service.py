@@ -28,6 +28,7 @@ from .metrics import ServiceMetrics
 from .tasks import TASKS, Backend, Done, pair_lengths, whole_texts
 from .threads import (
     HttpCost,
+    LoadMemory,
     ServingProbe,
     ThreadChoice,
     available_cores,
@@ -130,6 +131,7 @@ class Service:
                              and self.threads is not None and self.threads.adapts)  # fmt: skip
         self.cores = (self.threads.cores if self.threads is not None else None) or available_cores()
         self._cpu_mark, self._cost_lock = time.process_time(), threading.Lock()
+        self.load = LoadMemory()  # a backlog holds the count for load a while (no flapping)
         self.batcher = Batcher(
             self.run,
             max_queue=config.max_queue,
@@ -177,7 +179,7 @@ class Service:
     def run(self, key: Hashable, texts: list[Any]) -> tuple[list[Any], int]:
         """One model call through the workers (on the threads :meth:`call_threads` picks, where they adapt),
         with the long-document counts, the thread count and this process's CPU per text recorded."""
-        threads = self.call_threads(self.batcher.backlog())
+        threads = self.call_threads(self.load.backlog(self.batcher.backlog()))
         if self.adaptive:
             results, tokens, counts = self._call(key, texts, threads)
         else:
