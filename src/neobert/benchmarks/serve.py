@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from ..hardware import machine_summary
+from ..serving.threads import HOLD_S
 from ..tables import markdown_table
 from .report import publish
 
@@ -423,6 +424,7 @@ def measure_mode(config: ServeBenchConfig, batching: bool, texts: list[str], lab
     server = ServerProcess(config, batching)
     try:
         run_cell(server.port, max(config.concurrency), texts, min(2.0, config.duration), 200)  # warm-up
+        time.sleep(HOLD_S)  # the server forgets the warm-up's load: each cell starts in the state its own load makes
         return [measured_cell(server, config, texts, batching, c, label=label) for c in config.concurrency]
     finally:
         server.stop()

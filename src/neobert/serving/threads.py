@@ -193,7 +193,7 @@ def threads_for_call(choice: ThreadChoice, cores: int, backlog: int, http_ms_per
     return min(choice.timings_ms, key=lambda n: (cost(n), n))
 
 
-HOLD_S = 2.0  # seconds a backlog is remembered: the count for load holds until the queue stays empty this long
+HOLD_S = 1.0  # seconds a backlog is remembered: the count for load holds until the queue stays empty this long
 
 
 class LoadMemory:
