@@ -460,6 +460,7 @@ def measure_threads(config: ServeBenchConfig, texts: list[str]) -> tuple[list[Ce
                 reasons.setdefault(label, []).append(f"{info.get('threads')} thread(s): {info.get('threads_reason')}")
                 run_cell(server.port, max(config.concurrency), texts, min(2.0, config.duration), 200,
                          per_request=config.texts_per_request)  # warm-up  # fmt: skip
+                time.sleep(HOLD_S)  # the default forgets the warm-up's load (threads.LoadMemory) before the cells
                 for c in config.concurrency:
                     before = calls_by_threads(server.metrics())
                     cell = measured_cell(server, config, texts, True, c, label=label)
