@@ -95,13 +95,13 @@ def test_top_k_and_return_tokens(splade_server, tokenizer):
 
 def test_a_splade_model_measures_its_threads_on_its_sparse_vectors(splade_dir):
     from neobert.serving import ServeConfig
-    from neobert.serving.service import Model
+    from neobert.serving.service import TorchBackend
     from neobert.serving.threads import ServingProbe
 
-    model = Model.load(ServeConfig(model=str(splade_dir[1]), precision="fp32"))  # threads 0: measured
+    model = TorchBackend.load(ServeConfig(model=str(splade_dir[1]), precision="fp32"))  # threads 0: measured
     assert ServingProbe(model).key[0] == "embed_sparse" and model.threads.threads >= 1
     with pytest.raises(ValueError, match="masked-LM head"):
-        Model.load(ServeConfig(model=str(splade_dir[1]), precision="fp32", head="base", threads=1))
+        TorchBackend.load(ServeConfig(model=str(splade_dir[1]), precision="fp32", head="base", threads=1))
 
 
 def test_embed_sparse_refusals(splade_server):

@@ -125,7 +125,7 @@ def test_fixed_threads_for_onnx(unpinned, monkeypatch):
 
 @pytest.mark.parametrize("timings, chosen", [({1: 50.0, 2: 20.0}, 2), ({1: 20.0, 2: 50.0}, 1)])
 def test_info_and_startup_line_say_what_was_chosen_and_why(unpinned, monkeypatch, model_dir, timings, chosen):
-    """The real Model.load with each measured answer forced (the probe itself runs; its timings are
+    """The real TorchBackend.load with each measured answer forced (the probe itself runs; its timings are
     replaced), served over HTTP: /info and the start-up line name the count and the reason."""
     pytest.importorskip("fastapi")
     from helpers import call

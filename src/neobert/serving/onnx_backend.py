@@ -1,6 +1,6 @@
 """The model behind ``neobert serve --backend onnx``: a ``neobert export onnx`` directory on ONNX Runtime.
 
-:class:`OnnxModel` has :class:`~neobert.serving.service.Model`'s interface (``load``, ``tasks``, ``info``,
+:class:`OnnxBackend` has :class:`~neobert.serving.service.TorchBackend`'s interface (``load``, ``tasks``, ``info``,
 ``call``), so the queue, the model process and the HTTP side are the same for both backends. What an export
 serves:
 
@@ -47,7 +47,7 @@ def is_onnx_export(model: str) -> bool:
 
 
 @dataclass
-class OnnxModel(Backend):
+class OnnxBackend(Backend):
     """An exported directory on ONNX Runtime and the one function the queue calls: ``call(key, texts)``
     (:class:`.tasks.Backend`); what it serves is :func:`neobert.capabilities.describe` of its source's
     config.json, its graph (a classifier graph outputs logits only) and no token types for pairs."""
@@ -73,7 +73,7 @@ class OnnxModel(Backend):
         self._counter = whole_texts(self.encoder.tokenizer)  # whole lengths (usage, truncate: false)
 
     @classmethod
-    def load(cls, config: ServeConfig) -> OnnxModel:
+    def load(cls, config: ServeConfig) -> OnnxBackend:
         from transformers import PretrainedConfig
 
         if not is_onnx_export(config.model):

@@ -1,4 +1,4 @@
-"""The model behind ``neobert serve`` (:class:`Model`: loading, one model call per merged batch of
+"""The model behind ``neobert serve`` (:class:`TorchBackend`: loading, one model call per merged batch of
 requests) and the service the HTTP layer talks to (:class:`Service`: the queue, the metrics, what the
 model serves), with the model in a process of its own (:mod:`.worker`) or in threads of this one.
 
@@ -42,7 +42,7 @@ from .worker import WorkerPool
 log = logging.getLogger(__name__)
 
 @dataclass
-class Model(Backend):
+class TorchBackend(Backend):
     """The PyTorch backend: a model loaded for inference (:func:`neobert.capabilities.load_for_inference`)
     and the one function the queue calls, ``call(key, texts)`` (:class:`.tasks.Backend`), which runs the
     task's function of :data:`.tasks.TASKS`."""
@@ -60,7 +60,7 @@ class Model(Backend):
         self._whole: Any = None
 
     @classmethod
-    def load(cls, config: ServeConfig) -> Model:
+    def load(cls, config: ServeConfig) -> TorchBackend:
         loaded = load_for_inference(config.model, config.tokenizer, config.head, config.precision, config.sparse)
         model = cls(config, loaded)
         workers = config.workers if config.model_process else 1
@@ -147,11 +147,11 @@ class Service:
         """The model in ``config.workers`` processes of its own (``model_process``), or in this one; on
         ONNX Runtime for an exported directory (:mod:`.onnx_backend`), else on PyTorch."""
         if config.onnx:
-            from .onnx_backend import OnnxModel  # onnxruntime: the optional 'onnx' extra
+            from .onnx_backend import OnnxBackend  # onnxruntime: the optional 'onnx' extra
 
-            load: Callable[[ServeConfig], Any] = OnnxModel.load
+            load: Callable[[ServeConfig], Any] = OnnxBackend.load
         else:
-            load = Model.load
+            load = TorchBackend.load
         if config.model_process:
             pool = WorkerPool(config, load)
             service = cls(config, pool.info, pool.call, pool.close, pool.alive)

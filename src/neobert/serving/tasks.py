@@ -169,7 +169,7 @@ def token_rows(model: Any, items: list[Any], side: str) -> tuple[TokenIds, list[
     return out, lengths, refusals
 
 
-# --- the PyTorch backend's tasks (model: serving.service.Model) -------------------------------------------
+# --- the PyTorch backend's tasks (model: serving.service.TorchBackend) -------------------------------------------
 
 
 @task("embed")

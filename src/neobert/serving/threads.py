@@ -130,7 +130,7 @@ def measure(
 
 
 class ServingProbe:
-    """Times one ``embed`` call (a SPLADE model's: ``embed_sparse``) of a model (:class:`neobert.serving.service.Model`) on ``n`` threads: a
+    """Times one ``embed`` call (a SPLADE model's: ``embed_sparse``) of a model (:class:`neobert.serving.service.TorchBackend`) on ``n`` threads: a
     batch of :data:`PROBE_TEXTS` short texts, as the service merges them."""
 
     def __init__(self, model: Any):

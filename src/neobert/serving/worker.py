@@ -10,7 +10,7 @@ limits and every refusal; a model process only ever sees merged batches, over a 
                                                         ``threads`` torch threads (None: as they are)
     child -> parent   ("ok", results, tokens, counts)   or ("error", "Type: message")
 
-A child loads the model with ``load(config)`` (a picklable function, e.g. ``Model.load``) and answers
+A child loads the model with ``load(config)`` (a picklable function, e.g. ``TorchBackend.load``) and answers
 ``("ready", info)`` or ``("error", message)`` once. It ignores SIGINT (a Ctrl-C reaches the whole process
 group; the HTTP process decides when to stop) and ends when its pipe closes, so it never outlives the
 HTTP process. The child is a fresh interpreter (``python -m neobert.serving.worker FD``) on one end of a
