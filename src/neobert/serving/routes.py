@@ -323,8 +323,6 @@ def add_openai_routes(routes: Routes) -> None:
 
 
 def add_model_routes(routes: Routes) -> None:
-    service = routes.service
-
     @routes.model_route("/classify", "classify", ClassifyResponse)
     async def classify(request: TextsRequest) -> Response:
         """The top label and every label's probability per text (a regression model: its value)."""
@@ -355,8 +353,6 @@ def add_model_routes(routes: Routes) -> None:
         answers = await routes.run("fill-mask", request.texts, "texts", request.truncate, request.top_k)
         rows = [[[{"token": t, "score": p} for t, p, _ in mask] for mask in row] for row, _ in answers]
         return JSONResponse({"results": rows})
-
-    del service
 
 
 def predict_items(inputs: Any) -> tuple[list[Any], bool]:
