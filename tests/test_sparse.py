@@ -281,3 +281,57 @@ def test_sparse_crash_and_resume_continue_exactly(tmp_path):
     assert resumed.steps == 6 and resumed.losses == pytest.approx(reference.losses, rel=1e-5, abs=1e-6)
     assert_same_weights(reference.output / "model.safetensors", resumed.output / "model.safetensors", 1e-5)
     assert not (resumed.output / "checkpoints").exists()
+
+
+SPARSE_SCRIPT = """
+import json, sys
+import torch
+import neobert.finetuning.sparse as sparse
+train = sparse.train
+def train_and_keep_each_rank(*args, **kwargs):  # every process's own trained weights, for the test to compare
+    trained = train(*args, **kwargs)
+    torch.save(trained.encoder.model.state_dict(), f"{sys.argv[2]}/rank{trained.engine.rank}.pt")
+    return trained
+sparse.train = train_and_keep_each_rank
+sparse.run(sparse.SparseConfig(**json.loads(open(sys.argv[1]).read())))
+"""
+
+
+def test_sparse_two_processes_equal_one(tmp_path):
+    """issue 26: `finetune sparse` in 2 CPU processes (torchrun, gloo) of 2 queries each trains exactly as 1
+    process of the same 4 queries: the contrastive term gathers every process's candidates and the FLOPS term
+    is the global batch's (not each process's own, which would give a larger regulariser: the mean of squared
+    half-batch means exceeds the squared batch mean). Both ranks end with the same weights, and losses
+    (contrastive + FLOPS), logged FLOPS and weights equal the one-process run's."""
+    from dataclasses import asdict
+
+    from helpers import assert_same_weights, run_script, torchrun
+    from neobert.finetuning.sparse import SparseConfig, run
+
+    model_dir = save_tiny_neobert(tmp_path / "tiny")
+    animals, colors = write_pairs(tmp_path)
+
+    def config(name, batch_size):  # a strong regulariser from the first step: the FLOPS term shapes the run
+        return SparseConfig(model=str(model_dir), data=[str(animals), str(colors)], output=str(tmp_path / name),
+                            steps=4, batch_size=batch_size, lr=1e-3, warmup_steps=1, log_every=1,
+                            query_regularizer=0.5, document_regularizer=0.5, regularizer_warmup=0.25,
+                            max_length=32, show_progress=False)  # fmt: skip
+
+    one = run(config("one", batch_size=4))
+    settings = tmp_path / "config.json"
+    settings.write_text(json.dumps(asdict(config("two", batch_size=2))))
+    two = run_script(tmp_path, SPARSE_SCRIPT, [str(settings), str(tmp_path)], torchrun())
+    assert two.returncode == 0, (two.stdout.decode() + two.stderr.decode())[-4000:]
+
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    for key in ranks[0]:
+        torch.testing.assert_close(ranks[1][key], ranks[0][key], rtol=0, atol=0)  # DDP: identical weights
+    logs = [json.loads((tmp_path / d / "sparse_training.json").read_text()) for d in ("one", "two")]
+    assert logs[1]["losses"] == pytest.approx(logs[0]["losses"], rel=1e-5, abs=1e-6)
+    assert logs[1]["dataset_steps"] == logs[0]["dataset_steps"]
+    metrics = [[json.loads(line) for line in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+               for d in ("one", "two")]  # fmt: skip
+    for key in ("train/flops_query", "train/flops_document", "train/nonzeros_query"):
+        got, expected = ([m[key] for m in rows if key in m] for rows in (metrics[1], metrics[0]))
+        assert len(got) == 4 and got == pytest.approx(expected, rel=1e-5, abs=1e-7), key
+    assert_same_weights(one.output / "model.safetensors", tmp_path / "two" / "model.safetensors", 1e-5)

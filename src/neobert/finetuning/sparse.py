@@ -8,8 +8,10 @@ weight of each vocabulary entry over the batch, summed) on the queries and on th
 hard negatives), with their own weights, each grown quadratically from 0 over the first third of the run
 (sentence-transformers' ``SpladeRegularizerWeightSchedulerCallback``). Data, instructions, sampling,
 resume, several processes and precision are ``finetune contrastive``'s (:func:`.contrastive.train`); under
-several processes the contrastive term gathers the candidates of every process and the FLOPS term is
-each process's own batch (as sentence-transformers computes it per device).
+several processes the contrastive term gathers the candidates of every process and the FLOPS term is that
+of the global batch (every process's vectors gathered, differentiably), so N processes of B queries train as
+one process of N x B (sentence-transformers computes FLOPS per device instead, which makes the
+regulariser's strength depend on the number of devices).
 
 The result is a sentence-transformers ``SparseEncoder`` directory (a ``fill-mask`` Transformer at the root,
 then ``SpladePooling("max")``): ``SparseEncoder(OUTPUT)`` (after ``import neobert`` for NeoBERT) and
@@ -34,7 +36,14 @@ from ..io import replace_dir, write_json
 from ..sparse import splade_pool
 from ..training.engine import LossTerms
 from .config import FinetuneConfigError, config_from_dict
-from .contrastive import ContrastiveConfig, ContrastiveTask, contrastive_loss_sum, run_card, train
+from .contrastive import (
+    ContrastiveConfig,
+    ContrastiveTask,
+    contrastive_loss_sum,
+    gather_rows,
+    run_card,
+    train,
+)
 
 
 @dataclass
@@ -85,14 +94,16 @@ def regularizer_weight(weight: float, step: int, steps: int, warmup: float) -> f
 def sparse_step_loss(model: torch.nn.Module, encoder: Encoder, texts: list[str], n_queries: int,
                      config: SparseConfig, step: int) -> LossTerms:  # fmt: skip
     """Summed loss of this process's queries: contrastive on dot products plus ``n_queries`` x the weighted
-    FLOPS terms (the engine divides by the global query count); sums of non-zeros and FLOPS to log."""
+    FLOPS terms of the global batch (the engine divides the sum over processes by the global query count,
+    which leaves the global FLOPS once); sums of non-zeros and FLOPS to log."""
     inputs = tokenize(encoder, texts, config.max_length)
     vectors = splade_pool(model(**inputs).logits, inputs["attention_mask"])  # (T, V)
     q, p, n = vectors.split([n_queries, n_queries, len(texts) - 2 * n_queries])
-    documents = vectors[n_queries:]
+    # FLOPS of the global batch: under several processes, every process's rows (the gather is differentiable)
+    all_q, all_documents = gather_rows(q)[0], torch.cat([gather_rows(p)[0], gather_rows(n)[0]])
     w_query = regularizer_weight(config.query_regularizer, step, config.steps, config.regularizer_warmup)
     w_document = regularizer_weight(config.document_regularizer, step, config.steps, config.regularizer_warmup)
-    flops_q, flops_d = flops(q), flops(documents)
+    flops_q, flops_d = flops(all_q), flops(all_documents)
     loss = contrastive_loss_sum(q, p, n, config.temperature, cosine=False)
     loss = loss + n_queries * (w_query * flops_q + w_document * flops_d)
     with torch.no_grad():
