@@ -75,6 +75,24 @@ def test_other_pooling_is_pooled_from_the_hidden_states(minilm_onnx_server):
     assert not np.allclose(np.linalg.norm(got["embeddings"], axis=1), 1)  # really not normalized
 
 
+def test_tei_shapes_on_onnx_tokenize_and_refuse_what_the_graph_cannot(minilm_onnx_server):
+    """TEI's /embed and /tokenize as on PyTorch; token ids and left truncation refused by name (the graph's
+    tokenizer owns the cutting), a text beside token ids still answered in its own request."""
+    url = minilm_onnx_server.url
+    expected = st_encode(minilm.get_model_path(), TEXTS[:2])
+    status, body, _ = call(url, "POST", "/embed", {"inputs": TEXTS[:2]})
+    assert status == 200
+    np.testing.assert_allclose(body, expected, atol=1e-4, rtol=0)
+    status, rows, _ = call(url, "POST", "/tokenize", {"inputs": TEXTS[0]})
+    from transformers import AutoTokenizer
+
+    assert [t["id"] for t in rows[0]] == AutoTokenizer.from_pretrained(minilm.get_model_path())(TEXTS[0])["input_ids"]
+    status, body, _ = call(url, "POST", "/embed", {"inputs": [[101, 2023, 102]]})
+    assert status == 422 and "PyTorch backend" in body["error"]["message"] and body["error"]["param"] == "inputs[0]"
+    status, body, _ = call(url, "POST", "/embed", {"inputs": TEXTS[:1], "truncation_direction": "Left"})
+    assert status == 422 and "Left" in body["error"]["message"]
+
+
 def test_info_names_the_backend_and_the_graph(minilm_onnx_server):
     status, info, _ = call(minilm_onnx_server.url, "GET", "/info")
     assert status == 200
