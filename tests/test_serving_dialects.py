@@ -220,12 +220,14 @@ def test_prompts_as_sentence_transformers_applies_them(tmp_path):
         assert info["prompts"] == {"query": "query: ", "passage": "passage: "}
         query = ok(srv.url, "/embed", {"inputs": TEXTS, "prompt_name": "query"})
         default = ok(srv.url, "/embed", {"inputs": TEXTS})
+        ours = ok(srv.url, "/embed", {"texts": TEXTS})["embeddings"]
         status, answer, _ = call(srv.url, "POST", "/embed", {"inputs": TEXTS, "prompt_name": "nope"}, key=None)
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(target), device="cpu")
     np.testing.assert_allclose(query, model.encode(TEXTS, prompt_name="query"), atol=1e-5)
     np.testing.assert_allclose(default, model.encode(TEXTS), atol=1e-5)  # its default prompt, as encode()
+    np.testing.assert_allclose(ours, model.encode(TEXTS), atol=1e-5)  # our own shape too
     assert status == 422 and answer["error"]["param"] == "prompt_name" and "query" in answer["error"]["message"]
 
 

@@ -148,7 +148,7 @@ def test_a_base_model_does_not_serve_sparse_vectors(tmp_path, tokenizer):
         status, body, _ = call(srv.url, "POST", "/embed_sparse", {"inputs": ["a"]}, key=None)
     assert status == 404
     message = body["error"]["message"]
-    assert "base head" in message and "masked-LM" in message and "it serves embed, embed_all" in message
+    assert "base head" in message and "needs a mlm head" in message and "it serves embed, embed_all" in message
     with pytest.raises(ValueError, match="masked-LM head"):
         serve(base, sparse=True)
 

@@ -51,6 +51,11 @@ TOKENIZER_TASKS = ("tokenize", "decode")
 NEEDS = {"embed_all": "embed"}
 
 
+def heads_offering(task: str) -> list[str]:
+    """The heads whose models offer ``task`` (:data:`HEAD_TASKS`; every head for a tokenizer task)."""
+    return list(HEAD_TASKS) if task in TOKENIZER_TASKS else [h for h, tasks in HEAD_TASKS.items() if task in tasks]
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What one loaded model can do."""

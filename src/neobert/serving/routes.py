@@ -30,6 +30,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 
+from ..capabilities import heads_offering
 from .errors import MODEL_ERRORS, ServiceError, documented
 from .schemas import (
     ClassifyResponse,
@@ -137,9 +138,13 @@ class Routes:
         return answers
 
     def require(self, task: str) -> None:
+        """404 for a task the model does not offer, with why where its head has it (``not_served``)."""
         if task not in self.service.tasks:
-            raise ServiceError(404, f"this server's model ({self.service.head} head) does not serve {task}; "
-                                    f"it serves {', '.join(self.service.tasks)}")  # fmt: skip
+            heads = heads_offering(task)
+            why = (self.service.info.get("not_served") or {}).get(task) or (
+                f"it needs a {' or '.join(heads)} head" if heads and self.service.head not in heads else None)
+            raise ServiceError(404, f"this server's model ({self.service.head} head) does not serve {task}"
+                                    f"{f' ({why})' if why else ''}; it serves {', '.join(self.service.tasks)}")  # fmt: skip
 
     def check_texts(self, texts: list[Any], field: str) -> None:
         if len(texts) > self.config.max_texts:
@@ -277,7 +282,8 @@ def add_embedding_routes(routes: Routes) -> None:
         assert isinstance(request, EmbedRequest)
         pooling = request.pooling or service.info["pooling"]
         normalize = service.info["normalize"] if request.normalize is None else request.normalize
-        answers = await routes.run("embed", request.texts, "texts", request.truncate, pooling, normalize)
+        texts = routes.prompted(request.texts, None)  # the model's default prompt, as SentenceTransformer.encode
+        answers = await routes.run("embed", texts, "texts", request.truncate, pooling, normalize)
         return JSONResponse({"embeddings": [vector.tolist() for vector, _ in answers]})
 
     @routes.model_route("/embed_all", "embed_all", list[Vectors])
@@ -553,8 +559,6 @@ def encode_vector(vector: np.ndarray, encoding: str) -> list[float] | str:
 
 
 def add_sparse_routes(routes: Routes) -> None:
-    service = routes.service
-
     @routes.model_route("/embed_sparse", "embed_sparse", list[list[SparseValue]])
     async def embed_sparse(request: TEIEmbedSparseRequest) -> Response:
         """text-embeddings-inference's: each input's SPLADE vector (its MLM logits, max-pooled over its
@@ -562,11 +566,6 @@ def add_sparse_routes(routes: Routes) -> None:
         first; ``top_k`` keeps the k highest; ``return_tokens`` adds each index's vocabulary entry
         (``token``). Served by a SPLADE ``SparseEncoder`` directory, or a masked-LM model with ``--sparse``;
         a long input is cut to the model's window (``truncation_direction``), whatever the policy."""
-        if "embed_sparse" not in service.tasks:
-            why = (service.info.get("not_served") or {}).get("embed_sparse") or (
-                "SPLADE vectors need a masked-LM head (a SPLADE SparseEncoder directory, or --sparse)")
-            raise ServiceError(404, f"this server's model ({service.head} head) does not serve embed_sparse "
-                                    f"({why}); it serves {', '.join(service.tasks)}")  # fmt: skip
         items = routes.prompted(as_items(request.inputs), request.prompt_name)
         answers = await routes.run("embed_sparse", items, "inputs", request.truncate,
                                    side(request.truncation_direction), request.top_k, request.return_tokens)  # fmt: skip

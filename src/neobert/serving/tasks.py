@@ -213,7 +213,9 @@ def embed_sparse(model: Any, items: list[Any], side: str = "right", top_k: int |
 
 @task("classify")
 def classify(model: Any, texts: list[str]) -> Done:
-    logits, report = long_documents.classifier_logits(model.model, model.tokenizer, texts, model.long_policy, **model.budget)
+    logits, report = long_documents.classifier_logits(
+        model.model, model.tokenizer, texts, model.long_policy, **model.budget
+    )
     return Done(inference.classifier_rows(logits, model.model.config), report.lengths, report, report.tokens)
 
 
@@ -224,13 +226,16 @@ def pair_logits(model: Any, items: list[Any], side: str) -> np.ndarray:
     pairs = [i for i, item in enumerate(items) if isinstance(item, tuple)]
     if texts:
         settings = model.long_policy if side == "right" else dataclasses.replace(model.long_policy, side=side)
-        logits, _ = long_documents.classifier_logits(model.model, model.tokenizer, [items[i] for i in texts], settings,
-                                            **model.budget)  # fmt: skip
+        logits, _ = long_documents.classifier_logits(
+            model.model, model.tokenizer, [items[i] for i in texts], settings, **model.budget
+        )
         out[texts] = logits
     if pairs:
         with truncation_side(model.tokenizer, side):
-            out[pairs] = inference.classifier_logits(model.model, model.tokenizer, [items[i][0] for i in pairs],
-                                            [items[i][1] for i in pairs], show_progress=False, **model.budget)  # fmt: skip
+            firsts, seconds = [items[i][0] for i in pairs], [items[i][1] for i in pairs]
+            out[pairs] = inference.classifier_logits(
+                model.model, model.tokenizer, firsts, seconds, show_progress=False, **model.budget
+            )
     return out
 
 
