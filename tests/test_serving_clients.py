@@ -183,12 +183,20 @@ def test_openai_errors(embedder, model_id):
 # --- huggingface_hub ------------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def hub_offline_off(monkeypatch):
+    """huggingface_hub refuses every request under ``HF_HUB_OFFLINE=1`` (as CI sets it), a local server's too:
+    its clients here reach 127.0.0.1 only, so offline mode is lifted for them (docs/serving.md says so)."""
+    hub = pytest.importorskip("huggingface_hub")
+    monkeypatch.setattr(hub.constants, "HF_HUB_OFFLINE", False)
+
+
 def inference_client(url: str):
     hub = pytest.importorskip("huggingface_hub")
     return hub.InferenceClient(model=url, token=KEY, timeout=TIMEOUT)
 
 
-def test_huggingface_hub_feature_extraction(embedder):
+def test_huggingface_hub_feature_extraction(hub_offline_off, embedder):
     """from huggingface_hub import InferenceClient
 
     client = InferenceClient(model=URL, token=KEY)
@@ -202,7 +210,7 @@ def test_huggingface_hub_feature_extraction(embedder):
     np.testing.assert_allclose(got, embed(embedder.url, TEXTS[:1]), atol=1e-5, rtol=0)
 
 
-def test_huggingface_hub_text_classification(classifier):
+def test_huggingface_hub_text_classification(hub_offline_off, classifier):
     """``text_classification`` posts to / of a sequence classifier: every label, best first, as /classify."""
     client = inference_client(classifier.url)
     for text in ["a fine day", "a dreadful, dreary day in the rain"]:
@@ -218,7 +226,7 @@ def test_huggingface_hub_text_classification(classifier):
         )
 
 
-def test_huggingface_hub_fill_mask(masked_lm, tokenizer):
+def test_huggingface_hub_fill_mask(hub_offline_off, masked_lm, tokenizer):
     """``fill_mask`` posts to / of a masked LM: the top-k tokens and scores of /fill-mask."""
     client = inference_client(masked_lm.url)
     expected = ours(masked_lm.url, "/fill-mask", {"texts": [MASKED], "top_k": 3})["results"][0][0]
@@ -254,7 +262,7 @@ def test_langchain_openai_embeddings(embedder, model_id):
     np.testing.assert_allclose(embeddings.embed_query(TEXTS[1]), expected[1], atol=1e-5, rtol=0)
 
 
-def test_langchain_huggingface_endpoint_embeddings(embedder):
+def test_langchain_huggingface_endpoint_embeddings(hub_offline_off, embedder):
     """from huggingface_hub import InferenceClient
     from langchain_huggingface import HuggingFaceEndpointEmbeddings
 
