@@ -291,6 +291,8 @@ def test_chunked_body_over_the_limit_answers_413(server):
         ("/embed", {"texts": ["a"], "normalize": "yes"}, "normalize", "boolean"),
         ("/embed", {"texts": ["a"], "pooling": "max"}, "pooling", "'mean', 'cls' or 'last'"),
         ("/embed", {"texts": []}, "texts", "at least 1"),
+        ("/embed", {"texts": ["a", ""]}, "texts[1]", "at least 1 character"),
+        ("/v1/embeddings", {"input": ["a", ""]}, "input[1]", "at least 1 character"),
         ("/fill-mask", {"texts": ["no mask here"]}, "texts[0]", "[MASK]"),
         ("/fill-mask", {"texts": ["a [MASK]"], "top_k": "3"}, "top_k", "integer"),
         ("/v1/embeddings", {"input": {"a": 1}}, "input", "string"),

@@ -88,8 +88,18 @@ def validation_problems(errors: list[dict[str, Any]]) -> list[tuple[str, str]]:
             reason = e.get("ctx", {}).get("error", "parse error")
             problems.setdefault("body", f"the body is not valid JSON ({reason})")
         elif not (shaped.get(_top(e)) and str(e.get("type", "")).endswith("_type")):
-            problems.setdefault(field_name(tuple(e.get("loc", ()))), str(e.get("msg", "invalid")))
+            problems.setdefault(field_name(tuple(e.get("loc", ()))), _message(e))
     return list(problems.items())
+
+
+def _message(error: dict[str, Any]) -> str:
+    """pydantic's message, except for a text UTF-8 cannot encode (a lone surrogate): where it is."""
+    if error.get("type") == "string_unicode" and isinstance(error.get("input"), str):
+        try:
+            error["input"].encode("utf-8")
+        except UnicodeEncodeError as err:
+            return f"not valid Unicode ({err.reason} at character {err.start})"
+    return str(error.get("msg", "invalid"))
 
 
 def _top(error: dict[str, Any]) -> Any:

@@ -33,7 +33,7 @@ def integer(**bounds: int) -> Any:
 
 
 Text = Annotated[StrictStr, Field(min_length=1)]  # an empty text has nothing to embed, classify or rank
-Texts = Annotated[list[StrictStr], Field(min_length=1)]
+Texts = Annotated[list[Text], Field(min_length=1)]
 TokenId = integer(ge=0)
 Positive = integer(ge=1)
 TopK = integer(ge=1, le=100)
@@ -80,13 +80,13 @@ MASKED = "every text holds the model's mask token (/info's mask_token)"
 
 
 class FillMaskRequest(_Request):
-    texts: list[Annotated[StrictStr, Field(description=MASKED)]] = Field(min_length=1)
+    texts: list[Annotated[StrictStr, Field(min_length=1, description=MASKED)]] = Field(min_length=1)
     top_k: TopK = 5
     truncate: StrictBool = TRUNCATE
 
 
 class RerankRequest(_Request):
-    query: StrictStr
+    query: Text
     documents: Texts
     top_n: Positive | None = Field(default=None, description="default: every document")
     return_documents: StrictBool = False
