@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 
-import pytest
-import torch
+# Nothing in the suite may reach a model hub: offline as .ci/run sets it, so that a run here is CI's run
+# (set before anything imports huggingface_hub, which reads it once).
+for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+    os.environ.setdefault(_name, "1")
 
-from neobert import fastpath, hardware
-from neobert.model import attention
-from neobert.serving.threads import THREADS_ENV
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from neobert import fastpath, hardware  # noqa: E402
+from neobert.model import attention  # noqa: E402
+from neobert.serving.threads import THREADS_ENV  # noqa: E402
 
 # "auto" precision is measured per machine (bf16 where it is faster, e.g. with AMX): the suite pins it to
 # fp32 so that results do not depend on the CPU it runs on. tests/test_hardware.py forces both answers.
