@@ -95,11 +95,17 @@ def validation_problems(errors: list[dict[str, Any]]) -> list[tuple[str, str]]:
 def _message(error: dict[str, Any]) -> str:
     """pydantic's message, except for a text UTF-8 cannot encode (a lone surrogate): where it is."""
     if error.get("type") == "string_unicode" and isinstance(error.get("input"), str):
-        try:
-            error["input"].encode("utf-8")
-        except UnicodeEncodeError as err:
-            return f"not valid Unicode ({err.reason} at character {err.start})"
+        return unicode_problem(error["input"]) or str(error.get("msg"))
     return str(error.get("msg", "invalid"))
+
+
+def unicode_problem(text: str) -> str | None:
+    """Why UTF-8 cannot encode ``text`` (a lone surrogate, which JSON's escapes can carry), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return f"not valid Unicode ({err.reason} at character {err.start})"
+    return None
 
 
 def _top(error: dict[str, Any]) -> Any:

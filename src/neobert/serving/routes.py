@@ -31,7 +31,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 
 from ..capabilities import heads_offering
-from .errors import MODEL_ERRORS, ServiceError, documented
+from .errors import MODEL_ERRORS, ServiceError, documented, unicode_problem
 from .schemas import (
     ClassifyResponse,
     CohereRerankRequest,
@@ -165,12 +165,9 @@ class Routes:
             raise ServiceError(
                 413, f"{name} has {len(text):,} characters; the limit is {self.config.max_chars:,}", param
             )
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as err:
-            raise ServiceError(
-                422, f"{name} is not valid Unicode ({err.reason} at character {err.start})", param
-            ) from None
+        problem = unicode_problem(text)
+        if problem is not None:
+            raise ServiceError(422, f"{name} is {problem}", param)
 
     def prompted(self, items: list[Any], prompt_name: str | None) -> list[Any]:
         """The texts with the named prompt before them (else the model's default prompt, as

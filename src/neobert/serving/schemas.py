@@ -80,7 +80,7 @@ MASKED = "every text holds the model's mask token (/info's mask_token)"
 
 
 class FillMaskRequest(_Request):
-    texts: list[Annotated[StrictStr, Field(min_length=1, description=MASKED)]] = Field(min_length=1)
+    texts: list[Annotated[Text, Field(description=MASKED)]] = Field(min_length=1)
     top_k: TopK = 5
     truncate: StrictBool = TRUNCATE
 
