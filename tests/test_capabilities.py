@@ -12,7 +12,7 @@ import torch
 from transformers import BertConfig
 
 from neobert import config as neobert_config
-from neobert.capabilities import HEAD_TASKS, describe, detect_head, load_for_inference
+from neobert.capabilities import describe, detect_head, load_for_inference
 from neobert.encoders import EmbeddingSpec, load_model, save_pretrained
 from neobert.model.pooling import ONNX_POOLINGS, POOLING_NAMES, POOLINGS, from_sentence_transformers, pool
 from neobert.registration import HEADS, declared_head, head_of, head_of_names
@@ -40,7 +40,7 @@ def test_head_of_names(names, head):
 
 @pytest.mark.parametrize("head", HEADS)
 def test_head_of_a_loaded_model_and_its_saved_directory(head, tmp_path, tokenizer):
-    model = load_model("tiny", task=head, vocab_size=len(tokenizer), num_labels=3)
+    model = load_model("tiny", head=head, vocab_size=len(tokenizer), num_labels=3)
     assert head_of(model) == head
     assert head_of(torch.compile(model)) == head  # the wrapper's inner module decides
     path = save_pretrained(model, tokenizer, tmp_path / head)
@@ -65,7 +65,7 @@ def test_what_each_head_offers():
     for labels in (1, 2):  # a cross-encoder reranks
         got = describe(_config(labels), "sequence-classification", spec, 128)
         assert got.tasks == ("embed", "embed_all", "classify", "predict", "rerank", "tokenize", "decode")
-    assert set(HEAD_TASKS) == set(HEADS)
+    assert set(HEADS) == {"base", "mlm", "sequence-classification", "token-classification"}
     # SPLADE vectors: an MLM used as a sparse model (a SPLADE directory, or --sparse); no other head
     sparse = describe(_config(), "mlm", spec, 128, sparse=True)
     assert sparse.tasks == ("embed", "embed_all", "fill-mask", "embed_sparse", "tokenize", "decode") and sparse.sparse
@@ -99,7 +99,7 @@ def test_labels_and_info_and_refusals():
 
 
 def test_load_for_inference_decides_head_tokenizer_and_limits(tmp_path, tokenizer):
-    classifier = load_model("tiny", task="sequence-classification", vocab_size=len(tokenizer), num_labels=2,
+    classifier = load_model("tiny", head="sequence-classification", vocab_size=len(tokenizer), num_labels=2,
                             id2label={0: "no", 1: "yes"})  # fmt: skip
     path = save_pretrained(classifier, tokenizer, tmp_path / "cls")
     loaded = load_for_inference(path, precision="fp32")

@@ -245,7 +245,7 @@ def test_cli_text_file(classifier_dir, tmp_path, capsys):
     args = ["classify", "--model", str(classifier_dir), "--input", str(texts), "--output", str(out)]
     assert "classify" in build_parser()._subparsers._group_actions[0].choices
     assert main([*args, "--precision", "fp32", "--max-tokens", "40"]) == 0
-    model = load_model(classifier_dir, task="sequence-classification")
+    model = load_model(classifier_dir, head="sequence-classification")
     expected = classifier_logits(model, load_tokenizer(classifier_dir), TEXTS, show_progress=False)
     rows = read_jsonl(out)
     check_rows(rows, expected)  # in input order
@@ -280,7 +280,7 @@ def test_cli_csv_with_pairs(classifier_dir, tmp_path):
         show_progress=False,
         precision="fp32",
     ))  # fmt: skip
-    model = load_model(classifier_dir, task="sequence-classification")
+    model = load_model(classifier_dir, head="sequence-classification")
     expected = classifier_logits(model, load_tokenizer(classifier_dir), texts, pairs, show_progress=False)
     rows = read_jsonl(out)
     check_rows(rows, expected)
@@ -298,7 +298,7 @@ def test_cli_regression_writes_values(regression_dir, tmp_path, capsys):
     model = ["--model", str(regression_dir), "--input", str(table), "--output", str(out)]
     assert main(["classify", *model, "--precision", "fp32"]) == 0
     expected = classifier_logits(
-        load_model(regression_dir, task="sequence-classification"),
+        load_model(regression_dir, head="sequence-classification"),
         load_tokenizer(regression_dir),
         TEXTS[2:],
         show_progress=False,

@@ -283,7 +283,7 @@ def test_fine_tuning_auto_is_the_engines_measured_at_the_model_widths(monkeypatc
     from neobert.finetuning.config import TrainSettings
 
     force_timings(monkeypatch, fp32, bf16)
-    model = load_model("tiny", task="sequence-classification")
+    model = load_model("tiny", head="sequence-classification")
     widths = (model.config.hidden_size, model.config.intermediate_size)
     assert engine_module.model_widths(SimpleNamespace(module=SimpleNamespace(_orig_mod=model))) == widths
     given = []

@@ -111,6 +111,7 @@ FLOORS = {
     "neobert.sparse": 2,  # SPLADE vectors from a masked-LM head (encode_sparse), beside inference
     "neobert.model_info": 2,  # a preset's or model directory's architecture and exact parameter counts
     "neobert.registration": 2,
+    "neobert.directories": 2,  # what kind of model directory a source is (describe_directory)
     "neobert.cards": 2,  # model cards: README.md front matter and body, written with every model directory
     "neobert.hub": 2,  # pushing a directory to the Hugging Face Hub (and in the background, during training)
     "neobert.training": 2,

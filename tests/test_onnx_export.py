@@ -156,7 +156,7 @@ def test_neobert_sentence_transformers_cls_pooling(neobert_st):
 
 def test_neobert_classifier_logits_match_pytorch(tmp_path, tokenizer):
     torch.manual_seed(0)
-    encoder = load_encoder("tiny", tokenizer, task="sequence-classification", num_labels=3)
+    encoder = load_encoder("tiny", tokenizer, head="sequence-classification", num_labels=3)
     encoder.model.config.id2label = {0: "negative", 1: "neutral", 2: "positive"}
     source = save_pretrained(encoder.model, tokenizer, tmp_path / "classifier")
     result = export_onnx(source, tmp_path / "onnx")

@@ -116,7 +116,7 @@ def wait_for(condition, timeout: float = 20.0) -> None:
 
 @pytest.fixture(scope="module")
 def reference_model(model_dir):
-    return encoders.load_model(model_dir, task="mlm")
+    return encoders.load_model(model_dir, head="mlm")
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +184,7 @@ def test_concurrent_clients_on_the_bf16_fast_path(model_dir, tokenizer):
     from neobert.fastpath import fast_inference
 
     texts = sentences(130, seed=1)
-    model = fast_inference(encoders.load_model(model_dir, task="mlm"), torch.bfloat16)
+    model = fast_inference(encoders.load_model(model_dir, head="mlm"), torch.bfloat16)
     alone = {t: inference.encode(model, tokenizer, [t], show_progress=False)[0] for t in texts}
     matrix = np.stack(list(alone.values()))
     with BackgroundServer(Service.load(ServeConfig(model=str(model_dir)))) as srv:

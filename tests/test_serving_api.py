@@ -132,7 +132,7 @@ def save_encoder(kind: str, path: Path, task: str = "base") -> Path:
     import transformers
 
     from neobert.data import load_tokenizer
-    from neobert.encoders import AUTO_CLASSES
+    from neobert.registration import HEADS
 
     torch.manual_seed(0)
     sizes = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
@@ -143,7 +143,7 @@ def save_encoder(kind: str, path: Path, task: str = "base") -> Path:
         "modernbert": lambda: transformers.ModernBertConfig(vocab_size=30522, max_position_embeddings=128,
                                                             pad_token_id=0, **sizes),
     }[kind]()  # fmt: skip
-    AUTO_CLASSES[task].from_config(config).eval().save_pretrained(path)
+    HEADS[task].auto_class.from_config(config).eval().save_pretrained(path)
     load_tokenizer().save_pretrained(path)
     return path
 

@@ -34,7 +34,7 @@ def ok(url: str, path: str, body=None, method: str = "POST"):
 @pytest.fixture(scope="module")
 def mlm(model_dir):
     """conftest's tiny masked LM (the real bert-base-uncased tokenizer), its loaded copy, served behind KEY."""
-    model = encoders.load_model(model_dir, task="mlm").eval()
+    model = encoders.load_model(model_dir, head="mlm").eval()
     with serve(model_dir, api_key=KEY) as srv:
         yield srv, model
 

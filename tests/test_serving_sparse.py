@@ -46,7 +46,7 @@ def splade_dir(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("splade")
     source = save_tiny_neobert(root / "src")
-    return source, save_sparse_encoder(load_encoder(source, task="mlm"), root / "sparse")
+    return source, save_sparse_encoder(load_encoder(source, head="mlm"), root / "sparse")
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +122,7 @@ def test_sparse_flag_serves_a_plain_mlm_as_encode_sparse(splade_dir):
     from neobert.sparse import encode_sparse
 
     plain = splade_dir[0]  # the same weights as a plain model directory (no SpladePooling)
-    encoder = load_encoder(plain, task="mlm")
+    encoder = load_encoder(plain, head="mlm")
     expected = encode_sparse(encoder.model, encoder.tokenizer, TEXTS).toarray()
     with serve(plain, sparse=True) as srv:
         status, rows, _ = call(srv.url, "POST", "/embed_sparse", {"inputs": TEXTS}, key=None)

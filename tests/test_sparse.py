@@ -44,7 +44,7 @@ def _sparse_dir(tmp_path, kind="neobert"):
     from neobert.finetuning.sparse import save_sparse_encoder
 
     source = save_tiny_neobert(tmp_path / "src") if kind == "neobert" else save_tiny_bert(tmp_path / "src")
-    return save_sparse_encoder(load_encoder(source, task="mlm"), tmp_path / "sparse")
+    return save_sparse_encoder(load_encoder(source, head="mlm"), tmp_path / "sparse")
 
 
 @pytest.mark.parametrize("kind", ["neobert", "bert"])
@@ -57,12 +57,12 @@ def test_encode_sparse_equals_sparse_encoder_on_the_same_directory(tmp_path, kin
     directory = _sparse_dir(tmp_path, kind)
     assert is_sparse_dir(directory) and not is_sparse_dir(tmp_path / "src")
     reference = SparseEncoder(str(directory), device="cpu").encode(TEXTS, convert_to_tensor=True).to_dense()
-    encoder = load_encoder(directory, task="mlm")
+    encoder = load_encoder(directory, head="mlm")
     ours = encode_sparse(encoder.model, encoder.tokenizer, TEXTS, batch_size=2)
     assert ours.shape == tuple(reference.shape) == (len(TEXTS), 30522)
     np.testing.assert_allclose(ours.toarray(), reference.numpy(), atol=1e-5, rtol=1e-5)
     # a plain model directory with an MLM head gives the same vectors: the pooling is all SPLADE adds
-    plain = load_encoder(tmp_path / "src", task="mlm")
+    plain = load_encoder(tmp_path / "src", head="mlm")
     np.testing.assert_allclose(encode_sparse(plain.model, plain.tokenizer, TEXTS).toarray(), ours.toarray(), atol=1e-5)
 
 
@@ -91,7 +91,7 @@ def test_bad_input_gets_a_clear_error(tmp_path):
     from neobert.encoders import load_encoder
 
     source = save_tiny_neobert(tmp_path / "m")
-    mlm, base = load_encoder(source, task="mlm"), load_encoder(source)
+    mlm, base = load_encoder(source, head="mlm"), load_encoder(source)
     with pytest.raises(TypeError, match="needs a mlm model"):
         encode_sparse(base.model, base.tokenizer, ["a"])
     with pytest.raises(TypeError, match="list of strings"):
@@ -131,7 +131,7 @@ def test_flops_and_its_warmup_equal_sentence_transformers():
 def _average_nonzeros(directory, texts) -> float:
     from neobert.encoders import load_encoder
 
-    encoder = load_encoder(directory, task="mlm")
+    encoder = load_encoder(directory, head="mlm")
     return float(encode_sparse(encoder.model, encoder.tokenizer, texts).getnnz(axis=1).mean())
 
 
@@ -158,7 +158,7 @@ def test_sparse_run_lowers_the_loss_sparsifies_and_saves_a_sparse_encoder(tmp_pa
     # the directory is a SparseEncoder, and our vectors are its vectors
     assert is_sparse_dir(sparse.output)
     reference = SparseEncoder(str(sparse.output), device="cpu").encode(TEXTS, convert_to_tensor=True).to_dense()
-    encoder = load_encoder(sparse.output, task="mlm")
+    encoder = load_encoder(sparse.output, head="mlm")
     np.testing.assert_allclose(encode_sparse(encoder.model, encoder.tokenizer, TEXTS).toarray(), reference.numpy(),
                                atol=1e-5, rtol=1e-5)  # fmt: skip
     metrics = [json.loads(line) for line in (sparse.output / "metrics.jsonl").read_text().splitlines()]

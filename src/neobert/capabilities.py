@@ -15,36 +15,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from transformers import AutoConfig
 
 from .encoders import (
     EmbeddingSpec,
+    Encoder,
     apply_precision,
-    check_vocab,
     embedding_spec,
     is_preset,
-    load_model,
+    load_encoder,
     max_positions,
     model_dir,
     resolve_tokenizer,
 )
 from .inference import label_names
 from .registration import HEADS, declared_head
+from .registration import head as registered_head
 from .sparse import is_sparse_dir
 
-# The tasks (service endpoints) each head offers. The encoder inside any head embeds (pooled, and token by
-# token: embed_all); a sequence classifier classifies texts and pairs (predict) and, with one or two labels
-# (a cross-encoder), reranks. A new task is one entry here (and its route and model-side function,
-# docs/architecture.md). An MLM's SPLADE vectors (embed_sparse) are offered where it is used as a sparse model
-# (a SPLADE SparseEncoder directory, or served with --sparse): see ``describe``'s ``sparse``.
-HEAD_TASKS = {
-    "base": ("embed", "embed_all"),
-    "mlm": ("embed", "embed_all", "fill-mask", "embed_sparse"),
-    "sequence-classification": ("embed", "embed_all", "classify", "predict", "rerank"),
-    "token-classification": ("embed", "embed_all", "tokens"),
-}
-assert tuple(HEAD_TASKS) == HEADS
+# The tasks (service endpoints) each head offers are its registry entry's (``registration.Head.tasks``): the
+# encoder inside any head embeds (pooled, and token by token: embed_all); a sequence classifier classifies
+# texts and pairs (predict) and, with one or two labels (a cross-encoder), reranks. An MLM's SPLADE vectors
+# (embed_sparse) are offered where it is used as a sparse model (a SPLADE SparseEncoder directory, or served
+# with --sparse): see ``describe``'s ``sparse``.
 # What every model offers beside its head's tasks (its tokenizer's), once it offers one of them.
 TOKENIZER_TASKS = ("tokenize", "decode")
 # Tasks that are there only where another is: token embeddings where the model's embeddings are served.
@@ -52,15 +45,15 @@ NEEDS = {"embed_all": "embed"}
 
 
 def heads_offering(task: str) -> list[str]:
-    """The heads whose models offer ``task`` (:data:`HEAD_TASKS`; every head for a tokenizer task)."""
-    return list(HEAD_TASKS) if task in TOKENIZER_TASKS else [h for h, tasks in HEAD_TASKS.items() if task in tasks]
+    """The heads whose models offer ``task`` (their registry entries; every head for a tokenizer task)."""
+    return list(HEADS) if task in TOKENIZER_TASKS else [h.name for h in HEADS.values() if task in h.tasks]
 
 
 @dataclass(frozen=True)
 class Capabilities:
     """What one loaded model can do."""
 
-    head: str  # base | mlm | sequence-classification | token-classification
+    head: str  # a registration.HEADS key
     model_type: str
     tasks: tuple[str, ...]  # what it offers: embed, fill-mask, classify, rerank, tokens
     dimensions: int  # the encoder's hidden size
@@ -92,9 +85,10 @@ class Capabilities:
     def not_served(self) -> dict[str, str]:
         """The head's tasks this model does not offer, and why (``/info``'s ``not_served``)."""
         out = {}
-        if "embed" in HEAD_TASKS[self.head] and "embed" not in self.tasks and self.refused:
+        offered = HEADS[self.head].tasks
+        if "embed" in offered and "embed" not in self.tasks and self.refused:
             out["embed"] = self.refused
-        if "embed_sparse" in HEAD_TASKS[self.head] and "embed_sparse" not in self.tasks:
+        if "embed_sparse" in offered and "embed_sparse" not in self.tasks:
             out["embed_sparse"] = ("not a SPLADE SparseEncoder directory; serve a masked-LM model with --sparse "
                                    "for its SPLADE vectors")  # fmt: skip
         return out
@@ -121,7 +115,7 @@ def describe(
     spec = embedding if isinstance(embedding, EmbeddingSpec) else None
     refused = embedding if isinstance(embedding, str) else None
     tasks = []
-    for task in HEAD_TASKS[head]:
+    for task in HEADS[head].tasks:
         if task == "embed" and spec is None:
             continue
         if task == "rerank" and not _reranks(config, values, pair_token_types):
@@ -136,7 +130,7 @@ def describe(
         reason = refused or f"its {head} head serves no endpoint"
         raise ValueError(f"this model would serve nothing, so it is not served: {reason}")
     tasks += [task for task in TOKENIZER_TASKS if runtime is None or task in runtime]
-    classifier = head in ("sequence-classification", "token-classification")
+    classifier = HEADS[head].labelled
     return Capabilities(
         head=head,
         model_type=str(model_type or values.get("model_type")),
@@ -205,28 +199,20 @@ def source_embedding(source: str | os.PathLike) -> EmbeddingSpec | str:
         return str(err)
 
 
-@dataclass
-class Loaded:
-    """A model loaded for inference: the model, its tokenizer, and what it can do."""
-
-    model: torch.nn.Module
-    tokenizer: Any
-    capabilities: Capabilities
+Loaded = Encoder  # its old name: load_for_inference returns the one bundle, an Encoder with capabilities
 
 
 def load_for_inference(
     source: str | os.PathLike, tokenizer: str | os.PathLike | None = None, head: str = "auto",
     precision: str | None = "auto", sparse: bool = False,
-) -> Loaded:  # fmt: skip
+) -> Encoder:  # fmt: skip
     """Load ``source`` for inference in one call: its head (``auto``: :func:`detect_head`), how it embeds,
     its tokenizer (held to the input length the directory declares, e.g. sentence-transformers'
     ``max_seq_length``, as ``SentenceTransformer`` holds it), the vocabulary check and ``precision``
     (:func:`neobert.encoders.apply_precision`; None: the weights as loaded, float32, on the padded path).
     ``sparse``: serve the model's SPLADE vectors (``embed_sparse``) though it is not a SPLADE directory (one
     is served so without asking); it needs a masked-LM head."""
-    head = detect_head(source) if head == "auto" else head
-    if head not in HEADS:
-        raise ValueError(f"unknown head {head!r}; use auto or one of {', '.join(HEADS)}")
+    head = detect_head(source) if head == "auto" else registered_head(head).name
     if head == "token-classification" and not Path(source).is_dir():
         raise ValueError(f"a token classifier is served from a fine-tuned model directory, not {source!r}")
     splade = splade_dir(source, sparse)
@@ -242,9 +228,10 @@ def load_for_inference(
     declared = _declared_max_length(source) if splade else declared
     if declared:
         tok.model_max_length = min(int(tok.model_max_length), declared)
-    model = load_model(source, task=head)
-    check_vocab(model, tok)
+    encoder = load_encoder(source, tok, head=head)  # a preset's vocabulary sized to the tokenizer
     if precision is not None:
-        apply_precision(model, precision)
-    limit = max_positions(model.base_model, tok)
-    return Loaded(model, tok, describe(model.config, head, embedding, limit, sparse=is_sparse))
+        apply_precision(encoder.model, precision)
+    limit = max_positions(encoder.model.base_model, tok)
+    encoder.max_length = limit
+    encoder.capabilities = describe(encoder.model.config, head, embedding, limit, sparse=is_sparse)
+    return encoder

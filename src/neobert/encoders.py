@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +31,8 @@ from .hardware import resolve_precision
 from .io import atomic_dir
 from .model import NeoBERTConfig
 from .model.pooling import POOLINGS, from_sentence_transformers, mean_pool
-from .registration import AUTO_CLASSES, NEOBERT_CLASSES
+from .registration import head as registered_head
 
-TASKS = ("base", "mlm", "sequence-classification", "token-classification")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
 # RoBERTa-style models number positions from padding_idx + 1, so the first pad_token_id + 1 rows of their
 # position table are unusable (514 rows, 512 usable tokens).
@@ -99,24 +99,33 @@ def _source_is_neobert(source: str | os.PathLike) -> bool:
 # --- models ---------------------------------------------------------------------------------------------
 
 
-def load_model(source: str | os.PathLike, task: str = "base", **kw: Any) -> torch.nn.Module:
-    """A model in eval mode for ``task`` (base | mlm | sequence-classification | token-classification).
+def _renamed_task(head: str, kw: dict[str, Any], where: str) -> str:
+    """``task=`` is the old name of ``head=`` (issue 32: ``task`` means an endpoint elsewhere)."""
+    if "task" not in kw:
+        return head
+    warnings.warn(f"{where}(task=...) is deprecated; use head=...", FutureWarning, stacklevel=3)
+    return kw.pop("task")
+
+
+def load_model(source: str | os.PathLike, head: str = "base", **kw: Any) -> torch.nn.Module:
+    """A model in eval mode with ``head`` (a :data:`neobert.registration.HEADS` key: base | mlm |
+    sequence-classification | token-classification). The model alone: :func:`load_encoder` is the loader
+    every caller uses (its tokenizer with it); this is the step inside it.
 
     For a preset (random weights), ``kw`` entries that are :class:`ModelConfig` fields override the preset
     and the rest go to the transformers config (e.g. ``num_labels``). For directories and hub ids ``kw``
     goes to ``from_pretrained``.
     """
-    if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; use one of {', '.join(TASKS)}")
+    entry = registered_head(_renamed_task(head, kw, "load_model"))
     path = model_dir(source)
     if path is None and is_preset(source):
         fields = {f.name for f in dataclasses.fields(ModelConfig)}
         overrides = {k: v for k, v in kw.items() if k in fields}
         extra = {k: v for k, v in kw.items() if k not in fields}
         config = NeoBERTConfig.from_model_config(ModelConfig.from_name(str(source), **overrides), **extra)
-        return NEOBERT_CLASSES[task](config).eval()
+        return entry.neobert_class(config).eval()
     try:
-        model = AUTO_CLASSES[task].from_pretrained(path or str(source), **kw)
+        model = entry.auto_class.from_pretrained(path or str(source), **kw)
     except OSError as err:
         if path is not None:
             raise
@@ -364,12 +373,15 @@ def _drop_auto_map(config_file: Path) -> None:
 @dataclass
 class Encoder:
     """A model (bare encoder or one with a head), its tokenizer (None where none is needed, e.g. a
-    throughput benchmark on random ids), its name, and the longest input it accepts."""
+    throughput benchmark on random ids), its name, and the longest input it accepts: the one bundle every
+    loader returns (:func:`load_encoder`, and ``capabilities.load_for_inference`` with its capabilities)."""
 
     model: torch.nn.Module
     tokenizer: Any
     name: str
     max_length: int
+    # what it can do (capabilities.Capabilities), where it was loaded for inference (load_for_inference)
+    capabilities: Any = None
 
     @property
     def base(self) -> torch.nn.Module:
@@ -408,11 +420,11 @@ class Encoder:
 def load_encoder(
     source: str | os.PathLike,
     tokenizer: str | os.PathLike | Any | None = None,
-    task: str = "base",
+    head: str = "base",
     device: str | torch.device | None = None,
     **model_kwargs: Any,
 ) -> Encoder:
-    """Load ``source`` for ``task`` with its tokenizer (or ``tokenizer``: a directory or a loaded one), in
+    """Load ``source`` with ``head`` and its tokenizer (or ``tokenizer``: a directory or a loaded one), in
     eval mode, on ``device``.
 
     A NeoBERT preset gets a vocabulary as large as the tokenizer's, so the default tokenizer fits the test
@@ -422,7 +434,8 @@ def load_encoder(
     tok = tokenizer if loaded else resolve_tokenizer(source, tokenizer)
     if is_preset(source):
         model_kwargs.setdefault("vocab_size", max(len(tok), PRESETS[str(source)].get("vocab_size", 30522)))
-    model = load_model(source, task=task, **model_kwargs)
+    head = _renamed_task(head, model_kwargs, "load_encoder")
+    model = load_model(source, head=head, **model_kwargs)
     if device is not None:
         model = model.to(device)
     check_vocab(model, tok)

@@ -328,10 +328,7 @@ def fill_mask(
     model: torch.nn.Module, tokenizer: Any, text: str, top_k: int = 5
 ) -> list[list[tuple[str, float]]]:
     """The ``top_k`` most likely tokens, with probabilities, for each [MASK] of ``text`` in order."""
-    if not hasattr(model, "decoder"):
-        raise TypeError(
-            f"fill_mask needs a masked-LM model (load it with task='mlm'), got {type(model).__name__}"
-        )
+    require_head(model, "mlm", "fill_mask")
     mask = tokenizer.mask_token
     if mask is None or mask not in text:
         raise ValueError(f"the text has no {mask or '[MASK]'} token to fill: {text!r}")

@@ -376,6 +376,6 @@ def fill_mask_text(model: str, text: str, top_k: int = 5, tokenizer: str | None 
         top_k: predictions per [MASK]
         tokenizer: tokenizer directory (default: the model directory's, or bert-base-uncased for presets)
     """
-    mlm = load_model(model, task="mlm")
+    mlm = load_model(model, head="mlm")
     return FillMaskResult(text, fill_mask(mlm, resolve_tokenizer(model, tokenizer), text, top_k=top_k),
                           is_preset(model))  # fmt: skip

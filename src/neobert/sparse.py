@@ -25,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from .directories import MODULES_FILE, is_kind, module_types, modules
 from .encoders import check_vocab, max_positions
 from .inference import batched_inputs
 from .model.runtime import eval_mode
@@ -62,7 +63,7 @@ def encode_sparse(
 ) -> sp.csr_matrix:
     """SPLADE vectors of ``texts`` as a float32 CSR matrix (N, vocabulary), rows in input order.
 
-    ``model`` is a masked-LM model (``load_encoder(source, task="mlm")``); texts longer than ``max_length``
+    ``model`` is a masked-LM model (``load_encoder(source, head="mlm")``); texts longer than ``max_length``
     tokens (default: what model and tokenizer accept) are truncated. ``top_k`` keeps each row's k largest
     weights (ties: the lower index). Batching as :func:`neobert.inference.encode` (``max_tokens`` padded
     tokens per batch, 4,096 by default on the CPU).
@@ -120,24 +121,22 @@ def sparse_rows(matrix: sp.csr_matrix, tokenizer: Any = None) -> list[list[dict[
 
 
 def is_sparse_dir(source: str | os.PathLike) -> bool:
-    """Whether ``source`` is a sentence-transformers ``SparseEncoder`` directory with SPLADE max pooling
-    (``modules.json``: a transformer at the root, then ``SpladePooling``). Other SPLADE settings (sum
-    pooling, the ``log1p_relu`` activation) raise: :func:`encode_sparse` would not reproduce them."""
+    """Whether ``source`` is a SPLADE ``SparseEncoder`` directory (:func:`neobert.directories.describe_directory`
+    says so: a ``SpladePooling`` module) with the settings :func:`encode_sparse` reproduces: a transformer at
+    the root, then ``SpladePooling`` with max pooling and ReLU. Other SPLADE settings (sum pooling, the
+    ``log1p_relu`` activation) raise."""
+    if not is_kind(source, "splade"):
+        return False
     path = Path(source).expanduser()
-    modules_file = path / "modules.json"
-    if not modules_file.is_file():
-        return False
-    modules = json.loads(modules_file.read_text(encoding="utf-8"))
-    splade = [m for m in modules if str(m.get("type", "")).endswith("SpladePooling")]
-    if not splade:
-        return False
-    config_file = path / splade[0].get("path", "") / "config.json"
+    listed = modules(path)
+    splade = next(m for m in listed if str(m.get("type", "")).endswith("SpladePooling"))
+    config_file = path / splade.get("path", "") / "config.json"
     config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
     settings = (config.get("pooling_strategy", "max"), config.get("activation_function", "relu"))
-    if settings != ("max", "relu") or len(modules) != 2:
+    if settings != ("max", "relu") or len(listed) != 2:
         raise ValueError(
-            f"{modules_file}: only a transformer followed by SpladePooling(max, relu) is supported; found "
-            f"{[str(m.get('type', '')).rsplit('.', 1)[-1] for m in modules]} with pooling {settings}"
+            f"{path / MODULES_FILE}: only a transformer followed by SpladePooling(max, relu) is supported; "
+            f"found {module_types(path)} with pooling {settings}"
         )
     return True
 

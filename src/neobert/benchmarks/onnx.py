@@ -138,7 +138,7 @@ def run(config: OnnxBenchConfig) -> dict:
 
 def _measure(config: OnnxBenchConfig, source: Path, exported: Any, export_s: float, sizes: dict) -> dict:
     info = inspect_source(source)
-    encoder = load_encoder(info.path, task=info.task)
+    encoder = load_encoder(info.path, head=info.task)
     fp32 = encoder.model.float().eval()
 
     def graph(model: torch.nn.Module) -> torch.nn.Module:

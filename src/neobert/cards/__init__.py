@@ -16,8 +16,8 @@ the sentence-transformers and ONNX exports); this package renders and writes it
 (``facts.py``: what a card states; ``usage.py``: how to load it; ``render.py``: the README.md).
 """
 
-from .facts import CARD, PIPELINES, CardError, CardInfo, DataSource, Result, hub_model_id, wall_time
+from .facts import CARD, CardError, CardInfo, DataSource, Result, hub_model_id, wall_time
 from .render import lowercases, read_card, render, update_card, write_card
 
-__all__ = ["CARD", "PIPELINES", "CardError", "CardInfo", "DataSource", "Result", "hub_model_id", "lowercases",
+__all__ = ["CARD", "CardError", "CardInfo", "DataSource", "Result", "hub_model_id", "lowercases",
            "read_card", "render", "update_card", "wall_time", "write_card"]  # fmt: skip

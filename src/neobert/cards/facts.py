@@ -15,20 +15,12 @@ from typing import Any
 import torch
 from huggingface_hub import EvalResult
 
+from ..directories import card_heads
 from ..encoders import is_preset
 from ..hardware import cpu_info
 from ..hardware import versions as hardware_versions
 
 CARD = "README.md"
-# what a head is for, in the Hub's pipeline vocabulary
-PIPELINES = {
-    "mlm": "fill-mask",
-    "base": "feature-extraction",
-    "sentence-embedding": "sentence-similarity",
-    "sparse-embedding": "feature-extraction",  # SPLADE models on the Hub (sentence-transformers' SparseEncoder)
-    "sequence-classification": "text-classification",
-    "token-classification": "token-classification",
-}
 HASH_LIMIT = 2**31  # files larger than 2 GiB are described by name and size only (hashing would take minutes)
 VERSIONED = ("neobert", "torch", "transformers", "huggingface_hub", "tokenizers", "accelerate",
              "sentence-transformers", "onnxruntime")  # fmt: skip
@@ -116,7 +108,7 @@ class Result:
 class CardInfo:
     """What a run knows about the model it wrote; every field is a fact of that run (None: not known)."""
 
-    head: str  # a key of PIPELINES
+    head: str  # a registered head, or what a directory kind calls its models (directories.card_heads)
     description: str  # what the model is, one paragraph
     command: str  # what wrote it, e.g. "neobert pretrain"
     library: str = "transformers"  # transformers | sentence-transformers | onnx
@@ -134,8 +126,8 @@ class CardInfo:
     name: str | None = None  # the card's title and model-index name; default: the directory's name
 
     def __post_init__(self) -> None:
-        if self.head not in PIPELINES:
-            raise CardError(f"unknown head {self.head!r}; one of {', '.join(PIPELINES)}")
+        if self.head not in card_heads():
+            raise CardError(f"unknown head {self.head!r}; one of {', '.join(card_heads())}")
 
 
 def machine() -> str:

@@ -9,10 +9,11 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from ..directories import describe_directory, pipeline_tag
 from ..io import write_text
 from ..model_info import model_info
 from ..tables import fmt, markdown_table
-from .facts import CARD, PIPELINES, CardError, CardInfo, Result, directory_config, flatten, machine, versions
+from .facts import CARD, CardError, CardInfo, Result, directory_config, flatten, machine, versions
 from .usage import other_ways, usage
 
 CITATION = """@article{lebreton2025neobert,
@@ -83,11 +84,11 @@ def render(directory: Path, info: CardInfo) -> str:
 
 def card_data(info: CardInfo, name: str) -> ModelCardData:
     hub = [s.hub_id for s in info.data if s.hub_id]
-    tags = ["neobert", PIPELINES[info.head], *info.tags]
+    tags = ["neobert", pipeline_tag(info.head), *info.tags]
     return ModelCardData(
         model_name=name,
         library_name=info.library,
-        pipeline_tag=PIPELINES[info.head],
+        pipeline_tag=pipeline_tag(info.head),
         tags=list(dict.fromkeys(tags)),
         base_model=info.base_model,
         datasets=hub or None,
@@ -176,7 +177,10 @@ def update_card(directory: str | os.PathLike, results: list[Result]) -> Path:
     without a card (e.g. one written by another tool) gets a minimal one first."""
     directory = Path(directory)
     if not (directory / CARD).is_file() or RESULTS_START not in (directory / CARD).read_text(encoding="utf-8"):
-        write_card(directory, CardInfo(head=_head(directory), library=_library(directory),
+        found = describe_directory(directory)
+        if found is None:
+            raise CardError(f"{directory} is not a model directory (no config.json, modules.json or onnx_config.json)")
+        write_card(directory, CardInfo(head=found.card_head, library=found.library,
                                        description=_minimal_description(directory), command="(not recorded)"))  # fmt: skip
     card = read_card(directory)
     kept = [old for old in card.data.eval_results or [] if not any(new.same_task(old) for new in results)]
@@ -190,23 +194,6 @@ def update_card(directory: str | os.PathLike, results: list[Result]) -> Path:
         raise CardError(f"{directory / CARD}: the results markers are missing; write the card again")
     text = text[:start] + _results_block(entries) + text[end + len(RESULTS_END) :]
     return write_text(directory / CARD, f"---\n{card.data.to_yaml()}\n---\n{text}")
-
-
-def _head(directory: Path) -> str:
-    if (directory / "modules.json").is_file():
-        return "sparse-embedding" if "SpladePooling" in (directory / "modules.json").read_text() else "sentence-embedding"
-    architectures = " ".join(directory_config(directory).get("architectures") or [])
-    for suffix, head in (("MaskedLM", "mlm"), ("SequenceClassification", "sequence-classification"),
-                         ("TokenClassification", "token-classification")):  # fmt: skip
-        if suffix in architectures:
-            return head
-    return "base"
-
-
-def _library(directory: Path) -> str:
-    if (directory / "model.onnx").is_file():
-        return "onnx"
-    return "sentence-transformers" if (directory / "modules.json").is_file() else "transformers"
 
 
 def _minimal_description(directory: Path) -> str:

@@ -7,15 +7,9 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
+from ..registration import HEADS
 from .facts import CardInfo, directory_config
 
-# the Auto class of each head, for the transformers snippet
-AUTO_CLASSES = {
-    "mlm": "AutoModelForMaskedLM",
-    "base": "AutoModel",
-    "sequence-classification": "AutoModelForSequenceClassification",
-    "token-classification": "AutoModelForTokenClassification",
-}
 EXAMPLE_TEXTS = ("NeoBERT is a next-generation encoder.", "A second, longer example sentence for the batch.")
 
 
@@ -58,19 +52,20 @@ def usage(directory: Path, info: CardInfo) -> tuple[str, str]:
                 "print(tuple(vectors.shape))")  # fmt: skip
         return code, f"({len(EXAMPLE_TEXTS)}, {hidden})"
     if info.library == "onnx":
-        call = "classify" if info.head == "sequence-classification" else "encode"
+        call = "classify" if info.head in HEADS and HEADS[info.head].exports else "encode"
         width = labels if call == "classify" else hidden
         code = ("from neobert.export.runtime import OnnxEncoder  # onnxruntime + tokenizers, no torch (pip install 'neobert[onnx]')\n\n"
                 'encoder = OnnxEncoder(".")  # this directory\n'
                 f"outputs = encoder.{call}({list(EXAMPLE_TEXTS)!r})\n"
                 "print(tuple(outputs.shape))")  # fmt: skip
         return code, f"({len(EXAMPLE_TEXTS)}, {width})"
-    auto = AUTO_CLASSES[info.head if info.head in AUTO_CLASSES else "base"]
-    texts = (_mask_text(directory),) if info.head == "mlm" else EXAMPLE_TEXTS
+    head = HEADS.get(info.head, HEADS["base"])
+    auto = head.auto_class_name
+    texts = (_mask_text(directory),) if head.width == "vocab" else EXAMPLE_TEXTS
     length = _example_tokens(directory, texts) or "L"
-    output = {"mlm": ("logits", config.get("vocab_size")), "sequence-classification": ("logits", labels),
-              "token-classification": ("logits", labels)}.get(info.head, ("last_hidden_state", hidden))  # fmt: skip
-    shape = (len(texts), labels) if info.head == "sequence-classification" else (len(texts), length, output[1])
+    width = {"hidden": hidden, "vocab": config.get("vocab_size"), "labels": labels}[head.width]
+    shape = (len(texts), length, width) if head.per_token else (len(texts), width)
+    output = (head.output, width)
     code = ("import neobert  # registers NeoBERT with transformers' Auto classes (pip install neobert); no remote code\n"
             "import torch\n"
             f"from transformers import {auto}, AutoTokenizer\n\n"
@@ -105,10 +100,11 @@ def other_ways(info: CardInfo) -> str:
         return ("The root of this directory is also a transformers model (`AutoModel.from_pretrained(\".\")` after "
                 "`import neobert`; pool `last_hidden_state` over the attention mask as `modules.json`'s Pooling says to "
                 "get the same vectors).\n\nONNX Runtime:\n\n" + onnx)  # fmt: skip
-    if info.head in ("mlm", "base"):
+    head = HEADS.get(info.head, HEADS["base"])
+    if not head.labelled:
         return "sentence-transformers (embeddings):\n\n" + st + "\nONNX Runtime:\n\n" + onnx
-    if info.head == "token-classification":
-        return "ONNX Runtime: `neobert export onnx` exports the encoder of this directory, not its tagging head.\n"
+    if not head.exports:
+        return f"ONNX Runtime: `neobert export onnx` exports the encoder of this directory, not its {head.name} head.\n"
     return "ONNX Runtime (the classifier's logits):\n\n" + onnx
 
 

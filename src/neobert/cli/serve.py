@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from ..config import PRECISIONS
 from ..long_documents import EXTEND_METHODS, POLICIES
-from ..serving.config import HEADS, ServeConfig, ServeConfigError
+from ..serving.config import ServeConfig, ServeConfigError, head_choices
 from .common import CLIError, add_command, make_console, quiet_transformers
 from .options import config_from_args
 
@@ -42,7 +42,7 @@ DESCRIPTION = (
     "Serve any encoder, on PyTorch or ONNX Runtime (an export of `neobert export onnx`), over HTTP with dynamic batching, a bounded queue, limits, an optional API key, /info, "
     "/health and /metrics (Prometheus). Needs pip install 'neobert[serve]'. See docs/serving.md."
 )
-CHOICES = {"head": HEADS, "precision": PRECISIONS, "long_documents": POLICIES, "rope_scaling": EXTEND_METHODS}
+CHOICES = {"head": head_choices(), "precision": PRECISIONS, "long_documents": POLICIES, "rope_scaling": EXTEND_METHODS}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

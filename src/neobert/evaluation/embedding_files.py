@@ -228,7 +228,7 @@ def run(
     report = EmbeddingReport()
     for model in models:
         is_sparse = is_sparse_model(model, sparse)
-        encoder = load_encoder(model, tokenizer, task="mlm" if is_sparse else "base", device=device)
+        encoder = load_encoder(model, tokenizer, head="mlm" if is_sparse else "base", device=device)
         embed = (make_sparse_embed if is_sparse else make_embed)(encoder, batch_size, show_progress)
         report.models[model] = [
             evaluate_task(spec, embed, (instructions or {}).get(spec.name, NO_INSTRUCTION), seed)

@@ -136,13 +136,13 @@ def load_mlm(
                 f"{spec}: a context length ({length}) needs a RoPE scaling method to reach it "
                 f"(--rope-scaling METHOD or {path}@METHOD:{length}; methods: {', '.join(ROPE_METHODS)})"
             )
-        return load_encoder(path, tokenizer, task="mlm", device=device)
+        return load_encoder(path, tokenizer, head="mlm", device=device)
     if length is None:
         raise ValueError(
             f"{spec}: RoPE scaling {method!r} needs a context length (--context or @{method}:LENGTH)"
         )
     changes = _extended_fields(path, method, length)
-    return load_encoder(path, tokenizer, task="mlm", device=device, **changes)
+    return load_encoder(path, tokenizer, head="mlm", device=device, **changes)
 
 
 def _extended_fields(path: str, method: str, length: int) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from ..inference import label_names
 from ..io import atomic_dir, write_json
 from ..model import set_runtime
 from ..model.pooling import ONNX_POOLINGS, get_pooling, pool
-from ..registration import declared_head
+from ..registration import HEADS, declared_head
 from .runtime import CONFIG_FILE, FORMAT_VERSION, OnnxEncoder
 
 # Encoders whose transformers implementation exports and matches PyTorch (tests/test_onnx_export.py).
@@ -90,7 +90,7 @@ def run(config: OnnxExportConfig) -> ExportResult:
 @dataclass
 class ExportResult:
     output: Path
-    task: str  # "base" or "sequence-classification"
+    task: str  # the head exported: base, or a head whose graph the export writes (registration.Head.exports)
     model_type: str
     max_length: int
     pooling: dict[str, Any]
@@ -118,7 +118,7 @@ class Source:
 
     path: Path
     model_type: str
-    task: str  # "base" or "sequence-classification"
+    task: str  # the head exported: base, or a head whose graph the export writes (registration.Head.exports)
     embedding: EmbeddingSpec  # pooling, normalize, max_length, declared_by (encoders.embedding_spec)
 
 
@@ -142,8 +142,8 @@ def inspect_source(model_dir: str | os.PathLike) -> Source:
             f"{', '.join(SUPPORTED_TYPES)}"
         )
     spec = embedding_spec(path)  # ValueError naming the module for Dense layers, max pooling, ...
-    is_classifier = declared_head(config) == "sequence-classification"  # other heads: the base encoder
-    return Source(path, model_type, "sequence-classification" if is_classifier else "base", spec)
+    head = HEADS[declared_head(config)]  # a head whose graph is not exported: its base encoder
+    return Source(path, model_type, head.name if head.exports else "base", spec)
 
 
 def check_output(output: Path, model_dir: Path, force: bool) -> None:
@@ -222,7 +222,7 @@ def export_onnx(
         )
     normalize = source.embedding.normalize if normalize is None else normalize
 
-    encoder = load_encoder(source.path, task=source.task)
+    encoder = load_encoder(source.path, head=source.task)
     model = encoder.model.float().eval()
     if is_neobert(model):
         set_runtime(model, attn_backend="sdpa", unpad=False)  # the padded path: no data-dependent gathers
@@ -244,7 +244,7 @@ def export_onnx(
         write_card(tmp, _card(source, settings, license, output.name))
         files.append(CARD)
     notes = []
-    if base and any("For" in a for a in model.config.architectures or []):
+    if base and declared_head(model.config) != "base":
         notes.append(f"head {model.config.architectures[0]} not exported: the base encoder was")
     cosine = settings["parity"].get("int8_cosine_min")
     if cosine is not None and cosine < INT8_COSINE_FLOOR:

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-CONFIG_FILE = "onnx_config.json"
+from ..directories import ONNX_CONFIG_FILE as CONFIG_FILE
+
 FORMAT_VERSION = 1
 
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..cards import PIPELINES, CardInfo, DataSource, Result, hub_model_id, wall_time
+from ..cards import CardInfo, DataSource, Result, hub_model_id, wall_time
+from ..directories import pipeline_tag
 from ..encoders import is_preset
 
 
@@ -48,7 +49,7 @@ def finetune_card(facts: FinetuneFacts) -> CardInfo:
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 undefined.append(f"{metric} on {name} ({split})")
                 continue
-            results.append(Result(PIPELINES[facts.head], facts.task, name, kind, metric, value, split, facts.command))
+            results.append(Result(pipeline_tag(facts.head), facts.task, name, kind, metric, value, split, facts.command))
     limits = list(facts.limits)
     if undefined:
         limits.append("Undefined on the validation data (so not reported): " + ", ".join(undefined) + ".")

@@ -291,7 +291,7 @@ def train(
     output = Path(config.output)
     datasets = load_datasets(config.data, config.instructions)  # bad data fails before the model loads
     torch.manual_seed(config.seed)
-    encoder = load_encoder(config.model, config.tokenizer, task=head)  # engine.prepare moves it to the device
+    encoder = load_encoder(config.model, config.tokenizer, head=head)  # engine.prepare moves it to the device
     too_wide = [d for d in getattr(config, "matryoshka_dims", []) if d > encoder.hidden_size]
     if too_wide:
         raise FinetuneConfigError(

@@ -47,7 +47,7 @@ def load_classifier(
     if pooling is not None:
         head["classifier_pooling"] = pooling
     if is_preset(source):
-        return load_model(source, task=task, **(preset_overrides or {}), **head)
+        return load_model(source, head=task, **(preset_overrides or {}), **head)
     if preset_overrides:
         raise ValueError(f"preset overrides apply to presets only, and {source} is not one")
     config = AutoConfig.from_pretrained(model_dir(source) or source, **head)
@@ -56,4 +56,4 @@ def load_classifier(
             f"pooling={pooling!r} sets a NeoBERT head's pooling, and {source} is a {config.model_type} "
             "model, whose head pools its own way; leave pooling unset"
         )
-    return load_model(source, task=task, config=config, ignore_mismatched_sizes=True)
+    return load_model(source, head=task, config=config, ignore_mismatched_sizes=True)

@@ -17,8 +17,9 @@ import numpy as np
 import torch
 
 from ..data.readers import DataError, json_objects
+from ..model.losses import IGNORE_INDEX
 
-IGNORE = -100  # the label of special tokens and of every sub-word but a word's first
+IGNORE = IGNORE_INDEX  # the label of special tokens and of every sub-word but a word's first
 OUTSIDE = "O"
 
 

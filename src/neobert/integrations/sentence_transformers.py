@@ -55,7 +55,7 @@ def save_sentence_transformer(
         source = Path(model_dir_or_model)
         if output_dir.resolve() == source.resolve():
             raise ValueError(f"output_dir {output_dir} is the model directory; its weights would be replaced")
-        model = load_model(source, task="base")
+        model = load_model(source, head="base")
         tokenizer = source if tokenizer is None else tokenizer
     if tokenizer is None:
         raise ValueError("a tokenizer (or tokenizer directory) is needed with an in-memory model")

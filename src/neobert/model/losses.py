@@ -45,6 +45,14 @@ def sequence_loss(
     raise ValueError(f"unknown problem {problem!r}; use one of {', '.join(PROBLEMS)}")
 
 
+def mlm_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy of MLM logits (..., V) against ``labels`` (...) over the positions whose label is not
+    :data:`IGNORE_INDEX`, in float32 (the head's ``forward(labels=...)`` takes the mean; pretraining sums
+    and divides by the global count itself, ``training/loss.py``)."""
+    return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
+                           reduction=reduction)  # fmt: skip
+
+
 def token_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
     """Cross-entropy of token logits (B, L, num_labels) over the positions whose label is not
     :data:`IGNORE_INDEX`, in float32."""

@@ -8,7 +8,6 @@ save can be read by the original code too.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
@@ -23,6 +22,7 @@ from transformers.modeling_outputs import (
 from ..config import ModelConfig
 from .attention import (
     VARLEN_KERNELS,
+    AttentionContext,
     AttentionRuntime,
     packed_context,
     padded_context,
@@ -32,7 +32,7 @@ from .attention import (
 )
 from .configuration import NeoBERTConfig
 from .layers import EncoderBlock, RMSNorm, make_norm
-from .losses import sequence_loss, sequence_problem, token_loss
+from .losses import mlm_loss, sequence_loss, sequence_problem, token_loss
 from .pooling import pool
 from .rope import rope_rotations
 
@@ -175,43 +175,9 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
         )
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         shape = input_ids.shape
-        cfg = self.model_config
-
-        if (
-            cfg.position_embedding == "learned"
-            and position_ids is None
-            and cu_seqlens is None
-            and attention_mask is not None
-        ):
-            # RoBERTa-style learned positions count real tokens only (padding gets 0), so a left-padded row
-            # gets the positions it has alone, and the padded and unpadded paths agree. RoPE needs no such
-            # ids: its scores depend on relative positions only.
-            mask = attention_mask.long()
-            position_ids = (mask.cumsum(-1) - 1).clamp(min=0) * mask
-        backend = resolve_backend(
-            self.runtime.backend, input_ids.device, self._compute_dtype(input_ids.device)
+        input_ids, position_ids, ctx, indices = self._layout(
+            input_ids, attention_mask, position_ids, cu_seqlens, max_seqlen
         )
-        unpad_batch = self.runtime.unpad if self.runtime.unpad is not None else backend in VARLEN_KERNELS
-        indices = None  # positions of real tokens when we unpad a padded batch
-        if cu_seqlens is None and attention_mask is not None and unpad_batch and input_ids.dim() == 2:
-            indices, cu_seqlens, max_seqlen = unpad(attention_mask)
-            input_ids = input_ids.flatten()[indices]
-            if position_ids is not None:
-                position_ids = position_ids.flatten()[indices]
-        if cu_seqlens is not None:
-            if max_seqlen is None:
-                max_seqlen = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
-            self._check_length(max_seqlen)
-            input_ids = input_ids.flatten()  # (T,)
-            if position_ids is None:
-                position_ids = positions_from_cu_seqlens(cu_seqlens, input_ids.shape[0])
-            else:
-                position_ids = position_ids.flatten()
-            ctx = packed_context(cu_seqlens, max_seqlen, backend, allow_runs=not self.runtime.compiled)
-        else:
-            self._check_length(shape[-1])
-            ctx = padded_context(attention_mask)
-
         x, rope = self._embed(input_ids, position_ids)
         hidden_states = [x] if output_hidden_states else None
         for block in self.transformer_encoder:
@@ -223,16 +189,53 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
                 hidden_states.append(x)
         x = self.layer_norm(x)
 
-        if indices is not None:  # back to the caller's padded layout
-            x = _repad(x, indices, shape)
-            hidden_states = [_repad(h, indices, shape) for h in hidden_states] if hidden_states else None
-        elif ctx.packed:
-            x = x.view(*shape, -1)
-            hidden_states = [h.view(*shape, -1) for h in hidden_states] if hidden_states else None
-        hidden_states = tuple(hidden_states) if hidden_states is not None else None
+        x, *hidden_states = (_restore(h, indices, ctx.packed, shape) for h in (x, *(hidden_states or ())))
+        hidden_states = tuple(hidden_states) if output_hidden_states else None
         if not return_dict:
             return tuple(v for v in (x, hidden_states) if v is not None)
         return BaseModelOutput(last_hidden_state=x, hidden_states=hidden_states)
+
+    def _layout(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        cu_seqlens: torch.Tensor | None,
+        max_seqlen: int | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, AttentionContext, torch.Tensor | None]:
+        """How the blocks see the batch: padded rows, or packed tokens (given as ``cu_seqlens``, or unpadded
+        here where the runtime asks for it). Returns the ids and positions in that layout, the attention
+        context, and the real tokens' positions (``indices``) where a padded batch was unpadded."""
+        cfg = self.model_config
+        if cfg.position_embedding == "learned" and position_ids is None and cu_seqlens is None and (
+            attention_mask is not None
+        ):
+            # RoBERTa-style learned positions count real tokens only (padding gets 0), so a left-padded row
+            # gets the positions it has alone, and the padded and unpadded paths agree. RoPE needs no such
+            # ids: its scores depend on relative positions only.
+            mask = attention_mask.long()
+            position_ids = (mask.cumsum(-1) - 1).clamp(min=0) * mask
+        backend = resolve_backend(self.runtime.backend, input_ids.device, self._compute_dtype(input_ids.device))
+        unpad_batch = self.runtime.unpad if self.runtime.unpad is not None else backend in VARLEN_KERNELS
+        indices = None
+        if cu_seqlens is None and attention_mask is not None and unpad_batch and input_ids.dim() == 2:
+            indices, cu_seqlens, max_seqlen = unpad(attention_mask)
+            input_ids = input_ids.flatten()[indices]
+            if position_ids is not None:
+                position_ids = position_ids.flatten()[indices]
+        if cu_seqlens is None:
+            self._check_length(input_ids.shape[-1])
+            return input_ids, position_ids, padded_context(attention_mask), None
+        if max_seqlen is None:
+            max_seqlen = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+        self._check_length(max_seqlen)
+        input_ids = input_ids.flatten()  # (T,)
+        if position_ids is None:
+            position_ids = positions_from_cu_seqlens(cu_seqlens, input_ids.shape[0])
+        else:
+            position_ids = position_ids.flatten()
+        ctx = packed_context(cu_seqlens, max_seqlen, backend, allow_runs=not self.runtime.compiled)
+        return input_ids, position_ids, ctx, indices
 
     def _compute_dtype(self, device: torch.device) -> torch.dtype:
         """The dtype attention will see: autocast's when it is on, else the weights'."""
@@ -271,11 +274,14 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
         return x, rope
 
 
-def _repad(x: torch.Tensor, indices: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """(T, C) real tokens -> (B, L, C) with zeros at padding."""
-    out = x.new_zeros(shape.numel(), x.shape[-1])
-    out.index_copy_(0, indices, x)
-    return out.view(*shape, -1)
+def _restore(x: torch.Tensor, indices: torch.Tensor | None, packed: bool, shape: torch.Size) -> torch.Tensor:
+    """Hidden states back in the caller's layout: (T, C) real tokens -> (B, L, C) with zeros at padding
+    where the batch was unpadded here; packed input -> its own shape + (C,)."""
+    if indices is not None:
+        out = x.new_zeros(shape.numel(), x.shape[-1])
+        out.index_copy_(0, indices, x)
+        return out.view(*shape, -1)
+    return x.view(*shape, -1) if packed else x
 
 
 class _Head(NeoBERTPreTrainedModel):
@@ -339,7 +345,7 @@ class NeoBERTForMaskedLM(_Head):
         masked_positions: torch.Tensor | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """MLM logits (..., V); with ``labels`` (-100 = ignore) also the mean cross-entropy over labelled tokens.
+        """MLM logits (..., V); with ``labels`` (``IGNORE_INDEX`` = ignore) also the mean cross-entropy over labelled tokens.
 
         ``masked_positions`` (bool, shaped like ``input_ids``; a keyword of ``forward``) decodes only those
         positions: logits are (N, V) for the N selected tokens in row-major order, which saves the
@@ -351,11 +357,11 @@ class NeoBERTForMaskedLM(_Head):
         if masked_positions is not None:
             logits = self.decoder(h[masked_positions])  # (N, V)
             if labels is not None:
-                loss = F.cross_entropy(logits.float(), labels[masked_positions], ignore_index=-100)
+                loss = mlm_loss(logits, labels[masked_positions])
         else:
             logits = self.decoder(h)  # (..., V)
             if labels is not None:
-                loss = F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), ignore_index=-100)
+                loss = mlm_loss(logits, labels)
         return logits, loss
 
 

@@ -117,7 +117,7 @@ def run_default(
 def _fill_mask_examples(model_dir: Path | None) -> list[tuple[str, list[tuple[str, float]]]]:
     if model_dir is None:
         return []
-    model = load_model(model_dir, task="mlm")
+    model = load_model(model_dir, head="mlm")
     tokenizer = load_tokenizer(model_dir)
     return [(text, fill_mask(model, tokenizer, text, top_k=3)[0]) for text in FILL_MASK_EXAMPLES]
 

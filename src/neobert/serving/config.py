@@ -5,17 +5,21 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..config import PRECISIONS, check_known_keys
-from ..export.runtime import CONFIG_FILE as ONNX_CONFIG_FILE
+from ..directories import is_kind
 from ..long_documents import EXTEND_METHODS, POLICIES
+from ..registration import HEADS
 
 BACKENDS = ("auto", "torch", "onnx")
 ONNX_VARIANTS = ("fp32", "int8")
-HEADS = ("auto", "base", "mlm", "sequence-classification", "token-classification")
 API_KEY_ENV = "NEOBERT_API_KEY"
+
+
+def head_choices() -> tuple[str, ...]:
+    """What ``--head`` takes: auto, or a registered head (registration.HEADS)."""
+    return ("auto", *HEADS)
 
 
 class ServeConfigError(ValueError):
@@ -79,7 +83,7 @@ class ServeConfig:
                 kind = "a non-negative" if name == "port" else "a positive"
                 raise ServeConfigError(f"{name} must be {kind} integer, got {value!r}")
         for name, choices in (
-            ("head", HEADS),
+            ("head", head_choices()),
             ("backend", BACKENDS),
             ("onnx_variant", ONNX_VARIANTS),
             ("precision", PRECISIONS),
@@ -116,7 +120,7 @@ class ServeConfig:
     def onnx(self) -> bool:
         """Whether the model runs on ONNX Runtime (``backend`` onnx, or auto and an export directory)."""
         if self.backend == "auto":
-            return (Path(self.model) / ONNX_CONFIG_FILE).is_file()
+            return is_kind(self.model, "onnx")
         return self.backend == "onnx"
 
     @property

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from ..capabilities import describe
+from ..directories import is_kind
 from ..encoders import EmbeddingSpec
 from ..export.runtime import CONFIG_FILE, OnnxEncoder
 from ..inference import classifier_rows, label_scores, relevance, token_batches
@@ -43,7 +44,7 @@ from .threads import ThreadChoice, fixed_threads, thread_info
 
 def is_onnx_export(model: str) -> bool:
     """Whether ``model`` is a directory written by ``neobert export onnx``."""
-    return (Path(model) / CONFIG_FILE).is_file()
+    return is_kind(model, "onnx")
 
 
 @dataclass

@@ -31,6 +31,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 
 from ..capabilities import heads_offering
+from ..registration import HEADS
 from .errors import MODEL_ERRORS, ServiceError, documented, unicode_problem
 from .schemas import (
     ClassifyResponse,
@@ -445,8 +446,8 @@ def add_tokenizer_routes(routes: Routes) -> None:
 def add_root_route(routes: Routes) -> None:
     """``POST /`` by the model's head, in the Inference API's shape (what huggingface_hub's InferenceClient
     sends and parses); its request schema is the head's."""
-    task, body = ROOT[routes.service.head]
-    answer = ROOT_ANSWERS[task]
+    task = HEADS[routes.service.head].root_task
+    body, answer = ROOT[task]
 
     async def root(request: Any) -> Response:
         return await answer(routes, request)
@@ -495,10 +496,9 @@ async def root_tokens(routes: Routes, request: RootTokensRequest) -> Response:
     return JSONResponse(rows[0] if single else rows)
 
 
-ROOT = {"base": ("embed", TEIEmbedRequest), "mlm": ("fill-mask", RootFillMaskRequest),
-        "sequence-classification": ("predict", RootPredictRequest),
-        "token-classification": ("tokens", RootTokensRequest)}  # fmt: skip
-ROOT_ANSWERS = {"embed": root_embed, "predict": root_predict, "fill-mask": root_fill_mask, "tokens": root_tokens}
+# what `POST /` takes and answers for each task a head may name as its root task (registration.Head.root_task)
+ROOT = {"embed": (TEIEmbedRequest, root_embed), "fill-mask": (RootFillMaskRequest, root_fill_mask),
+        "predict": (RootPredictRequest, root_predict), "tokens": (RootTokensRequest, root_tokens)}  # fmt: skip
 
 
 def text_inputs(inputs: Any, pairs: bool) -> tuple[list[Any], bool]:

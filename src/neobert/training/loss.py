@@ -6,9 +6,9 @@ micro-batch (a micro-batch with 10 masked tokens would count as much as one with
 micro-batch contributes its *sum* divided by the global count, which is known before the first backward
 because the count depends only on the labels:
 
-    count = all_reduce(sum((mb["labels"] != -100).sum() for mb in micro_batches))   # once per step
+    count = all_reduce(sum((mb["labels"] != IGNORE_INDEX).sum() for mb in micro_batches))   # once per step
     for mb in micro_batches:
-        selected = mb["labels"] != -100
+        selected = mb["labels"] != IGNORE_INDEX
         logits = model(..., masked_positions=selected).logits   # (N, V); the model computes no loss
         loss = normalize_loss(masked_lm_loss_sum(logits, mb["labels"][selected]), count)
         loss.backward()
@@ -21,20 +21,15 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
-from .masking import IGNORE_INDEX
+from ..model.losses import mlm_loss
 
 
 def masked_lm_loss_sum(logits_masked: torch.Tensor, labels_masked: torch.Tensor) -> torch.Tensor:
-    """Summed cross-entropy, in fp32, of logits (N, V) against labels (N,); -100 labels are skipped,
-    so full (..., V) logits with (...) labels work too."""
-    return F.cross_entropy(
-        logits_masked.flatten(0, -2).float(),  # (N, V)
-        labels_masked.flatten(),
-        ignore_index=IGNORE_INDEX,
-        reduction="sum",
-    )
+    """Summed cross-entropy, in fp32, of logits (N, V) against labels (N,): the MLM head's loss
+    (:func:`neobert.model.losses.mlm_loss`) summed; ignored labels are skipped, so full (..., V) logits with
+    (...) labels work too."""
+    return mlm_loss(logits_masked, labels_masked, reduction="sum")
 
 
 def _distributed() -> bool:

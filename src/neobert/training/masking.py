@@ -18,7 +18,8 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
-IGNORE_INDEX = -100  # label of positions that carry no loss (PyTorch's cross-entropy default)
+from ..model.losses import IGNORE_INDEX  # label of positions that carry no loss
+
 SCHEMES = ("mask", "bert")
 
 # Of the selected tokens in the BERT scheme: this share becomes [MASK], the next share a random token,

@@ -34,7 +34,7 @@ from .config import PretrainConfig
 from .data_setup import TrainingData, open_training_data
 from .engine import Engine, EngineSettings, LossTerms, NonFiniteLossError
 from .loss import masked_lm_loss_sum
-from .masking import generator_for, mask_tokens
+from .masking import IGNORE_INDEX, generator_for, mask_tokens
 from .monitor import plot_loss_curve, read_metrics
 from .schedule import make_scheduler
 from .stream import RowStream
@@ -148,7 +148,7 @@ class MLMTask:
         return _my_micro_batches(rows, step, self.config, self.data, self.engine.rank, self.engine.world)
 
     def count(self, batch: dict) -> torch.Tensor:
-        return (batch["labels"] != -100).sum()
+        return (batch["labels"] != IGNORE_INDEX).sum()
 
     def loss(self, model: torch.nn.Module, batch: dict) -> LossTerms:
         loss_sum, hits, _ = _mlm_sums(model, batch, self.engine.device)
@@ -281,7 +281,7 @@ def _my_micro_batches(rows, step: int, config: PretrainConfig, data: TrainingDat
 def _mlm_sums(model, batch: dict, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Summed masked-token cross-entropy, correct predictions and masked count of one packed micro-batch."""
     batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
-    selected = batch["labels"] != -100
+    selected = batch["labels"] != IGNORE_INDEX
     out = model(
         input_ids=batch["input_ids"],
         cu_seqlens=batch["cu_seqlens"],
