@@ -26,6 +26,7 @@ from .config import PRESETS, ModelConfig, check_precision
 from .data import tokenizer as tokenizer_files
 from .data.tokenizer import EXAMPLES_HINT as EXAMPLES_HINT  # the tokenizer loader lives in the data layer
 from .data.tokenizer import MODEL_INPUT_NAMES
+from .directories import MODULES_FILE, modules
 from .fastpath import fast_inference
 from .hardware import resolve_precision
 from .io import atomic_dir
@@ -243,12 +244,11 @@ def embedding_spec(source: str | os.PathLike) -> EmbeddingSpec:
     ``SentenceTransformer(dir).encode``.
     """
     path = Path(source).expanduser()
-    modules_file = path / "modules.json"
+    modules_file = path / MODULES_FILE
     if not modules_file.is_file():
         return EmbeddingSpec()
-    modules = json.loads(modules_file.read_text(encoding="utf-8"))
     pooling, normalize = "mean", False
-    for module in modules:
+    for module in modules(path):
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
         where = f"{modules_file}: module {kind} ({module.get('path') or 'the root'})"
         if kind == "Transformer":
