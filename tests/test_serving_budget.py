@@ -14,9 +14,9 @@ import torch
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from helpers import call, serve  # noqa: E402
-from neobert import encoders  # noqa: E402
-from neobert.serving import memory  # noqa: E402
+from helpers import call, serve
+from neobert import encoders
+from neobert.serving import memory
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
