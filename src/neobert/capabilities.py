@@ -242,7 +242,10 @@ def load_for_inference(
     declared = _declared_max_length(source) if splade else declared
     if declared:
         tok.model_max_length = min(int(tok.model_max_length), declared)
-    model = load_model(source, task=head)
+    # a preset's weights are random: its vocabulary is sized to the tokenizer it is served with (tiny's 128
+    # would refuse the default tokenizer's 30,522), as a test or a try of an endpoint needs
+    sized = {"vocab_size": len(tok)} if model_dir(source) is None and is_preset(source) else {}
+    model = load_model(source, task=head, **sized)
     check_vocab(model, tok)
     if precision is not None:
         apply_precision(model, precision)

@@ -31,7 +31,7 @@ class Guard:
         self.limit = config.max_body_bytes
         self.release_memory, self._trim_pending = getattr(config, "release_memory", True), False
         key = service.api_key
-        self.expected = f"Bearer {key}".encode() if key else None
+        self.expected = key.encode() if key else None  # the token after the scheme
         self.model_paths = {path for path, task in model_paths.items() if task in service.tasks}
         self.paths = set(paths)  # the metrics' endpoint label; others count as "other"
         busy = error_body(
@@ -99,9 +99,12 @@ class Guard:
         asyncio.get_running_loop().call_later(TRIM_DELAY_S, trim)
 
     def _authorized(self, scope: dict) -> bool:
+        """``Authorization: Bearer KEY``; the scheme in any case (RFC 9110: schemes are case-insensitive),
+        the key compared in constant time."""
         for name, value in scope.get("headers") or []:
             if name == b"authorization":
-                return hmac.compare_digest(value, self.expected)  # constant time
+                scheme, _, token = value.strip().partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.expected or b"")
         return False
 
     def _limited(self, receive: Any) -> Any:

@@ -34,6 +34,7 @@ from ..capabilities import heads_offering
 from .errors import MODEL_ERRORS, ServiceError, documented, unicode_problem
 from .schemas import (
     BYTES_PER_NUMBER,
+    EMBED_FIELDS,
     ClassifyResponse,
     CohereRerankRequest,
     CohereRerankResponse,
@@ -55,7 +56,7 @@ from .schemas import (
     RerankBody,
     RerankRequest,
     RerankResponse,
-    RootFillMaskRequest,
+    RootMaskedLMRequest,
     RootPredictRequest,
     RootTokensRequest,
     SparseValue,
@@ -487,7 +488,7 @@ def add_root_route(routes: Routes) -> None:
     routes.model_route("/", task, Any)(root)
 
 
-async def root_embed(routes: Routes, request: TEIEmbedRequest) -> Response:
+async def root_embed(routes: Routes, request: TEIEmbedRequest | RootMaskedLMRequest) -> Response:
     """A base encoder embeds (TEI's ``/embed``): a list of vectors."""
     items = routes.prompted(as_items(request.inputs), request.prompt_name)
     vectors, _ = await routes.vectors(items, "inputs", request.truncate, request.normalize,
@@ -505,13 +506,18 @@ async def root_predict(routes: Routes, request: RootPredictRequest) -> Response:
     return JSONResponse([row[: parameters.top_k] for row, _ in answers])
 
 
-async def root_fill_mask(routes: Routes, request: RootFillMaskRequest) -> Response:
-    """An MLM fills its masks: ``[{sequence, score, token, token_str}]`` (a list per mask where a text has
-    several; a list per text for several texts)."""
+async def root_fill_mask(routes: Routes, request: RootMaskedLMRequest) -> Response:
+    """An MLM fills its masks where every text holds the mask token: ``[{sequence, score, token,
+    token_str}]`` (a list per mask where a text has several; a list per text for several texts). Texts
+    without it, or a request with TEI's embedding fields (``normalize``, ``truncation_direction``,
+    ``prompt_name``, ``dimensions``), are embedded as TEI's ``/embed`` answers (a list of vectors): what
+    ``InferenceClient.feature_extraction`` asks of a masked LM such as the released NeoBERT."""
     texts, single = text_inputs(request.inputs, pairs=False)
+    mask = routes.service.info["mask_token"]
+    if request.model_fields_set & set(EMBED_FIELDS) or not all(mask and mask in text for text in texts):
+        return await root_embed(routes, request)
     top_k = (request.parameters.top_k if request.parameters else None) or 5
     answers = await routes.run("fill-mask", texts, "inputs", request.truncate, top_k)
-    mask = routes.service.info["mask_token"]
     rows = [[filled(text, candidates, mask) for candidates in row] for text, (row, _) in zip(texts, answers)]
     rows = [row[0] if len(row) == 1 else row for row in rows]
     return JSONResponse(rows[0] if single else rows)
@@ -526,7 +532,7 @@ async def root_tokens(routes: Routes, request: RootTokensRequest) -> Response:
     return JSONResponse(rows[0] if single else rows)
 
 
-ROOT = {"base": ("embed", TEIEmbedRequest), "mlm": ("fill-mask", RootFillMaskRequest),
+ROOT = {"base": ("embed", TEIEmbedRequest), "mlm": ("fill-mask", RootMaskedLMRequest),
         "sequence-classification": ("predict", RootPredictRequest),
         "token-classification": ("tokens", RootTokensRequest)}  # fmt: skip
 ROOT_ANSWERS = {"embed": root_embed, "predict": root_predict, "fill-mask": root_fill_mask, "tokens": root_tokens}

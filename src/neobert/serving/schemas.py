@@ -180,12 +180,20 @@ class Parameters(_Lenient):
     function_to_apply: Literal["softmax", "sigmoid", "none"] | None = None
 
 
-class RootFillMaskRequest(_Lenient):
-    """``POST /`` of an MLM (the Inference API's fill-mask)."""
+EMBED_FIELDS = ("normalize", "truncation_direction", "prompt_name", "dimensions")  # TEI /embed's, not fill-mask's
+
+
+class RootMaskedLMRequest(_Lenient):
+    """``POST /`` of an MLM: the Inference API's fill-mask where every text holds the mask token, else
+    TEI's ``/embed`` (what ``InferenceClient.feature_extraction`` sends: the texts' embeddings)."""
 
     inputs: Text | Annotated[list[Text], Field(min_length=1)]
-    parameters: Parameters | None = None
+    parameters: Parameters | None = Field(default=None, description="fill-mask's (top_k)")
     truncate: StrictBool = TEI_TRUNCATE
+    normalize: StrictBool = True
+    truncation_direction: Direction = DIRECTION
+    prompt_name: StrictStr | None = Field(default=None, description="one of /info's prompts")
+    dimensions: Positive | None = DIMENSIONS
 
 
 class RootPredictRequest(_Lenient):
@@ -458,7 +466,7 @@ def state_limits(openapi: dict[str, Any], limits: dict[str, Any], info: dict[str
         for field, prop in model.get("properties", {}).items():
             if field in TEXT_FIELDS:
                 _bound(prop, limits, info, outer=True)
-                if name in ("FillMaskRequest", "RootFillMaskRequest") and info.get("mask_token"):
+                if name == "FillMaskRequest" and info.get("mask_token"):
                     _pattern(prop, re.escape(info["mask_token"]))
             elif field == "dimensions":
                 _each(prop, "integer", lambda n: n.update(maximum=info["dimensions"]))
