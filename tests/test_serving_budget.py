@@ -71,8 +71,11 @@ def test_short_texts_are_counted_and_served(budgeted, tokenizer):
     srv, model, ran = budgeted
     text = "paris is the capital of france"  # one text: the window bound (128 tokens) is over the budget
     ran.clear()
+    tokens_before = srv.service.metrics.tokens._value.get()
     status, rows, _ = call(srv.url, "POST", "/embed_all", {"inputs": text}, key=None)
     assert status == 200 and ran == ["count", "embed_all"]
+    # the count ran no model: only the states' tokens count as run through it
+    assert srv.service.metrics.tokens._value.get() - tokens_before == len(tokenizer(text)["input_ids"])
     np.testing.assert_allclose(rows[0], states(model, tokenizer, text), atol=1e-4)
     status, encoded, _ = call(srv.url, "POST", "/embed_all", {"inputs": [text], "encoding_format": "base64"},
                               key=None)  # fmt: skip

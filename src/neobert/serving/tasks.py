@@ -89,7 +89,7 @@ class Backend:
         """The tokenizer's tasks here (the same for every backend); the model's through ``run_task``."""
         if name == COUNT:
             lengths = self.lengths(texts)
-            return Done(list(lengths), lengths)
+            return Done(list(lengths), lengths, tokens=0)  # no token ran through the model
         if name in TOKENIZER_TASKS:
             return TOKENIZER_TASKS[name](self.text_tokenizer(), texts, *options)
         return self.run_task(name, texts, options)
