@@ -6,6 +6,7 @@ stated in ``/info`` and the OpenAPI schema; memory handed back after large answe
 from __future__ import annotations
 
 import base64
+import time
 
 import numpy as np
 import pytest
@@ -97,6 +98,23 @@ def test_the_budget_is_stated(budgeted):
     described = schema["components"]["schemas"]["TEIEmbedAllRequest"]["description"]
     assert f"within {BUDGET:,} bytes (max_answer_bytes" in described and "40 tokens as float" in described
     assert "150 tokens as base64, 300 tokens as base64_float16" in described
+
+
+@pytest.mark.parametrize("release", [True, False])
+def test_a_large_answer_is_followed_by_a_trim(model_dir, monkeypatch, release):
+    """The HTTP process hands memory back after an answer of TRIM_BYTES or more (not after small ones),
+    unless release_memory is off."""
+    trims = []
+    monkeypatch.setattr(memory, "release", lambda: trims.append(1) or True)
+    big = {"inputs": ["word " * 200] * 30}  # 30 x 128 tokens x 64 numbers as JSON: about 5 MB
+    with serve(model_dir, release_memory=release) as srv:
+        status, _, headers = call(srv.url, "POST", "/embed_all", {"inputs": "short"}, key=None)
+        time.sleep(0.4)
+        assert status == 200 and trims == []
+        status, _, headers = call(srv.url, "POST", "/embed_all", big, key=None)
+        assert status == 200 and int(headers["content-length"]) >= memory.TRIM_BYTES
+        time.sleep(0.4)
+    assert trims == ([1] if release else [])
 
 
 def test_release_hands_freed_memory_back():
