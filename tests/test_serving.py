@@ -534,6 +534,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def test_a_preset_serves_any_head_with_the_default_tokenizer():
+    """issue 31: ``neobert serve --model tiny --head sequence-classification`` refused to start (the
+    preset's 128-token vocabulary against the default tokenizer's 30,522); a preset's random weights are
+    sized to the tokenizer it is served with, so an endpoint can be tried on one."""
+    from helpers import call, serve
+
+    with serve("tiny", head="sequence-classification") as srv:
+        status, info, _ = call(srv.url, "GET", "/info", key=None)
+        assert status == 200 and info["head"] == "sequence-classification" and info["vocab_size"] == 30522
+        status, body, _ = call(srv.url, "POST", "/classify", {"texts": ["a fine day", "rain again"]}, key=None)
+        assert status == 200 and len(body["results"]) == 2
+        for row in body["results"]:
+            assert row["label"] in info["labels"] and sum(row["probabilities"].values()) == pytest.approx(1, abs=1e-5)
+            assert row["score"] == max(row["probabilities"].values())
+
+
 @pytest.mark.slow  # a fresh interpreter importing torch, transformers and FastAPI: ~20-30 s on a busy CPU
 def test_cli_serve_starts_answers_and_stops_on_sigterm(model_dir):
     port = free_port()

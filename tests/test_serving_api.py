@@ -188,6 +188,17 @@ def test_api_key(ce_server):
     assert status == 401  # the scheme word is part of the credential
 
 
+def test_the_bearer_scheme_in_any_case(ce_server):
+    """issue 31: auth schemes are case-insensitive (RFC 9110 11.1), so ``bearer KEY`` is the key too; the
+    key itself is not, and another scheme is refused."""
+    for header, expected in ((f"bearer {KEY}", 200), (f"BEARER {KEY}", 200), (f"Bearer  {KEY} ", 200),
+                             (f"bearer {KEY.upper()}", 401), (f"Basic {KEY}", 401), (f"bearer{KEY}", 401),
+                             ("bearer", 401)):  # fmt: skip
+        status, _, _ = call(ce_server.url, "POST", "/embed", {"texts": ["a"]}, key=None,
+                            headers={"Authorization": header})  # fmt: skip
+        assert status == expected, header
+
+
 def test_api_key_from_the_environment(model_dir, monkeypatch):
     monkeypatch.setenv("NEOBERT_API_KEY", "from-env")
     with serve(model_dir) as srv:

@@ -239,6 +239,14 @@ def test_huggingface_hub_fill_mask(hub_offline_off, masked_lm, tokenizer):
     assert all(MASKED.split("[MASK]")[0] in e.sequence for e in got)
 
 
+def test_huggingface_hub_feature_extraction_of_a_masked_lm(hub_offline_off, masked_lm):
+    """issue 31: ``feature_extraction`` against a served masked LM (the released NeoBERT is one) posts a text
+    without the mask token to / and gets its embedding (TEI's /embed answer), not a 422 from fill-mask."""
+    client = inference_client(masked_lm.url)
+    got = client.feature_extraction(TEXTS[0])
+    np.testing.assert_allclose(got, ours(masked_lm.url, "/embed", {"inputs": [TEXTS[0]]}), atol=1e-6)
+
+
 # --- LangChain ------------------------------------------------------------------------------------------
 
 

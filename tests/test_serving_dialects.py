@@ -202,8 +202,24 @@ def test_root_fill_mask_in_the_inference_api_shape(mlm, tokenizer):
     assert [g["token"] for g in got] == tokenizer.convert_tokens_to_ids([c["token"] for c in ours])
     np.testing.assert_allclose([g["score"] for g in got], [c["score"] for c in ours], atol=1e-6)
     assert got[0]["sequence"] == text.replace("[MASK]", got[0]["token_str"])
-    status, answer, _ = call(srv.url, "POST", "/", {"inputs": "no mask"})
-    assert status == 422 and "[MASK]" in answer["error"]["message"]
+
+
+
+def test_root_of_a_masked_lm_embeds_a_text_without_the_mask(mlm, tokenizer):
+    """issue 31: InferenceClient.feature_extraction sends ``{"inputs": text}`` to ``POST /``; on a masked LM a
+    text without the mask token gets its embedding (TEI's /embed answer), as a server of the checkpoint
+    for embeddings gives it; texts with the mask are still filled; embedding fields ask for the vector."""
+    srv, model = mlm
+    expected = inference.encode(model, tokenizer, TEXTS, show_progress=False)  # mean pooling, unit vectors
+    np.testing.assert_allclose(ok(srv.url, "/", {"inputs": TEXTS[0]}), expected[:1], atol=1e-5)
+    np.testing.assert_allclose(ok(srv.url, "/", {"inputs": TEXTS}), expected, atol=1e-5)
+    masked = "paris is the [MASK] of france."
+    mixed = ok(srv.url, "/", {"inputs": [masked, TEXTS[0]]})  # not every text is masked: embedded, all
+    np.testing.assert_allclose(mixed, inference.encode(model, tokenizer, [masked, TEXTS[0]], show_progress=False),
+                               atol=1e-5)  # fmt: skip
+    assert isinstance(ok(srv.url, "/", {"inputs": masked})[0]["token_str"], str)  # filled
+    raw = inference.encode(model, tokenizer, [masked], normalize=False, show_progress=False)
+    np.testing.assert_allclose(ok(srv.url, "/", {"inputs": masked, "normalize": False}), raw, atol=1e-4)
 
 
 def test_prompts_as_sentence_transformers_applies_them(tmp_path):

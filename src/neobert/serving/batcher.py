@@ -84,15 +84,19 @@ class Batcher:
         decides under the lock)."""
         return len(self._waiting) >= self.max_queue
 
-    def submit(self, key: Hashable, texts: Sequence[str]) -> Future:
-        """Queue ``texts``; the future resolves to their results in order. Raises :class:`QueueFull`."""
+    def submit(self, key: Hashable, texts: Sequence[str], first: bool = False) -> Future:
+        """Queue ``texts`` (``first``: ahead of the waiting requests, for a quick call such as counting
+        tokens); the future resolves to their results in order. Raises :class:`QueueFull`."""
         job = Job(key, list(texts))
         with self._ready:
             if self._closed:
                 raise ShuttingDown("the service is shutting down")
             if len(self._waiting) >= self.max_queue:
                 raise QueueFull(f"{self.max_queue} requests are already waiting")
-            self._waiting.append(job)
+            if first:
+                self._waiting.appendleft(job)
+            else:
+                self._waiting.append(job)
             self._ready.notify()
         return job.future
 

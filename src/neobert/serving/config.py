@@ -57,6 +57,11 @@ class ServeConfig:
     max_queue: int = 64  # requests waiting for the model; one more is answered 503 + Retry-After
     max_texts: int = 64  # texts per request (413 beyond)
     max_chars: int = 20_000  # characters per text (413 beyond)
+    # bytes of one answer that grows with tokens (/embed_all): tokens x hidden x bytes a number (JSON float 20,
+    # base64 16/3, base64_float16 8/3); over it: 413 before the model runs (docs/serving.md, Answer budget)
+    max_answer_bytes: int = 32 * 2**20
+    # return freed memory to the system after a large answer (glibc malloc_trim, in both processes)
+    release_memory: bool = True
     workers: int = 1  # model workers sharing the queue: processes with a model each (threads sharing one without model_process)
     long_documents: str = "truncate"  # truncate | chunk | extend, for texts longer than the model window
     stride: int | None = None  # chunk: tokens shared by neighbouring windows (default: a quarter window)
@@ -75,6 +80,7 @@ class ServeConfig:
             "max_queue",
             "max_texts",
             "max_chars",
+            "max_answer_bytes",
             "workers",
             "retry_after",
         ):

@@ -11,24 +11,27 @@ from typing import Any
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from . import memory
 from .errors import error_body, error_response
 
 OPEN_PATHS = ("/health", "/openapi.json", "/docs", "/docs/oauth2-redirect")  # no API key needed
+TRIM_DELAY_S = 0.2  # a trim waits this long after a large answer, so answers ending together share one
 
 
 class Guard:
     """ASGI middleware, before any routing or parsing: checks the API key (401), refuses a model request
     while the queue is full (503 after ``refusal_delay`` seconds of asynchronous waiting, so the refusal
     costs almost no CPU and a client that retries at once is slowed down), refuses bodies over the size
-    limit (413, before reading them when the length is declared), and records every request's status and
-    latency in the metrics."""
+    limit (413, before reading them when the length is declared), records every request's status and
+    latency in the metrics, and after a large answer returns freed memory to the system (:mod:`.memory`)."""
 
     def __init__(self, app: Any, service: Any, model_paths: dict[str, str], paths: tuple[str, ...]):
         self.app, self.service = app, service
         config = service.config
         self.limit = config.max_body_bytes
+        self.release_memory, self._trim_pending = getattr(config, "release_memory", True), False
         key = service.api_key
-        self.expected = f"Bearer {key}".encode() if key else None
+        self.expected = key.encode() if key else None  # the token after the scheme
         self.model_paths = {path for path, task in model_paths.items() if task in service.tasks}
         self.paths = set(paths)  # the metrics' endpoint label; others count as "other"
         busy = error_body(
@@ -50,11 +53,13 @@ class Guard:
         start = time.perf_counter()
         path = scope["path"]
         endpoint = path if path in self.paths else "other"
-        status = [500]
+        status, sent = [500], [0]
 
         async def send_status(message: dict) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
+            elif message["type"] == "http.response.body":
+                sent[0] += len(message.get("body", b""))
             await send(message)
 
         try:
@@ -77,11 +82,29 @@ class Guard:
             metrics = self.service.metrics
             metrics.requests.labels(endpoint, str(status[0])).inc()
             metrics.latency.labels(endpoint).observe(time.perf_counter() - start)
+            if sent[0] >= memory.TRIM_BYTES and self.release_memory:
+                self._trim_soon()
+
+    def _trim_soon(self) -> None:
+        """After a large answer (sent, its buffers freed): return free memory to the system in a moment,
+        once for answers that end together (:mod:`.memory`)."""
+        if self._trim_pending:
+            return
+        self._trim_pending = True
+
+        def trim() -> None:
+            self._trim_pending = False
+            memory.release()
+
+        asyncio.get_running_loop().call_later(TRIM_DELAY_S, trim)
 
     def _authorized(self, scope: dict) -> bool:
+        """``Authorization: Bearer KEY``; the scheme in any case (RFC 9110: schemes are case-insensitive),
+        the key compared in constant time."""
         for name, value in scope.get("headers") or []:
             if name == b"authorization":
-                return hmac.compare_digest(value, self.expected)  # constant time
+                scheme, _, token = value.strip().partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.expected or b"")
         return False
 
     def _limited(self, receive: Any) -> Any:

@@ -34,6 +34,8 @@ from ..capabilities import heads_offering
 from ..registration import HEADS
 from .errors import MODEL_ERRORS, ServiceError, documented, unicode_problem
 from .schemas import (
+    BYTES_PER_NUMBER,
+    EMBED_FIELDS,
     ClassifyResponse,
     CohereRerankRequest,
     CohereRerankResponse,
@@ -55,7 +57,7 @@ from .schemas import (
     RerankBody,
     RerankRequest,
     RerankResponse,
-    RootFillMaskRequest,
+    RootMaskedLMRequest,
     RootPredictRequest,
     RootTokensRequest,
     SparseValue,
@@ -71,12 +73,13 @@ from .schemas import (
     TokensResponse,
     Vectors,
 )
-from .tasks import Refusal
+from .tasks import COUNT, Refusal
 
 log = logging.getLogger(__name__)
 MODEL_ROUTES: dict[str, str] = {}  # path -> the model task it needs (filled by Routes.model_route)
 SERVICE_ROUTES = ("/info", "/health", "/metrics", "/v1/models")
-LIMITS = ("max_texts", "max_chars", "max_queue", "max_batch_texts", "max_batch_tokens", "max_body_bytes")
+LIMITS = ("max_texts", "max_chars", "max_queue", "max_batch_texts", "max_batch_tokens", "max_body_bytes",
+          "max_answer_bytes")  # fmt: skip
 # the Warning header values of the request being answered (a fresh list per request: WarningRoute)
 WARNINGS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("warnings", default=None)
 
@@ -137,6 +140,29 @@ class Routes:
             if isinstance(value, Refusal):
                 raise ServiceError(value.status, value.describe(noun, i), f"{field}[{i}]")
         return answers
+
+    async def check_answer(self, task: str, items: list[Any], field: str, per_token: float, what: str) -> None:
+        """413 before the model runs when the answer to ``items`` (``per_token`` bytes for each of their
+        tokens, each cut to the window; ``what`` says how they are counted) would pass ``max_answer_bytes``.
+        The budget of every route whose answer grows with tokens: call it before :meth:`run`. The window is
+        an upper bound for a text; where it does not settle the question, the model process counts the
+        texts' tokens (its tokenizer only, ahead of the queue); token ids count as given."""
+        self.require(task)
+        self.check_texts(items, field)
+        budget, window = self.config.max_answer_bytes, self.service.max_input_tokens
+        tokens = [min(len(item), window) if isinstance(item, list) else window for item in items]
+        if sum(tokens) * per_token <= budget:
+            return
+        texts = [i for i, item in enumerate(items) if not isinstance(item, list)]
+        if texts:
+            future = self.service.submit((COUNT, True), [items[i] for i in texts], first=True)
+            for i, (length, _) in zip(texts, await asyncio.wrap_future(future)):
+                tokens[i] = min(length, window)
+        size = sum(tokens) * per_token
+        if size > budget:
+            raise ServiceError(413, f"the answer would hold {sum(tokens):,} tokens x {what}, about {size:,.0f} "
+                                    f"bytes; the limit is {budget:,} bytes per answer (max_answer_bytes): send "
+                                    "fewer or shorter inputs, or a more compact encoding_format", field)  # fmt: skip
 
     def require(self, task: str) -> None:
         """404 for a task the model does not offer, with why where its head has it (``not_served``)."""
@@ -284,14 +310,20 @@ def add_embedding_routes(routes: Routes) -> None:
         answers = await routes.run("embed", texts, "texts", request.truncate, pooling, normalize)
         return JSONResponse({"embeddings": [vector.tolist() for vector, _ in answers]})
 
-    @routes.model_route("/embed_all", "embed_all", list[Vectors])
+    @routes.model_route("/embed_all", "embed_all", list[Vectors] | list[str])
     async def embed_all(request: TEIEmbedAllRequest) -> Response:
         """text-embeddings-inference's: the last hidden state of every token (special ones included) of
-        each input; a long input is cut to the model's window (``truncation_direction``), whatever the policy."""
+        each input; a long input is cut to the model's window (``truncation_direction``), whatever the policy.
+        ``encoding_format`` ``base64`` / ``base64_float16``: each input's states as one string, little-endian
+        float32 / float16, row-major (tokens x hidden). Bounded by ``max_answer_bytes`` (413 before the
+        model runs)."""
         items = routes.prompted(as_items(request.inputs), request.prompt_name)
+        encoding, hidden = request.encoding_format, service.hidden_size
+        await routes.check_answer("embed_all", items, "inputs", hidden * BYTES_PER_NUMBER[encoding],
+                                  f"{hidden} numbers as {encoding} ({BYTES_PER_NUMBER[encoding]:.3g} bytes a number)")  # fmt: skip
         answers = await routes.run("embed_all", items, "inputs", request.truncate,
                                    side(request.truncation_direction))  # fmt: skip
-        return JSONResponse([states.tolist() for states, _ in answers])
+        return JSONResponse([encode_vector(states, encoding) for states, _ in answers])
 
 
 def add_openai_routes(routes: Routes) -> None:
@@ -457,7 +489,7 @@ def add_root_route(routes: Routes) -> None:
     routes.model_route("/", task, Any)(root)
 
 
-async def root_embed(routes: Routes, request: TEIEmbedRequest) -> Response:
+async def root_embed(routes: Routes, request: TEIEmbedRequest | RootMaskedLMRequest) -> Response:
     """A base encoder embeds (TEI's ``/embed``): a list of vectors."""
     items = routes.prompted(as_items(request.inputs), request.prompt_name)
     vectors, _ = await routes.vectors(items, "inputs", request.truncate, request.normalize,
@@ -475,13 +507,18 @@ async def root_predict(routes: Routes, request: RootPredictRequest) -> Response:
     return JSONResponse([row[: parameters.top_k] for row, _ in answers])
 
 
-async def root_fill_mask(routes: Routes, request: RootFillMaskRequest) -> Response:
-    """An MLM fills its masks: ``[{sequence, score, token, token_str}]`` (a list per mask where a text has
-    several; a list per text for several texts)."""
+async def root_fill_mask(routes: Routes, request: RootMaskedLMRequest) -> Response:
+    """An MLM fills its masks where every text holds the mask token: ``[{sequence, score, token,
+    token_str}]`` (a list per mask where a text has several; a list per text for several texts). Texts
+    without it, or a request with TEI's embedding fields (``normalize``, ``truncation_direction``,
+    ``prompt_name``, ``dimensions``), are embedded as TEI's ``/embed`` answers (a list of vectors): what
+    ``InferenceClient.feature_extraction`` asks of a masked LM such as the released NeoBERT."""
     texts, single = text_inputs(request.inputs, pairs=False)
+    mask = routes.service.info["mask_token"]
+    if request.model_fields_set & set(EMBED_FIELDS) or not all(mask and mask in text for text in texts):
+        return await root_embed(routes, request)
     top_k = (request.parameters.top_k if request.parameters else None) or 5
     answers = await routes.run("fill-mask", texts, "inputs", request.truncate, top_k)
-    mask = routes.service.info["mask_token"]
     rows = [[filled(text, candidates, mask) for candidates in row] for text, (row, _) in zip(texts, answers)]
     rows = [row[0] if len(row) == 1 else row for row in rows]
     return JSONResponse(rows[0] if single else rows)
@@ -497,7 +534,7 @@ async def root_tokens(routes: Routes, request: RootTokensRequest) -> Response:
 
 
 # what `POST /` takes and answers for each task a head may name as its root task (registration.Head.root_task)
-ROOT = {"embed": (TEIEmbedRequest, root_embed), "fill-mask": (RootFillMaskRequest, root_fill_mask),
+ROOT = {"embed": (TEIEmbedRequest, root_embed), "fill-mask": (RootMaskedLMRequest, root_fill_mask),
         "predict": (RootPredictRequest, root_predict), "tokens": (RootTokensRequest, root_tokens)}  # fmt: skip
 
 
@@ -549,9 +586,13 @@ def add_service_routes(routes: Routes) -> None:
         return Response(service.metrics.render(), media_type=service.metrics.content_type)
 
 
-def encode_vector(vector: np.ndarray, encoding: str) -> list[float] | str:
-    if encoding == "base64":  # what the OpenAI client asks for by default: little-endian float32 bytes
-        return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+BASE64_DTYPES = {"base64": "<f4", "base64_float16": "<f2"}  # little-endian, as the OpenAI client reads base64
+
+
+def encode_vector(vector: np.ndarray, encoding: str) -> Any:
+    """A vector (or a row-major matrix) as JSON numbers, or one base64 string of its float32 / float16 bytes."""
+    if encoding in BASE64_DTYPES:
+        return base64.b64encode(np.asarray(vector, dtype=BASE64_DTYPES[encoding]).tobytes()).decode("ascii")
     return vector.tolist()
 
 

@@ -43,6 +43,11 @@ Inputs = Text | Annotated[list[Text], Field(min_length=1)] | Ids | Annotated[lis
 Direction = Literal["Right", "Left", "right", "left"]
 
 
+# an answer's bytes per number as sent, by encoding_format (the answer budget, max_answer_bytes): the JSON
+# text of a float32 value runs 19-20 characters with its comma (measured on normal values); base64 is 4
+# characters per 3 bytes
+BYTES_PER_NUMBER = {"float": 20.0, "base64": 16 / 3, "base64_float16": 8 / 3}
+
 TRUNCATE = Field(
     default=True,
     description="true: a text longer than the model window follows the server's long-document policy "
@@ -114,6 +119,10 @@ class TEIEmbedAllRequest(_Lenient):
     truncate: StrictBool = TEI_TRUNCATE
     truncation_direction: Direction = DIRECTION
     prompt_name: StrictStr | None = None
+    encoding_format: Literal["float", "base64", "base64_float16"] = Field(
+        default="float", description="float: JSON numbers; base64 / base64_float16: each input's states as one "
+        "string of little-endian float32 / float16 bytes, row-major (tokens x hidden): 1/4 and 1/8 of the "
+        "JSON's size")  # fmt: skip
 
 
 def _shape(field: str) -> Any:
@@ -171,12 +180,20 @@ class Parameters(_Lenient):
     function_to_apply: Literal["softmax", "sigmoid", "none"] | None = None
 
 
-class RootFillMaskRequest(_Lenient):
-    """``POST /`` of an MLM (the Inference API's fill-mask)."""
+EMBED_FIELDS = ("normalize", "truncation_direction", "prompt_name", "dimensions")  # TEI /embed's, not fill-mask's
+
+
+class RootMaskedLMRequest(_Lenient):
+    """``POST /`` of an MLM: the Inference API's fill-mask where every text holds the mask token, else
+    TEI's ``/embed`` (what ``InferenceClient.feature_extraction`` sends: the texts' embeddings)."""
 
     inputs: Text | Annotated[list[Text], Field(min_length=1)]
-    parameters: Parameters | None = None
+    parameters: Parameters | None = Field(default=None, description="fill-mask's (top_k)")
     truncate: StrictBool = TEI_TRUNCATE
+    normalize: StrictBool = True
+    truncation_direction: Direction = DIRECTION
+    prompt_name: StrictStr | None = Field(default=None, description="one of /info's prompts")
+    dimensions: Positive | None = DIMENSIONS
 
 
 class RootPredictRequest(_Lenient):
@@ -442,22 +459,34 @@ def state_limits(openapi: dict[str, Any], limits: dict[str, Any], info: dict[str
     vocabulary, ``dimensions`` up to the model's, the prompt names it has, and the mask token a fill-mask
     text must hold. A client generated from it is refused nothing the schema allows."""
     models = openapi.get("components", {}).get("schemas", {})
+    openapi.setdefault("info", {})["x-limits"] = dict(limits)
     for name, model in models.items():
         if not name.endswith(REQUESTS_WITH_TEXTS):
             continue
         for field, prop in model.get("properties", {}).items():
             if field in TEXT_FIELDS:
                 _bound(prop, limits, info, outer=True)
-                if name in ("FillMaskRequest", "RootFillMaskRequest") and info.get("mask_token"):
+                if name == "FillMaskRequest" and info.get("mask_token"):
                     _pattern(prop, re.escape(info["mask_token"]))
             elif field == "dimensions":
                 _each(prop, "integer", lambda n: n.update(maximum=info["dimensions"]))
+            elif field == "encoding_format" and name == "TEIEmbedAllRequest":
+                model["description"] = answer_budget(limits, info)
             elif field == "prompt_name":
                 prompts = sorted(info.get("prompts") or {})
                 prop.pop("anyOf", None)
                 prop["anyOf"] = [{"type": "string", "enum": prompts}, {"type": "null"}] if prompts else [
                     {"type": "null"}]  # fmt: skip
     return openapi
+
+
+def answer_budget(limits: dict[str, Any], info: dict[str, Any]) -> str:
+    """What the schema says of the answer budget (``max_answer_bytes``) of a request for token states."""
+    budget, hidden = limits["max_answer_bytes"], info["dimensions"]
+    tokens = ", ".join(f"{budget // (hidden * per):,.0f} tokens as {name}" for name, per in BYTES_PER_NUMBER.items())
+    return (f"The answer holds {hidden} numbers per token of the inputs (each cut to the window) and must stay "
+            f"within {budget:,} bytes (max_answer_bytes; 413 before the model runs): at most {tokens} "
+            "(20, 16/3 and 8/3 bytes a number).")  # fmt: skip
 
 
 def _bound(node: dict[str, Any], limits: dict[str, Any], info: dict[str, Any], outer: bool) -> None:

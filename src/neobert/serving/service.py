@@ -220,8 +220,8 @@ class Service:
             cpu, self._cpu_mark = now - self._cpu_mark, now
             self.http_cost.update(cpu, texts)
 
-    def submit(self, key: tuple, texts: list[Any]):
-        return self.batcher.submit(key, texts)
+    def submit(self, key: tuple, texts: list[Any], first: bool = False):
+        return self.batcher.submit(key, texts, first)
 
     def close(self, timeout: float | None = None) -> None:
         """Finish every queued request, then stop the model workers."""

@@ -51,6 +51,9 @@ class Done:
 
 
 TaskFn = Callable[..., Done]  # (model, texts, *options) -> Done
+# every backend's task for the HTTP side (no endpoint): each text's whole length in tokens, special tokens
+# included, before a model task runs (the answer budget, routes.Routes.check_answer); the tokenizer only
+COUNT = "count"
 TASKS: dict[str, TaskFn] = {}
 
 
@@ -84,6 +87,9 @@ class Backend:
 
     def dispatch(self, name: str, texts: list[Any], options: list[Any]) -> Done:
         """The tokenizer's tasks here (the same for every backend); the model's through ``run_task``."""
+        if name == COUNT:
+            lengths = self.lengths(texts)
+            return Done(list(lengths), lengths, tokens=0)  # no token ran through the model
         if name in TOKENIZER_TASKS:
             return TOKENIZER_TASKS[name](self.text_tokenizer(), texts, *options)
         return self.run_task(name, texts, options)
@@ -91,7 +97,7 @@ class Backend:
     def call(self, key: Hashable, texts: list[Any]) -> tuple[list[Any], int, dict[str, int]]:
         """One model call: ((value, tokens) per text, tokens computed, {"long", "truncated"} counts)."""
         name, truncate, *options = key
-        if name not in self.capabilities.tasks:
+        if name not in self.capabilities.tasks and name != COUNT:
             raise ValueError(f"this model does not serve {name}")
         keep, refused = list(range(len(texts))), {}
         if not truncate:

@@ -5,11 +5,13 @@ Why measured: the best count depends on both. The ``small`` preset in fp32 on a 
 behind the service with one model thread (the HTTP process needs the other core, and a second OpenMP thread
 waits for it); the 250M ``neobert`` shape in bf16 on a 2-core AVX-512 BF16 CPU serves 1.4-1.65x more with
 two (its matmuls are long enough to pay for the barrier). So at start the model process times one merged
-batch of short texts (:class:`ServingProbe`) with each candidate count, in interleaved rounds (so other work
-on the machine slows every candidate alike), scores each by its median round (a multi-threaded call that
-other work interrupts, as the HTTP process will while serving, counts as it ran; a best-of would hide it),
-and takes the fewest threads within :data:`MARGIN` of the fastest: more threads must pay for the core
-they take from the HTTP side.
+batch of short texts (:class:`ServingProbe`) with each candidate count: each warmed up until two calls
+agree (a cold model's first calls are slow, unevenly per count), then in interleaved rounds (so other work
+on the machine slows every candidate alike), each round's time taken over the first candidate's in the same
+round and the median of those kept (a multi-threaded call that other work interrupts, as the HTTP process
+will while serving, counts as it ran; a best-of would hide it; drift between rounds cancels), with more
+rounds while the choice is a close call; it takes the fewest threads within :data:`MARGIN` of the fastest:
+more threads must pay for the core they take from the HTTP side.
 
 ``--threads N`` pins it; so does ``NEOBERT_SERVE_THREADS=N`` for a whole process tree (the test suite pins
 1). The choice is cached per process and model shape; ``/info`` and the start-up line say what was chosen
@@ -39,7 +41,9 @@ import torch
 
 THREADS_ENV = "NEOBERT_SERVE_THREADS"
 MARGIN = 1.2  # more threads are taken only when the probe runs at least this much faster with them
-MIN_ROUNDS, MAX_ROUNDS, BUDGET = 3, 9, 2.0  # interleaved timed rounds (after a warm-up): 3, more while < 2 s
+MIN_ROUNDS, MAX_ROUNDS, BUDGET = 5, 15, 3.0  # interleaved timed rounds (after the warm-up): 5, more while < 3 s
+WARM_UP_CALLS, WARM_UP_BUDGET, STEADY = 5, 1.5, 0.1  # warm-up per candidate: until two calls agree within 10%
+CLOSE = 0.08  # a choice within 8% of the margin is a close call: rounds go on (up to twice the budget)
 PROBE_TEXTS = 4  # texts in the probe batch: a small merged batch of the bench's 16-word requests
 PROBE_TEXT = "the quick brown fox jumps over the lazy dog while the service measures how fast it runs"
 _CACHE: dict[tuple, ThreadChoice] = {}
@@ -113,20 +117,52 @@ def measure(
     probe: Callable[[int], float], options: list[int], min_rounds: int = MIN_ROUNDS, max_rounds: int = MAX_ROUNDS,
     budget: float = BUDGET,
 ) -> dict[int, float]:  # fmt: skip
-    """Median milliseconds of ``probe(n)`` per candidate over interleaved rounds (a warm-up call first):
-    ``min_rounds``, and more up to ``max_rounds`` while they take less than ``budget`` seconds in all."""
-    for n in options:
-        probe(n)
+    """Milliseconds of ``probe(n)`` per candidate: each warmed up until steady (:func:`warm_up`), then timed
+    in interleaved rounds, ``min_rounds`` and more up to ``max_rounds`` while they take less than
+    ``budget`` seconds, or while the choice is too close to call (:func:`close_call`, up to twice the
+    budget). Scored per round against the first candidate (:func:`paired_medians`), so a round the
+    machine slowed for every candidate moves none against another."""
+    warm_up(probe, options)
     times: dict[int, list[float]] = {n: [] for n in options}
     spent = 0.0
     for done in range(max_rounds):
-        if done >= min_rounds and spent > budget:
+        if done >= min_rounds and spent > budget and (spent > 2 * budget or not close_call(paired_medians(times))):
             break
         for n in options:
             seconds = probe(n)
             spent += seconds
             times[n].append(seconds * 1e3)
-    return {n: float(statistics.median(ms)) for n, ms in times.items()}
+    return paired_medians(times)
+
+
+def warm_up(probe: Callable[[int], float], options: list[int], calls: int = WARM_UP_CALLS,
+            budget: float = WARM_UP_BUDGET) -> None:  # fmt: skip
+    """Call ``probe(n)`` for each candidate until two calls in a row agree within :data:`STEADY` (a cold
+    model's first calls pay for page faults, allocations and kernel set-up per thread count), at most
+    ``calls`` times or ``budget`` seconds each."""
+    for n in options:
+        last, spent = None, 0.0
+        for _ in range(calls):
+            seconds = probe(n)
+            spent += seconds
+            if (last is not None and abs(seconds - last) <= STEADY * last) or spent > budget:
+                break
+            last = seconds
+
+
+def paired_medians(times: dict[int, list[float]]) -> dict[int, float]:
+    """Each candidate's milliseconds: the first candidate's median round, times the median over rounds
+    of each candidate's time over the first's in the same round (paired: drift between rounds cancels)."""
+    first, *_ = times
+    base = float(statistics.median(times[first]))
+    return {n: base * float(statistics.median(t / b for t, b in zip(ms, times[first]))) for n, ms in times.items()}
+
+
+def close_call(timings: dict[int, float], margin: float = MARGIN, band: float = CLOSE) -> bool:
+    """Whether a candidate's time lies within ``band`` of the margin the choice is made at (the fastest's
+    times ``margin``): a few more rounds might decide the other way."""
+    best = min(timings.values())
+    return any(abs(ms / (best * margin) - 1) <= band for ms in timings.values())
 
 
 class ServingProbe:

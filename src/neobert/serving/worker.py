@@ -31,7 +31,10 @@ import sys
 import traceback
 from collections.abc import Callable, Hashable
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
+
+from . import memory
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +68,15 @@ def _main(fd: int) -> None:
         try:
             if threads is not None:
                 _set_threads(threads)
-            conn.send(("ok", *model.call(key, texts)))
+            data = ForkingPickler.dumps(("ok", *model.call(key, texts)))
         except Exception as err:
             traceback.print_exc()  # the server log (the child shares the parent's stderr)
             conn.send(("error", f"{type(err).__name__}: {err}"))
+            continue
+        conn.send_bytes(data)  # what conn.send does, with the size known: a large answer is followed by a trim
+        if len(data) >= memory.TRIM_BYTES and getattr(config, "release_memory", True):
+            del data
+            memory.release()
 
 
 def _set_threads(threads: int) -> None:
