@@ -119,7 +119,7 @@ def test_from_file_rejects_non_mapping(tmp_path):
         ({"norm": "batchnorm"}, "norm"),
         ({"position_embedding": "alibi"}, "position_embedding"),
         ({"rope_scaling_type": "dynamic"}, "rope_scaling_type"),
-        ({"classifier_pooling": "max"}, "classifier_pooling"),
+        ({"classifier_pooling": 3}, "classifier_pooling"),
         ({"pad_token_id": 128}, "pad_token_id"),  # tiny vocab is 128: ids 0..127
         ({"pad_token_id": -1}, "pad_token_id"),
         ({"dim_head": 32}, "dim_head"),  # tiny: 64 / 4 heads = 16
@@ -136,6 +136,16 @@ def test_from_file_rejects_non_mapping(tmp_path):
 def test_bad_values_raise(overrides, fragment):
     with pytest.raises(ConfigError, match=fragment):
         ModelConfig.from_name("tiny", **overrides)
+
+
+@pytest.mark.parametrize("pooling", ["last", "max"])
+def test_a_classifier_pooling_the_registry_does_not_offer_the_head_raises(pooling):
+    """The pooling registry says which poolings a classifier head takes ("last" is a pooling, not for heads);
+    every model is built through NeoBERTConfig, which checks it."""
+    config = ModelConfig.from_name("tiny", classifier_pooling=pooling)  # torch-free: no registry here
+    with pytest.raises(ConfigError, match=f"classifier_pooling must be one of mean, cls; got '{pooling}'"):
+        NeoBERTConfig.from_model_config(config)
+    assert NeoBERTConfig.from_model_config(ModelConfig.from_name("tiny", classifier_pooling="mean"))
 
 
 def test_config_error_is_a_value_error():

@@ -19,9 +19,6 @@ POSITION_EMBEDDINGS = ("rope", "learned")
 FFN_TYPES = ("swiglu", "gelu")
 NORM_TYPES = ("rmsnorm", "layernorm")
 ROPE_SCALINGS = ("none", "linear", "ntk", "yarn")
-# the poolings a NeoBERT classifier head takes: a subset of neobert.model.pooling.POOLINGS, the registry
-# (config imports nothing of the model; tests/test_pooling.py checks the subset)
-CLASSIFIER_POOLINGS = ("cls", "mean")
 # Numeric precision of a run, training or inference: "auto" is whichever of fp32 and bf16 runs faster for
 # the model's shapes on this device, measured once per process (neobert.hardware.resolve_precision).
 # Training: bf16 autocast over fp32 weights; inference: bf16 weights (the NeoBERT fast path).
@@ -155,7 +152,10 @@ class ModelConfig:
         self._check_choice("ffn", FFN_TYPES)
         self._check_choice("norm", NORM_TYPES)
         self._check_choice("rope_scaling_type", ROPE_SCALINGS)
-        self._check_choice("classifier_pooling", CLASSIFIER_POOLINGS)
+        # which poolings a classifier head takes is the pooling registry's answer (model/pooling.py, a floor
+        # above this torch-free module): NeoBERTConfig, which every model is built from, checks the name
+        if not isinstance(self.classifier_pooling, str):
+            raise ConfigError(f"classifier_pooling must be a pooling name; got {self.classifier_pooling!r}")
         for name in (
             "vocab_size",
             "hidden_size",
