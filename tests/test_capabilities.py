@@ -11,10 +11,16 @@ import pytest
 import torch
 from transformers import BertConfig
 
-from neobert import config as neobert_config
 from neobert.capabilities import describe, detect_head, load_for_inference
 from neobert.encoders import EmbeddingSpec, load_model, save_pretrained
-from neobert.model.pooling import ONNX_POOLINGS, POOLING_NAMES, POOLINGS, from_sentence_transformers, pool
+from neobert.model.pooling import (
+    CLASSIFIER_POOLINGS,
+    ONNX_POOLINGS,
+    POOLING_NAMES,
+    POOLINGS,
+    from_sentence_transformers,
+    pool,
+)
 from neobert.registration import HEADS, declared_head, head_of, head_of_names
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "neobert"
@@ -131,7 +137,7 @@ def test_every_pooling_computes_what_its_name_says():
 
 
 def test_registry_answers_each_consumer():
-    assert set(neobert_config.CLASSIFIER_POOLINGS) <= set(POOLINGS)  # the classifier head's subset
+    assert CLASSIFIER_POOLINGS == ("mean", "cls")  # no classifier head pools the last token
     assert ONNX_POOLINGS == ("mean", "cls")  # the export's graph has no last-token branch
     assert from_sentence_transformers("lasttoken") == "last" and from_sentence_transformers("max") is None
     assert all(from_sentence_transformers(p.sentence_transformers) == n for n, p in POOLINGS.items())
@@ -153,7 +159,7 @@ def _modules() -> list[tuple[Path, ast.AST]]:
 
 
 def test_pooling_names_are_listed_in_one_module():
-    """No tuple or list of pooling names outside the registry (and config's classifier subset)."""
+    """No tuple or list of pooling names outside the registry (each consumer's subset is derived from it)."""
     names = set(POOLING_NAMES)
     found = []
     for path, tree in _modules():
@@ -162,7 +168,7 @@ def test_pooling_names_are_listed_in_one_module():
                 values = [e.value for e in node.elts if isinstance(e, ast.Constant)]
                 if len(values) == len(node.elts) and set(values) <= names:
                     found.append(str(path.relative_to(SRC)))
-    assert sorted(set(found)) == ["config.py"], found  # CLASSIFIER_POOLINGS
+    assert found == []
 
 
 def test_head_detection_lives_in_one_module():

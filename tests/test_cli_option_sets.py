@@ -1,7 +1,7 @@
 """Every subcommand's options, recorded: a change to the command line that drops an option fails here.
 
 ``cli_option_sets.json`` holds, per command path (``finetune classify``), its option strings and whether each
-is required. An option may be renamed only by listing it in ``neobert.cli.options.RENAMES`` (the old name then
+is required. An option may be renamed only by listing it in ``neobert.config.RENAMES`` (the old name then
 keeps working with a deprecation note: tests/test_cli_papercuts.py); new options are recorded by
 regenerating the file (``python tests/test_cli_option_sets.py``) and reviewing the diff.
 """
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from neobert.cli.main import build_parser
-from neobert.cli.options import RENAMES  # the record the CLI itself reads (old names keep working)
+from neobert.cli.options import RENAMED_OPTIONS  # from the one table of renames (old names keep working)
 
 RECORD = Path(__file__).with_name("cli_option_sets.json")
 # (command, option) removed on purpose, with where it went
@@ -50,7 +50,7 @@ def test_no_option_is_lost():
         for option, required in options.items():
             if (command, option) in REMOVED:
                 continue
-            new = RENAMES.get((command, option), option)
+            new = RENAMED_OPTIONS.get((command, option), option)
             if command not in current or new not in current[command]:
                 missing.append(f"{command}: {option}" + (f" (renamed {new})" if new != option else ""))
             elif current[command][new] and not required:
@@ -60,7 +60,7 @@ def test_no_option_is_lost():
 
 def test_renamed_options_have_their_new_name_only():
     current = option_sets(build_parser())
-    assert [(c, old) for (c, old), new in RENAMES.items() if old in current[c] or new not in current[c]] == []
+    assert [(c, old) for (c, old), new in RENAMED_OPTIONS.items() if old in current[c] or new not in current[c]] == []
 
 
 def test_every_current_option_is_recorded():

@@ -260,12 +260,13 @@ def test_a_missing_model_directory_is_named(argv, tmp_path, capsys):
 
 def test_every_renamed_option_is_rewritten_with_a_note_naming_the_new_one():
     from neobert.cli.main import build_parser, command_paths
-    from neobert.cli.options import RENAMED_FLAG_VALUES, RENAMES, renamed_options
+    from neobert.cli.options import option_renames, renamed_options
 
     parser = build_parser()
     paths = command_paths(parser)
-    for (command, old), new in RENAMES.items():
-        value = RENAMED_FLAG_VALUES.get((command, old))
+    for (command, old), rename in option_renames().items():
+        new = rename.options[1]
+        value = rename.value(True) if rename.switch else None  # a switch: the value it meant
         argv, notes = renamed_options([*command.split(), old, *([] if value else ["7"])], paths)
         assert argv == [*command.split(), new, value or "7"]
         assert len(notes) == 1 and f"{old} was renamed {new}" in notes[0] and f"write {new}" in notes[0]

@@ -119,7 +119,7 @@ def test_from_file_rejects_non_mapping(tmp_path):
         ({"norm": "batchnorm"}, "norm"),
         ({"position_embedding": "alibi"}, "position_embedding"),
         ({"rope_scaling_type": "dynamic"}, "rope_scaling_type"),
-        ({"classifier_pooling": "max"}, "classifier_pooling"),
+        ({"classifier_pooling": 3}, "classifier_pooling"),
         ({"pad_token_id": 128}, "pad_token_id"),  # tiny vocab is 128: ids 0..127
         ({"pad_token_id": -1}, "pad_token_id"),
         ({"dim_head": 32}, "dim_head"),  # tiny: 64 / 4 heads = 16
@@ -136,6 +136,16 @@ def test_from_file_rejects_non_mapping(tmp_path):
 def test_bad_values_raise(overrides, fragment):
     with pytest.raises(ConfigError, match=fragment):
         ModelConfig.from_name("tiny", **overrides)
+
+
+@pytest.mark.parametrize("pooling", ["last", "max"])
+def test_a_classifier_pooling_the_registry_does_not_offer_the_head_raises(pooling):
+    """The pooling registry says which poolings a classifier head takes ("last" is a pooling, not for heads);
+    every model is built through NeoBERTConfig, which checks it."""
+    config = ModelConfig.from_name("tiny", classifier_pooling=pooling)  # torch-free: no registry here
+    with pytest.raises(ConfigError, match=f"classifier_pooling must be one of mean, cls; got '{pooling}'"):
+        NeoBERTConfig.from_model_config(config)
+    assert NeoBERTConfig.from_model_config(ModelConfig.from_name("tiny", classifier_pooling="mean"))
 
 
 def test_config_error_is_a_value_error():
@@ -352,3 +362,28 @@ def test_old_training_setting_names_load_with_a_deprecation_message():
         assert renamed_settings({"bf16": False}, "x") == {"precision": "fp32"}
     with pytest.warns(FutureWarning):
         assert renamed_settings({"bf16": [True, False]}, "grid") == {"precision": ["bf16", "fp32"]}
+
+
+def test_one_rename_table_serves_settings_files_and_the_command_line(monkeypatch):
+    """A rename is one entry of config.RENAMES: settings files and the command line both read it (issue 32)."""
+    import neobert.config as config_module
+    from neobert.cli import options
+
+    assert {(r.old, r.new) for r in config_module.RENAMES} >= {("bf16", "precision"), ("task", "head")}
+    # bf16 -> precision is one translation: the switch on the command line means what `bf16: true` means
+    bf16 = next(r for r in config_module.RENAMES if r.old == "bf16")
+    assert options.renamed_options(["finetune", "contrastive", "--bf16"], {"finetune contrastive"})[0][-2:] == [
+        "--precision", bf16.value(True)]  # fmt: skip
+    with pytest.warns(FutureWarning, match=r"'bf16' is deprecated, use 'precision' \(bf16: True is precision: 'bf16'"):
+        assert config_module.renamed_settings({"bf16": True}, "x") == {"precision": bf16.value(True)} == {
+            "precision": "bf16"}  # fmt: skip
+    # a new entry reaches a settings file (only of its own kind) and the command it names
+    toy = config_module.Rename("warmup", "warmup_steps", "training", ("finetune glue",))
+    monkeypatch.setattr(config_module, "RENAMES", (*config_module.RENAMES, toy))
+    with pytest.warns(FutureWarning, match="'warmup' is deprecated, use 'warmup_steps'"):
+        assert config_module.renamed_settings({"warmup": 3}, "x") == {"warmup_steps": 3}
+    assert config_module.renamed_settings({"warmup": 3}, "serve config", "serve") == {"warmup": 3}
+    argv, notes = options.renamed_options(["finetune", "glue", "--warmup=3"], {"finetune glue"})
+    assert argv == ["finetune", "glue", "--warmup-steps=3"] and "--warmup was renamed --warmup-steps" in notes[0]
+    with pytest.raises(ValueError, match="give the value it meant"):
+        config_module.Rename("fp16", "precision", "training", switch=True)

@@ -12,7 +12,12 @@ import torch
 
 from embedding_fixtures import NEEDS_TOKENIZER, save_tiny_bert, save_tiny_neobert
 from helpers import check_card, write_pairs
-from neobert.evaluation.instructions import DATASET_INSTRUCTIONS, TEMPLATE, apply_instruction
+from neobert.evaluation.instructions import (
+    DATASET_INSTRUCTIONS,
+    TEMPLATE,
+    apply_instruction,
+    dataset_instructions,
+)
 from neobert.finetuning.contrastive import (
     ContrastiveConfig,
     batch_texts,
@@ -99,6 +104,26 @@ def test_every_batch_comes_from_one_dataset_and_ranks_split_it():
         (i0, b0), (i1, b1) = (s.next_batch() for s in ranks)
         assert i0 == i1
         assert not {ex.query for ex in b0} & {ex.query for ex in b1}
+
+
+def test_instruction_file_and_pairs_give_the_training_instructions(tmp_path):
+    """`finetune contrastive|sparse --instructions FILE --instruction NAME=TEXT`: the file read as every
+    instruction file is (evaluation/instructions.py), the pairs winning."""
+    path = tmp_path / "instructions.json"
+    path.write_text(json.dumps({"mine": "Find the author", "faq": {"query": "Answer it"}, "gooaq": "old"}))
+    got = dataset_instructions(path, ["gooaq=Find the answer", "empty="])
+    assert got == {"mine": "Find the author", "faq": "Answer it", "gooaq": "Find the answer", "empty": ""}
+    assert dataset_instructions() == {}
+    with pytest.raises(ValueError, match="--instruction expects NAME=TEXT, got 'gooaq'"):
+        dataset_instructions(None, ["gooaq"])
+    with pytest.raises(FileNotFoundError, match=r"instruction file .*missing\.json does not exist"):
+        dataset_instructions(tmp_path / "missing.json")
+    path.write_text(json.dumps({"faq": {"query": "Answer it", "corpus": "A page"}}))
+    with pytest.raises(ValueError, match="data set 'faq': training instructs queries only"):
+        dataset_instructions(path)
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match=r"instructions\.json: not valid JSON"):
+        dataset_instructions(path)
 
 
 def test_instructions_are_prefixed_to_queries_only(tmp_path):

@@ -287,7 +287,7 @@ def test_pooling_choice_reaches_a_neobert_directory_head(tmp_path, bert_dir):
         ValueError, match="bert model"
     ):  # BERT's head has no pooling switch: not silently ignored
         load_classifier(str(bert_dir), 2, pooling="mean")
-    with pytest.raises(FinetuneConfigError, match="pooling must be one of cls, mean"):
+    with pytest.raises(FinetuneConfigError, match="pooling must be one of mean, cls"):
         ClassifyConfig.from_dict(
             {"model": "tiny", "train": "a", "validation": "b", "output": "c", "pooling": "max"}
         )

@@ -42,3 +42,22 @@ def test_no_table_is_built_by_hand():
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("|---"):
                 found.add(path.name)
     assert found == set()
+
+
+def test_missing_is_spelled_once():
+    """No module but tables.py spells a missing value itself: "n/a", "(unset)", "(none)" (issue 32)."""
+    spellings = {"n/a", "(unset)", "(none)"}
+    found = [
+        f"{path.relative_to(SRC)}:{node.lineno}"
+        for path in SRC.rglob("*.py")
+        if path.name != "tables.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and node.value in spellings
+    ]
+    assert found == []
+
+
+def test_a_card_settings_table_shows_unset_and_empty_values_as_missing():
+    from neobert.cards.render import _cell
+
+    assert (_cell(None), _cell([]), _cell(["a", "b"]), _cell(0.5)) == (MISSING, MISSING, "a, b", "0.5")

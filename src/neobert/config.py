@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,6 @@ POSITION_EMBEDDINGS = ("rope", "learned")
 FFN_TYPES = ("swiglu", "gelu")
 NORM_TYPES = ("rmsnorm", "layernorm")
 ROPE_SCALINGS = ("none", "linear", "ntk", "yarn")
-# the poolings a NeoBERT classifier head takes: a subset of neobert.model.pooling.POOLINGS, the registry
-# (config imports nothing of the model; tests/test_pooling.py checks the subset)
-CLASSIFIER_POOLINGS = ("cls", "mean")
 # Numeric precision of a run, training or inference: "auto" is whichever of fp32 and bf16 runs faster for
 # the model's shapes on this device, measured once per process (neobert.hardware.resolve_precision).
 # Training: bf16 autocast over fp32 weights; inference: bf16 weights (the NeoBERT fast path).
@@ -58,35 +56,66 @@ class ConfigError(ValueError):
     """A configuration value or key is invalid."""
 
 
-# Old names of training settings -> the one name every task uses (pretraining, fine-tuning, contrastive and
-# token fine-tuning). Settings files with an old name still load, with a FutureWarning.
-RENAMED_SETTINGS = {
-    "learning_rate": "lr",
-    "grad_clip": "clip_grad_norm",
-    "gradient_checkpointing": "activation_checkpointing",
-    "bf16": "precision",  # contrastive training's switch, now the one precision setting
-}
-# an old setting whose values change with its name: old value -> new value
-_RENAMED_VALUES = {"bf16": lambda on: "bf16" if on else "fp32"}
+def _bf16_as_precision(on: bool) -> str:
+    return "bf16" if on else "fp32"
 
 
-def renamed_settings(data: dict[str, Any], what: str) -> dict[str, Any]:
-    """``data`` with each deprecated setting name (:data:`RENAMED_SETTINGS`) replaced by its one name (and
-    its value translated where the meaning changed: ``bf16: true|false`` is ``precision: bf16|fp32``; a list
-    of values, as in a grid, element by element), and a FutureWarning per replacement; both names at once is
-    an error."""
+@dataclass(frozen=True)
+class Rename:
+    """A setting renamed on purpose (one name per setting): its old name keeps working for a while, in a
+    settings file (:func:`renamed_settings`, a FutureWarning) and on the command line
+    (``cli/options.py:renamed_options``, a deprecation note), both naming the new one."""
+
+    old: str  # the old setting name; on the command line ``--`` + old with ``-`` for ``_``
+    new: str  # the one name now
+    settings: str  # the settings files it may appear in: "training" (every training task's, grids, ladders) | "serve"
+    commands: tuple[str, ...] = ()  # the commands that had it as an option (``finetune glue``)
+    value: Callable[[Any], Any] | None = None  # old value -> new value, where the meaning changed too
+    switch: bool = False  # on the command line the old option was a switch: ``--old`` is ``--new value(True)``
+
+    def __post_init__(self) -> None:
+        if self.switch and self.value is None:
+            raise ValueError(f"rename of switch {self.old!r}: give the value it meant (value=)")
+
+    @property
+    def options(self) -> tuple[str, str]:
+        """The old and the new command-line option."""
+        return "--" + self.old.replace("_", "-"), "--" + self.new.replace("_", "-")
+
+
+_TASKS_WITH_LR = ("finetune glue", "finetune classify", "finetune tokens")
+# The one table of renames: settings files and the command line both read it (issues 18, 24 and 32).
+RENAMES: tuple[Rename, ...] = (
+    Rename("learning_rate", "lr", "training", _TASKS_WITH_LR),
+    Rename("grad_clip", "clip_grad_norm", "training", _TASKS_WITH_LR),
+    Rename("gradient_checkpointing", "activation_checkpointing", "training", ("finetune contrastive",)),
+    # contrastive training's bf16 switch, now the one precision setting (bf16 | fp32 | auto, as every task)
+    Rename("bf16", "precision", "training", ("finetune contrastive",), value=_bf16_as_precision, switch=True),
+    # issue 24: the head to load ('tasks' are the endpoints it serves)
+    Rename("task", "head", "serve", ("serve",)),
+)
+
+
+def renamed_settings(
+    data: dict[str, Any], what: str, settings: str = "training", error: type[Exception] | None = None
+) -> dict[str, Any]:
+    """``data`` with each deprecated setting name of :data:`RENAMES` for these ``settings`` files replaced by
+    its one name (and its value translated where the meaning changed: ``bf16: true|false`` is ``precision:
+    bf16|fp32``; a list of values, as in a grid, element by element), and a FutureWarning per replacement;
+    both names at once raises ``error`` (default :class:`ConfigError`)."""
     out = dict(data)
-    for old, new in RENAMED_SETTINGS.items():
-        if old in out:
-            if new in out:
-                raise ConfigError(f"{what}: {old!r} is the old name of {new!r}; give only {new!r}")
-            value = out.pop(old)
-            convert = _RENAMED_VALUES.get(old)
-            if convert is not None:
-                value = [convert(v) for v in value] if isinstance(value, list) else convert(value)
-            hint = f" ({old}: {data[old]!r} is {new}: {value!r})" if convert is not None else ""
-            warnings.warn(f"{what}: {old!r} is deprecated, use {new!r}{hint}", FutureWarning, stacklevel=3)
-            out[new] = value
+    for rename in RENAMES:
+        old, new, convert = rename.old, rename.new, rename.value
+        if rename.settings != settings or old not in out:
+            continue
+        if new in out:
+            raise (error or ConfigError)(f"{what}: {old!r} is the old name of {new!r}; give only {new!r}")
+        value = out.pop(old)
+        if convert is not None:
+            value = [convert(v) for v in value] if isinstance(value, list) else convert(value)
+        hint = f" ({old}: {data[old]!r} is {new}: {value!r})" if convert is not None else ""
+        warnings.warn(f"{what}: {old!r} is deprecated, use {new!r}{hint}", FutureWarning, stacklevel=3)
+        out[new] = value
     return out
 
 
@@ -155,7 +184,10 @@ class ModelConfig:
         self._check_choice("ffn", FFN_TYPES)
         self._check_choice("norm", NORM_TYPES)
         self._check_choice("rope_scaling_type", ROPE_SCALINGS)
-        self._check_choice("classifier_pooling", CLASSIFIER_POOLINGS)
+        # which poolings a classifier head takes is the pooling registry's answer (model/pooling.py, a floor
+        # above this torch-free module): NeoBERTConfig, which every model is built from, checks the name
+        if not isinstance(self.classifier_pooling, str):
+            raise ConfigError(f"classifier_pooling must be a pooling name; got {self.classifier_pooling!r}")
         for name in (
             "vocab_size",
             "hidden_size",

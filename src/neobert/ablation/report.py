@@ -121,7 +121,7 @@ def render(ladder: Ladder, summaries: list[RungSummary]) -> str:
             continue
         delta, noise = _change(s, by_name)
         base = by_name.get(s.plan.base_rung or "")
-        loss = fmt(statistics.fmean(s.val_loss), digits=3) if s.val_loss else "n/a"
+        loss = fmt(statistics.fmean(s.val_loss) if s.val_loss else None, digits=3)
         if s.val_loss and base is not None and not comparable_loss(s, base):
             loss += " †"
         rows.append(

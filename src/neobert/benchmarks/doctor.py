@@ -21,7 +21,7 @@ from ..hardware import choose_precision, cpu_flags, cpu_info, versions
 from ..model import attention
 from ..model.checks import BackendCheck
 from ..model.runtime import check_compiled_blocks
-from ..tables import markdown_table
+from ..tables import MISSING, markdown_table
 from ..training.optim import check_fused_adamw
 
 SPEED_LENGTHS = (128, 100, 128, 97)  # the small input of the speed comparisons
@@ -65,13 +65,13 @@ class DoctorReport:
         for row in self.backends:
             c = row.check
             status = "ok" if c.ok else ("FAILED" if c.available else "not available")
-            error = "-" if c.max_error is None else f"{c.max_error:.1e} / {c.tolerance:.0e}"
-            speed = f"{row.speedup:.2f}x {row.reference}" if row.speedup is not None else "-"
+            error = MISSING if c.max_error is None else f"{c.max_error:.1e} / {c.tolerance:.0e}"
+            speed = f"{row.speedup:.2f}x {row.reference}" if row.speedup is not None else MISSING
             note = (c.error or "").splitlines()[0][:60] if c.error else ""
             rows.append([c.name, c.device, c.dtype, status, error, f"{c.seconds:.2f}", speed, note])
         header = ["path", "device", "dtype", "status", "max error / tol.", "check s", "speed", "note"]
         auto = [[r["use"], r["preset"], r["device"], r["precision"], r["why"], r["attention"],
-                 _yes(r["fused_adamw"]) if r["use"] == "training" else "-"] for r in self.auto]  # fmt: skip
+                 _yes(r["fused_adamw"]) if r["use"] == "training" else MISSING] for r in self.auto]  # fmt: skip
         columns = ["use", "preset", "device", "precision", "why", "attention", "fused AdamW"]
         tables = markdown_table(header, rows) + "\nwhat auto picks here\n\n" + markdown_table(columns, auto)
         return "\n".join(lines) + "\n" + tables

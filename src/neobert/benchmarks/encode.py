@@ -149,28 +149,21 @@ def _label(batch_size: int, max_tokens: int | None) -> str:
     return f"batch {batch_size}, max_tokens {max_tokens or 'none'}"
 
 
-def run(config: EncodeBenchConfig) -> dict:
+def _load(config: EncodeBenchConfig) -> tuple[Any, Any, str, int]:
+    """The model (on the bf16 fast path where that precision was chosen), its tokenizer, the precision run
+    and the input length it takes."""
     model = load_model(config.model)
     tokenizer = resolve_tokenizer(config.model, None)
     check_vocab(model, tokenizer)
     precision = resolve_precision(config.precision, model.config.hidden_size, model.config.intermediate_size)
     if precision == "bf16":
         model = fast_inference(model)
-    max_length = max_positions(model, tokenizer)
+    return model, tokenizer, precision, max_positions(model, tokenizer)
 
-    targets = target_lengths(config)
-    texts = synthetic_texts(tokenizer, targets, config.seed)
-    lengths = token_lengths(tokenizer, texts, max_length)
-    real = sum(lengths)
-    rows = settings(config)
-    for row in rows:
-        batches = plan(texts, lengths, row["batch_size"], row["max_tokens"])
-        row.update(
-            batches=len(batches),
-            real_tokens=real,
-            padded_tokens=sum(len(b) * lengths[b[0]] for b in batches),
-            seconds=[],
-        )
+
+def _time_settings(model: Any, tokenizer: Any, rows: list[dict], texts: list[str], config: EncodeBenchConfig) -> None:
+    """Append to each row's ``seconds`` the time ``encode`` takes over ``texts`` with its setting, once per
+    round; the settings run round-robin so a shared machine's drift falls on all of them alike."""
 
     def call(row: dict, items: list[str]) -> None:
         budget = NO_BUDGET if row["max_tokens"] is None else row["max_tokens"]
@@ -186,21 +179,34 @@ def run(config: EncodeBenchConfig) -> dict:
                 row["seconds"].append(time_call(lambda row=row: call(row, texts), "cpu"))
                 progress.update()
 
+
+def run(config: EncodeBenchConfig) -> dict:
+    model, tokenizer, precision, max_length = _load(config)
+    targets = target_lengths(config)
+    texts = synthetic_texts(tokenizer, targets, config.seed)
+    lengths = token_lengths(tokenizer, texts, max_length)
+    real = sum(lengths)
+    rows = settings(config)
+    for row in rows:
+        batches = plan(texts, lengths, row["batch_size"], row["max_tokens"])
+        row.update(
+            batches=len(batches),
+            real_tokens=real,
+            padded_tokens=sum(len(b) * lengths[b[0]] for b in batches),
+            seconds=[],
+        )
+    _time_settings(model, tokenizer, rows, texts, config)
     for row in rows:
         row["real_tokens_per_s"] = statistics.median(real / s for s in row["seconds"])
         row["padding"] = row["padded_tokens"] / real
     baseline = next(row for row in rows if row["baseline"])
     for row in rows:
         row["ratio"] = row["real_tokens_per_s"] / baseline["real_tokens_per_s"]
+    parameters = sum(p.numel() for p in model.parameters())
     results = {
         "config": asdict(config),
         "machine": machine_info("cpu"),
-        "model": {
-            "name": config.model,
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "max_length": max_length,
-            "precision": precision,
-        },
+        "model": {"name": config.model, "parameters": parameters, "max_length": max_length, "precision": precision},
         "texts": {
             "count": len(texts),
             "target_tokens": sum(targets),
@@ -211,7 +217,7 @@ def run(config: EncodeBenchConfig) -> dict:
             "max": max(lengths),
             "lengths": lengths,
         },
-        "default": default["label"],
+        "default": next(row for row in rows if row["default"])["label"],
         "baseline": baseline["label"],
         "settings": rows,
     }

@@ -136,13 +136,13 @@ def run(config: OnnxBenchConfig) -> dict:
     return publish(results, markdown, config.output)
 
 
-def _measure(config: OnnxBenchConfig, source: Path, exported: Any, export_s: float, sizes: dict) -> dict:
-    info = inspect_source(source)
-    encoder = load_encoder(info.path, head=info.task)
-    fp32 = encoder.model.float().eval()
+def _forwards(config: OnnxBenchConfig, task: str, fp32: torch.nn.Module, exported: Any,
+              onnx_fp32: OnnxEncoder) -> dict[str, Any]:  # fmt: skip
+    """variant -> forward(ids, mask) -> outputs: the PyTorch model (fp32, and bf16 if asked) wrapped as the
+    export's graph, so both sides compute the same outputs, and the exported fp32 and int8 graphs."""
 
     def graph(model: torch.nn.Module) -> torch.nn.Module:
-        if info.task != "base":
+        if task != "base":
             return ClassifierGraph(model).eval()
         return EncoderGraph(model, exported.pooling["method"], exported.pooling["normalize"]).eval()
 
@@ -150,29 +150,32 @@ def _measure(config: OnnxBenchConfig, source: Path, exported: Any, export_s: flo
     if config.bf16:
         bf16 = apply_precision(copy.deepcopy(fp32), "bf16")  # NeoBERT: the fast path; others cast
         forwards["pytorch-bf16"] = _torch_forward(graph(bf16))
-    onnx_fp32 = OnnxEncoder(exported.output, threads=config.threads)
     forwards["onnx-fp32"] = _onnx_forward(onnx_fp32)
     forwards["onnx-int8"] = _onnx_forward(OnnxEncoder(exported.output, "int8", threads=config.threads))
+    return forwards
 
-    texts = corpus_texts(encoder.tokenizer, config.texts, min(config.max_length, exported.max_length))
-    work = batches(onnx_fp32, texts, config.batch_size)
-    real_tokens = int(sum(mask.sum() for _, mask in work))
-    outputs = {
-        name: np.concatenate([f(ids, mask) for ids, mask in work]) for name, f in forwards.items()
-    }  # warm-up
-    reference = outputs["pytorch-fp32"]
+
+def _time(forwards: dict[str, Any], work: list, repeats: int, progress: bool) -> dict[str, list[float]]:
+    """variant -> seconds of each of ``repeats`` passes over every batch of ``work``."""
     times: dict[str, list[float]] = {name: [] for name in forwards}
-    rounds = progress_bar(total=config.repeats * len(forwards), desc="timing", disable=not config.progress)
-    with rounds:
-        for _ in range(config.repeats):
+    with progress_bar(total=repeats * len(forwards), desc="timing", disable=not progress) as rounds:
+        for _ in range(repeats):
             for name, forward in forwards.items():  # interleaved: drift on a shared machine hits all alike
                 start = time.perf_counter()
                 for ids, mask in work:
                     forward(ids, mask)
                 times[name].append(time.perf_counter() - start)
                 rounds.update()
-    rows = []
+    return times
+
+
+def _rows(
+    outputs: dict[str, np.ndarray], times: dict[str, list[float]], real_tokens: int, sizes: dict
+) -> list[dict]:
+    """One row per variant: its speed (median pass) against PyTorch fp32's, and its outputs' distance to them."""
+    reference = outputs["pytorch-fp32"]
     base = real_tokens / statistics.median(times["pytorch-fp32"])
+    rows = []
     for name, out in outputs.items():
         cosine = (out * reference).sum(1) / (np.linalg.norm(out, axis=1) * np.linalg.norm(reference, axis=1))
         speed = real_tokens / statistics.median(times[name])
@@ -188,17 +191,31 @@ def _measure(config: OnnxBenchConfig, source: Path, exported: Any, export_s: flo
                 "file_mb": sizes.get(name.removeprefix("onnx-")) if name.startswith("onnx") else None,
             }
         )
+    return rows
+
+
+def _measure(config: OnnxBenchConfig, source: Path, exported: Any, export_s: float, sizes: dict) -> dict:
+    info = inspect_source(source)
+    encoder = load_encoder(info.path, head=info.task)
+    fp32 = encoder.model.float().eval()
+    onnx_fp32 = OnnxEncoder(exported.output, threads=config.threads)
+    forwards = _forwards(config, info.task, fp32, exported, onnx_fp32)
+    texts = corpus_texts(encoder.tokenizer, config.texts, min(config.max_length, exported.max_length))
+    # batches from the export's tokenizer: every variant sees the same ids
+    work = batches(onnx_fp32, texts, config.batch_size)
+    real_tokens = int(sum(mask.sum() for _, mask in work))
+    outputs = {
+        name: np.concatenate([f(ids, mask) for ids, mask in work]) for name, f in forwards.items()
+    }  # warm-up
+    rows = _rows(outputs, _time(forwards, work, config.repeats, config.progress), real_tokens, sizes)
     lengths = [int(mask.sum(axis=1).min()) for _, mask in work] + [
         int(mask.sum(axis=1).max()) for _, mask in work
     ]
+    parameters = sum(p.numel() for p in fp32.parameters())
     return {
         "config": asdict(config),
         "machine": machine_info("cpu"),
-        "model": {
-            "type": exported.model_type,
-            "task": exported.task,
-            "parameters": sum(p.numel() for p in fp32.parameters()),
-        },
+        "model": {"type": exported.model_type, "task": exported.task, "parameters": parameters},
         "texts": {
             "count": len(texts),
             "real_tokens": real_tokens,

@@ -12,7 +12,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from ..directories import describe_directory, pipeline_tag
 from ..io import write_text
 from ..model_info import model_info
-from ..tables import fmt, markdown_table
+from ..tables import MISSING, fmt, markdown_table
 from .facts import CARD, CardError, CardInfo, Result, directory_config, flatten, machine, versions
 from .usage import other_ways, usage
 
@@ -102,8 +102,8 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, list | tuple):
-        return ", ".join(map(str, value)) if value else "(none)"
-    return "(unset)" if value is None else str(value).replace("|", "\\|")
+        return ", ".join(map(str, value)) if value else MISSING
+    return MISSING if value is None else str(value).replace("|", "\\|")
 
 
 def _data_section(info: CardInfo) -> str:

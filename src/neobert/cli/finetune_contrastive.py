@@ -9,44 +9,29 @@ contrastive ...``; negatives are then gathered across processes.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 
+from ..evaluation.instructions import dataset_instructions
 from ..finetuning import sparse
 from ..finetuning.contrastive import ContrastiveConfig, run
 from ..training.engine import is_main_process
-from .common import CLIError, add_command, make_console, quiet_transformers
+from .common import add_command, make_console, quiet_transformers
 from .options import config_from_args
-
-
-def _instructions(values: list[str] | None, path: str | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    if path is not None:
-        if not Path(path).is_file():
-            raise CLIError(f"instruction file {path} does not exist")
-        out.update(json.loads(Path(path).read_text(encoding="utf-8")))
-    for value in values or []:
-        name, sep, text = value.partition("=")
-        if not sep:
-            raise CLIError(f"--instruction expects NAME=TEXT, got {value!r}")
-        out[name] = text
-    return out
 
 
 def _main(args: argparse.Namespace) -> int:
     config = config_from_args(
-        ContrastiveConfig, args, instructions=_instructions(args.instruction, args.instructions)
+        ContrastiveConfig, args, instructions=dataset_instructions(args.instructions, args.instruction)
     )
     return _report(run, config, "a sentence-transformers and transformers model", steps_by_dataset=True)
 
 
 def _sparse(args: argparse.Namespace) -> int:
     config = config_from_args(
-        sparse.SparseConfig, args, instructions=_instructions(args.instruction, args.instructions)
+        sparse.SparseConfig, args, instructions=dataset_instructions(args.instructions, args.instruction)
     )
     return _report(sparse.run, config, "a sentence-transformers SparseEncoder (and transformers masked-LM) model")
 

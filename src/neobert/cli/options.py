@@ -32,6 +32,9 @@ from typing import Any
 
 import yaml
 
+from .. import config as neobert_config
+from ..config import Rename
+
 
 def ints(text: str) -> list[int]:
     try:
@@ -270,34 +273,35 @@ def add_signature_options(
 
 # --- renamed options ----------------------------------------------------------------------------------------
 
-# (command, old option) -> new option, for options renamed on purpose (issue 18: one name per setting). The
-# old name keeps working for a while with a deprecation note naming the new one (:func:`renamed_options`);
-# tests/test_cli_option_sets.py keeps this record (a rename not listed here fails it).
-RENAMES: dict[tuple[str, str], str] = {
-    **{(f"finetune {c}", "--learning-rate"): "--lr" for c in ("glue", "classify", "tokens")},
-    **{(f"finetune {c}", "--grad-clip"): "--clip-grad-norm" for c in ("glue", "classify", "tokens")},
-    ("finetune contrastive", "--gradient-checkpointing"): "--activation-checkpointing",
-    ("finetune contrastive", "--bf16"): "--precision",  # bf16 | fp32 | auto, as every other task
-    ("serve", "--task"): "--head",  # issue 24: the head to load ('tasks' are the endpoints it serves)
-}
-# an old flag whose new option takes a value: the value it meant
-RENAMED_FLAG_VALUES: dict[tuple[str, str], str] = {("finetune contrastive", "--bf16"): "bf16"}
+# (command, old option) -> its rename, from the one table of renames (neobert.config.RENAMES, which settings
+# files read too). The old name keeps working for a while with a deprecation note naming the new one
+# (:func:`renamed_options`); tests/test_cli_option_sets.py keeps the record (a rename not listed fails it).
+def option_renames() -> dict[tuple[str, str], Rename]:
+    """(command, old option) -> its entry of the one table, as the table stands now."""
+    return {(command, r.options[0]): r for r in neobert_config.RENAMES for command in r.commands}
+
+
+# (command, old option) -> new option
+RENAMED_OPTIONS: dict[tuple[str, str], str] = {key: r.options[1] for key, r in option_renames().items()}
 
 
 def renamed_options(argv: list[str], commands: set[str]) -> tuple[list[str], list[str]]:
-    """``argv`` with every old option name of :data:`RENAMES` replaced by its new one (``--old=V`` too), and
+    """``argv`` with every old option name of ``config.RENAMES`` replaced by its new one (``--old=V`` too), and
     a deprecation note per replacement. ``commands``: the command paths there are (``finetune classify``)."""
     words = [a for a in argv if not a.startswith("-")][:2]
     command = " ".join(words) if " ".join(words) in commands else (words[0] if words else "")
-    out, notes = [], []
+    out, notes, renames = [], [], option_renames()
     for arg in argv:
         name, eq, value = arg.partition("=")
-        new = RENAMES.get((command, name)) if arg.startswith("--") else None
-        if new is None:
+        rename = renames.get((command, name)) if arg.startswith("--") else None
+        if rename is None:
             out.append(arg)
             continue
-        flag_value = RENAMED_FLAG_VALUES.get((command, name))
-        replacement = [new, flag_value] if flag_value else [new + eq + value if eq else new]
+        new = rename.options[1]
+        if rename.switch:  # --bf16 is --precision bf16: the value the switch meant
+            replacement = [new, str(rename.value(True))]
+        else:
+            replacement = [new + eq + value if eq else new]
         out += replacement
         notes.append(f"{name} was renamed {new} (neobert {command}); the old name still works for now but "
                      f"will be removed: write {' '.join(replacement)}")  # fmt: skip

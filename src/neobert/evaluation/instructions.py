@@ -142,7 +142,10 @@ def read_instruction_file(path: str | os.PathLike) -> dict[str, TaskInstruction]
     """A JSON object: task name -> "instruction" (both sides) or {"query": ..., "corpus": ...}."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"instruction file {path} does not exist")
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON: {err}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object mapping task names to instructions")
     out = {}
@@ -153,4 +156,25 @@ def read_instruction_file(path: str | os.PathLike) -> dict[str, TaskInstruction]
             out[name] = TaskInstruction(value.get("query", ""), value.get("corpus", ""))
         else:
             raise ValueError(f"{path}: task {name!r} needs a string or an object with 'query'/'corpus' keys")
+    return out
+
+
+def dataset_instructions(path: str | os.PathLike | None = None, pairs: list[str] | None = None) -> dict[str, str]:
+    """Data set name -> the instruction prefixed to its queries in contrastive (and SPLADE) training: an
+    instruction file read by :func:`read_instruction_file`, then ``NAME=TEXT`` pairs, which win.
+
+    Training instructs queries only, so a file entry may not give a corpus instruction of its own (it would be
+    silently unused); a string entry is the query's.
+    """
+    out: dict[str, str] = {}
+    if path is not None:
+        for name, instruction in read_instruction_file(path).items():
+            if instruction.corpus not in ("", instruction.query):
+                raise ValueError(f"{path}: data set {name!r}: training instructs queries only; drop 'corpus'")
+            out[name] = instruction.query
+    for pair in pairs or []:
+        name, sep, text = pair.partition("=")
+        if not sep:
+            raise ValueError(f"--instruction expects NAME=TEXT, got {pair!r}")
+        out[name] = text
     return out

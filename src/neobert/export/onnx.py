@@ -243,19 +243,24 @@ def export_onnx(
         files = _write_directory(tmp, graph, encoder, source, settings)
         write_card(tmp, _card(source, settings, license, output.name))
         files.append(CARD)
+    return ExportResult(
+        output, source.task, source.model_type, settings["max_length"], settings["pooling"], files,
+        settings["parity"], _notes(model, base, settings["parity"]),
+    )  # fmt: skip
+
+
+def _notes(model: torch.nn.Module, base: bool, parity: dict[str, float]) -> list[str]:
+    """What the user should know about an export that succeeded: a head left out, an int8 graph far off."""
     notes = []
     if base and declared_head(model.config) != "base":
         notes.append(f"head {model.config.architectures[0]} not exported: the base encoder was")
-    cosine = settings["parity"].get("int8_cosine_min")
+    cosine = parity.get("int8_cosine_min")
     if cosine is not None and cosine < INT8_COSINE_FLOOR:
         notes.append(
             f"int8 cosine to fp32 {cosine:.4f} < {INT8_COSINE_FLOOR} on the check texts (1-60 tokens; short "
             "texts move most): measure it on your own texts before choosing model_int8.onnx"
         )
-    return ExportResult(
-        output, source.task, source.model_type, settings["max_length"], settings["pooling"], files,
-        settings["parity"], notes,
-    )  # fmt: skip
+    return notes
 
 
 def _card(source: Source, settings: dict, license: str | None, name: str) -> CardInfo:

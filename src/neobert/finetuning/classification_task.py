@@ -344,13 +344,17 @@ def fit(
     fingerprint = {"settings": settings.to_dict(), "train_examples": len(train), "world": engine.world}
     engine.run(task, resume=resume, fingerprint=fingerprint, on_step_end=on_step_end)
     engine.accelerator.wait_for_everyone()
-    if state_dir is not None and engine.is_main:  # finished: the resume state has served its purpose
-        shutil.rmtree(Path(state_dir) / "checkpoints", ignore_errors=True)
-        if not any(Path(state_dir).iterdir()):
-            Path(state_dir).rmdir()
+    if state_dir is not None and engine.is_main:
+        _remove_resume_state(Path(state_dir))
     model.eval()
-    stopped = engine.state.stopped
     seconds = time.perf_counter() - start
-    return FitResult(
-        keeper.best, keeper.history, engine.state.step, stopped, Path(checkpoint), seconds, engine.precision
-    )
+    return FitResult(keeper.best, keeper.history, engine.state.step, engine.state.stopped, Path(checkpoint),
+                     seconds, engine.precision)  # fmt: skip
+
+
+def _remove_resume_state(state_dir: Path) -> None:
+    """A finished run's resume state has served its purpose: its checkpoints go, and the directory too if
+    nothing else (a report, a model) was written there."""
+    shutil.rmtree(state_dir / "checkpoints", ignore_errors=True)
+    if not any(state_dir.iterdir()):
+        state_dir.rmdir()

@@ -119,24 +119,7 @@ def run_classify(config: ClassifyConfig | dict[str, Any]) -> ClassifyResult:
     validation = EncodedDataset(tokenizer, val_texts, val_pairs, val_labels, max_length, config.show_progress)
 
     output = Path(config.output)
-    regression = label_map is None
-    spec = EvalSpec(REGRESSION_METRICS if regression else CLASSIFICATION_METRICS, selection_score, regression)
-    fitted = fit(
-        model,
-        tokenizer,
-        train,
-        {"validation": validation},
-        spec,
-        config.train_settings(),
-        output / "model",
-        log_dir=output / "tensorboard" if config.tensorboard else None,
-        device=config.device,
-        precision=config.precision,
-        show_progress=config.show_progress,
-        description=f"classify {Path(config.train).name}",
-        state_dir=output,
-        resume=config.resume,
-    )
+    fitted = _fit(config, model, tokenizer, train, validation, regression=label_map is None)
     predictions_file, metrics_file = output / "predictions.jsonl", output / "metrics.json"
     if is_main_process():  # under torchrun every process trained the same model; one writes
         _write_predictions(
@@ -155,6 +138,30 @@ def run_classify(config: ClassifyConfig | dict[str, Any]) -> ClassifyResult:
         fitted.best.step,
         fitted.steps,
         label_map.names if label_map else None,
+    )
+
+
+def _fit(config: ClassifyConfig, model: Any, tokenizer: Any, train: EncodedDataset, validation: EncodedDataset,
+         regression: bool) -> Any:  # fmt: skip
+    """The fine-tuning run: the best step's model into OUTPUT/model, resumable state in OUTPUT, selected on
+    the validation file by :func:`selection_score`."""
+    output = Path(config.output)
+    spec = EvalSpec(REGRESSION_METRICS if regression else CLASSIFICATION_METRICS, selection_score, regression)
+    return fit(
+        model,
+        tokenizer,
+        train,
+        {"validation": validation},
+        spec,
+        config.train_settings(),
+        output / "model",
+        log_dir=output / "tensorboard" if config.tensorboard else None,
+        device=config.device,
+        precision=config.precision,
+        show_progress=config.show_progress,
+        description=f"classify {Path(config.train).name}",
+        state_dir=output,
+        resume=config.resume,
     )
 
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import CLASSIFIER_POOLINGS, check_known_keys, check_precision, load_mapping, renamed_settings
+from ..config import check_known_keys, check_precision, load_mapping, renamed_settings
+from ..model.pooling import CLASSIFIER_POOLINGS
 
 
 class FinetuneConfigError(ValueError):

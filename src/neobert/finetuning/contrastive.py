@@ -355,7 +355,7 @@ def run_card(config: ContrastiveConfig, trained: Any, dataset_steps: dict[str, i
     seconds = time.perf_counter() - trained.start
     losses = trained.losses
     run = [("precision run", engine.precision), ("steps", f"{engine.state.step:,}"), ("wall time", wall_time(seconds)),
-           (f"last logged training loss ({loss})", fmt(losses[-1], digits=4) if losses else "n/a"),
+           (f"last logged training loss ({loss})", fmt(losses[-1] if losses else None, digits=4)),
            *((f"steps drawn from {name}", f"{n:,}") for name, n in dataset_steps.items())]  # fmt: skip
     data = []
     for d in trained.datasets:

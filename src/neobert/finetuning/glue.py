@@ -96,29 +96,12 @@ def _run_task(
         if max_length not in cache:  # tokenize once per task (unless the grid sweeps max_length)
             cache[max_length] = _encode(config, task, tokenizer, max_length)
         train, splits = cache[max_length]
-        label = run_label(point)
-        candidate = task_dir / f".candidate-{label}"
         start = time.perf_counter()
-        fitted = fit(
-            model,
-            tokenizer,
-            train,
-            splits,
-            spec,
-            settings,
-            candidate,
-            log_dir=task_dir / "tensorboard" / label if config.tensorboard else None,
-            device=config.device,
-            precision=config.precision,
-            show_progress=config.show_progress,
-            description=f"{task.title} {label}",
-            state_dir=task_dir / f".state-{label}",
-            resume=config.resume,
-        )
+        fitted = _fit_point(config, task, model, tokenizer, (train, splits), spec, settings, task_dir, run_label(point))
         rows.append(SweepRow.from_fit(point, fitted, time.perf_counter() - start))
         precision = fitted.precision
         if is_main_process():
-            _keep_if_best(rows, candidate, task_dir / "best")
+            _keep_if_best(rows, fitted.checkpoint, task_dir / "best")
             write_sweep_report(task, rows, task_dir)  # after every run, so a long sweep shows progress
         wait_for_everyone()  # e.g. MNLI's best is in place before a transfer task loads it
         del model, fitted
@@ -126,16 +109,32 @@ def _run_task(
     if is_main_process():
         write_card(task_dir / "best", _card(config, task, source, chosen, rows, precision, train, splits))
     wait_for_everyone()
-    return GlueTaskResult(
-        task,
-        chosen.score,
-        chosen.metrics,
-        chosen.notes,
-        chosen.point,
-        chosen.best_step,
-        task_dir / "best",
-        source,
-        rows,
+    return GlueTaskResult(task, chosen.score, chosen.metrics, chosen.notes, chosen.point, chosen.best_step,
+                          task_dir / "best", source, rows)  # fmt: skip
+
+
+def _fit_point(config: GlueConfig, task: GlueTask, model: Any, tokenizer: Any,
+               data: tuple[EncodedDataset, dict[str, EncodedDataset]], spec: EvalSpec, settings: TrainSettings,
+               task_dir: Path, label: str) -> Any:  # fmt: skip
+    """One grid point's fine-tuning into ``task_dir/.candidate-LABEL`` (the result's ``checkpoint``), its
+    resumable state and TensorBoard log under the same label, so the points of a sweep never share a
+    directory."""
+    train, splits = data
+    return fit(
+        model,
+        tokenizer,
+        train,
+        splits,
+        spec,
+        settings,
+        task_dir / f".candidate-{label}",
+        log_dir=task_dir / "tensorboard" / label if config.tensorboard else None,
+        device=config.device,
+        precision=config.precision,
+        show_progress=config.show_progress,
+        description=f"{task.title} {label}",
+        state_dir=task_dir / f".state-{label}",
+        resume=config.resume,
     )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import write_json, write_text
-from ..tables import fmt, markdown_table
+from ..tables import MISSING, fmt, markdown_table
 from .config import GlueConfig
 from .glue_tasks import GLUE_TASKS, TABLE3_TASKS, GlueTask
 from .sweep import SweepRow, best_index
@@ -65,7 +65,7 @@ def _metrics_cell(task: GlueTask, metrics: dict[str, dict[str, float]]) -> str:
 
 
 def _point_cell(point: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items()) or "-"
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items()) or MISSING
 
 
 def write_sweep_report(task: GlueTask, rows: list[SweepRow], task_dir: Path) -> None:

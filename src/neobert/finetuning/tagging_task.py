@@ -194,22 +194,28 @@ def run_tokens(config: TokensConfig | dict[str, Any]) -> TokensResult:
             "history": [e.to_dict() for e in fitted.history],
         }
         write_json(metrics_file, report)
-        name = Path(config.validation).name
-        facts = FinetuneFacts(
-            head="token-classification", command="neobert finetune tokens",
-            task=f"token classification ({len(labels)} tags)", model=config.model, settings=config.to_dict(),
-            data=[DataSource.from_spec(config.train), DataSource.from_spec(config.validation)],
-            data_stats=[("training sentences", len(train)), ("validation sentences", len(validation))],
-            run=fit_run(fitted, {}), results={(name, name, "validation"): report["metrics"]}, labels=labels,
-            license=config.license,
-            limits=["Entity-level precision, recall and F1 (seqeval's definition) on the validation file, "
-                    "which also selected the saved step.",
-                    f"Sentences longer than {max_length} tokens are truncated (their tail is not tagged)."],
-        )  # fmt: skip
+        facts = _card_facts(config, fitted, labels, (len(train), len(validation)), max_length, report["metrics"])
         write_card(output / "model", finetune_card(facts))
     wait_for_everyone()
     return TokensResult(best.values, best.notes, output / "model", metrics_file, predictions_file,
                         fitted.best.step, fitted.steps, labels)  # fmt: skip
+
+
+def _card_facts(config: TokensConfig, fitted: Any, labels: list[str], sizes: tuple[int, int], max_length: int,
+                metrics: dict[str, float]) -> FinetuneFacts:  # fmt: skip
+    """What the model card states: the run, both files (``sizes``: their sentences), the validation scores."""
+    name = Path(config.validation).name
+    return FinetuneFacts(
+        head="token-classification", command="neobert finetune tokens",
+        task=f"token classification ({len(labels)} tags)", model=config.model, settings=config.to_dict(),
+        data=[DataSource.from_spec(config.train), DataSource.from_spec(config.validation)],
+        data_stats=[("training sentences", sizes[0]), ("validation sentences", sizes[1])],
+        run=fit_run(fitted, {}), results={(name, name, "validation"): metrics}, labels=labels,
+        license=config.license,
+        limits=["Entity-level precision, recall and F1 (seqeval's definition) on the validation file, "
+                "which also selected the saved step.",
+                f"Sentences longer than {max_length} tokens are truncated (their tail is not tagged)."],
+    )  # fmt: skip
 
 
 def _write_predictions(path: Path, sentences: list[Sentence], predicted: list[list[str]]) -> Path:

@@ -47,7 +47,7 @@ from ..io import atomic_file, clean_temporaries, write_json
 from ..long_documents import LongDocuments, model_window
 from ..long_documents import embed as embed_long
 from ..predict import EmbedConfig, EmbedResult, embed_file
-from ..tables import markdown_table
+from ..tables import MISSING, markdown_table
 from .engine import (
     EngineSettings,
     count_tokens,
@@ -101,7 +101,7 @@ class CorpusResult:
             ["skipped rows", f"{self.skipped:,}"],
             ["truncated texts", f"{self.truncated:,}"],
             ["tokens", f"{self.tokens:,}"],
-            ["dimensions / precision", f"{self.dimensions} / {', '.join(self.precision) or 'n/a'}"],
+            ["dimensions / precision", f"{self.dimensions} / {', '.join(self.precision) or MISSING}"],
             ["engine / workers", f"{self.engine} / {self.workers}"],
             ["time", f"{self.seconds:.1f} s"],
             ["this run", f"{self.texts_per_second:,.1f} texts/s, {self.tokens_per_second:,.0f} tokens/s"],

@@ -14,6 +14,7 @@ from typing import Any
 from transformers import PretrainedConfig
 
 from ..config import ConfigError, ModelConfig
+from .pooling import CLASSIFIER_POOLINGS
 
 MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig))
 
@@ -81,6 +82,10 @@ class NeoBERTConfig(_NeoBERTConfigFields):
         # validate, and fill derived fields (dim_head, rope_original_max_length)
         for key, value in self.to_model_config().to_dict().items():
             setattr(self, key, value)
+        if self.classifier_pooling not in CLASSIFIER_POOLINGS:
+            raise ConfigError(
+                f"classifier_pooling must be one of {', '.join(CLASSIFIER_POOLINGS)}; got {self.classifier_pooling!r}"
+            )
         super().__post_init__(**kwargs)
 
     @classmethod

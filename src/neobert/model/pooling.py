@@ -1,8 +1,8 @@
 """Pooling a sequence of hidden states into one vector per sequence, and the one registry of poolings.
 
 :data:`POOLINGS` is the one home of the pooling names: every command, the service, the ONNX export, the
-sentence-transformers export and the long-document policy ask it (a new pooling is one entry here, see
-docs/architecture.md). ``config.CLASSIFIER_POOLINGS`` names the subset a NeoBERT classifier head takes.
+sentence-transformers export, the long-document policy and the classifier head ask it (a new pooling is one
+entry here, see docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -47,19 +47,22 @@ class Pooling:
     sentence_transformers: str  # sentence-transformers' Pooling mode of the same computation
     onnx: bool  # `neobert export onnx` writes it into the graph's sentence_embedding
     by_tokens: bool  # long documents (chunk): windows' vectors averaged weighted by their token counts
+    classifier: bool  # a NeoBERT sequence-classification head may pool this way (`classifier_pooling`)
 
 
 POOLINGS: dict[str, Pooling] = {
     p.name: p
     for p in (
-        Pooling("mean", mean_pool, "mean", onnx=True, by_tokens=True),
-        Pooling("cls", cls_pool, "cls", onnx=True, by_tokens=False),
-        # the export's checked graph has no last-token branch (the parity check has never run one)
-        Pooling("last", last_pool, "lasttoken", onnx=False, by_tokens=False),
+        Pooling("mean", mean_pool, "mean", onnx=True, by_tokens=True, classifier=True),
+        Pooling("cls", cls_pool, "cls", onnx=True, by_tokens=False, classifier=True),
+        # the export's checked graph has no last-token branch (the parity check has never run one); no
+        # classifier head was trained on the last token (a bidirectional encoder's [CLS] or mean does its job)
+        Pooling("last", last_pool, "lasttoken", onnx=False, by_tokens=False, classifier=False),
     )
 }
 POOLING_NAMES = tuple(POOLINGS)
 ONNX_POOLINGS = tuple(name for name, p in POOLINGS.items() if p.onnx)
+CLASSIFIER_POOLINGS = tuple(name for name, p in POOLINGS.items() if p.classifier)  # NeoBERTConfig checks it
 
 
 def get_pooling(name: str, supported: tuple[str, ...] = POOLING_NAMES, what: str = "") -> Pooling:

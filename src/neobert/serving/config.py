@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import PRECISIONS, check_known_keys
+from ..config import PRECISIONS, check_known_keys, renamed_settings
 from ..directories import is_kind
 from ..long_documents import EXTEND_METHODS, POLICIES
 from ..registration import HEADS
@@ -137,11 +136,7 @@ class ServeConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ServeConfig:
-        if "task" in data:  # its old name (issue 24: 'task' meant the head, 'tasks' the endpoints)
-            if "head" in data:
-                raise ServeConfigError("serve config: 'task' is the old name of 'head'; give only 'head'")
-            warnings.warn("serve config: 'task' is deprecated, use 'head'", FutureWarning, stacklevel=2)
-            data = {("head" if k == "task" else k): v for k, v in data.items()}
+        data = renamed_settings(data, "serve config", "serve", ServeConfigError)  # 'task' is 'head' (issue 24)
         check_known_keys(cls, data, "serve config", ServeConfigError)
         return cls(**data)
 
