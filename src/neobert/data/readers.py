@@ -219,7 +219,7 @@ def file_records(
         yield record
     if count == 0 and stats.skipped_records == skipped_before:  # nothing at all, not only bad records
         if on_error == "raise":
-            raise DataError(f"{spec}: empty input (no documents); use on_error='skip' to skip it")
+            raise DataError(f"{spec}: empty input (no documents); use --on-error skip to skip it")
         stats.empty_files += 1
 
 
