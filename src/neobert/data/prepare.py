@@ -163,7 +163,7 @@ class PrepareResult:
 def prepare(config: PrepareConfig) -> PrepareResult:
     """Tokenize ``config.inputs`` into shards under ``config.output``, resuming a previous run."""
     config.check_required()
-    expand_inputs(config.inputs)  # a missing file fails before anything is written
+    files = expand_inputs(config.inputs, exclude=[config.output])  # a missing file fails before anything is written
     start = time.perf_counter()
     hf_tokenizer, encoder = tokenizer_backend(config.tokenizer, config.max_tokens)
     out = Path(config.output)
@@ -174,7 +174,7 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     stats = ReadStats()
     docs = _read_ahead(
         iter_documents(
-            config.inputs,
+            files,
             text_column=config.text_column,
             txt_mode=config.txt_mode,
             on_error=config.on_error,

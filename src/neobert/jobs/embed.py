@@ -189,7 +189,7 @@ def embed_corpus(config: EmbedConfig) -> CorpusResult:
     out = shared_output(c.output)
     start = time.perf_counter()
     with session(settings):
-        files = expand_inputs(c.input)
+        files = expand_inputs(c.input, exclude=[out])
         plans = map_items(settings, plan_file, files, step=c.shard_rows, text_column=c.text_column, txt_mode="line",
                           on_error=c.on_error, empty="refuse", id_column=c.id_column)  # fmt: skip
         pieces = file_pieces(plans, c.shard_rows)

@@ -41,7 +41,7 @@ def prepare(config: PrepareConfig, engine: EngineSettings | None = None) -> Prep
     if engine.engine == "local":
         return prepare_here(config)
     config.check_required()
-    files = expand_inputs(config.inputs)  # a missing file fails before anything is written
+    files = expand_inputs(config.inputs, exclude=[config.output])  # a missing file fails before anything is written
     start = time.perf_counter()
     hf_tokenizer, encoder = tokenizer_backend(config.tokenizer, config.max_tokens)
     out = shared_output(config.output)
