@@ -38,3 +38,43 @@ def test_an_output_inside_the_input_is_never_read_and_the_rerun_resumes(model_di
     shard = next((sub / "vec").glob("part-*.parquet"))
     assert main(["embed", "--model", str(model_dir), "--input", str(shard), "--output", str(tmp_path / "x")]) == 1
     assert "inside a neobert job's output" in capsys.readouterr().err
+
+
+def write_rows(path, rows) -> None:
+    path.write_text("".join(json.dumps({"text": t, "doc": d}) + "\n" for d, t in rows))
+
+
+def test_duplicate_ids_are_refused_in_the_plan_naming_both_rows_or_kept_first(model_dir, tmp_path):
+    import pyarrow.parquet as pq
+
+    from neobert.data import DataError
+    from neobert.jobs.embed import embed
+    from neobert.predict import EmbedConfig
+
+    (tmp_path / "in").mkdir()
+    write_rows(tmp_path / "in" / "a.jsonl", [("x", "one"), ("same", "two"), ("y", "three"), ("same", "four")])
+    write_rows(tmp_path / "in" / "b.jsonl", [("x", "five"), ("z", "six")])
+    a, b = tmp_path / "in" / "a.jsonl", tmp_path / "in" / "b.jsonl"
+
+    def run(output, **changes):
+        return embed(EmbedConfig(model=str(model_dir), input=[str(tmp_path / "in")], output=str(output),
+                                 id_column="doc", precision="fp32", shard_rows=2, show_progress=False, **changes))  # fmt: skip
+
+    with pytest.raises(DataError, match=rf"{a}:4: id 'same' already at {a}:2; ids must be unique"):
+        run(tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()  # found in the plan: nothing written, no model loaded
+    result = run(tmp_path / "kept", on_duplicate="keep-first")
+    table = pq.read_table(tmp_path / "kept").to_pydict()
+    assert sorted(table["id"]) == ["same", "x", "y", "z"] and result.texts == 4 and result.duplicates == 2
+    manifest = json.loads((tmp_path / "kept" / "_manifest.json").read_text())
+    assert manifest["totals"]["duplicate_ids"] == 2
+    assert manifest["duplicate_ids"]["messages"] == [f"{a}:4: id 'same' already at {a}:2",
+                                                     f"{b}:1: id 'x' already at {a}:1"]  # fmt: skip
+    alone = tmp_path / "alone.jsonl"
+    write_rows(alone, [("x", "one"), ("same", "two"), ("y", "three")])
+    one = embed(EmbedConfig(model=str(model_dir), input=[str(alone)], output=str(tmp_path / "alone"),
+                            id_column="doc", precision="fp32", show_progress=False))  # fmt: skip
+    vectors = dict(zip(table["id"], table["embedding"]))
+    alone_table = pq.read_table(one.output).to_pydict()
+    for key, vector in zip(alone_table["id"], alone_table["embedding"]):
+        assert vectors[key] == pytest.approx(vector, abs=1e-5)  # the first row's text was kept

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ..capabilities import load_for_inference
-from ..data.pieces import FilePlan, Piece, file_pieces, merged_stats, plan_file, read_piece
+from ..data.pieces import FilePlan, Piece, duplicate_ids, file_pieces, merged_stats, plan_file, read_piece
 from ..data.readers import DataError, expand_inputs
 from ..encoders import (
     apply_precision,
@@ -91,6 +91,7 @@ class CorpusResult:
     texts_per_second: float  # texts embedded by this run per second
     tokens_per_second: float
     work_seconds: float = 0.0  # first piece's start to last piece's end (start-up and the plan excluded)
+    duplicates: int = 0  # rows left out: their id came before (on_duplicate keep-first)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -99,6 +100,7 @@ class CorpusResult:
             ["texts / shards", f"{self.texts:,} / {self.shards_written + self.shards_resumed:,}"],
             ["shards written / resumed", f"{self.shards_written:,} / {self.shards_resumed:,}"],
             ["skipped rows", f"{self.skipped:,}"],
+            *([["duplicate ids left out", f"{self.duplicates:,}"]] if self.duplicates else []),
             ["truncated texts", f"{self.truncated:,}"],
             ["tokens", f"{self.tokens:,}"],
             ["dimensions / precision", f"{self.dimensions} / {', '.join(self.precision) or 'n/a'}"],
@@ -192,6 +194,7 @@ def embed_corpus(config: EmbedConfig) -> CorpusResult:
         files = expand_inputs(c.input, exclude=[out])
         plans = map_items(settings, plan_file, files, step=c.shard_rows, text_column=c.text_column, txt_mode="line",
                           on_error=c.on_error, empty="refuse", id_column=c.id_column)  # fmt: skip
+        duplicates = duplicate_ids(plans, c.on_duplicate)  # refused here, before the model loads
         pieces = file_pieces(plans, c.shard_rows)
         manifest = _open_manifest(out, c, plans)
         done = {p.name: r for p in pieces if (r := finished_shard(out, p, manifest["digest"])) is not None}
@@ -217,6 +220,8 @@ def embed_corpus(config: EmbedConfig) -> CorpusResult:
     manifest.update(
         complete=True, shards=shards, reader=asdict(stats), totals=_totals(shards, stats.skipped_records)
     )
+    manifest["totals"]["duplicate_ids"] = duplicates.count
+    manifest["duplicate_ids"] = asdict(duplicates)
     manifest["engine"] = {
         k: getattr(settings, k) for k in ("engine", "workers", "cpus_per_worker", "gpus_per_worker")
     }
@@ -232,7 +237,8 @@ def embed_corpus(config: EmbedConfig) -> CorpusResult:
         t["precision"], settings.engine, pool.workers, seconds, texts_now / seconds, tokens_now / seconds,
         pool.span_seconds,
     )  # fmt: skip
-    result.notes = _notes(result, stats)
+    result.duplicates = duplicates.count
+    result.notes = _notes(result, stats, duplicates)
     return result
 
 
@@ -257,8 +263,11 @@ def _totals(shards: list[dict], skipped: int) -> dict:
     }
 
 
-def _notes(result: CorpusResult, stats: Any) -> list[str]:
+def _notes(result: CorpusResult, stats: Any, duplicates: Any) -> list[str]:
     notes = []
+    if duplicates.count:
+        notes.append(f"{duplicates.count:,} row(s) whose id came before were left out (on-duplicate keep-first), "
+                     f"e.g. {'; '.join(duplicates.messages[:3])}")  # fmt: skip
     if result.skipped:
         shown = "; ".join(stats.messages[:3])
         notes.append(f"{result.skipped:,} bad row(s) skipped (on-error skip), e.g. {shown}")
@@ -287,6 +296,8 @@ def finished_shard(output: Path, piece: Piece, digest: str) -> dict | None:
 
 def _settings(c: EmbedConfig, plans: list[FilePlan]) -> dict:
     settings = {key: getattr(c, key) for key in CONTENT_KEYS}
+    if c.id_column is not None:
+        settings["on_duplicate"] = c.on_duplicate
     settings["model_files"] = _model_files(c.model)
     settings["inputs"] = [{"path": p.spec, "bytes": p.size, "rows": p.records} for p in plans]
     return settings
