@@ -78,3 +78,67 @@ def test_duplicate_ids_are_refused_in_the_plan_naming_both_rows_or_kept_first(mo
     alone_table = pq.read_table(one.output).to_pydict()
     for key, vector in zip(alone_table["id"], alone_table["embedding"]):
         assert vectors[key] == pytest.approx(vector, abs=1e-5)  # the first row's text was kept
+
+
+# neobert.io alone (the package's __init__ takes seconds to import)
+HOLD = """import importlib.util, sys, time
+spec = importlib.util.spec_from_file_location("io_alone", sys.argv[3])
+io = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(io)
+with io.output_lock(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def hold(directory, seconds: float):
+    """Another process holding ``directory``'s lock for ``seconds``; returns once it holds it."""
+    import subprocess
+    import sys
+
+    import neobert.io
+
+    command = [sys.executable, "-c", HOLD, str(directory), str(seconds), neobert.io.__file__]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE)
+    assert process.stdout.readline() == b"held\n"
+    return process
+
+
+def test_one_job_writes_an_output_directory_at_a_time(model_dir, tmp_path):
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from neobert.data import PrepareConfig
+    from neobert.io import LOCK, OutputLocked
+    from neobert.jobs.embed import embed
+    from neobert.jobs.prepare import prepare
+    from neobert.predict import EmbedConfig
+
+    (tmp_path / "t.txt").write_text("alpha beta\ngamma\n")
+    out, host = tmp_path / "out", socket.gethostname()
+
+    def job(**changes):
+        return embed(EmbedConfig(model=str(model_dir), input=[str(tmp_path / "t.txt")], output=str(out),
+                                 precision="fp32", show_progress=False, **changes))  # fmt: skip
+
+    first = hold(out, 2)
+    with pytest.raises(OutputLocked, match=rf"being written by another job \(host {host}, pid {first.pid}, started "):
+        job()
+    with pytest.raises(OutputLocked, match=rf"pid {first.pid}"):
+        prepare(PrepareConfig(inputs=[str(tmp_path / "t.txt")], tokenizer=str(model_dir), output=str(out)))
+    waited = time.perf_counter()
+    assert job(wait=True).shards_written == 1  # after the first job ended
+    assert time.perf_counter() - waited > 1 and first.wait(timeout=30) == 0 and not (out / LOCK).exists()
+    killed = hold(out, 60)
+    killed.kill()
+    killed.wait()
+    assert json.loads((out / LOCK).read_text())["pid"] == killed.pid  # left behind by the SIGKILL
+    assert job().shards_resumed == 1  # taken over
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (out / LOCK).write_text(json.dumps({"host": host, "pid": int(ended.stdout), "since": "earlier"}))
+    assert job().shards_resumed == 1  # no flock held (another filesystem), the pid gone on this host
+    (out / LOCK).write_text(json.dumps({"host": "elsewhere", "pid": 12, "since": "earlier"}))
+    with pytest.raises(OutputLocked, match=r"host elsewhere, pid 12, started earlier.*remove .*_lock\.json"):
+        job()  # a job on another host cannot be known to have ended

@@ -43,7 +43,7 @@ from ..encoders import (
     resolve_model_precision,
 )
 from ..hardware import versions
-from ..io import atomic_file, clean_temporaries, write_json
+from ..io import LOCK, atomic_file, clean_temporaries, output_lock, write_json
 from ..long_documents import LongDocuments, model_window
 from ..long_documents import embed as embed_long
 from ..predict import EmbedConfig, EmbedResult, embed_file
@@ -190,8 +190,8 @@ def embed_corpus(config: EmbedConfig) -> CorpusResult:
     c, settings = config, engine_settings(config)
     out = shared_output(c.output)
     start = time.perf_counter()
-    with session(settings):
-        files = expand_inputs(c.input, exclude=[out])
+    files = expand_inputs(c.input, exclude=[out])
+    with output_lock(out, settings.wait), session(settings):
         plans = map_items(settings, plan_file, files, step=c.shard_rows, text_column=c.text_column, txt_mode="line",
                           on_error=c.on_error, empty="refuse", id_column=c.id_column)  # fmt: skip
         duplicates = duplicate_ids(plans, c.on_duplicate)  # refused here, before the model loads
@@ -199,47 +199,46 @@ def embed_corpus(config: EmbedConfig) -> CorpusResult:
         manifest = _open_manifest(out, c, plans)
         done = {p.name: r for p in pieces if (r := finished_shard(out, p, manifest["digest"])) is not None}
         todo = [p for p in pieces if p.name not in done]
-        ran = sorted({r["precision"] for r in done.values()})
-        precision = ran[0] if ran else _precision(c, settings)  # a resumed job keeps the precision it ran in
-        records = dict(done)
-        total = sum(p.records for p in pieces)
-        bar = progress(total, "text", "embedding", c.show_progress)
-        bar.update(sum(r["rows"] for r in done.values()))
-        tokens_before = sum(r["tokens"] for r in records.values())
-
-        def finished(record: dict) -> None:
-            records[record["name"]] = record
-            count_tokens(bar, record["rows"], record["tokens"])
-
-        kwargs = {"config": c, "precision": precision, "digest": manifest["digest"]}
-        with bar:
-            pool = run_pieces(settings, PieceEmbedder, kwargs, todo, finished)
-    seconds = time.perf_counter() - start
-    shards = [records[p.name] for p in pieces]
-    stats = merged_stats(plans)
-    manifest.update(
-        complete=True, shards=shards, reader=asdict(stats), totals=_totals(shards, stats.skipped_records)
-    )
-    manifest["totals"]["duplicate_ids"] = duplicates.count
-    manifest["duplicate_ids"] = asdict(duplicates)
-    manifest["engine"] = {
-        k: getattr(settings, k) for k in ("engine", "workers", "cpus_per_worker", "gpus_per_worker")
-    }
-    write_json(out / MANIFEST, manifest)
+        records, pool = _run(c, settings, manifest, pieces, done)
+        seconds = time.perf_counter() - start
+        shards = [records[p.name] for p in pieces]
+        stats = merged_stats(plans)
+        manifest.update(complete=True, shards=shards, reader=asdict(stats),
+                        totals=_totals(shards, stats.skipped_records), duplicate_ids=asdict(duplicates))  # fmt: skip
+        manifest["totals"]["duplicate_ids"] = duplicates.count
+        manifest["engine"] = {
+            k: getattr(settings, k) for k in ("engine", "workers", "cpus_per_worker", "gpus_per_worker")
+        }
+        write_json(out / MANIFEST, manifest)
     new = [records[p.name] for p in todo]
-    texts_now, tokens_now = (
-        sum(r["rows"] for r in new),
-        sum(r["tokens"] for r in records.values()) - tokens_before,
-    )
+    texts_now, tokens_now = sum(r["rows"] for r in new), sum(r["tokens"] for r in new)
     t = manifest["totals"]
     result = CorpusResult(
         out, t["texts"], len(todo), len(done), t["skipped"], t["truncated"], t["tokens"], t["dimensions"],
         t["precision"], settings.engine, pool.workers, seconds, texts_now / seconds, tokens_now / seconds,
-        pool.span_seconds,
+        pool.span_seconds, duplicates.count,
     )  # fmt: skip
-    result.duplicates = duplicates.count
     result.notes = _notes(result, stats, duplicates)
     return result
+
+
+def _run(c: EmbedConfig, settings: EngineSettings, manifest: dict, pieces: list[Piece], done: dict):
+    """Every piece not ``done`` embedded by the engine, under a progress bar: (name -> record, pool stats)."""
+    todo = [p for p in pieces if p.name not in done]
+    ran = sorted({r["precision"] for r in done.values()})
+    precision = ran[0] if ran else _precision(c, settings)  # a resumed job keeps the precision it ran in
+    records = dict(done)
+    bar = progress(sum(p.records for p in pieces), "text", "embedding", c.show_progress)
+    bar.update(sum(r["rows"] for r in done.values()))
+
+    def finished(record: dict) -> None:
+        records[record["name"]] = record
+        count_tokens(bar, record["rows"], record["tokens"])
+
+    kwargs = {"config": c, "precision": precision, "digest": manifest["digest"]}
+    with bar:
+        pool = run_pieces(settings, PieceEmbedder, kwargs, todo, finished)
+    return records, pool
 
 
 def _precision(c: EmbedConfig, settings: EngineSettings) -> str:
@@ -334,7 +333,7 @@ def _open_manifest(out: Path, c: EmbedConfig, plans: list[FilePlan]) -> dict:
                             "output directory or --overwrite")  # fmt: skip
         clean_temporaries(out)  # what a killed run was writing
         return manifest
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(p.name != LOCK for p in out.iterdir()):
         raise DataError(f"{out} is not empty and holds no {MANIFEST}; refusing to write into it")
     manifest = {"format": FORMAT, "version": VERSION, "complete": False, "digest": digest, "settings": settings,
                 "versions": versions(), "shards": []}  # fmt: skip

@@ -40,6 +40,8 @@ class EngineSettings:
     gpus_per_worker: float = 0.0  # ray: GPUs each worker holds (1: one actor per GPU)
     # ray: a running cluster to join (HOST:6379, or auto); default: one started on this machine for the job
     address: str | None = None
+    # another job writing the same output directory: wait for it to finish (default: refuse, naming it)
+    wait: bool = False
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
