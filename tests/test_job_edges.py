@@ -142,3 +142,44 @@ def test_one_job_writes_an_output_directory_at_a_time(model_dir, tmp_path):
     (out / LOCK).write_text(json.dumps({"host": "elsewhere", "pid": 12, "since": "earlier"}))
     with pytest.raises(OutputLocked, match=r"host elsewhere, pid 12, started earlier.*remove .*_lock\.json"):
         job()  # a job on another host cannot be known to have ended
+
+
+def peak_rss_mb() -> float:
+    import re
+    from pathlib import Path
+
+    return int(re.search(r"VmHWM:\s+(\d+)", Path("/proc/self/status").read_text()).group(1)) / 1024
+
+
+def reset_peak_rss() -> None:
+    from pathlib import Path
+
+    Path("/proc/self/clear_refs").write_text("5")  # Linux: the peak RSS starts again from the current RSS
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/clear_refs"), reason="Linux's peak RSS reset")
+def test_a_5_mb_line_is_tokenized_only_up_to_the_window(tmp_path):
+    import numpy as np
+
+    from job_helpers import BERT_DIR, WORDS
+    from neobert.data import load_tokenizer
+    from neobert.encoders import load_model
+    from neobert.inference import TokenIds, encode
+    from neobert.long_documents import embed as embed_long
+    from neobert.long_documents import model_window
+
+    model, tokenizer = load_model(BERT_DIR), load_tokenizer(BERT_DIR)  # MiniLM
+    rng = np.random.default_rng(0)
+    line = " ".join(rng.choice(WORDS, size=1_000_000))[:5_000_000]
+    embed_long(model, tokenizer, ["warm up"])
+    reset_peak_rss()
+    before = peak_rss_mb()
+    vectors, report = embed_long(model, tokenizer, [line, "short"])
+    grown = peak_rss_mb() - before
+    assert grown < 100, f"tokenizing the 5 MB line took {grown:.0f} MB"  # the whole line: about 700 MB more
+    window = model_window(model, tokenizer)
+    assert report.truncated == 1 and window < report.lengths[0] < 1_000_000  # a lower bound, over the window
+    head = line[:20_000]  # the same first window, tokenized the old way (whole, then cut)
+    ids = tokenizer(head)["input_ids"]
+    expected = encode(model, tokenizer, TokenIds([[*ids[: window - 1], ids[-1]]]), show_progress=False)
+    np.testing.assert_allclose(vectors[0], expected[0], atol=1e-5, rtol=0)
