@@ -79,6 +79,16 @@ def plan_file(
     return FilePlan(spec, count, step, checkpoints, txt_mode, size, stats, keys, repeats)
 
 
+def check_columns(specs: Sequence[str], text_column: str = "text", id_column: str | None = None) -> None:
+    """Each input's columns (a table's header or first record), in this process: a missing column stops
+    the job here, before a cluster starts to plan the inputs whole."""
+    for spec in specs:
+        if spec.startswith(("hf:", "stdlib:")) or (spec.endswith(".txt") and id_column is None):
+            continue  # hf: loads a data set; a text file has no columns
+        records = read_records(spec, text_column, "line", "skip", ReadStats(), id_column=id_column)
+        next(iter(records), None)
+
+
 @dataclass
 class Duplicates:
     """Records whose id an earlier record (in input order) already holds."""

@@ -34,7 +34,16 @@ import numpy as np
 import torch
 
 from ..capabilities import load_for_inference
-from ..data.pieces import FilePlan, Piece, duplicate_ids, file_pieces, merged_stats, plan_file, read_piece
+from ..data.pieces import (
+    FilePlan,
+    Piece,
+    check_columns,
+    duplicate_ids,
+    file_pieces,
+    merged_stats,
+    plan_file,
+    read_piece,
+)
 from ..data.readers import DataError, expand_inputs
 from ..encoders import (
     apply_precision,
@@ -191,6 +200,7 @@ def embed_corpus(config: EmbedConfig) -> CorpusResult:
     out = shared_output(c.output)
     start = time.perf_counter()
     files = expand_inputs(c.input, exclude=[out])
+    check_columns(files, c.text_column, c.id_column)  # before a cluster starts
     with output_lock(out, settings.wait), session(settings):
         plans = map_items(settings, plan_file, files, step=c.shard_rows, text_column=c.text_column, txt_mode="line",
                           on_error=c.on_error, empty="refuse", id_column=c.id_column)  # fmt: skip

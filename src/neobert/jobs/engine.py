@@ -85,7 +85,7 @@ def cluster(settings: EngineSettings) -> Iterator[Any]:
     try:
         import ray
     except ImportError:
-        raise RuntimeError("--engine ray needs Ray: pip install 'neobert[ray]'") from None
+        raise ImportError("--engine ray needs Ray: pip install 'neobert[ray]'", name="ray") from None
     started = not ray.is_initialized()
     if started:
         here = settings.address is None and not os.environ.get("RAY_ADDRESS")
@@ -193,8 +193,9 @@ def run_pieces(
                 num_gpus=settings.gpus_per_worker or None,
                 fn_constructor_kwargs={"worker": worker, "kwargs": kwargs, "threads": settings.threads},
             )
-            for row in data.iter_rows():
-                finished(json.loads(row["record"]), row["start"], row["end"])
+            with plain_errors():
+                for row in data.iter_rows():
+                    finished(json.loads(row["record"]), row["start"], row["end"])
     stats.span_seconds = last - first
     return stats
 
@@ -207,7 +208,35 @@ def map_items(
         return [function(item, **kwargs) for item in items]
     with cluster(settings) as ray:
         task = ray.remote(num_cpus=settings.cpus_per_worker)(_pickled_call)
-        return ray.get([task.remote(function, item, kwargs) for item in items])
+        with plain_errors():
+            return ray.get([task.remote(function, item, kwargs) for item in items])
+
+
+@contextlib.contextmanager
+def plain_errors() -> Iterator[None]:
+    """A worker's own exception raised here as itself (``rows.jsonl:3: empty text``, one line as under the local
+    engine), not as Ray's remote traceback around it."""
+    try:
+        yield
+    except Exception as err:
+        cause = _cause(err)
+        if cause is err:
+            raise
+        raise cause from None
+
+
+def _cause(err: BaseException) -> BaseException:
+    """The exception inside Ray's wrappers (a task's error, Ray Data's user-code error)."""
+    seen = set()
+    while id(err) not in seen:
+        seen.add(id(err))
+        inner = getattr(err, "cause", None)
+        if not isinstance(inner, BaseException) and type(err).__module__.startswith("ray."):
+            inner = err.__cause__
+        if not isinstance(inner, BaseException):
+            break
+        err = inner
+    return err
 
 
 def _pickled_call(function: Callable[..., Any], item: Any, kwargs: dict) -> Any:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data.pieces import Piece, merged_stats, plan_file, read_piece, stream_pieces
+from ..data.pieces import Piece, check_columns, merged_stats, plan_file, read_piece, stream_pieces
 from ..data.prepare import (
     PrepareConfig,
     PrepareResult,
@@ -48,6 +48,7 @@ def prepare(config: PrepareConfig, engine: EngineSettings | None = None) -> Prep
 def _prepare_on_ray(config: PrepareConfig, engine: EngineSettings) -> PrepareResult:
     config.check_required()
     files = expand_inputs(config.inputs, exclude=[config.output])  # a missing file fails before anything is written
+    check_columns(files, config.text_column)  # before a cluster starts
     start = time.perf_counter()
     hf_tokenizer, encoder = tokenizer_backend(config.tokenizer, config.max_tokens)
     out = shared_output(config.output)
