@@ -81,28 +81,54 @@ def engine_settings(config: Any) -> EngineSettings:
 @contextlib.contextmanager
 def cluster(settings: EngineSettings) -> Iterator[Any]:
     """Ray, connected: to ``settings.address``, to the cluster already initialised in this process, or to
-    one started here for the job (and stopped after it)."""
+    one started here for the job (on loopback only, and stopped after it)."""
     try:
         import ray
     except ImportError:
         raise ImportError("--engine ray needs Ray: pip install 'neobert[ray]'", name="ray") from None
     started = not ray.is_initialized()
-    if started:
-        here = settings.address is None and not os.environ.get("RAY_ADDRESS")
-        # a cluster of this job's own: on loopback, without the dashboard
-        local = {"_node_ip_address": "127.0.0.1", "include_dashboard": False} if here else {}
-        ray.init(address=settings.address, logging_level="warning", log_to_driver=False, **local)
-    # a context of its own: one left from another cluster this process used holds that cluster's state
-    context = ray.data.DataContext()
-    ray.data.DataContext._set_current(context)
-    context.enable_progress_bars = False  # the job's own bar counts texts and tokens
-    context.print_on_execution_start = False
-    context.wait_for_min_actors_s = 600  # every worker loaded before the first piece: work spreads over all
-    try:
-        yield ray
-    finally:
+    here = started and settings.address is None and not os.environ.get("RAY_ADDRESS")
+    with contextlib.ExitStack() as stack:
+        if here:  # a cluster of this job's own: on loopback, without the dashboard
+            stack.enter_context(loopback_only())
+            ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, logging_level="warning",
+                     log_to_driver=False)  # fmt: skip
+        elif started:
+            ray.init(address=settings.address, logging_level="warning", log_to_driver=False)
         if started:
-            ray.shutdown()
+            stack.callback(ray.shutdown)
+        # a context of its own: one left from another cluster this process used holds that cluster's state
+        context = ray.data.DataContext()
+        ray.data.DataContext._set_current(context)
+        context.enable_progress_bars = False  # the job's own bar counts texts and tokens
+        context.print_on_execution_start = False
+        context.wait_for_min_actors_s = 600  # every worker loaded before the first piece: work spreads over all
+        yield ray
+
+
+# Ray 2.60 turns a node address of 127.0.0.1 into the machine's outward one (``resolve_ip_for_localhost``) and
+# binds its gRPC servers (GCS, raylet, workers) on every interface; only its single-machine mode (on by default
+# for macOS and Windows, named by this variable) keeps the node on loopback, and every process then binds
+# 127.0.0.1, the runtime-env agent and the autoscaler monitor included (tests/test_ray_edges.py lists them).
+SINGLE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextlib.contextmanager
+def loopback_only() -> Iterator[None]:
+    """Ray's single-machine mode while a job's own cluster starts and runs: in this process (Ray reads the
+    variable when imported: the constant it set is changed too) and in every process the cluster starts."""
+    from ray._private import ray_constants
+
+    before, constant = os.environ.get(SINGLE_MACHINE), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[SINGLE_MACHINE], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = constant
+        if before is None:
+            os.environ.pop(SINGLE_MACHINE, None)
+        else:
+            os.environ[SINGLE_MACHINE] = before
 
 
 @contextlib.contextmanager
