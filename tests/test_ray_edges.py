@@ -59,6 +59,7 @@ def test_errors_under_ray_read_as_the_local_engines_one_line(model_dir, tmp_path
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"text": "one"}\n{"text": "two"}\n{"text": ""}\n')
     common = ["embed", "--model", str(model_dir), "--precision", "fp32"]
+    lines = []
     for inputs in (["rows.jsonl"], ["rows.jsonl", "--text-column", "body"], ["nothing/*.jsonl"]):
         local = error_line(neobert(*common, "--input", *inputs, "--output", "o", cwd=tmp_path))
         job = neobert(*common, "--input", *inputs, "--output", "o", "--engine", "ray", cwd=tmp_path)
@@ -67,7 +68,9 @@ def test_errors_under_ray_read_as_the_local_engines_one_line(model_dir, tmp_path
         assert job.returncode == 1 and remote == [local] and "Traceback" not in err and "\x1b[" not in err, err[-3000:]
         if inputs != ["rows.jsonl"]:  # found before Ray starts
             assert not names & {"gcs_server", "raylet"}, (inputs, names)
-    assert "rows.jsonl:3: empty text" in local  # planned on Ray, the same line
+        lines.append(local)
+    assert lines[0] == "error: rows.jsonl:3: empty text"  # planned on Ray, the same line
+    assert lines[1].startswith("error: rows.jsonl:1: no column 'body'") and "matches no" in lines[2]
     # a worker's error in Ray Data's actor pool: an input changed under the job, read by the worker
     lines = tmp_path / "lines.txt"
     lines.write_text("alpha\nbeta\ngamma\n")

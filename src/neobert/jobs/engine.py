@@ -102,6 +102,7 @@ def cluster(settings: EngineSettings) -> Iterator[Any]:
         ray.data.DataContext._set_current(context)
         context.enable_progress_bars = False  # the job's own bar counts texts and tokens
         context.print_on_execution_start = False
+        context.raise_original_map_exception = True  # a worker's own error, not Ray Data's wrapper around it
         context.wait_for_min_actors_s = 600  # every worker loaded before the first piece: work spreads over all
         yield ray
 
