@@ -102,7 +102,6 @@ def cluster(settings: EngineSettings) -> Iterator[Any]:
         ray.data.DataContext._set_current(context)
         context.enable_progress_bars = False  # the job's own bar counts texts and tokens
         context.print_on_execution_start = False
-        context.raise_original_map_exception = True  # a worker's own error, not Ray Data's wrapper around it
         context.wait_for_min_actors_s = 600  # every worker loaded before the first piece: work spreads over all
         yield ray
 
@@ -180,9 +179,19 @@ class _Actor:
         self.worker = worker(**kwargs)
 
     def __call__(self, batch: dict) -> dict:
-        done = [_timed(self.worker, pickle.loads(item)) for item in batch["piece"]]
+        try:
+            done = [_timed(self.worker, pickle.loads(item)) for item in batch["piece"]]
+        except Exception as err:  # handed to the driver, which raises it as itself: Ray Data would reword it
+            return {"record": [""], "start": [0.0], "end": [0.0], "error": [_pickled_error(err)]}
         return {"record": [json.dumps(r) for r, _, _ in done], "start": [s for _, s, _ in done],
-                "end": [e for _, _, e in done]}  # fmt: skip
+                "end": [e for _, _, e in done], "error": [b""] * len(done)}  # fmt: skip
+
+
+def _pickled_error(err: Exception) -> bytes:
+    try:
+        return pickle.dumps(err)
+    except Exception:  # an exception that does not pickle: its type and message
+        return pickle.dumps(RuntimeError(f"{type(err).__name__}: {err}"))
 
 
 def run_pieces(
@@ -222,6 +231,8 @@ def run_pieces(
             )
             with plain_errors():
                 for row in data.iter_rows():
+                    if row["error"]:
+                        raise pickle.loads(row["error"])
                     finished(json.loads(row["record"]), row["start"], row["end"])
     stats.span_seconds = last - first
     return stats
