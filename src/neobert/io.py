@@ -138,3 +138,114 @@ def clean_temporaries(directory: str | os.PathLike) -> None:
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
+
+
+# -- one writer per output directory -------------------------------------------------------------------------
+
+LOCK = "_lock.json"  # "_": parquet readers skip it, as they skip a job's _manifest.json
+
+
+class OutputLocked(ValueError):
+    """Another job is writing the output directory (the message names it)."""
+
+
+def _process_start(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot, Linux), so that a reused pid is not taken for its
+    predecessor; None where /proc cannot tell."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _gone(holder: dict, host: str) -> bool:
+    """Whether the job ``holder`` names has ended: known only for a job of this host."""
+    if not isinstance(holder, dict) or not holder.get("pid"):
+        return True  # an empty or unreadable lock: its writer died before writing it
+    if holder.get("host") != host:
+        return False
+    try:
+        os.kill(int(holder["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # alive, another user's
+    started = _process_start(int(holder["pid"]))
+    return started is not None and holder.get("process_start") not in (None, started)
+
+
+def _parse(raw: bytes) -> dict:
+    try:
+        found = json.loads(raw)
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _describe(holder: dict, path: Path) -> str:
+    if not isinstance(holder, dict):
+        return f"see {path}"
+    return f"host {holder.get('host')}, pid {holder.get('pid')}, started {holder.get('since')}"
+
+
+def _try_lock(path: Path, me: dict) -> tuple[int | None, dict | None]:
+    """(a descriptor holding the lock, None), or (None, the holder) when another job holds it."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not an output: the lock's own file, written in place
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a live job on this host (or a shared NFS lock)
+        if os.fstat(fd).st_ino != os.stat(path).st_ino:
+            raise FileNotFoundError  # the holder removed the file as it finished: try the new one
+        holder = _parse(os.pread(fd, 1 << 16, 0))
+        if not _gone(holder, me["host"]):
+            os.close(fd)  # a job on another host (whose lock this filesystem does not share), still named
+            return None, holder
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(me).encode(), 0)
+        os.fsync(fd)
+        return fd, None
+    except BlockingIOError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            return None, _parse(path.read_bytes())
+        return None, {}
+    except FileNotFoundError:
+        os.close(fd)
+        return None, None
+
+
+@contextlib.contextmanager
+def output_lock(directory: str | os.PathLike, wait: bool = False, poll: float = 1.0) -> Iterator[dict]:
+    """Hold ``directory`` (created if missing) for one job: a second job refuses naming the first (host, pid,
+    start time), or with ``wait`` waits for it. A lock left by a job that died (a SIGKILL) is taken over:
+    the kernel released its flock, and its pid is gone on this host. The lock file is removed at the end,
+    and the directory too if this call created it and nothing else was written."""
+    import socket
+    import time
+
+    directory, created = Path(directory), False
+    path = directory / LOCK
+    me = {"host": socket.gethostname(), "pid": os.getpid(), "process_start": _process_start(os.getpid()),
+          "since": time.strftime("%Y-%m-%d %H:%M:%S %Z")}  # fmt: skip
+    while True:
+        if not directory.is_dir():  # missing, or removed by a job that created it and wrote nothing
+            directory.mkdir(parents=True, exist_ok=True)
+            created = True
+        fd, holder = _try_lock(path, me)
+        if fd is not None:
+            break
+        if holder is not None and not wait:
+            raise OutputLocked(
+                f"{directory} is being written by another job ({_describe(holder, path)}); wait for it with "
+                f"--wait, or use another output directory (if that job is gone, remove {path})"
+            )
+        time.sleep(poll if holder is not None else 0)
+    try:
+        yield me
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)  # releases the flock
+        if created and not any(directory.iterdir()):
+            directory.rmdir()

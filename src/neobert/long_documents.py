@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -178,14 +179,40 @@ def tokenize_rows(
     ``window``: rows of at most that many tokens instead of the model's window."""
     if isinstance(texts, str):
         raise TypeError("texts must be a list of strings, not one string")
-    encoding = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
     prefix, suffix = special_frame(tokenizer)
-    rows = plan_rows(
-        encoding["input_ids"], window or model_window(model, tokenizer), settings, prefix, suffix
-    )
+    window = window or model_window(model, tokenizer)
+    if settings.policy == "truncate" and settings.side == "right":  # tokenized only a little past the window
+        width = window - len(prefix) - len(suffix)
+        texts = [_kept_part(tokenizer, text, width) for text in texts]
+    encoding = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
+    rows = plan_rows(encoding["input_ids"], window, settings, prefix, suffix)
     if settings.policy == "extend" and max(rows.scale, default=1) > 1:
         _rope_config(model)  # fails early for models without RoPE
     return rows, encoding
+
+
+CHARS_PER_TOKEN = 8  # a first cut of a long text: this many characters per content token of the window
+MIN_CUT = 4096  # characters: a text up to this long (or 8 per token of the window) is tokenized whole, counted exactly
+WHITESPACE = re.compile(r"\s")
+
+
+def _kept_part(tokenizer: Any, text: str, width: int) -> str:
+    """The start of ``text`` that truncation to ``width`` content tokens can reach, cut at whitespace so that
+    it tokenizes as the whole text would up to the cut; ``text`` itself when it is not much longer.
+
+    Characters are cut in bounded steps (``CHARS_PER_TOKEN`` per token, doubled until the part holds more than
+    ``width`` tokens), so a 5 MB line costs a few thousand characters of tokenization, not a million tokens.
+    The part's token count, more than ``width``, is then a lower bound of the text's. Without whitespace in
+    the step's last half the cut falls mid-word, where the part's last tokens may differ from the whole
+    text's (beyond the window, which is cut anyway, unless that word spans it)."""
+    size = max(MIN_CUT, CHARS_PER_TOKEN * width)
+    while size < len(text):
+        found = [m.start() for m in WHITESPACE.finditer(text, size // 2, size)]
+        part = text[: found[-1] if found else size]  # offsets in the part are the text's own
+        if len(tokenizer(part, add_special_tokens=False)["input_ids"]) > width:
+            return part
+        size *= 2
+    return text
 
 
 # Scaled copies of a model, by (window multiple, method); they share the original's weight tensors.

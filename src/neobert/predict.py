@@ -18,6 +18,7 @@ import torch
 
 from .capabilities import load_for_inference
 from .config import PRECISIONS, check_precision
+from .data.pieces import ON_DUPLICATE
 from .data.readers import ON_ERROR
 from .data.text_files import read_texts
 from .encoders import is_preset, load_model, resolve_tokenizer
@@ -125,6 +126,9 @@ class EmbedConfig(EngineSettings, FileJob):
     shard_rows: int = 4096  # texts per output shard (and per piece of work)
     on_error: str = field(default="raise", metadata={"choices": ON_ERROR, "help": (
         "a bad row (empty text, invalid UTF-8 or JSON, no id): raise naming file and row, or skip and count it")})  # fmt: skip
+    on_duplicate: str = field(default="refuse", metadata={"choices": ON_DUPLICATE, "help": (
+        "--id-column: an id that two rows hold stops the job naming both rows (refuse), or only its first row "
+        "is embedded and the others counted (keep-first)")})  # fmt: skip
     overwrite: bool = False  # replace an output directory made with other settings instead of refusing
 
     def __post_init__(self) -> None:
@@ -135,6 +139,8 @@ class EmbedConfig(EngineSettings, FileJob):
         EngineSettings.__post_init__(self)
         if self.shard_rows < 1:
             raise ValueError(f"shard rows must be positive, got {self.shard_rows}")
+        if self.on_duplicate not in ON_DUPLICATE:
+            raise ValueError(f"on_duplicate must be one of {', '.join(ON_DUPLICATE)}; got {self.on_duplicate!r}")
 
     @property
     def to_npy(self) -> bool:

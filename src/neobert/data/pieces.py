@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from .readers import (
     MAX_KEPT_MESSAGES,
+    DataError,
     Position,
     ReadStats,
     Record,
@@ -25,6 +26,8 @@ from .readers import (
     read_records,
     resolve_txt_mode,
 )
+
+ON_DUPLICATE = ("refuse", "keep-first")
 
 
 @dataclass
@@ -38,6 +41,10 @@ class FilePlan:
     txt_mode: str  # resolved (a .txt file in auto mode is read the same way by every piece)
     size: int  # bytes (0 for hf: / stdlib: inputs)
     stats: ReadStats = field(default_factory=ReadStats)
+    # with an id column: each id's first record (index, row); the later records holding an id already seen
+    keys: dict[str, tuple[int, int]] = field(default_factory=dict)
+    repeats: list[tuple[str, int, int]] = field(default_factory=list)  # (id, index, row)
+    drop: frozenset[int] = frozenset()  # indexes of records left out (duplicate ids, keep-first)
 
 
 def plan_file(
@@ -57,12 +64,60 @@ def plan_file(
     if spec.endswith(".txt"):
         txt_mode = resolve_txt_mode(spec, txt_mode)
     stats, checkpoints, count = ReadStats(), [], 0
+    keys: dict[str, tuple[int, int]] = {}
+    repeats = []
     for record in file_records(spec, text_column, txt_mode, on_error, stats, empty, id_column):
         if count % step == 0:
             checkpoints.append(record.start)
+        if record.key is not None:
+            if record.key in keys:
+                repeats.append((record.key, count, record.row))
+            else:
+                keys[record.key] = (count, record.row)
         count += 1
     size = file_size(spec) if local or is_url(spec) else 0
-    return FilePlan(spec, count, step, checkpoints, txt_mode, size, stats)
+    return FilePlan(spec, count, step, checkpoints, txt_mode, size, stats, keys, repeats)
+
+
+def check_columns(specs: Sequence[str], text_column: str = "text", id_column: str | None = None) -> None:
+    """Each input's columns (a table's header or first record), in this process: a missing column stops
+    the job here, before a cluster starts to plan the inputs whole."""
+    for spec in specs:
+        if spec.startswith(("hf:", "stdlib:")) or (spec.endswith(".txt") and id_column is None):
+            continue  # hf: loads a data set; a text file has no columns
+        records = read_records(spec, text_column, "line", "skip", ReadStats(), id_column=id_column)
+        next(iter(records), None)
+
+
+@dataclass
+class Duplicates:
+    """Records whose id an earlier record (in input order) already holds."""
+
+    count: int = 0
+    messages: list[str] = field(default_factory=list)  # the first few, each naming both rows
+
+
+def duplicate_ids(plans: Sequence[FilePlan], policy: str) -> Duplicates:
+    """Every record whose id came before, across all inputs: ``refuse`` raises naming both rows of the first;
+    ``keep-first`` marks the later ones dropped (``plan.drop``) and counts them."""
+    if policy not in ON_DUPLICATE:
+        raise DataError(f"on_duplicate must be one of {', '.join(ON_DUPLICATE)}; got {policy!r}")
+    seen: dict[str, tuple[str, int]] = {}
+    found = Duplicates()
+    for plan in plans:
+        later = [(key, index, row) for key, (index, row) in plan.keys.items() if key in seen]
+        for key, index, row in sorted([*later, *plan.repeats], key=lambda r: r[1]):
+            where = seen.get(key) or (plan.spec, plan.keys[key][1])
+            message = f"{plan.spec}:{row}: id {key!r} already at {where[0]}:{where[1]}"
+            if policy == "refuse":
+                raise DataError(f"{message}; ids must be unique (--on-duplicate keep-first keeps the first)")
+            found.count += 1
+            if len(found.messages) < MAX_KEPT_MESSAGES:
+                found.messages.append(message)
+            plan.drop = plan.drop | {index}
+        for key, (_, row) in plan.keys.items():
+            seen.setdefault(key, (plan.spec, row))
+    return found
 
 
 @dataclass(frozen=True)
@@ -75,6 +130,11 @@ class Part:
     start: Position  # the checkpoint at or before record ``first``
     skip: int  # records between the checkpoint and ``first``
     txt_mode: str
+    drop: frozenset[int] = frozenset()  # records of the part left out, counted from ``first``
+
+    @property
+    def records(self) -> int:
+        return self.count - len(self.drop)
 
 
 @dataclass(frozen=True)
@@ -87,12 +147,13 @@ class Piece:
 
     @property
     def records(self) -> int:
-        return sum(p.count for p in self.parts)
+        return sum(p.records for p in self.parts)
 
 
 def part_of(plan: FilePlan, first: int, count: int) -> Part:
     k = first // plan.step
-    return Part(plan.spec, first, count, plan.checkpoints[k], first - k * plan.step, plan.txt_mode)
+    drop = frozenset(i - first for i in plan.drop if first <= i < first + count)
+    return Part(plan.spec, first, count, plan.checkpoints[k], first - k * plan.step, plan.txt_mode, drop)
 
 
 def file_pieces(plans: Sequence[FilePlan], size: int) -> list[Piece]:
@@ -101,6 +162,8 @@ def file_pieces(plans: Sequence[FilePlan], size: int) -> list[Piece]:
     for f, plan in enumerate(plans):
         for p, first in enumerate(range(0, plan.records, size)):
             part = part_of(plan, first, min(size, plan.records - first))
+            if part.records == 0:  # every record of it dropped
+                continue
             pieces.append(Piece(f"part-{f:05d}-{p:05d}", len(pieces), (part,)))
     return pieces
 
@@ -137,8 +200,9 @@ def read_piece(
         records = read_records(
             part.spec, text_column, part.txt_mode, on_error, stats, part.start, empty, id_column
         )
-        for record in itertools.islice(records, part.skip, part.skip + part.count):
-            yield part.spec, record
+        for i, record in enumerate(itertools.islice(records, part.skip, part.skip + part.count)):
+            if i not in part.drop:
+                yield part.spec, record
 
 
 def merged_stats(plans: Sequence[FilePlan]) -> ReadStats:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..config import ConfigError, check_known_keys, load_mapping
-from ..io import clean_temporaries, write_dir
+from ..io import LOCK, clean_temporaries, write_dir
 from ..progress import progress_bar
 from ..tables import markdown_table
 from .readers import ON_ERROR, TXT_MODES, DataError, ReadStats, expand_inputs, iter_documents
@@ -163,7 +163,7 @@ class PrepareResult:
 def prepare(config: PrepareConfig) -> PrepareResult:
     """Tokenize ``config.inputs`` into shards under ``config.output``, resuming a previous run."""
     config.check_required()
-    expand_inputs(config.inputs)  # a missing file fails before anything is written
+    files = expand_inputs(config.inputs, exclude=[config.output])  # a missing file fails before anything is written
     start = time.perf_counter()
     hf_tokenizer, encoder = tokenizer_backend(config.tokenizer, config.max_tokens)
     out = Path(config.output)
@@ -174,7 +174,7 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     stats = ReadStats()
     docs = _read_ahead(
         iter_documents(
-            config.inputs,
+            files,
             text_column=config.text_column,
             txt_mode=config.txt_mode,
             on_error=config.on_error,
@@ -355,7 +355,7 @@ def open_manifest(out: Path, config: PrepareConfig, hf_tokenizer, encoder) -> di
             )
         clean_temporaries(out)  # debris of an interrupted run
         return manifest
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(p.name != LOCK for p in out.iterdir()):
         raise DataError(f"{out} is not empty and holds no {MANIFEST}; refusing to write into it")
     out.mkdir(parents=True, exist_ok=True)
     write_dir(hf_tokenizer.save_pretrained, out / "tokenizer")  # without fixed padding/truncation

@@ -139,8 +139,54 @@ def _expand_url(spec: str) -> list[str]:
     return [f"{protocol}://{f.removeprefix(protocol + '://')}" for f in files]
 
 
-def expand_inputs(inputs: Iterable[str | os.PathLike]) -> list[str]:
-    """Resolve directories and globs into their supported files (sorted) and check that every path exists."""
+# What a neobert job writes beside its output (embed: ``_manifest.json``, prepare: ``manifest.json``), with a
+# ``format`` starting "neobert": such a directory is output, never input.
+JOB_MANIFESTS = ("_manifest.json", "manifest.json")
+
+
+def job_output(directory: Path) -> Path | None:
+    """The neobert manifest ``directory`` holds, or None."""
+    for name in JOB_MANIFESTS:
+        path = directory / name
+        if not path.is_file():
+            continue
+        try:
+            kind = json.loads(path.read_text(encoding="utf-8")).get("format", "")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if str(kind).startswith("neobert"):
+            return path
+    return None
+
+
+class _Outputs:
+    """Which local paths lie inside a job's output: ``exclude`` (this job's output directories) or a directory
+    holding a neobert manifest; every directory asked once."""
+
+    def __init__(self, exclude: Iterable[str | os.PathLike]):
+        self.exclude = {Path(p).resolve() for p in exclude if not is_url(str(p))}
+        self.known: dict[Path, Path | None] = {}
+
+    def holder(self, path: str | os.PathLike) -> Path | None:
+        """The output directory (or manifest) that holds ``path``, or None."""
+        resolved = Path(path).resolve()
+        for directory in [resolved, *resolved.parents]:
+            if directory in self.exclude:
+                return directory
+            if directory not in self.known:
+                self.known[directory] = job_output(directory) if directory.is_dir() else None
+            if self.known[directory] is not None:
+                return self.known[directory]
+        return None
+
+
+def expand_inputs(inputs: Iterable[str | os.PathLike], exclude: Iterable[str | os.PathLike] = ()) -> list[str]:
+    """Resolve directories and globs into their supported files (sorted) and check that every path exists.
+
+    Files inside ``exclude`` (the job's own output) or inside any directory holding a neobert job's manifest
+    are output, never input: a directory or glob leaves them out, and a file named alone is refused.
+    """
+    outputs = _Outputs(exclude)
     out: list[str] = []
     for item in inputs:
         spec = str(item)
@@ -148,31 +194,40 @@ def expand_inputs(inputs: Iterable[str | os.PathLike]) -> list[str]:
             out.append(spec)
             continue
         if is_url(spec):
-            found = _expand_url(spec)
-        elif glob.has_magic(spec):
-            found = sorted(p for p in glob.glob(spec, recursive=True)
-                           if Path(p).is_file() and Path(p).suffix.lower() in FILE_SUFFIXES)  # fmt: skip
-            if not found:
-                raise DataError(f"{spec}: the pattern matches no {', '.join(FILE_SUFFIXES)} files")
-        elif Path(spec).is_dir():
-            found = sorted(
-                str(p) for p in Path(spec).rglob("*") if p.is_file() and p.suffix.lower() in FILE_SUFFIXES
-            )
-            if not found:
-                raise DataError(f"{spec}: directory holds no {', '.join(FILE_SUFFIXES)} files")
-        elif not Path(spec).exists():
-            raise DataError(f"{spec}: no such file")
-        else:
-            found = [spec]
-        for path in found:
-            if Path(path).suffix.lower() not in FILE_SUFFIXES:
-                raise DataError(
-                    f"{path}: unsupported file type {Path(path).suffix!r}; expected one of {', '.join(FILE_SUFFIXES)}"
-                )
-        out.extend(found)
+            out.extend(_expand_url(spec))
+            continue
+        found = _expand_local(spec)
+        if len(found) == 1 and found[0] == spec and (holder := outputs.holder(spec)) is not None:
+            raise DataError(f"{spec}: inside a neobert job's output ({holder}); outputs are never read as input")
+        kept = [path for path in found if outputs.holder(path) is None]
+        if not kept:
+            raise DataError(f"{spec}: holds only a neobert job's output ({outputs.holder(found[0])}), never read "
+                            "as input")  # fmt: skip
+        out.extend(kept)
     if not out:
         raise DataError("no inputs given")
     return out
+
+
+def _expand_local(spec: str) -> list[str]:
+    if glob.has_magic(spec):
+        found = sorted(p for p in glob.glob(spec, recursive=True)
+                       if Path(p).is_file() and Path(p).suffix.lower() in FILE_SUFFIXES)  # fmt: skip
+        if not found:
+            raise DataError(f"{spec}: the pattern matches no {', '.join(FILE_SUFFIXES)} files")
+        return found
+    if Path(spec).is_dir():
+        found = sorted(str(p) for p in Path(spec).rglob("*") if p.is_file() and p.suffix.lower() in FILE_SUFFIXES)
+        if not found:
+            raise DataError(f"{spec}: directory holds no {', '.join(FILE_SUFFIXES)} files")
+        return found
+    if not Path(spec).exists():
+        raise DataError(f"{spec}: no such file")
+    if Path(spec).suffix.lower() not in FILE_SUFFIXES:
+        raise DataError(
+            f"{spec}: unsupported file type {Path(spec).suffix!r}; expected one of {', '.join(FILE_SUFFIXES)}"
+        )
+    return [spec]
 
 
 def iter_documents(
@@ -219,7 +274,7 @@ def file_records(
         yield record
     if count == 0 and stats.skipped_records == skipped_before:  # nothing at all, not only bad records
         if on_error == "raise":
-            raise DataError(f"{spec}: empty input (no documents); use on_error='skip' to skip it")
+            raise DataError(f"{spec}: empty input (no documents); use --on-error skip to skip it")
         stats.empty_files += 1
 
 

@@ -34,7 +34,16 @@ import numpy as np
 import torch
 
 from ..capabilities import load_for_inference
-from ..data.pieces import FilePlan, Piece, file_pieces, merged_stats, plan_file, read_piece
+from ..data.pieces import (
+    FilePlan,
+    Piece,
+    check_columns,
+    duplicate_ids,
+    file_pieces,
+    merged_stats,
+    plan_file,
+    read_piece,
+)
 from ..data.readers import DataError, expand_inputs
 from ..encoders import (
     apply_precision,
@@ -43,7 +52,7 @@ from ..encoders import (
     resolve_model_precision,
 )
 from ..hardware import versions
-from ..io import atomic_file, clean_temporaries, write_json
+from ..io import LOCK, atomic_file, clean_temporaries, output_lock, write_json
 from ..long_documents import LongDocuments, model_window
 from ..long_documents import embed as embed_long
 from ..predict import EmbedConfig, EmbedResult, embed_file
@@ -91,6 +100,7 @@ class CorpusResult:
     texts_per_second: float  # texts embedded by this run per second
     tokens_per_second: float
     work_seconds: float = 0.0  # first piece's start to last piece's end (start-up and the plan excluded)
+    duplicates: int = 0  # rows left out: their id came before (on_duplicate keep-first)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -99,6 +109,7 @@ class CorpusResult:
             ["texts / shards", f"{self.texts:,} / {self.shards_written + self.shards_resumed:,}"],
             ["shards written / resumed", f"{self.shards_written:,} / {self.shards_resumed:,}"],
             ["skipped rows", f"{self.skipped:,}"],
+            *([["duplicate ids left out", f"{self.duplicates:,}"]] if self.duplicates else []),
             ["truncated texts", f"{self.truncated:,}"],
             ["tokens", f"{self.tokens:,}"],
             ["dimensions / precision", f"{self.dimensions} / {', '.join(self.precision) or MISSING}"],
@@ -188,52 +199,56 @@ def embed_corpus(config: EmbedConfig) -> CorpusResult:
     c, settings = config, engine_settings(config)
     out = shared_output(c.output)
     start = time.perf_counter()
-    with session(settings):
-        files = expand_inputs(c.input)
+    files = expand_inputs(c.input, exclude=[out])
+    check_columns(files, c.text_column, c.id_column)  # before a cluster starts
+    with output_lock(out, settings.wait), session(settings):
         plans = map_items(settings, plan_file, files, step=c.shard_rows, text_column=c.text_column, txt_mode="line",
                           on_error=c.on_error, empty="refuse", id_column=c.id_column)  # fmt: skip
+        duplicates = duplicate_ids(plans, c.on_duplicate)  # refused here, before the model loads
         pieces = file_pieces(plans, c.shard_rows)
         manifest = _open_manifest(out, c, plans)
         done = {p.name: r for p in pieces if (r := finished_shard(out, p, manifest["digest"])) is not None}
         todo = [p for p in pieces if p.name not in done]
-        ran = sorted({r["precision"] for r in done.values()})
-        precision = ran[0] if ran else _precision(c, settings)  # a resumed job keeps the precision it ran in
-        records = dict(done)
-        total = sum(p.records for p in pieces)
-        bar = progress(total, "text", "embedding", c.show_progress)
-        bar.update(sum(r["rows"] for r in done.values()))
-        tokens_before = sum(r["tokens"] for r in records.values())
-
-        def finished(record: dict) -> None:
-            records[record["name"]] = record
-            count_tokens(bar, record["rows"], record["tokens"])
-
-        kwargs = {"config": c, "precision": precision, "digest": manifest["digest"]}
-        with bar:
-            pool = run_pieces(settings, PieceEmbedder, kwargs, todo, finished)
-    seconds = time.perf_counter() - start
-    shards = [records[p.name] for p in pieces]
-    stats = merged_stats(plans)
-    manifest.update(
-        complete=True, shards=shards, reader=asdict(stats), totals=_totals(shards, stats.skipped_records)
-    )
-    manifest["engine"] = {
-        k: getattr(settings, k) for k in ("engine", "workers", "cpus_per_worker", "gpus_per_worker")
-    }
-    write_json(out / MANIFEST, manifest)
+        records, pool = _run(c, settings, manifest, pieces, done)
+        seconds = time.perf_counter() - start
+        shards = [records[p.name] for p in pieces]
+        stats = merged_stats(plans)
+        manifest.update(complete=True, shards=shards, reader=asdict(stats),
+                        totals=_totals(shards, stats.skipped_records), duplicate_ids=asdict(duplicates))  # fmt: skip
+        manifest["totals"]["duplicate_ids"] = duplicates.count
+        manifest["engine"] = {
+            k: getattr(settings, k) for k in ("engine", "workers", "cpus_per_worker", "gpus_per_worker")
+        }
+        write_json(out / MANIFEST, manifest)
     new = [records[p.name] for p in todo]
-    texts_now, tokens_now = (
-        sum(r["rows"] for r in new),
-        sum(r["tokens"] for r in records.values()) - tokens_before,
-    )
+    texts_now, tokens_now = sum(r["rows"] for r in new), sum(r["tokens"] for r in new)
     t = manifest["totals"]
     result = CorpusResult(
         out, t["texts"], len(todo), len(done), t["skipped"], t["truncated"], t["tokens"], t["dimensions"],
         t["precision"], settings.engine, pool.workers, seconds, texts_now / seconds, tokens_now / seconds,
-        pool.span_seconds,
+        pool.span_seconds, duplicates.count,
     )  # fmt: skip
-    result.notes = _notes(result, stats)
+    result.notes = _notes(result, stats, duplicates)
     return result
+
+
+def _run(c: EmbedConfig, settings: EngineSettings, manifest: dict, pieces: list[Piece], done: dict):
+    """Every piece not ``done`` embedded by the engine, under a progress bar: (name -> record, pool stats)."""
+    todo = [p for p in pieces if p.name not in done]
+    ran = sorted({r["precision"] for r in done.values()})
+    precision = ran[0] if ran else _precision(c, settings)  # a resumed job keeps the precision it ran in
+    records = dict(done)
+    bar = progress(sum(p.records for p in pieces), "text", "embedding", c.show_progress)
+    bar.update(sum(r["rows"] for r in done.values()))
+
+    def finished(record: dict) -> None:
+        records[record["name"]] = record
+        count_tokens(bar, record["rows"], record["tokens"])
+
+    kwargs = {"config": c, "precision": precision, "digest": manifest["digest"]}
+    with bar:
+        pool = run_pieces(settings, PieceEmbedder, kwargs, todo, finished)
+    return records, pool
 
 
 def _precision(c: EmbedConfig, settings: EngineSettings) -> str:
@@ -257,8 +272,11 @@ def _totals(shards: list[dict], skipped: int) -> dict:
     }
 
 
-def _notes(result: CorpusResult, stats: Any) -> list[str]:
+def _notes(result: CorpusResult, stats: Any, duplicates: Any) -> list[str]:
     notes = []
+    if duplicates.count:
+        notes.append(f"{duplicates.count:,} row(s) whose id came before were left out (on-duplicate keep-first), "
+                     f"e.g. {'; '.join(duplicates.messages[:3])}")  # fmt: skip
     if result.skipped:
         shown = "; ".join(stats.messages[:3])
         notes.append(f"{result.skipped:,} bad row(s) skipped (on-error skip), e.g. {shown}")
@@ -287,6 +305,8 @@ def finished_shard(output: Path, piece: Piece, digest: str) -> dict | None:
 
 def _settings(c: EmbedConfig, plans: list[FilePlan]) -> dict:
     settings = {key: getattr(c, key) for key in CONTENT_KEYS}
+    if c.id_column is not None:
+        settings["on_duplicate"] = c.on_duplicate
     settings["model_files"] = _model_files(c.model)
     settings["inputs"] = [{"path": p.spec, "bytes": p.size, "rows": p.records} for p in plans]
     return settings
@@ -323,7 +343,7 @@ def _open_manifest(out: Path, c: EmbedConfig, plans: list[FilePlan]) -> dict:
                             "output directory or --overwrite")  # fmt: skip
         clean_temporaries(out)  # what a killed run was writing
         return manifest
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(p.name != LOCK for p in out.iterdir()):
         raise DataError(f"{out} is not empty and holds no {MANIFEST}; refusing to write into it")
     manifest = {"format": FORMAT, "version": VERSION, "complete": False, "digest": digest, "settings": settings,
                 "versions": versions(), "shards": []}  # fmt: skip

@@ -40,6 +40,8 @@ class EngineSettings:
     gpus_per_worker: float = 0.0  # ray: GPUs each worker holds (1: one actor per GPU)
     # ray: a running cluster to join (HOST:6379, or auto); default: one started on this machine for the job
     address: str | None = None
+    # another job writing the same output directory: wait for it to finish (default: refuse, naming it)
+    wait: bool = False
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -79,28 +81,54 @@ def engine_settings(config: Any) -> EngineSettings:
 @contextlib.contextmanager
 def cluster(settings: EngineSettings) -> Iterator[Any]:
     """Ray, connected: to ``settings.address``, to the cluster already initialised in this process, or to
-    one started here for the job (and stopped after it)."""
+    one started here for the job (on loopback only, and stopped after it)."""
     try:
         import ray
     except ImportError:
-        raise RuntimeError("--engine ray needs Ray: pip install 'neobert[ray]'") from None
+        raise ImportError("--engine ray needs Ray: pip install 'neobert[ray]'", name="ray") from None
     started = not ray.is_initialized()
-    if started:
-        here = settings.address is None and not os.environ.get("RAY_ADDRESS")
-        # a cluster of this job's own: on loopback, without the dashboard
-        local = {"_node_ip_address": "127.0.0.1", "include_dashboard": False} if here else {}
-        ray.init(address=settings.address, logging_level="warning", log_to_driver=False, **local)
-    # a context of its own: one left from another cluster this process used holds that cluster's state
-    context = ray.data.DataContext()
-    ray.data.DataContext._set_current(context)
-    context.enable_progress_bars = False  # the job's own bar counts texts and tokens
-    context.print_on_execution_start = False
-    context.wait_for_min_actors_s = 600  # every worker loaded before the first piece: work spreads over all
-    try:
-        yield ray
-    finally:
+    here = started and settings.address is None and not os.environ.get("RAY_ADDRESS")
+    with contextlib.ExitStack() as stack:
+        if here:  # a cluster of this job's own: on loopback, without the dashboard
+            stack.enter_context(loopback_only())
+            ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, logging_level="warning",
+                     log_to_driver=False)  # fmt: skip
+        elif started:
+            ray.init(address=settings.address, logging_level="warning", log_to_driver=False)
         if started:
-            ray.shutdown()
+            stack.callback(ray.shutdown)
+        # a context of its own: one left from another cluster this process used holds that cluster's state
+        context = ray.data.DataContext()
+        ray.data.DataContext._set_current(context)
+        context.enable_progress_bars = False  # the job's own bar counts texts and tokens
+        context.print_on_execution_start = False
+        context.wait_for_min_actors_s = 600  # every worker loaded before the first piece: work spreads over all
+        yield ray
+
+
+# Ray 2.60 turns a node address of 127.0.0.1 into the machine's outward one (``resolve_ip_for_localhost``) and
+# binds its gRPC servers (GCS, raylet, workers) on every interface; only its single-machine mode (on by default
+# for macOS and Windows, named by this variable) keeps the node on loopback, and every process then binds
+# 127.0.0.1, the runtime-env agent and the autoscaler monitor included (tests/test_ray_edges.py lists them).
+SINGLE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextlib.contextmanager
+def loopback_only() -> Iterator[None]:
+    """Ray's single-machine mode while a job's own cluster starts and runs: in this process (Ray reads the
+    variable when imported: the constant it set is changed too) and in every process the cluster starts."""
+    from ray._private import ray_constants
+
+    before, constant = os.environ.get(SINGLE_MACHINE), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[SINGLE_MACHINE], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = constant
+        if before is None:
+            os.environ.pop(SINGLE_MACHINE, None)
+        else:
+            os.environ[SINGLE_MACHINE] = before
 
 
 @contextlib.contextmanager
@@ -151,9 +179,19 @@ class _Actor:
         self.worker = worker(**kwargs)
 
     def __call__(self, batch: dict) -> dict:
-        done = [_timed(self.worker, pickle.loads(item)) for item in batch["piece"]]
+        try:
+            done = [_timed(self.worker, pickle.loads(item)) for item in batch["piece"]]
+        except Exception as err:  # handed to the driver, which raises it as itself: Ray Data would reword it
+            return {"record": [""], "start": [0.0], "end": [0.0], "error": [_pickled_error(err)]}
         return {"record": [json.dumps(r) for r, _, _ in done], "start": [s for _, s, _ in done],
-                "end": [e for _, _, e in done]}  # fmt: skip
+                "end": [e for _, _, e in done], "error": [b""] * len(done)}  # fmt: skip
+
+
+def _pickled_error(err: Exception) -> bytes:
+    try:
+        return pickle.dumps(err)
+    except Exception:  # an exception that does not pickle: its type and message
+        return pickle.dumps(RuntimeError(f"{type(err).__name__}: {err}"))
 
 
 def run_pieces(
@@ -191,8 +229,11 @@ def run_pieces(
                 num_gpus=settings.gpus_per_worker or None,
                 fn_constructor_kwargs={"worker": worker, "kwargs": kwargs, "threads": settings.threads},
             )
-            for row in data.iter_rows():
-                finished(json.loads(row["record"]), row["start"], row["end"])
+            with plain_errors():
+                for row in data.iter_rows():
+                    if row["error"]:
+                        raise pickle.loads(row["error"])
+                    finished(json.loads(row["record"]), row["start"], row["end"])
     stats.span_seconds = last - first
     return stats
 
@@ -205,7 +246,35 @@ def map_items(
         return [function(item, **kwargs) for item in items]
     with cluster(settings) as ray:
         task = ray.remote(num_cpus=settings.cpus_per_worker)(_pickled_call)
-        return ray.get([task.remote(function, item, kwargs) for item in items])
+        with plain_errors():
+            return ray.get([task.remote(function, item, kwargs) for item in items])
+
+
+@contextlib.contextmanager
+def plain_errors() -> Iterator[None]:
+    """A worker's own exception raised here as itself (``rows.jsonl:3: empty text``, one line as under the local
+    engine), not as Ray's remote traceback around it."""
+    try:
+        yield
+    except Exception as err:
+        cause = _cause(err)
+        if cause is err:
+            raise
+        raise cause from None
+
+
+def _cause(err: BaseException) -> BaseException:
+    """The exception inside Ray's wrappers (a task's error, Ray Data's user-code error)."""
+    seen = set()
+    while id(err) not in seen:
+        seen.add(id(err))
+        inner = getattr(err, "cause", None)
+        if not isinstance(inner, BaseException) and type(err).__module__.startswith("ray."):
+            inner = err.__cause__
+        if not isinstance(inner, BaseException):
+            break
+        err = inner
+    return err
 
 
 def _pickled_call(function: Callable[..., Any], item: Any, kwargs: dict) -> Any:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data.pieces import Piece, merged_stats, plan_file, read_piece, stream_pieces
+from ..data.pieces import Piece, check_columns, merged_stats, plan_file, read_piece, stream_pieces
 from ..data.prepare import (
     PrepareConfig,
     PrepareResult,
@@ -30,6 +30,7 @@ from ..data.prepare import (
 from ..data.prepare import prepare as prepare_here
 from ..data.readers import DataError, expand_inputs
 from ..data.shards import MANIFEST, SPLITS, save_json, totals
+from ..io import output_lock
 from .engine import EngineSettings, count_tokens, map_items, progress, run_pieces, session, shared_output
 
 PLAN_STEP = 4096  # documents between two noted positions: a shard's reader skips fewer than this many
@@ -38,10 +39,16 @@ PLAN_STEP = 4096  # documents between two noted positions: a shard's reader skip
 def prepare(config: PrepareConfig, engine: EngineSettings | None = None) -> PrepareResult:
     """Tokenize ``config.inputs`` into shards under ``config.output`` on ``engine`` (default: this process)."""
     engine = engine or EngineSettings()
-    if engine.engine == "local":
-        return prepare_here(config)
+    with output_lock(shared_output(config.output), engine.wait):
+        if engine.engine == "local":
+            return prepare_here(config)
+        return _prepare_on_ray(config, engine)
+
+
+def _prepare_on_ray(config: PrepareConfig, engine: EngineSettings) -> PrepareResult:
     config.check_required()
-    files = expand_inputs(config.inputs)  # a missing file fails before anything is written
+    files = expand_inputs(config.inputs, exclude=[config.output])  # a missing file fails before anything is written
+    check_columns(files, config.text_column)  # before a cluster starts
     start = time.perf_counter()
     hf_tokenizer, encoder = tokenizer_backend(config.tokenizer, config.max_tokens)
     out = shared_output(config.output)
