@@ -48,6 +48,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=what)
     what = "continue from the latest checkpoint in --output"
     parser.add_argument("--resume", action="store_true", help=what)
+    what = (
+        "with --decay-from CKPT (a stable wsd run's checkpoint): the decay's length in steps "
+        "(schedule.decay_steps); the branch trains CKPT's step + N steps into its own --output"
+    )
+    parser.add_argument("--decay-steps", type=int, metavar="N", help=what)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     settings = parser.add_argument_group("settings (neobert.training.PretrainConfig; a flag given wins)")
     add_options(settings, PretrainConfig, skip=_SKIP, choices=CHOICES, given_only=True)
@@ -55,7 +60,8 @@ def register(subparsers: Any) -> None:
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     """Dotted key -> value for every setting given: --set first, then the named flags."""
-    paths = {"data.paths": args.data_paths, "data.tokenizer": args.tokenizer}
+    paths = {"data.paths": args.data_paths, "data.tokenizer": args.tokenizer,
+             "schedule.decay_steps": args.decay_steps}  # fmt: skip
     return {**key_values(args.set, "--set"), **given(PretrainConfig, args),
             **{key: value for key, value in paths.items() if value is not None}}  # fmt: skip
 

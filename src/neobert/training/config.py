@@ -28,20 +28,32 @@ class DataConfig:
     # stage 2: sampling weights of the full set ("all") and of sub-sets of the documents longer than N tokens
     # ("gtN"; `neobert data prepare --length-thresholds` counts them)
     mixture: dict[str, float] | None = None  # e.g. {"all": 0.2, "gt1024": 0.4, "gt2048": 0.4}
-    mask_rate: float = 0.2
+    mask_rate: float = 0.2  # share of the eligible tokens selected for prediction (at the first step)
+    # the rate at the last step: the rate moves from mask_rate to mask_rate_end over the run (over each phase,
+    # with phases), e.g. 0.3 -> 0.15 (a masking curriculum); None: mask_rate throughout
+    mask_rate_end: float | None = None
+    mask_rate_shape: str = "linear"  # linear | cosine: how the rate moves from mask_rate to mask_rate_end
+    # the rate validation masks with (fixed, so validation losses compare across steps and runs); None: the
+    # rate the run (the phase being trained) ends at
+    eval_mask_rate: float | None = None
     mask_scheme: str = "mask"  # mask: every selected token -> [MASK]; bert: 80/10/10
     validation_fraction: float = 0.01
 
 
 @dataclass
 class OptimConfig:
-    name: str = "adamw"  # adamw | adam (BERT baseline)
+    name: str = "adamw"  # adamw | adam (BERT baseline) | muon (Muon for the hidden 2-D weights, AdamW for the rest)
     lr: float = 6e-4
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8
     weight_decay: float = 0.1
     decay_norms_biases_embeddings: bool = False
     clip_grad_norm: float = 1.0
+    muon_momentum: float = 0.95  # muon: momentum of the Muon group
+    muon_nesterov: bool = True  # muon: Nesterov momentum
+    muon_ns_steps: int = 5  # muon: Newton-Schulz iterations per step
+    # muon: match_rms_adamw (Muon's update scaled to AdamW's RMS, so both share lr and weight decay) | original
+    muon_adjust_lr: str = "match_rms_adamw"
 
     def build(self, model: Any, fused: bool | None = None) -> Any:
         """The optimizer these settings describe over ``model`` (:func:`neobert.training.optim.build_optimizer`)."""
@@ -56,15 +68,27 @@ class OptimConfig:
             weight_decay=self.weight_decay,
             decay_norms_biases_embeddings=self.decay_norms_biases_embeddings,
             fused=fused,
-        )
+            muon={"momentum": self.muon_momentum, "nesterov": self.muon_nesterov, "ns_steps": self.muon_ns_steps,
+                  "adjust_lr": self.muon_adjust_lr} if self.name == "muon" else None,
+        )  # fmt: skip
 
 
 @dataclass
 class ScheduleConfig:
-    kind: str = "cosine"  # cosine | linear | constant
+    # cosine | linear | 1-sqrt | inverse-sqrt (decay from the end of warmup) | constant | wsd (warmup, stable,
+    # then a decay of decay_steps at the end)
+    kind: str = "cosine"
     warmup_steps: int = 2000
     final_ratio: float = 0.1  # decay to 10% of peak ...
-    decay_fraction: float = 0.9  # ... over 90% of the steps, then flat
+    decay_fraction: float = 0.9  # ... over 90% of the steps, then flat (the kinds that decay after warmup)
+    # wsd: steps of the final decay (0: stable to the end, decayed later with decay_from); None: the last 10%
+    decay_steps: int | None = None
+    decay_shape: str = "1-sqrt"  # wsd: linear | cosine | 1-sqrt | inverse-sqrt
+
+    def lr_kwargs(self) -> dict[str, Any]:
+        """The schedule's shape, as :func:`neobert.training.schedule.lr_at` takes it."""
+        return {"kind": self.kind, "final_ratio": self.final_ratio, "decay_fraction": self.decay_fraction,
+                "decay_steps": self.decay_steps, "decay_shape": self.decay_shape}  # fmt: skip
 
 
 @dataclass
@@ -84,6 +108,10 @@ class PretrainConfig:
     seed: int = 0  # seed of the initialization, the data order and the masking
     output: str = "runs/pretrain"  # run directory (checkpoints, logs, final model)
     init_from: str | None = None  # a model directory to start from (stage 2 from stage 1)
+    # a checkpoint (OUTPUT/checkpoints/step-N) of a stable (wsd) run to branch a decay from: this run starts
+    # from its exact state (weights, optimizer, data position) and decays over schedule.decay_steps steps, so
+    # max_steps becomes N + decay_steps; the output must be another directory
+    decay_from: str | None = None
     max_minutes: float | None = None  # stop (and save) after this much wall time
     log_every: int = 10  # steps between training-loss logs
     eval_every: int = 1000  # steps between validation losses
@@ -107,10 +135,19 @@ class PretrainConfig:
             raise ConfigError(
                 f"data.long_docs must be split or truncate (or unset), got {self.data.long_docs!r}"
             )
-        if self.optim.name not in ("adamw", "adam"):
-            raise ConfigError(f"optim.name must be 'adamw' or 'adam', got {self.optim.name!r}")
-        if self.schedule.kind not in ("cosine", "linear", "constant"):
-            raise ConfigError(f"schedule.kind must be cosine, linear or constant, got {self.schedule.kind!r}")
+        if self.optim.name not in ("adamw", "adam", "muon"):
+            raise ConfigError(f"optim.name must be adamw, adam or muon, got {self.optim.name!r}")
+        if self.optim.muon_adjust_lr not in ("match_rms_adamw", "original"):
+            raise ConfigError(
+                f"optim.muon_adjust_lr must be match_rms_adamw or original, got {self.optim.muon_adjust_lr!r}"
+            )
+        _check_schedule(self.schedule, "schedule.")
+        _check_masking(self.data, "data.")
+        if self.decay_from is not None and (self.schedule.kind != "wsd" or not self.schedule.decay_steps):
+            raise ConfigError(
+                "decay_from needs schedule.kind wsd and schedule.decay_steps > 0 (the length of the decay), "
+                f"got kind {self.schedule.kind!r}, decay_steps {self.schedule.decay_steps!r}"
+            )
         for name in self.data.mixture or {}:
             subset_min_length(name)  # raises on a bad name
         for name in (
@@ -195,6 +232,32 @@ def with_preset_training(data: dict[str, Any]) -> dict[str, Any]:
         if isinstance(max_length, int) and max_length < DataConfig.seq_len:
             set_dotted(data, "data.seq_len", max_length)
     return data
+
+
+def _check_schedule(schedule: ScheduleConfig, where: str) -> None:
+    from .schedule import KINDS, SHAPES
+
+    if schedule.kind not in KINDS:
+        raise ConfigError(f"{where}kind must be one of {', '.join(KINDS)}, got {schedule.kind!r}")
+    if schedule.decay_shape not in SHAPES:
+        raise ConfigError(f"{where}decay_shape must be one of {', '.join(SHAPES)}, got {schedule.decay_shape!r}")
+    if schedule.decay_steps is not None and schedule.decay_steps < 0:
+        raise ConfigError(f"{where}decay_steps must be non-negative (or unset), got {schedule.decay_steps}")
+    if schedule.warmup_steps < 0:
+        raise ConfigError(f"{where}warmup_steps must be non-negative, got {schedule.warmup_steps}")
+
+
+def _check_masking(data: DataConfig, where: str) -> None:
+    from .masking import RATE_SHAPES
+
+    for name in ("mask_rate", "mask_rate_end", "eval_mask_rate"):
+        value = getattr(data, name)
+        if value is not None and not 0.0 < value < 1.0:
+            raise ConfigError(f"{where}{name} must be in (0, 1), got {value!r}")
+    if data.mask_rate_shape not in RATE_SHAPES:
+        raise ConfigError(
+            f"{where}mask_rate_shape must be one of {', '.join(RATE_SHAPES)}, got {data.mask_rate_shape!r}"
+        )
 
 
 def get_dotted(data: dict[str, Any], dotted: str) -> Any:

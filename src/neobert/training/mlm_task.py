@@ -14,6 +14,7 @@ the loss:
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Callable
@@ -30,11 +31,12 @@ from ..model.runtime import eval_mode
 from ..tables import fmt, markdown_table
 from .batching import collate_packed, micro_batches_for
 from .card import RunFacts, pretrain_card
+from .checkpointing import STATE_FILE
 from .config import PretrainConfig
 from .data_setup import TrainingData, open_training_data
 from .engine import Engine, EngineSettings, LossTerms, NonFiniteLossError
 from .loss import masked_lm_loss_sum
-from .masking import generator_for, mask_tokens
+from .masking import generator_for, mask_rate_at, mask_tokens
 from .monitor import plot_loss_curve, read_metrics
 from .schedule import make_scheduler
 from .stream import RowStream
@@ -103,6 +105,8 @@ def engine_settings(config: PretrainConfig, progress_bar: bool = True, device: s
         save_every=config.save_every,
         keep_last=config.keep_last,
         max_minutes=config.max_minutes,
+        start_from=config.decay_from,
+        branch_may_change=("schedule",),
         compile=config.compile,
         activation_checkpointing=config.activation_checkpointing,
         progress_bar=progress_bar,
@@ -110,10 +114,27 @@ def engine_settings(config: PretrainConfig, progress_bar: bool = True, device: s
     )
 
 
+def with_decay_branch(config: PretrainConfig) -> PretrainConfig:
+    """``config`` with ``max_steps`` = the branch checkpoint's step + ``schedule.decay_steps`` when it decays
+    from another run's checkpoint (``decay_from``); unchanged otherwise."""
+    if config.decay_from is None:
+        return config
+    state = Path(config.decay_from) / STATE_FILE
+    if not state.is_file():
+        raise FileNotFoundError(
+            f"decay_from {config.decay_from} is not a training checkpoint (no {STATE_FILE}); give a directory "
+            "OUTPUT/checkpoints/step-N of the stable run"
+        )
+    if Path(config.output).resolve() == Path(config.decay_from).resolve().parent.parent:
+        raise ValueError("a decay branched from a run's checkpoint needs its own output directory")
+    step = int(json.loads(state.read_text(encoding="utf-8"))["step"])
+    return config.override(max_steps=step + config.schedule.decay_steps)
+
+
 def prepare_engine(engine: Engine, config: PretrainConfig, model: torch.nn.Module) -> None:
     """Model, AdamW (fused on CUDA) and the warmup + decay schedule, prepared on ``engine``."""
     warmup = config.schedule.warmup_steps
-    if config.schedule.kind != "constant" and warmup >= config.schedule.decay_fraction * config.max_steps:
+    if config.schedule.kind not in ("constant", "wsd") and warmup >= config.schedule.decay_fraction * config.max_steps:
         warmup = config.max_steps // 10  # 0 for a run shorter than 10 steps
         engine.print(
             f"warning: schedule.warmup_steps {config.schedule.warmup_steps} does not fit in "
@@ -125,12 +146,7 @@ def prepare_engine(engine: Engine, config: PretrainConfig, model: torch.nn.Modul
 
     def scheduler(optimizer: torch.optim.Optimizer) -> Any:
         return make_scheduler(
-            optimizer,
-            warmup_steps=warmup,
-            total_steps=config.max_steps,
-            kind=config.schedule.kind,
-            final_ratio=config.schedule.final_ratio,
-            decay_fraction=config.schedule.decay_fraction,
+            optimizer, warmup_steps=warmup, total_steps=config.max_steps, **config.schedule.lr_kwargs()
         )
 
     engine.prepare(model, optimizer, scheduler)
@@ -143,9 +159,15 @@ class MLMTask:
         self.config, self.data, self.engine, self.stream = config, data, engine, stream
         self.rows_per_step = config.tokens_per_step // config.data.seq_len
 
+    def mask_rate(self, step: int) -> float:
+        """The masking rate of step ``step`` (0-based)."""
+        data = self.config.data
+        return mask_rate_at(step, self.config.max_steps, data.mask_rate, data.mask_rate_end, data.mask_rate_shape)
+
     def batches(self, step: int) -> list[dict]:
         rows = self.stream.take(self.rows_per_step)
-        return _my_micro_batches(rows, step, self.config, self.data, self.engine.rank, self.engine.world)
+        rate = self.mask_rate(step)
+        return _my_micro_batches(rows, step, self.config, self.data, self.engine.rank, self.engine.world, rate)
 
     def count(self, batch: dict) -> torch.Tensor:
         return (batch["labels"] != -100).sum()
@@ -155,9 +177,12 @@ class MLMTask:
         return LossTerms(loss_sum, {"accuracy": hits}, tokens=int(batch["attention_mask"].sum()))
 
     def after_step(self, step: int, final: bool) -> tuple[dict[str, float], bool]:
+        metrics = {}
+        if step % self.config.log_every == 0 or final:
+            metrics["train/mask_rate"] = self.mask_rate(step - 1)  # the rate the step just taken masked with
         if step % self.config.eval_every and not final:
-            return {}, False
-        return evaluate(self.engine.model, self.engine.accelerator, self.data, self.config), False
+            return metrics, False
+        return {**metrics, **evaluate(self.engine.model, self.engine.accelerator, self.data, self.config)}, False
 
     def state_objects(self) -> list[Any]:
         return [self.stream]
@@ -173,6 +198,7 @@ def pretrain(
     from accelerate.utils import set_seed
 
     started = time.perf_counter()
+    config = with_decay_branch(config)
     engine = Engine(engine_settings(config, progress_bar))
     engine.set_accumulation(
         micro_batches_for(config.tokens_per_step, config.data.seq_len, config.micro_batch_size, engine.world)
@@ -251,8 +277,9 @@ def _export(engine: Engine, data: TrainingData, config: PretrainConfig, facts: R
     return engine.export(build, target)
 
 
-def _my_micro_batches(rows, step: int, config: PretrainConfig, data: TrainingData, rank: int, world: int):
-    """This process's micro-batches of the step: masked, collated tensors."""
+def _my_micro_batches(rows, step: int, config: PretrainConfig, data: TrainingData, rank: int, world: int,
+                      rate: float):  # fmt: skip
+    """This process's micro-batches of the step: masked (``rate`` of the eligible tokens), collated tensors."""
     size = config.micro_batch_size
     chunks = [(c, rows[c * size : (c + 1) * size]) for c in range(len(rows) // size)]
     batches = []
@@ -267,7 +294,7 @@ def _my_micro_batches(rows, step: int, config: PretrainConfig, data: TrainingDat
                 mask_token_id=data.mask_id,
                 vocab_size=data.vocab_size,
                 special_ids=data.special_ids,
-                rate=config.data.mask_rate,
+                rate=rate,
                 scheme=config.data.mask_scheme,
                 generator=generator,
             )
@@ -294,6 +321,12 @@ def _mlm_sums(model, batch: dict, device) -> tuple[torch.Tensor, torch.Tensor, t
     return masked_lm_loss_sum(out.logits, targets), hits, selected.sum()
 
 
+def eval_mask_rate(config: PretrainConfig) -> float:
+    """The fixed rate validation masks with: ``data.eval_mask_rate``, else the rate the run ends at."""
+    data = config.data
+    return next(r for r in (data.eval_mask_rate, data.mask_rate_end, data.mask_rate) if r is not None)
+
+
 @torch.no_grad()
 def evaluate(model, accelerator, data: TrainingData, config: PretrainConfig) -> dict[str, float]:
     """MLM loss and accuracy on a fixed set of validation rows with fixed masks."""
@@ -308,7 +341,8 @@ def evaluate(model, accelerator, data: TrainingData, config: PretrainConfig) -> 
         long_docs=config.data.long_docs,
     )
     rows = stream.take(config.eval_batches * config.micro_batch_size)  # the same rows whatever the world size
-    batches = _my_micro_batches(rows, 0, config, data, accelerator.process_index, accelerator.num_processes)
+    rate = eval_mask_rate(config)
+    batches = _my_micro_batches(rows, 0, config, data, accelerator.process_index, accelerator.num_processes, rate)
     loss = torch.zeros((), device=accelerator.device)
     correct = torch.zeros((), device=accelerator.device)
     count = torch.zeros((), device=accelerator.device)
