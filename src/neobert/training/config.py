@@ -11,6 +11,7 @@ from typing import Any
 
 from ..config import PRESETS, ConfigError, ModelConfig, check_precision, load_mapping
 from .batching import LONG_DOCS
+from .phases import PhaseConfig, check_phases, check_sources, plan
 
 
 @dataclass
@@ -28,6 +29,12 @@ class DataConfig:
     # stage 2: sampling weights of the full set ("all") and of sub-sets of the documents longer than N tokens
     # ("gtN"; `neobert data prepare --length-thresholds` counts them)
     mixture: dict[str, float] | None = None  # e.g. {"all": 0.2, "gt1024": 0.4, "gt2048": 0.4}
+    # sampling weights of the data sources (the prepared directories of paths, by name), e.g. {"web": 0.7,
+    # "code": 0.3}; None: documents drawn from all of them alike
+    sources: dict[str, float] | None = None
+    # sample the sources in proportion to size ** temperature (tokens; 1: by size, towards 0: uniform), as
+    # mmBERT's 0.7 -> 0.5 -> 0.3; exclusive with sources
+    source_temperature: float | None = None
     mask_rate: float = 0.2  # share of the eligible tokens selected for prediction (at the first step)
     # the rate at the last step: the rate moves from mask_rate to mask_rate_end over the run (over each phase,
     # with phases), e.g. 0.3 -> 0.15 (a masking curriculum); None: mask_rate throughout
@@ -84,6 +91,8 @@ class ScheduleConfig:
     # wsd: steps of the final decay (0: stable to the end, decayed later with decay_from); None: the last 10%
     decay_steps: int | None = None
     decay_shape: str = "1-sqrt"  # wsd: linear | cosine | 1-sqrt | inverse-sqrt
+    warmup_tokens: float | None = None  # in a phase: warmup as tokens (times scale), instead of warmup_steps
+    decay_tokens: float | None = None  # in a phase: the wsd decay as tokens (times scale), instead of decay_steps
 
     def lr_kwargs(self) -> dict[str, Any]:
         """The schedule's shape, as :func:`neobert.training.schedule.lr_at` takes it."""
@@ -124,6 +133,11 @@ class PretrainConfig:
     push_every: int | None = None
     push_to: str | None = None  # Hub repository (OWNER/NAME): the final model on main, checkpoints as step-N
     license: str | None = None  # the license the model cards name (none unless given), e.g. apache-2.0
+    # the run as phases (neobert.training.phases.PhaseConfig: length, rows, data mixture, masking, lr shape,
+    # RoPE); given, max_steps is their total. Set in a --config/--recipe file
+    phases: list[PhaseConfig] = field(default_factory=list)
+    scale: float = 1.0  # phase lengths given in tokens (and warmup/decay tokens) are multiplied by this
+    context_scale: float = 1.0  # phase row lengths and model.max_length are multiplied by this
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
@@ -150,6 +164,7 @@ class PretrainConfig:
             )
         for name in self.data.mixture or {}:
             subset_min_length(name)  # raises on a bad name
+        self._check_phases()
         for name in (
             "max_steps",
             "tokens_per_step",
@@ -165,6 +180,21 @@ class PretrainConfig:
         if self.push_to is not None and self.push_to.count("/") != 1:
             raise ConfigError(f"push_to must be a Hub repository OWNER/NAME, got {self.push_to!r}")
         self.model_config()  # validates preset and overrides now, not at step 0
+
+    def _check_phases(self) -> None:
+        if not self.scale > 0 or not self.context_scale > 0:
+            raise ConfigError(f"scale and context_scale must be positive, got {self.scale}, {self.context_scale}")
+        if self.data.sources is not None and self.data.source_temperature is not None:
+            raise ConfigError("data.sources and data.source_temperature are exclusive: weights or a temperature")
+        check_sources(self.data.sources, self.data.source_temperature, self.data.paths, "data")
+        tokens = self.schedule.warmup_tokens is not None or self.schedule.decay_tokens is not None
+        if tokens and not self.phases:
+            raise ConfigError("schedule.warmup_tokens / decay_tokens are for phases; give warmup_steps")
+        if self.phases:
+            if self.decay_from is not None:
+                raise ConfigError("decay_from branches a one-phase wsd run; for phases, add a decay phase")
+            self.max_steps = check_phases(self)
+            plan(self)  # each phase's settings validated now, naming the phase
 
     def model_config(self) -> ModelConfig:
         return ModelConfig.from_name(self.preset, **self.model)
@@ -301,8 +331,14 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     kwargs = {}
     for key, value in data.items():
         hint = hints[key]
+        item = typing.get_args(hint)[0] if typing.get_origin(hint) is list and typing.get_args(hint) else None
         if dataclasses.is_dataclass(hint):
             kwargs[key] = _build(hint, value, f"{where}{key}.")
+        elif item is not None and dataclasses.is_dataclass(item):
+            if not isinstance(value, list):
+                raise ConfigError(f"{where}{key}: expected a list, got {type(value).__name__}")
+            kwargs[key] = [v if isinstance(v, item) else _build(item, v, f"{where}{key}[{i}].")
+                           for i, v in enumerate(value)]  # fmt: skip
         elif typing.get_origin(hint) is tuple and isinstance(value, list):
             kwargs[key] = tuple(value)
         else:
