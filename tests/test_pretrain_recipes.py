@@ -229,3 +229,79 @@ def test_the_mmbert_recipe_runs_at_laptop_scale_from_the_command_line(prepared, 
     assert [p["mask_rate"][0] for p in manifest["phases"]] == [0.3, 0.15, 0.05]
     assert [p["schedule"]["kind"] for p in manifest["phases"]] == ["wsd", "constant", "inverse-sqrt"]
     assert json.loads((out / "final" / "config.json").read_text())["rope_theta"] == 160000.0
+
+
+# -- merging --------------------------------------------------------------------------------------------------
+
+
+def _np_ties(base: np.ndarray, runs: list[np.ndarray], density: float, scale: float) -> np.ndarray:
+    """TIES written out in numpy, entry by entry, independently of neobert.training.merge."""
+    trimmed = []
+    for run in runs:
+        tau = (run - base).ravel()
+        k = max(1, int(np.ceil(density * tau.size)))
+        cut = np.sort(np.abs(tau))[::-1][k - 1]
+        trimmed.append(np.where(np.abs(tau) >= cut, tau, 0.0))
+    trimmed = np.array(trimmed)
+    out = np.zeros(trimmed.shape[1])
+    for j in range(trimmed.shape[1]):
+        elected = np.sign(trimmed[:, j].sum())
+        agreeing = [t for t in trimmed[:, j] if t != 0 and np.sign(t) == elected]
+        out[j] = np.mean(agreeing) if agreeing else 0.0
+    return base + scale * out.reshape(base.shape)
+
+
+@pytest.fixture(scope="module")
+def run_dir(prepared, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("merge") / "run"
+    pretrain(tiny_pretrain_config(prepared, out, max_steps=6, save_every=2, keep_last=3), progress_bar=False)
+    return out
+
+
+def _arrays(path: Path) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    return {k: v.astype(np.float64) for k, v in load_file(str(path / "model.safetensors")).items()}
+
+
+def test_merge_mean_of_the_last_k_and_ema_match_numpy(run_dir, tmp_path):
+    from neobert.training.merge import MergeConfig, merge
+
+    steps = [run_dir / "checkpoints" / f"step-{s:08d}" for s in (2, 4, 6)]
+    result = merge(MergeConfig(inputs=[str(run_dir)], output=str(tmp_path / "mean"), last=2))
+    assert result.inputs == steps[1:]
+    got, a, b = _arrays(tmp_path / "mean"), _arrays(steps[1]), _arrays(steps[2])
+    for key in got:
+        np.testing.assert_allclose(got[key], (a[key] + b[key]) / 2, rtol=1e-6, atol=1e-7)
+    merge(MergeConfig(inputs=[str(p) for p in steps], output=str(tmp_path / "ema"), method="ema", ema_decay=0.7))
+    got, first = _arrays(tmp_path / "ema"), _arrays(steps[0])
+    for key in got:
+        expected = 0.7 * (0.7 * first[key] + 0.3 * a[key]) + 0.3 * b[key]
+        np.testing.assert_allclose(got[key], expected, rtol=1e-6, atol=1e-7)
+    card = (tmp_path / "mean" / "README.md").read_text()
+    assert "the average of 2 checkpoints" in card and "step-00000006" in card
+    # the merged directory is a model: it loads and fills a mask
+    from neobert.encoders import load_model
+
+    assert load_model(tmp_path / "mean", task="mlm") is not None
+
+
+def test_merge_ties_matches_numpy_and_names_its_inputs(run_dir, tmp_path):
+    from neobert.cli.main import main
+
+    steps = [run_dir / "checkpoints" / f"step-{s:08d}" for s in (2, 4, 6)]
+    runs = [steps[1], steps[2], run_dir / "final"]
+    code = main(["merge", "--inputs", *map(str, runs), "--method", "ties", "--base", str(steps[0]),
+                 "--density", "0.3", "--scale", "0.9", "--output", str(tmp_path / "ties")])  # fmt: skip
+    assert code == 0
+    got, base, arrays = _arrays(tmp_path / "ties"), _arrays(steps[0]), [_arrays(p) for p in runs]
+    for key in got:
+        expected = _np_ties(base[key], [a[key] for a in arrays], 0.3, 0.9)
+        np.testing.assert_allclose(got[key], expected, rtol=1e-6, atol=1e-7)
+    assert not np.allclose(got["model.encoder.weight"], arrays[-1]["model.encoder.weight"])
+    card = (tmp_path / "ties" / "README.md").read_text()
+    assert "TIES over 3 runs" in card and "density 0.3" in card
+    with pytest.raises(ValueError, match="ties needs --base"):
+        from neobert.training.merge import MergeConfig, merge
+
+        merge(MergeConfig(inputs=[str(p) for p in runs], output=str(tmp_path / "x"), method="ties"))
