@@ -89,10 +89,24 @@ def report(results: list[dict], output: Path, steps: int) -> None:
             spread = statistics.stdev(losses) if len(losses) > 1 else 0.0
             rows.append([arm, len(losses), statistics.mean(losses), spread, min(losses), max(losses)])
     table = markdown_table(["arm", "seeds", "val loss (mean)", "std", "min", "max"], rows, digits=4)
+    table += "\n" + paired_table(results)
     write_json(output / "results.json", results)
     write_text(output / "results.table.md", table)
     plot(results, output / "results.png")
     print(table)
+
+
+def paired_table(results: list[dict]) -> str:
+    """Each arm minus cosine on the same seed (same initialisation and data order): the seeds' spread cancels."""
+    cosine = {r["seed"]: r["val_loss"] for r in results if r["arm"] == "cosine"}
+    rows = []
+    for arm in ARMS[1:]:
+        diffs = [r["val_loss"] - cosine[r["seed"]] for r in results if r["arm"] == arm and r["seed"] in cosine]
+        if diffs:
+            per_seed = ", ".join(f"{d:+.4f}" for d in diffs)
+            rows.append([arm, len(diffs), statistics.mean(diffs), per_seed, sum(d < 0 for d in diffs)])
+    return markdown_table(["arm - cosine (same seed)", "seeds", "mean difference", "per seed", "seeds below cosine"],
+                          rows, digits=4)  # fmt: skip
 
 
 def plot(results: list[dict], path: Path) -> None:
