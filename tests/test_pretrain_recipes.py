@@ -218,7 +218,7 @@ def test_the_mmbert_recipe_runs_at_laptop_scale_from_the_command_line(prepared, 
     from neobert.cli.main import main
 
     out = tmp_path / "mmbert"
-    code = main(["pretrain", "--recipe", "mmbert", "--preset", "tiny", "--scale", "1.5e-8", "--context-scale",
+    code = main(["pretrain", "--recipe", "mmbert", "--preset", "tiny", "--scale", "3e-9", "--context-scale",
                  "0.0078125", "--data", str(prepared), "--output", str(out), "--precision", "fp32", "--device",
                  "cpu", "--set", "model.vocab_size=400", "--set", "tokens_per_step=256", "--log-every", "1",
                  "--eval-every", "100", "--eval-batches", "1", "--no-progress", "--report-to", "none"])  # fmt: skip

@@ -12,7 +12,7 @@ every arm so the losses compare:
 - ``mask30-15``: ``cosine`` with the masking rate moving linearly from 30% to 15%;
 - ``muon``: ``cosine`` with Muon for the hidden matrices (AdamW for the rest, same lr: match_rms_adamw).
 
-    PYTHONPATH=src nice python docs/benchmarks/recipes/evidence.py --work runs/recipes-evidence --steps 480
+    PYTHONPATH=src nice python docs/benchmarks/recipes/evidence.py --work runs/recipes-evidence --steps 1000
     PYTHONPATH=src python docs/benchmarks/recipes/evidence.py --work runs/recipes-evidence --report-only
 
 Runs accumulate in WORK/results.json (a run done is skipped); the report (results.json, results.md,
@@ -137,7 +137,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=Path("runs/recipes-evidence"))
     parser.add_argument("--output", type=Path, default=HERE)
-    parser.add_argument("--steps", type=int, default=480)
+    parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     parser.add_argument("--report-only", action="store_true")
