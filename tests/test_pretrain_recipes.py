@@ -305,3 +305,18 @@ def test_merge_ties_matches_numpy_and_names_its_inputs(run_dir, tmp_path):
         from neobert.training.merge import MergeConfig, merge
 
         merge(MergeConfig(inputs=[str(p) for p in runs], output=str(tmp_path / "x"), method="ties"))
+
+
+def test_the_resume_fingerprint_of_a_run_without_the_new_settings_is_the_old_one(prepared, tmp_path):
+    """A checkpoint written before issue 34's settings existed resumes: at their old-behaviour values they
+    are not part of what must match; phases are, when there are any."""
+    from neobert.training.mlm_task import RESUME_KEYS, resume_fingerprint
+
+    config = tiny_pretrain_config(prepared, tmp_path / "x")
+    fingerprint = resume_fingerprint(config)
+    assert sorted(fingerprint) == sorted(RESUME_KEYS)
+    assert "mask_rate_shape" not in fingerprint["data"] and "decay_shape" not in fingerprint["schedule"]
+    assert not any(key.startswith("muon") for key in fingerprint["optim"])
+    muon = resume_fingerprint(config.override(**{"optim.name": "muon", "optim.muon_ns_steps": 3}))
+    assert muon["optim"]["muon_ns_steps"] == 3
+    assert resume_fingerprint(_phased(prepared, tmp_path / "y"))["phases"][1]["name"] == "long"

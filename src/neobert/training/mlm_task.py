@@ -48,6 +48,26 @@ __all__ = ["NonFiniteLossError", "PretrainResult", "evaluate", "pretrain"]
 
 # what may not change between a run and its resumption
 RESUME_KEYS = ("preset", "model", "data", "optim", "schedule", "tokens_per_step", "micro_batch_size", "seed")
+# settings added after checkpoints were already being written (issue 34), at the value that keeps the old
+# behaviour: left out of the fingerprint at that value, so those checkpoints still resume
+LATER_DEFAULTS = {
+    "data": {"mask_rate_shape": "linear"},
+    "schedule": {"decay_shape": "1-sqrt"},
+    "optim": {"muon_momentum": 0.95, "muon_nesterov": True, "muon_ns_steps": 5, "muon_adjust_lr": "match_rms_adamw"},
+}
+
+
+def resume_fingerprint(config: PretrainConfig) -> dict[str, Any]:
+    """What may not change between a run and its resumption (phases, and their scales, when there are any)."""
+    settings = config.to_dict()
+    fingerprint = {key: settings[key] for key in RESUME_KEYS}
+    for section, defaults in LATER_DEFAULTS.items():
+        for key, value in defaults.items():
+            if fingerprint[section].get(key) == value:
+                del fingerprint[section][key]
+    if config.phases:
+        fingerprint.update({key: settings[key] for key in ("phases", "scale", "context_scale")})
+    return fingerprint
 
 
 @dataclass
@@ -227,7 +247,7 @@ def pretrain(
     data = open_training_data(config, engine.accelerator)
     prepare_engine(engine, config, data.build_model(plan(config)[0].config))
     task = MLMTask(config, data, engine)
-    fingerprint = {key: config.to_dict()[key] for key in RESUME_KEYS}
+    fingerprint = resume_fingerprint(config)
     # uploads run on a thread of the main process: training never waits for the network
     pusher = BackgroundPusher(config.push_to, report=engine.print) if config.push_to and engine.is_main else None
     exports: list[Path] = []
