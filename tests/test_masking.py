@@ -1,5 +1,7 @@
 """MLM masking: rates, never-selected specials, the 80/10/10 split and determinism."""
 
+import math
+
 import pytest
 import torch
 
@@ -123,3 +125,15 @@ def test_rate_zero_and_bad_arguments():
         _mask(ids, 1.5, "mask")
     with pytest.raises(ValueError, match="non-negative"):
         generator_for(-1, 0)
+
+
+def test_mask_rate_schedule_moves_from_start_to_end():
+    from neobert.training.masking import mask_rate_at
+
+    assert mask_rate_at(0, 11, 0.3, 0.15) == pytest.approx(0.3)
+    assert mask_rate_at(5, 11, 0.3, 0.15) == pytest.approx(0.225)
+    assert mask_rate_at(10, 11, 0.3, 0.15) == pytest.approx(0.15)
+    assert mask_rate_at(3, 11, 0.3, 0.15, "cosine") == pytest.approx(0.3 - 0.15 * (1 - math.cos(math.pi * 0.3)) / 2)
+    assert mask_rate_at(7, 11, 0.2, None) == 0.2
+    with pytest.raises(ValueError, match="shape"):
+        mask_rate_at(1, 11, 0.3, 0.15, "step")

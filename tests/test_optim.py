@@ -88,3 +88,71 @@ def test_decay_changes_only_the_decayed_group():
     torch.testing.assert_close(after[0], before[0] * (1 - 0.1 * 0.5))  # linear weight
     for b, a in zip(before[1:], after[1:]):  # linear bias, norm weight and bias
         torch.testing.assert_close(a, b)
+
+
+# -- Muon ---------------------------------------------------------------------------------------------------
+
+
+def test_muon_takes_the_hidden_matrices_and_adamw_the_rest(mlm):
+    from neobert.training.optim import MuonWithAdamW
+
+    opt = build_optimizer(mlm, name="muon", lr=1e-3)
+    assert isinstance(opt, MuonWithAdamW)
+    muon_names = set(opt.muon.param_groups[0]["param_names"])
+    assert muon_names == {
+        f"model.transformer_encoder.{i}.{n}.weight" for i in (0, 1) for n in ("qkv", "wo", "ffn.w12", "ffn.w3")
+    }
+    adamw_names = {n for g in opt.adamw.param_groups for n in g["param_names"]}
+    assert {"model.encoder.weight", "decoder.weight", "decoder.bias"} <= adamw_names
+    assert not muon_names & adamw_names
+    assert len(muon_names) + len(adamw_names) == len(list(mlm.parameters()))
+    assert len(opt.param_groups) == 1 + len(opt.adamw.param_groups)  # one schedule reaches both
+
+
+def _muon_reference_step(model, lr, grads):
+    """The same update from torch's Muon and AdamW built by hand over explicitly listed parameters."""
+    named = dict(model.named_parameters())
+    hidden = [n for n in named if ".transformer_encoder." in n and named[n].ndim == 2]
+    exempt = [n for n in named if n not in hidden and (n.endswith("bias") or "norm" in n or n == "model.encoder.weight")]
+    decayed = [n for n in named if n not in hidden and n not in exempt]
+    muon = torch.optim.Muon([named[n] for n in hidden], lr=lr, weight_decay=0.1, adjust_lr_fn="match_rms_adamw")
+    adamw = torch.optim.AdamW(
+        [{"params": [named[n] for n in decayed], "weight_decay": 0.1},
+         {"params": [named[n] for n in exempt], "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95), eps=1e-8,
+    )  # fmt: skip
+    for step_grads in grads:
+        for n, p in named.items():
+            p.grad = step_grads[n].clone()
+        muon.step()
+        adamw.step()
+
+
+def test_muon_steps_match_torch_muon_and_adamw_and_resume_exactly():
+    import copy
+
+    torch.manual_seed(0)
+    cfg = neobert.NeoBERTConfig.from_model_config(neobert.ModelConfig.from_name("tiny"))
+    start = neobert.NeoBERTForMaskedLM(cfg)
+    grads = [{n: torch.randn_like(p) for n, p in start.named_parameters()} for _ in range(4)]
+    reference = copy.deepcopy(start)
+    _muon_reference_step(reference, 1e-2, grads)
+
+    def run(model, opt, steps):
+        for step_grads in steps:
+            for n, p in model.named_parameters():
+                p.grad = step_grads[n].clone()
+            opt.step()
+
+    ours = copy.deepcopy(start)
+    run(ours, build_optimizer(ours, name="muon", lr=1e-2), grads)
+    resumed = copy.deepcopy(start)
+    first = build_optimizer(resumed, name="muon", lr=1e-2)
+    run(resumed, first, grads[:2])
+    state = copy.deepcopy(first.state_dict())
+    second = build_optimizer(resumed, name="muon", lr=1e-2)
+    second.load_state_dict(state)
+    run(resumed, second, grads[2:])
+    for (name, a), b, c in zip(reference.named_parameters(), ours.parameters(), resumed.parameters()):
+        torch.testing.assert_close(b, a, rtol=0, atol=0, msg=name)
+        torch.testing.assert_close(c, a, rtol=0, atol=0, msg=name)
+    assert not torch.equal(start.model.encoder.weight, ours.model.encoder.weight)

@@ -81,3 +81,56 @@ def test_scheduler_rejects_a_mismatched_peak():
     opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=1e-3)
     with pytest.raises(ValueError, match="peak"):
         make_scheduler(opt, warmup_steps=1, total_steps=10, peak=6e-4)
+
+
+# -- warmup-stable-decay --------------------------------------------------------------------------------------
+
+
+def _naive_shape(shape: str, p: float, r: float) -> float:
+    """The decay shapes written out independently of neobert.training.schedule."""
+    return {
+        "linear": r + (1 - r) * (1 - p),
+        "cosine": r + (1 - r) * (1 + math.cos(math.pi * p)) / 2,
+        "1-sqrt": r + (1 - r) * (1 - p**0.5),
+        "inverse-sqrt": (1 + p * (r**-2 - 1)) ** -0.5,
+    }[shape]
+
+
+@pytest.mark.parametrize("shape", ["linear", "cosine", "1-sqrt", "inverse-sqrt"])
+def test_wsd_warms_up_holds_then_decays_with_its_shape(shape):
+    kw = {"peak": 1.0, "warmup_steps": 10, "total_steps": 110, "kind": "wsd", "decay_steps": 40,
+          "decay_shape": shape, "final_ratio": 0.05}  # fmt: skip
+    assert lr_at(5, **kw) == pytest.approx(0.5)
+    assert [lr_at(s, **kw) for s in (10, 40, 70)] == [1.0, 1.0, 1.0]  # stable until 110 - 40
+    for step in range(70, 111):
+        assert lr_at(step, **kw) == pytest.approx(_naive_shape(shape, (step - 70) / 40, 0.05))
+    assert lr_at(110, **kw) == pytest.approx(0.05)
+    values = [lr_at(s, **kw) for s in range(70, 111)]
+    assert all(a > b for a, b in itertools.pairwise(values))
+
+
+def test_wsd_defaults_and_decay_on_demand():
+    # no decay_steps: the last 10% decay; decay_steps=0: stable to the end
+    assert lr_at(89, peak=1.0, warmup_steps=0, total_steps=100, kind="wsd") == 1.0
+    assert lr_at(95, peak=1.0, warmup_steps=0, total_steps=100, kind="wsd", final_ratio=0.0) == pytest.approx(
+        1 - 0.5**0.5
+    )
+    assert lr_at(100, peak=1.0, warmup_steps=5, total_steps=100, kind="wsd", decay_steps=0) == 1.0
+    # a decay of N steps branched at step S of a stable run is the schedule of an (S + N)-step wsd run, and
+    # before S it is the stable run's schedule
+    stable = {"peak": 2e-3, "warmup_steps": 20, "total_steps": 1_000, "kind": "wsd", "decay_steps": 0}
+    branch = {**stable, "total_steps": 300 + 50, "decay_steps": 50, "final_ratio": 0.0}
+    assert [lr_at(s, **branch) for s in range(300)] == [lr_at(s, **stable) for s in range(300)]
+    assert lr_at(350, **branch) == 0.0
+
+
+def test_decay_kinds_after_warmup_and_bad_wsd_settings():
+    kw = {"peak": 1.0, "warmup_steps": 10, "total_steps": 100, "decay_fraction": 1.0, "final_ratio": 0.1}
+    assert lr_at(55, **kw, kind="1-sqrt") == pytest.approx(_naive_shape("1-sqrt", 0.5, 0.1))
+    assert lr_at(55, **kw, kind="inverse-sqrt") == pytest.approx(_naive_shape("inverse-sqrt", 0.5, 0.1))
+    with pytest.raises(ValueError, match="final_ratio > 0"):
+        lr_at(0, **{**kw, "final_ratio": 0.0}, kind="inverse-sqrt")
+    with pytest.raises(ValueError, match="before warmup ends"):
+        lr_at(0, peak=1.0, warmup_steps=50, total_steps=100, kind="wsd", decay_steps=60)
+    with pytest.raises(ValueError, match="decay_shape"):
+        lr_at(0, peak=1.0, warmup_steps=0, total_steps=100, kind="wsd", decay_shape="step")

@@ -20,6 +20,7 @@ from .options import renamed_options
 
 COMMAND_MODULES = [
     "pretrain",
+    "merge",
     "data",
     "tokenizer",
     "info",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ class RunFacts:
     metrics: dict[str, float]  # val/loss, val/accuracy, train/loss measured at ``step`` (absent: not measured)
     unigram_entropy: float | None
     final: bool
+    phases: list[dict[str, Any]] = field(default_factory=list)  # what each phase was set to and saw
 
 
 def prepared_dirs(config: PretrainConfig) -> list[Path]:
@@ -49,6 +50,47 @@ def data_facts(config: PretrainConfig) -> tuple[list[DataSource], list[tuple[str
     return sources, list(stats.items()) if sources else []
 
 
+def optimizer_facts(config: PretrainConfig) -> list[tuple[str, Any]]:
+    """The optimizer in words (its every setting is in the card's settings too)."""
+    o = config.optim
+    if o.name != "muon":
+        return [("optimizer", f"{o.name} (lr {o.lr:g}, betas {tuple(o.betas)}, weight decay {o.weight_decay:g})")]
+    return [("optimizer", f"Muon for the hidden 2-D weights (momentum {o.muon_momentum:g}, nesterov "
+             f"{o.muon_nesterov}, {o.muon_ns_steps} Newton-Schulz steps, lr adjustment {o.muon_adjust_lr}) "
+             f"and AdamW for embeddings, norms, biases and the output layer (betas {tuple(o.betas)}); "
+             f"lr {o.lr:g}, weight decay {o.weight_decay:g}")]  # fmt: skip
+
+
+def schedule_facts(config: PretrainConfig) -> list[tuple[str, Any]]:
+    """The learning-rate schedule and masking rate in words."""
+    s, d = config.schedule, config.data
+    shape = f"{s.kind}, warmup {s.warmup_steps:,} steps, floor {s.final_ratio:g} x peak"
+    if s.kind == "wsd":
+        shape += f", decay {s.decay_steps if s.decay_steps is not None else '10%'} steps ({s.decay_shape})"
+    rate = f"{d.mask_rate:g}" if d.mask_rate_end is None else f"{d.mask_rate:g} -> {d.mask_rate_end:g} ({d.mask_rate_shape})"
+    return [("learning-rate schedule", shape), ("masking rate", rate)]
+
+
+def phase_facts(phases: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """One line per phase: its steps, rows, masking, lr, model settings and the data it drew."""
+    if len(phases) < 2:
+        return []
+    rows = []
+    for i, p in enumerate(phases):
+        drawn = ", ".join(f"{name} {n:,}" for name, n in p["documents_drawn"].items())
+        sampling = ", ".join(f"{name} {w:.3g}" for name, w in p["sampling"].items())
+        rate = p["mask_rate"]
+        rows.append((
+            f"phase {i + 1}: {p['name']}",
+            f"steps {p['first_step']:,}-{p['first_step'] + p['steps']:,} ({p['steps_trained']:,} trained, "
+            f"{p['tokens_trained']:,} tokens), rows of {p['seq_len']:,}, masking {rate[0]:g}"
+            + (f" -> {rate[1]:g}" if rate[1] != rate[0] else "")
+            + f", peak lr {p['peak_lr']:g} ({p['schedule']['kind']}), model {p['model'] or 'unchanged'}; "
+            f"sampling {sampling}; documents drawn {drawn}",
+        ))  # fmt: skip
+    return rows
+
+
 def pretrain_card(
     config: PretrainConfig, facts: RunFacts, model: Any, loss_curve: str | None = None
 ) -> CardInfo:
@@ -56,6 +98,8 @@ def pretrain_card(
     c = model.config
     sources, stats = data_facts(config)
     start = f"continued from `{config.init_from}`" if config.init_from else "from scratch"
+    if config.decay_from:
+        start = f"as a decay branched from the stable run's checkpoint `{config.decay_from}`"
     what = "the final model" if facts.final else f"the checkpoint at step {facts.step:,} (of up to {config.max_steps:,})"
     description = (
         f"A NeoBERT masked language model ({c.num_hidden_layers} layers x {c.hidden_size} hidden, preset "
@@ -71,6 +115,7 @@ def pretrain_card(
         ("last training loss (logged at this step)", fmt(facts.metrics.get("train/loss"), digits=4)),
         ("unigram baseline (entropy of the token frequencies)", fmt(facts.unigram_entropy, digits=4)),
     ]
+    run += optimizer_facts(config) + schedule_facts(config) + phase_facts(facts.phases)
     if facts.final and facts.step < config.max_steps:
         run.append(("stopped", f"at step {facts.step:,} of {config.max_steps:,} (time limit or early stop)"))
     data_name = ", ".join(s.hub_id or s.name for s in sources) or "training data"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,8 @@ class TrainingData:
     special_ids: list[int]
     vocab_size: int
     unigram_entropy: float | None
+    # the data sources (prepared directories) as ranges of train's documents: name -> (first, end, tokens)
+    sources: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
     def build_model(self, config: PretrainConfig):
         """A fresh MLM model for this tokenizer (or ``init_from``'s weights, e.g. stage 2 from stage 1)."""
@@ -137,7 +139,19 @@ def open_training_data(config: PretrainConfig, accelerator) -> TrainingData:
         special_ids=sorted(set(tokenizer.all_special_ids)),
         vocab_size=len(tokenizer),
         unigram_entropy=unigram_entropy(train, tokenizer.all_special_ids, len(tokenizer)),
+        sources=source_ranges(prepared, train_parts),
     )
+
+
+def source_ranges(prepared: list[Path], parts: list[TokenDataset]) -> dict[str, tuple[int, int, int]]:
+    """Each prepared directory as a range of the concatenated training documents, with its token count."""
+    ranges, start = {}, 0
+    for path, part in zip(prepared, parts):
+        if path.name in ranges:
+            raise ConfigError(f"two data sources are named {path.name!r}: give the directories distinct names")
+        ranges[path.name] = (start, start + len(part), int(np.asarray(part.lengths).sum()))
+        start += len(part)
+    return ranges
 
 
 def empty_validation_message(train_parts: list[TokenDataset]) -> str:

@@ -35,6 +35,7 @@ from .checkpointing import latest_checkpoint, load_checkpoint, save_checkpoint
 from .loss import normalize_loss
 from .monitor import RunLogger
 from .optim import use_fused_adamw
+from .schedule import sync_lr
 
 
 class NonFiniteLossError(RuntimeError):
@@ -78,6 +79,10 @@ class EngineSettings:
     save_every: int | None = None  # None: only the last step
     keep_last: int = 3
     max_minutes: float | None = None  # stop (and save) after this much wall time
+    # another run's checkpoint to start from when OUTPUT holds none (a decay branched from a stable run):
+    # its state is loaded whole; settings named in ``branch_may_change`` may differ from its fingerprint
+    start_from: str | Path | None = None
+    branch_may_change: tuple[str, ...] = ()
     compile: bool = False
     activation_checkpointing: bool = False
     find_unused_parameters: bool = False  # DDP: some parameters get no gradient (e.g. an unused pooler)
@@ -370,26 +375,37 @@ class Engine:
             return
         root = Path(self.settings.output) / "checkpoints"
         path = latest_checkpoint(root)
-        if not resume:
-            if path is not None:
-                raise FileExistsError(
-                    f"{self.settings.output} already holds checkpoints of a run: pass --resume to continue it, "
-                    "or choose another output"
-                )
+        if not resume and path is not None:
+            raise FileExistsError(
+                f"{self.settings.output} already holds checkpoints of a run: pass --resume to continue it, "
+                "or choose another output"
+            )
+        may_change: tuple[str, ...] = ()
+        if path is None and self.settings.start_from is not None:
+            path, may_change = Path(self.settings.start_from), self.settings.branch_may_change
+        elif not resume:
             return
         if path is None:
             self.print(f"no checkpoint under {root}: starting from scratch")
             return
-        saved = json.loads((path / "trainer_state.json").read_text(encoding="utf-8")).get("config", {})
-        for key, value in fingerprint.items():
-            if not _same_setting(saved.get(key), value):
-                raise ValueError(
-                    f"cannot resume from {path}: config {key!r} changed ({saved.get(key)!r} -> {value!r})"
-                )
+        self._check_fingerprint(path, fingerprint, may_change)
         state = load_checkpoint(self.accelerator, path)
+        if self.scheduler is not None:
+            sync_lr(self.scheduler)  # a branched run's schedule, not the one stored with the checkpoint
         if self.is_main and self.settings.log_dir is not None:
             _forget_after(Path(self.settings.log_dir) / "metrics.jsonl", state["step"])
         self.print(f"resumed from {path} at step {state['step']}")
+
+    def _check_fingerprint(self, path: Path, fingerprint: dict[str, Any], may_change: tuple[str, ...]) -> None:
+        state_file = path / "trainer_state.json"
+        if not state_file.is_file():
+            raise FileNotFoundError(f"{path} is not a complete training checkpoint (no trainer_state.json)")
+        saved = json.loads(state_file.read_text(encoding="utf-8")).get("config", {})
+        for key, value in fingerprint.items():
+            if key not in may_change and not _same_setting(saved.get(key), value):
+                raise ValueError(
+                    f"cannot resume from {path}: config {key!r} changed ({saved.get(key)!r} -> {value!r})"
+                )
 
     def _time_is_up(self, started: float) -> bool:
         if self.settings.max_minutes is None:

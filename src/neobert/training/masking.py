@@ -13,6 +13,7 @@ Special tokens ([CLS], [SEP], [MASK], padding, ...) are never selected. The rand
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import numpy as np
@@ -20,12 +21,26 @@ import torch
 
 from ..model.losses import IGNORE_INDEX  # label of positions that carry no loss
 
+RATE_SHAPES = ("linear", "cosine")  # how a masking rate moves from its start to its end value
 SCHEMES = ("mask", "bert")
 
 # Of the selected tokens in the BERT scheme: this share becomes [MASK], the next share a random token,
 # and the rest stay as they are.
 BERT_MASK_SHARE = 0.8
 BERT_RANDOM_SHARE = 0.1
+
+
+def mask_rate_at(step: int, total_steps: int, start: float, end: float | None, shape: str = "linear") -> float:
+    """The masking rate of step ``step`` (0-based) of ``total_steps``: ``start`` at step 0, ``end`` at the last
+    step (None: ``start`` throughout), moving linearly or along a half cosine in between."""
+    if end is None or total_steps <= 1:
+        return start
+    if shape not in RATE_SHAPES:
+        raise ValueError(f"shape must be one of {', '.join(RATE_SHAPES)}; got {shape!r}")
+    p = min(max(step / (total_steps - 1), 0.0), 1.0)
+    if shape == "cosine":
+        p = 0.5 * (1.0 - math.cos(math.pi * p))
+    return start + (end - start) * p
 
 
 def generator_for(seed: int, step: int, rank: int = 0, device: str | torch.device = "cpu") -> torch.Generator:

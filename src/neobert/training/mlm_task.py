@@ -14,6 +14,7 @@ the loss:
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Callable
@@ -26,23 +27,47 @@ import torch
 from ..cards import write_card
 from ..encoders import write_model_files
 from ..hub import BackgroundPusher, PushReport
+from ..io import write_json
 from ..model.runtime import eval_mode
 from ..tables import fmt, markdown_table
 from .batching import collate_packed, micro_batches_for
 from .card import RunFacts, pretrain_card
+from .checkpointing import STATE_FILE
 from .config import PretrainConfig
 from .data_setup import TrainingData, open_training_data
 from .engine import Engine, EngineSettings, LossTerms, NonFiniteLossError
 from .loss import masked_lm_loss_sum
 from .masking import IGNORE_INDEX, generator_for, mask_tokens
 from .monitor import plot_loss_curve, read_metrics
-from .schedule import make_scheduler
+from .phase_run import PhasedStream, fitted_warmup, lr_multiplier, make_stream, phase_mask_rate, phase_record
+from .phases import apply_model_settings, phase_at, plan
+from .schedule import make_lambda_scheduler
 from .stream import RowStream
 
 __all__ = ["NonFiniteLossError", "PretrainResult", "evaluate", "pretrain"]
 
 # what may not change between a run and its resumption
 RESUME_KEYS = ("preset", "model", "data", "optim", "schedule", "tokens_per_step", "micro_batch_size", "seed")
+# settings added after checkpoints were already being written (issue 34), at the value that keeps the old
+# behaviour: left out of the fingerprint at that value, so those checkpoints still resume
+LATER_DEFAULTS = {
+    "data": {"mask_rate_shape": "linear"},
+    "schedule": {"decay_shape": "1-sqrt"},
+    "optim": {"muon_momentum": 0.95, "muon_nesterov": True, "muon_ns_steps": 5, "muon_adjust_lr": "match_rms_adamw"},
+}
+
+
+def resume_fingerprint(config: PretrainConfig) -> dict[str, Any]:
+    """What may not change between a run and its resumption (phases, and their scales, when there are any)."""
+    settings = config.to_dict()
+    fingerprint = {key: settings[key] for key in RESUME_KEYS}
+    for section, defaults in LATER_DEFAULTS.items():
+        for key, value in defaults.items():
+            if fingerprint[section].get(key) == value:
+                del fingerprint[section][key]
+    if config.phases:
+        fingerprint.update({key: settings[key] for key in ("phases", "scale", "context_scale")})
+    return fingerprint
 
 
 @dataclass
@@ -103,6 +128,8 @@ def engine_settings(config: PretrainConfig, progress_bar: bool = True, device: s
         save_every=config.save_every,
         keep_last=config.keep_last,
         max_minutes=config.max_minutes,
+        start_from=config.decay_from,
+        branch_may_change=("schedule",),
         compile=config.compile,
         activation_checkpointing=config.activation_checkpointing,
         progress_bar=progress_bar,
@@ -110,42 +137,65 @@ def engine_settings(config: PretrainConfig, progress_bar: bool = True, device: s
     )
 
 
-def prepare_engine(engine: Engine, config: PretrainConfig, model: torch.nn.Module) -> None:
-    """Model, AdamW (fused on CUDA) and the warmup + decay schedule, prepared on ``engine``."""
-    warmup = config.schedule.warmup_steps
-    if config.schedule.kind != "constant" and warmup >= config.schedule.decay_fraction * config.max_steps:
-        warmup = config.max_steps // 10  # 0 for a run shorter than 10 steps
-        engine.print(
-            f"warning: schedule.warmup_steps {config.schedule.warmup_steps} does not fit in "
-            f"{config.max_steps} steps; warming up over {warmup} steps instead"
+def with_decay_branch(config: PretrainConfig) -> PretrainConfig:
+    """``config`` with ``max_steps`` = the branch checkpoint's step + ``schedule.decay_steps`` when it decays
+    from another run's checkpoint (``decay_from``); unchanged otherwise."""
+    if config.decay_from is None:
+        return config
+    state = Path(config.decay_from) / STATE_FILE
+    if not state.is_file():
+        raise FileNotFoundError(
+            f"decay_from {config.decay_from} is not a training checkpoint (no {STATE_FILE}); give a directory "
+            "OUTPUT/checkpoints/step-N of the stable run"
         )
+    if Path(config.output).resolve() == Path(config.decay_from).resolve().parent.parent:
+        raise ValueError("a decay branched from a run's checkpoint needs its own output directory")
+    step = int(json.loads(state.read_text(encoding="utf-8"))["step"])
+    return config.override(max_steps=step + config.schedule.decay_steps)
+
+
+def prepare_engine(engine: Engine, config: PretrainConfig, model: torch.nn.Module) -> None:
+    """Model, the optimizer (AdamW fused on CUDA, or Muon + AdamW) and the schedule over every phase,
+    prepared on ``engine``."""
+    phases = plan(config)
+    for phase in phases:
+        fitted, given = fitted_warmup(phase), phase.config.schedule.warmup_steps
+        if fitted != given:
+            engine.print(
+                f"warning: {phase.name}: schedule.warmup_steps {given} does not fit in its {phase.steps} steps; "
+                f"warming up over {fitted} steps instead"
+            )
 
     def optimizer(model: torch.nn.Module, fused: bool) -> torch.optim.Optimizer:
         return config.optim.build(model, fused)
 
     def scheduler(optimizer: torch.optim.Optimizer) -> Any:
-        return make_scheduler(
-            optimizer,
-            warmup_steps=warmup,
-            total_steps=config.max_steps,
-            kind=config.schedule.kind,
-            final_ratio=config.schedule.final_ratio,
-            decay_fraction=config.schedule.decay_fraction,
-        )
+        return make_lambda_scheduler(optimizer, lr_multiplier(phases, config.optim.lr))
 
     engine.prepare(model, optimizer, scheduler)
 
 
 class MLMTask:
-    """Masked language modelling on the rows of a :class:`RowStream`, for the training core."""
+    """Masked language modelling on the rows of each phase's :class:`RowStream`, for the training core."""
 
-    def __init__(self, config: PretrainConfig, data: TrainingData, engine: Engine, stream: RowStream):
-        self.config, self.data, self.engine, self.stream = config, data, engine, stream
-        self.rows_per_step = config.tokens_per_step // config.data.seq_len
+    def __init__(self, config: PretrainConfig, data: TrainingData, engine: Engine, stream: RowStream | None = None):
+        """``stream``: the rows of a run without phases (the training benchmark's); default: each phase's."""
+        self.config, self.data, self.engine = config, data, engine
+        self.phases = plan(config)
+        streams = [stream] if stream is not None else [make_stream(phase, data) for phase in self.phases]
+        self.stream = PhasedStream(streams)
+
+    def mask_rate(self, step: int) -> float:
+        """The masking rate of step ``step`` (0-based)."""
+        return phase_mask_rate(self.phases, step)
 
     def batches(self, step: int) -> list[dict]:
-        rows = self.stream.take(self.rows_per_step)
-        return _my_micro_batches(rows, step, self.config, self.data, self.engine.rank, self.engine.world)
+        phase = phase_at(self.phases, step)
+        if apply_model_settings(self.engine.unwrapped(), phase.config.model) and step > 0:
+            self.engine.print(f"phase {phase.name} from step {step}: model settings {phase.config.model}")
+        c = phase.config
+        rows = self.stream.streams[phase.index].take(c.tokens_per_step // c.data.seq_len)
+        return _my_micro_batches(rows, step, c, self.data, self.engine.rank, self.engine.world, self.mask_rate(step))
 
     def count(self, batch: dict) -> torch.Tensor:
         return (batch["labels"] != IGNORE_INDEX).sum()
@@ -155,9 +205,23 @@ class MLMTask:
         return LossTerms(loss_sum, {"accuracy": hits}, tokens=int(batch["attention_mask"].sum()))
 
     def after_step(self, step: int, final: bool) -> tuple[dict[str, float], bool]:
+        phase = phase_at(self.phases, step - 1)  # the phase of the step just taken
+        metrics = {}
+        if step % self.config.log_every == 0 or final:
+            metrics["train/mask_rate"] = self.mask_rate(step - 1)
+            metrics["train/phase"] = float(phase.index)
         if step % self.config.eval_every and not final:
-            return {}, False
-        return evaluate(self.engine.model, self.engine.accelerator, self.data, self.config), False
+            return metrics, False
+        return {**metrics, **self.evaluate(step)}, False
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        phase = phase_at(self.phases, max(step - 1, 0))
+        return evaluate(self.engine.model, self.engine.accelerator, self.data, phase.config)
+
+    def record(self) -> list[dict[str, Any]]:
+        """What each phase was set to and saw (the run manifest's and the card's phases)."""
+        done = self.engine.state.step
+        return [phase_record(p, s, done, self.data) for p, s in zip(self.phases, self.stream.streams)]
 
     def state_objects(self) -> list[Any]:
         return [self.stream]
@@ -173,31 +237,26 @@ def pretrain(
     from accelerate.utils import set_seed
 
     started = time.perf_counter()
+    config = with_decay_branch(config)
     engine = Engine(engine_settings(config, progress_bar))
+    first = plan(config)[0].config
     engine.set_accumulation(
-        micro_batches_for(config.tokens_per_step, config.data.seq_len, config.micro_batch_size, engine.world)
+        micro_batches_for(first.tokens_per_step, first.data.seq_len, first.micro_batch_size, engine.world)
     )
     set_seed(config.seed)
     data = open_training_data(config, engine.accelerator)
-    prepare_engine(engine, config, data.build_model(config))
-    stream = RowStream(
-        data.train,
-        data.train.lengths,
-        config.data.seq_len,
-        config.seed,
-        config.data.packing,
-        config.data.mixture,
-        long_docs=config.data.long_docs,
-    )
-    task = MLMTask(config, data, engine, stream)
-    fingerprint = {key: config.to_dict()[key] for key in RESUME_KEYS}
+    prepare_engine(engine, config, data.build_model(plan(config)[0].config))
+    task = MLMTask(config, data, engine)
+    fingerprint = resume_fingerprint(config)
     # uploads run on a thread of the main process: training never waits for the network
     pusher = BackgroundPusher(config.push_to, report=engine.print) if config.push_to and engine.is_main else None
     exports: list[Path] = []
 
     def step_end(step: int, metrics: dict[str, float]) -> None:
         if config.push_every and step % config.push_every == 0 and step < config.max_steps:
-            path = _export(engine, data, config, _facts(engine, config, data, metrics, started, False), "exports")
+            facts = _facts(engine, config, data, metrics, started, False)
+            facts.phases = task.record()
+            path = _export(engine, data, config, facts, "exports")
             if path is not None:
                 exports.append(path)
                 if pusher is not None:
@@ -208,8 +267,8 @@ def pretrain(
     try:
         last = engine.run(task, resume=resume, fingerprint=fingerprint, on_step_end=step_end)
         if "val/loss" not in last:  # nothing left to train (a finished run resumed): evaluate for the result
-            last.update(evaluate(engine.model, engine.accelerator, data, config))
-        result = _finish(engine, data, config, last, started)
+            last.update(task.evaluate(engine.state.step))
+        result = _finish(engine, data, config, last, started, task.record())
     except BaseException:
         if pusher is not None:
             pusher.close(timeout=0)  # the run failed: leave pending uploads, report nothing more
@@ -251,8 +310,9 @@ def _export(engine: Engine, data: TrainingData, config: PretrainConfig, facts: R
     return engine.export(build, target)
 
 
-def _my_micro_batches(rows, step: int, config: PretrainConfig, data: TrainingData, rank: int, world: int):
-    """This process's micro-batches of the step: masked, collated tensors."""
+def _my_micro_batches(rows, step: int, config: PretrainConfig, data: TrainingData, rank: int, world: int,
+                      rate: float):  # fmt: skip
+    """This process's micro-batches of the step: masked (``rate`` of the eligible tokens), collated tensors."""
     size = config.micro_batch_size
     chunks = [(c, rows[c * size : (c + 1) * size]) for c in range(len(rows) // size)]
     batches = []
@@ -267,7 +327,7 @@ def _my_micro_batches(rows, step: int, config: PretrainConfig, data: TrainingDat
                 mask_token_id=data.mask_id,
                 vocab_size=data.vocab_size,
                 special_ids=data.special_ids,
-                rate=config.data.mask_rate,
+                rate=rate,
                 scheme=config.data.mask_scheme,
                 generator=generator,
             )
@@ -294,6 +354,12 @@ def _mlm_sums(model, batch: dict, device) -> tuple[torch.Tensor, torch.Tensor, t
     return masked_lm_loss_sum(out.logits, targets), hits, selected.sum()
 
 
+def eval_mask_rate(config: PretrainConfig) -> float:
+    """The fixed rate validation masks with: ``data.eval_mask_rate``, else the rate the run ends at."""
+    data = config.data
+    return next(r for r in (data.eval_mask_rate, data.mask_rate_end, data.mask_rate) if r is not None)
+
+
 @torch.no_grad()
 def evaluate(model, accelerator, data: TrainingData, config: PretrainConfig) -> dict[str, float]:
     """MLM loss and accuracy on a fixed set of validation rows with fixed masks."""
@@ -308,7 +374,8 @@ def evaluate(model, accelerator, data: TrainingData, config: PretrainConfig) -> 
         long_docs=config.data.long_docs,
     )
     rows = stream.take(config.eval_batches * config.micro_batch_size)  # the same rows whatever the world size
-    batches = _my_micro_batches(rows, 0, config, data, accelerator.process_index, accelerator.num_processes)
+    rate = eval_mask_rate(config)
+    batches = _my_micro_batches(rows, 0, config, data, accelerator.process_index, accelerator.num_processes, rate)
     loss = torch.zeros((), device=accelerator.device)
     correct = torch.zeros((), device=accelerator.device)
     count = torch.zeros((), device=accelerator.device)
@@ -324,15 +391,19 @@ def evaluate(model, accelerator, data: TrainingData, config: PretrainConfig) -> 
 
 
 def _finish(
-    engine: Engine, data: TrainingData, config: PretrainConfig, last: dict[str, float], started: float
-) -> PretrainResult:
+    engine: Engine, data: TrainingData, config: PretrainConfig, last: dict[str, float], started: float,
+    phases: list[dict[str, Any]],
+) -> PretrainResult:  # fmt: skip
     output = Path(config.output)
+    if engine.is_main:  # the run manifest: what each phase was set to and saw
+        write_json(output / "phases.json", {"steps": engine.state.step, "tokens": engine.state.tokens, "phases": phases})
     curve = None
     if engine.is_main:  # the curve first: the final directory carries it beside its card
         curve = plot_loss_curve(
             output / "metrics.jsonl", output / "loss_curve.png", baseline=data.unigram_entropy
         )
     facts = _facts(engine, config, data, last, started, final=True)
+    facts.phases = phases
     final_dir = _export(engine, data, config, facts, "final", curve)
     engine.accelerator.wait_for_everyone()
     return PretrainResult(

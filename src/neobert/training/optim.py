@@ -15,7 +15,8 @@ from torch import nn
 
 from ..model.checks import BackendCheck, run_check, warn_fallback
 
-OPTIMIZERS = ("adamw", "adam")
+OPTIMIZERS = ("adamw", "adam", "muon")
+MUON_LR_ADJUSTMENTS = ("match_rms_adamw", "original")
 
 
 def _is_norm(module: nn.Module) -> bool:
@@ -60,8 +61,10 @@ def build_optimizer(
     weight_decay: float = 0.1,
     decay_norms_biases_embeddings: bool = False,
     fused: bool | None = None,
+    muon: dict | None = None,
 ) -> torch.optim.Optimizer:
-    """AdamW (NeoBERT) or Adam (the BERT baseline) over :func:`parameter_groups`.
+    """AdamW (NeoBERT) or Adam (the BERT baseline) over :func:`parameter_groups`; or ``name="muon"``: Muon
+    over the hidden 2-D weights and AdamW over the rest (:class:`MuonWithAdamW`, ``muon`` its Muon settings).
 
     AdamW decays weights directly (decoupled); Adam adds ``weight_decay * w`` to the gradient (an L2 penalty
     that the adaptive step rescales), so pass ``weight_decay=0`` for plain Adam. ``fused=True`` (the training
@@ -74,8 +77,85 @@ def build_optimizer(
     )
     if not groups:
         raise ValueError("the model has no trainable parameters")
+    if name == "muon":
+        return MuonWithAdamW.build(model, groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                   fused=fused, **(muon or {}))  # fmt: skip
     cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
     return cls(groups, lr=lr, betas=betas, eps=eps, fused=fused)
+
+
+def muon_parameter_ids(model: nn.Module) -> set[int]:
+    """The parameters Muon updates: every trainable 2-D weight except embeddings and the output layer (the
+    MLM decoder, or whatever ``get_output_embeddings`` names), whose rows are looked up or scored one token
+    at a time rather than applied as one linear map; norms and biases are 1-D and go to AdamW anyway."""
+    excluded: set[int] = set()
+    for module in model.modules():
+        if isinstance(module, nn.Embedding):
+            excluded.update(id(p) for p in module.parameters(recurse=False))
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if output is not None:
+        excluded.update(id(p) for p in output.parameters(recurse=False))
+    return {id(p) for p in model.parameters() if p.requires_grad and p.ndim == 2 and id(p) not in excluded}
+
+
+class MuonWithAdamW(torch.optim.Optimizer):
+    """Muon (torch.optim.Muon: momentum, then Newton-Schulz orthogonalisation of each matrix's update) for
+    the hidden 2-D weights, AdamW for the rest (embeddings, norms, biases, the output layer), stepped as one
+    optimizer: its ``param_groups`` are both optimizers' groups, so one learning-rate schedule drives both,
+    and its state dict holds both (a checkpoint resumes exactly).
+
+    With ``adjust_lr="match_rms_adamw"`` (the default) Muon scales each matrix's update to AdamW's typical
+    RMS (0.2 x sqrt(max(rows, cols))), so the two share the learning rate and the weight decay (Liu et al.
+    2025, "Muon is Scalable for LLM Training"); ``"original"`` is Keller Jordan's sqrt(max(1, rows/cols)),
+    which wants a larger learning rate than AdamW's.
+    """
+
+    def __init__(self, muon: torch.optim.Optimizer, adamw: torch.optim.Optimizer):
+        self.muon, self.adamw = muon, adamw
+        params = [p for opt in (muon, adamw) for g in opt.param_groups for p in g["params"]]
+        super().__init__(params, {"lr": adamw.defaults["lr"]})
+        self._link()
+
+    @classmethod
+    def build(cls, model: nn.Module, groups: list[dict], *, lr: float, betas, eps: float, weight_decay: float,
+              fused: bool | None = None, momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5,
+              adjust_lr: str = "match_rms_adamw") -> MuonWithAdamW:  # fmt: skip
+        if adjust_lr not in MUON_LR_ADJUSTMENTS:
+            raise ValueError(f"muon adjust_lr must be one of {', '.join(MUON_LR_ADJUSTMENTS)}; got {adjust_lr!r}")
+        matrices = muon_parameter_ids(model)
+        muon_group: dict[str, list] = {"params": [], "param_names": []}
+        rest = []
+        for group in groups:
+            kept = [(n, p) for n, p in zip(group["param_names"], group["params"]) if id(p) not in matrices]
+            muon_group["params"] += [p for p in group["params"] if id(p) in matrices]
+            muon_group["param_names"] += [n for n, p in zip(group["param_names"], group["params"]) if id(p) in matrices]
+            if kept:
+                rest.append({**group, "param_names": [n for n, _ in kept], "params": [p for _, p in kept]})
+        if not muon_group["params"]:
+            raise ValueError("Muon found no hidden 2-D weights in the model")
+        muon = torch.optim.Muon([muon_group], lr=lr, weight_decay=weight_decay, momentum=momentum,
+                                nesterov=nesterov, ns_steps=ns_steps, adjust_lr_fn=adjust_lr)  # fmt: skip
+        adamw = torch.optim.AdamW(rest, lr=lr, betas=betas, eps=eps, fused=fused)
+        return cls(muon, adamw)
+
+    def _link(self) -> None:
+        # the same group dicts as the inner optimizers', so a scheduler's lr reaches them
+        self.param_groups = self.muon.param_groups + self.adamw.param_groups
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        self.muon.step()
+        self.adamw.step()
+        return loss
+
+    def state_dict(self) -> dict:
+        return {"muon": self.muon.state_dict(), "adamw": self.adamw.state_dict()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.muon.load_state_dict(state_dict["muon"])
+        self.adamw.load_state_dict(state_dict["adamw"])
+        self._link()  # loading replaced the inner group dicts
 
 
 @functools.cache

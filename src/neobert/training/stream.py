@@ -39,6 +39,7 @@ class RowStream:
         mixture: dict[str, float] | None = None,
         block_docs: int = 2048,
         long_docs: str | None = None,  # None: split when packing, truncate when not
+        subsets: list[tuple[str, float, np.ndarray]] | None = None,  # (name, weight, document indices)
     ):
         if len(docs) == 0:
             raise ValueError("the training set holds no documents")
@@ -47,6 +48,11 @@ class RowStream:
         self.long_docs = long_docs or ("split" if packing else "truncate")
         self.block_docs = min(block_docs, len(docs))
         self.subsets: list[tuple[str, float, np.ndarray]] = []
+        for name, weight, members in subsets or []:
+            if weight > 0 and len(members) == 0:
+                raise ValueError(f"data source {name!r} has no documents")
+            if weight > 0:
+                self.subsets.append((name, weight, np.asarray(members)))
         if mixture:
             for name, weight in mixture.items():
                 members = np.flatnonzero(self.lengths >= subset_min_length(name))
@@ -57,12 +63,24 @@ class RowStream:
         self.position = StreamPosition()
         self._cached: tuple[int, list[PackedRow]] | None = None  # the current block's rows
 
+    def _subset_of(self, block: int) -> tuple[int, np.random.Generator]:
+        rng = np.random.default_rng([self.seed, block, 1])
+        weights = np.array([w for _, w, _ in self.subsets], dtype=np.float64)
+        return int(rng.choice(len(self.subsets), p=weights / weights.sum())), rng
+
+    def subset_counts(self) -> dict[str, int]:
+        """Blocks (of ``block_docs`` documents) drawn so far from each sub-set: what a mixture gave."""
+        counts = {name: 0 for name, _, _ in self.subsets}
+        drawn = self.position.block + (1 if self.position.row else 0)
+        for block in range(drawn if self.subsets else 0):
+            counts[self.subsets[self._subset_of(block)[0]][0]] += 1
+        return counts
+
     def block_documents(self, block: int) -> np.ndarray:
         """Indices of the documents of a block."""
         if self.subsets:
-            rng = np.random.default_rng([self.seed, block, 1])
-            weights = np.array([w for _, w, _ in self.subsets], dtype=np.float64)
-            _, _, members = self.subsets[rng.choice(len(self.subsets), p=weights / weights.sum())]
+            index, rng = self._subset_of(block)
+            members = self.subsets[index][2]
             return members[rng.integers(0, len(members), self.block_docs)]
         per_epoch = -(-len(self.docs) // self.block_docs)  # ceil
         epoch, index = divmod(block, per_epoch)
