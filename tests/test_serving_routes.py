@@ -71,3 +71,15 @@ def test_the_routes_package_holds_no_mutable_module_state():
     assert mutable == []
     assert "SERVICE_ROUTES" in assigned(routes.core)  # the scan reads the modules' own assignments
     assert isinstance(routes.tei.ROOT, MappingProxyType)
+
+
+def test_a_model_call_is_typed_named_and_merges_by_value():
+    from neobert.serving.tasks import Backend, ModelCall
+
+    a = ModelCall.of("embed", True, pooling="mean", normalize=True, side="right")
+    b = ModelCall.of("embed", side="right", normalize=True, pooling="mean")  # the same call, named otherwise
+    assert a == b and hash(a) == hash(b) and a.kwargs == {"pooling": "mean", "normalize": True, "side": "right"}
+    assert a != ModelCall.of("embed", False, pooling="mean", normalize=True, side="right")
+    assert a != ModelCall.of("embed", pooling="cls", normalize=True, side="right")
+    with pytest.raises(TypeError, match="a model call is a ModelCall, got tuple"):
+        Backend().call(("embed", True, "mean", True), ["a text"])

@@ -8,17 +8,16 @@ from __future__ import annotations
 import pytest
 
 from neobert.serving import threads
+from neobert.serving.tasks import ModelCall
 from neobert.serving.threads import (
     PROBE_TEXTS,
     THREADS_ENV,
     HttpCost,
     ThreadChoice,
     candidates,
-    choice_from_info,
     choose_threads,
     measure,
     pick,
-    thread_info,
     threads_for_call,
 )
 
@@ -250,11 +249,26 @@ def test_threads_for_call_pinned_shared_and_onnx_do_not_adapt(unpinned, monkeypa
     assert SMALL.adapts and NEOBERT.adapts
 
 
-def test_the_choice_crosses_the_process_boundary_through_info():
-    assert choice_from_info(thread_info(SMALL)) == SMALL
-    assert choice_from_info(thread_info(ThreadChoice(1, "pinned by --threads"))) == ThreadChoice(1, "pinned by --threads")
-    assert choice_from_info(thread_info(None)) is None
-    assert choice_from_info({"threads": 2, "threads_reason": "older model process"}).adapts is False
+def test_the_choice_crosses_the_process_boundary_inside_the_served_model():
+    """The model process sends its ServedModel as it is (pickled, as worker.py sends it): the choice comes
+    back whole, probe timings and cores included, and /info shows its count and reason."""
+    import json
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    from neobert.serving.schemas import InfoResponse
+    from neobert.serving.served import ServedModel
+
+    for choice in (SMALL, ThreadChoice(1, "pinned by --threads"), None):
+        model = ServedModel(head="base", serves=("embed",), model_type="neobert", dimensions=8, max_input_tokens=16,
+                            backend="torch", precision="fp32", prompts={"query": "query: "}, threads=choice)  # fmt: skip
+        back = pickle.loads(ForkingPickler.dumps(model))
+        assert back == model and back.threads == choice
+        info = json.loads(json.dumps(model.info()))  # plain JSON
+        assert info["threads"] == (choice and choice.threads) and info["threads_reason"] == (choice and choice.reason)
+        assert info["serves"] == ["embed"] and info["prompts"] == {"query": "query: "}
+        assert set(info) <= set(InfoResponse.model_fields)
+    assert pickle.loads(ForkingPickler.dumps(SMALL)).adapts and SMALL.timings_ms
 
 
 def test_http_cost_from_a_sequence_of_updates():
@@ -290,6 +304,7 @@ def fake_service(choice: ThreadChoice, **settings):
     import threading
 
     from neobert.serving import ServeConfig
+    from neobert.serving.served import ServedModel
     from neobert.serving.service import Service
 
     sent, release, entered = [], threading.Event(), threading.Event()
@@ -300,17 +315,17 @@ def fake_service(choice: ThreadChoice, **settings):
         release.wait(10)
         return [[0.0]] * len(texts), len(texts), {"long": 0, "truncated": 0}
 
-    info = {"head": "base", "serves": ["embed"], "dimensions": 1, "max_input_tokens": 8, "precision": "fp32",
-            "backend": settings.pop("backend", "torch"), **thread_info(choice)}  # fmt: skip
-    service = Service(ServeConfig(model="fake", **settings), info, call)
+    model = ServedModel(head="base", serves=("embed",), model_type="fake", dimensions=1, max_input_tokens=8,
+                        precision="fp32", backend=settings.pop("backend", "torch"), threads=choice)  # fmt: skip
+    service = Service(ServeConfig(model="fake", **settings), model, call)
     return service, sent, release, entered
 
 
 def burst(service, release, entered, waiting: int = 3) -> None:
     """One call held while ``waiting`` requests queue behind it, then all answered."""
-    first = service.submit(("embed",), ["a"])
+    first = service.submit(ModelCall.of("embed"), ["a"])
     assert entered.wait(10)
-    rest = [service.submit(("embed",), [f"t{i}"]) for i in range(waiting)]
+    rest = [service.submit(ModelCall.of("embed"), [f"t{i}"]) for i in range(waiting)]
     release.set()
     for future in (first, *rest):
         future.result(10)
@@ -340,7 +355,7 @@ def test_service_measures_its_cpu_per_text():
     try:
         assert service.http_ms_per_text is None and service.thread_state()["threads_under_load"] == 2
         for _ in range(3):
-            service.submit(("embed",), ["x"] * 4).result(10)
+            service.submit(ModelCall.of("embed"), ["x"] * 4).result(10)
         assert service.http_cost.updates == 3 and service.http_ms_per_text >= 0
         assert sent == [(2,)] * 3  # no backlog: the start-up choice, sent with each call
     finally:

@@ -41,7 +41,7 @@ def create_app(service: Any) -> FastAPI:
 
     def openapi() -> dict[str, Any]:  # FastAPI's schema, with this model's and these limits' bounds stated
         if app.openapi_schema is None:
-            app.openapi_schema = state_limits(FastAPI.openapi(app), limits, service.info)
+            app.openapi_schema = state_limits(FastAPI.openapi(app), limits, service.model)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

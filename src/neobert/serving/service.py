@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,16 +25,15 @@ from ..long_documents import LongDocuments
 from .batcher import Batcher
 from .config import API_KEY_ENV, ServeConfig
 from .metrics import ServiceMetrics
-from .tasks import TASKS, Backend, Done, pair_lengths, whole_texts
+from .served import ServedModel
+from .tasks import TASKS, Backend, Done, ModelCall, pair_lengths, whole_texts
 from .threads import (
     HttpCost,
     LoadMemory,
     ServingProbe,
     ThreadChoice,
     available_cores,
-    choice_from_info,
     choose_threads,
-    thread_info,
     threads_for_call,
 )
 from .worker import WorkerPool
@@ -44,7 +43,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class TorchBackend(Backend):
     """The PyTorch backend: a model loaded for inference (:func:`neobert.capabilities.load_for_inference`)
-    and the one function the queue calls, ``call(key, texts)`` (:class:`.tasks.Backend`), which runs the
+    and the one function the queue calls, ``call(model_call, texts)`` (:class:`.tasks.Backend`), which runs the
     task's function of :data:`.tasks.TASKS`."""
 
     config: ServeConfig
@@ -69,16 +68,16 @@ class TorchBackend(Backend):
         torch.set_num_threads(model.threads.threads)
         return model
 
-    def info(self) -> dict[str, Any]:
-        """What the model is and serves (plain data, so it crosses processes): its capabilities, the
-        backend, the precision and the threads chosen at start."""
+    def info(self) -> ServedModel:
+        """What the model is and serves (it crosses processes): its capabilities, the backend, the
+        precision and the threads chosen at start."""
         dtype = next(self.model.parameters()).dtype
-        return {**self.capabilities.info(), "backend": "torch", "mask_token": self.tokenizer.mask_token,
-                "vocab_size": self.text_tokenizer().get_vocab_size(),
-                "precision": "bf16" if dtype == torch.bfloat16 else "fp32", **thread_info(self.threads)}  # fmt: skip
+        return ServedModel.of(self.capabilities, backend="torch", mask_token=self.tokenizer.mask_token,
+                              vocab_size=self.text_tokenizer().get_vocab_size(), threads=self.threads,
+                              precision="bf16" if dtype == torch.bfloat16 else "fp32")  # fmt: skip
 
-    def run_task(self, name: str, texts: list[Any], options: list[Any]) -> Done:
-        return TASKS[name](self, texts, *options)
+    def run_task(self, name: str, texts: list[Any], options: dict[str, Any]) -> Done:
+        return TASKS[name](self, texts, **options)
 
     def lengths(self, texts: list[Any]) -> list[int]:
         return pair_lengths(self.tokenizer, texts)
@@ -91,14 +90,14 @@ class TorchBackend(Backend):
         return self._whole
 
 
-# call(key, texts[, threads]) -> (one result per text, tokens computed, {"long", "truncated"} counts); the
-# model processes' call also takes the torch threads to run on (Service.adaptive)
-CallFn = Callable[[Hashable, list[Any]], tuple[list[Any], int, dict[str, int]]]
+# call(model call, texts[, threads]) -> (one result per text, tokens computed, {"long", "truncated"} counts);
+# the model processes' call also takes the torch threads to run on (Service.adaptive)
+CallFn = Callable[[ModelCall, list[Any]], tuple[list[Any], int, dict[str, int]]]
 
 
 class Service:
     """What the HTTP layer talks to: the bounded queue in front of the model workers, the metrics and what
-    the model serves (``info``, from the model process). It holds no tokenizer: token counts come back
+    the model serves (``model``, a :class:`.served.ServedModel` from the model process). It holds no tokenizer: token counts come back
     from the model with the results.
 
     With the model in its own process, it measures this (HTTP) process's CPU per text answered
@@ -111,23 +110,22 @@ class Service:
     def __init__(
         self,
         config: ServeConfig,
-        info: dict[str, Any],
+        model: ServedModel,
         call: CallFn,
         close_workers: Callable[[], None] = lambda: None,
         alive: Callable[[], bool] = lambda: True,
     ):
-        self.config, self.info = config, info
-        self.head, self.tasks = info["head"], tuple(info["serves"])  # its head; the tasks (endpoints) it serves
-        self.hidden_size = int(info["dimensions"])
-        self.max_input_tokens = int(info["max_input_tokens"])
+        self.config, self.model = config, model
+        self.head, self.tasks = model.head, model.serves  # its head; the tasks (endpoints) it serves
+        self.hidden_size, self.max_input_tokens = model.dimensions, model.max_input_tokens
         self.api_key = config.api_key or os.environ.get(API_KEY_ENV) or None
         self._call, self._close_workers, self.alive = call, close_workers, alive
         self.pool: WorkerPool | None = None  # the model processes, where the model runs in processes
-        self.threads = choice_from_info(info)  # the model's start-up thread count and its probe
+        self.threads = model.threads  # the model's start-up thread count and its probe
         # this process's CPU per text answered, measured where the model runs elsewhere (in-process, the
         # model's own CPU would count)
         self.http_cost = HttpCost() if config.model_process else None
-        self.adaptive = bool(config.model_process and config.workers == 1 and info.get("backend") == "torch"
+        self.adaptive = bool(config.model_process and config.workers == 1 and model.backend == "torch"
                              and self.threads is not None and self.threads.adapts)  # fmt: skip
         self.cores = (self.threads.cores if self.threads is not None else None) or available_cores()
         self._cpu_mark, self._cost_lock = time.process_time(), threading.Lock()
@@ -154,7 +152,7 @@ class Service:
             load = TorchBackend.load
         if config.model_process:
             pool = WorkerPool(config, load)
-            service = cls(config, pool.info, pool.call, pool.close, pool.alive)
+            service = cls(config, pool.model, pool.call, pool.close, pool.alive)
             service.pool = pool
             service.metrics.restarts.set_function(lambda: pool.restarts)
             return service
@@ -163,27 +161,28 @@ class Service:
 
     def startup_line(self) -> str:
         """What ``neobert serve`` prints once the model is up: what is served, how, and the threads chosen."""
-        c, info = self.config, self.info
-        threads = f"{info.get('threads')} model thread(s): {info.get('threads_reason')}"
+        c, model = self.config, self.model
+        chosen = model.threads
+        threads = f"{chosen and chosen.threads} model thread(s): {chosen and chosen.reason}"
         if self.adaptive:
             threads += ("; while requests wait, per call the probed count that is fastest beside this "
                         "process's measured CPU per text")  # fmt: skip
         return (
-            f"serving {c.model} ({self.head} head: {', '.join(self.tasks)}; {info['backend']} "
-            f"{info['precision']}; {threads}) on http://{c.host}:{c.port}  (batching "
+            f"serving {c.model} ({self.head} head: {', '.join(self.tasks)}; {model.backend} "
+            f"{model.precision}; {threads}) on http://{c.host}:{c.port}  (batching "
             f"{'on' if c.batching else 'off'}, queue {c.max_queue}, long documents: {c.long_documents}, model "
             f"{'in its own process' if c.model_process else 'in this process'}, API key "
             f"{'required' if self.api_key else 'off'})"
         )
 
-    def run(self, key: Hashable, texts: list[Any]) -> tuple[list[Any], int]:
+    def run(self, call: ModelCall, texts: list[Any]) -> tuple[list[Any], int]:
         """One model call through the workers (on the threads :meth:`call_threads` picks, where they adapt),
         with the long-document counts, the thread count and this process's CPU per text recorded."""
         threads = self.call_threads(self.load.backlog(self.batcher.backlog()))
         if self.adaptive:
-            results, tokens, counts = self._call(key, texts, threads)
+            results, tokens, counts = self._call(call, texts, threads)
         else:
-            results, tokens, counts = self._call(key, texts)
+            results, tokens, counts = self._call(call, texts)
         self._answered(len(texts))
         self.metrics.calls_by_threads.labels("unknown" if threads is None else str(threads)).inc()
         if counts["long"]:
@@ -220,8 +219,9 @@ class Service:
             cpu, self._cpu_mark = now - self._cpu_mark, now
             self.http_cost.update(cpu, texts)
 
-    def submit(self, key: tuple, texts: list[Any], first: bool = False):
-        return self.batcher.submit(key, texts, first)
+    def submit(self, call: ModelCall, texts: list[Any], first: bool = False):
+        """``texts`` queued for ``call`` (ahead of the queue where ``first``): a future of their answers."""
+        return self.batcher.submit(call, texts, first)
 
     def close(self, timeout: float | None = None) -> None:
         """Finish every queued request, then stop the model workers."""

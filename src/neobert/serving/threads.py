@@ -39,6 +39,8 @@ from typing import Any
 
 import torch
 
+from .tasks import ModelCall
+
 THREADS_ENV = "NEOBERT_SERVE_THREADS"
 MARGIN = 1.2  # more threads are taken only when the probe runs at least this much faster with them
 MIN_ROUNDS, MAX_ROUNDS, BUDGET = 5, 15, 3.0  # interleaved timed rounds (after the warm-up): 5, more while < 3 s
@@ -174,7 +176,7 @@ class ServingProbe:
         self.texts = [PROBE_TEXT] * PROBE_TEXTS
         tasks = model.capabilities.tasks
         task = next((t for t in ("embed", "embed_sparse") if t in tasks), tasks[0])  # a SPLADE model: its vectors
-        self.key = (task, True, *(_probe_options(model, task)))
+        self.call = ModelCall.of(task, **_probe_options(model, task))
         if task == "fill-mask":
             self.texts = [f"{PROBE_TEXT} {model.tokenizer.mask_token}"] * PROBE_TEXTS
         elif task == "rerank":
@@ -183,32 +185,15 @@ class ServingProbe:
     def __call__(self, threads: int) -> float:
         torch.set_num_threads(threads)
         started = time.perf_counter()
-        self.model.call(self.key, self.texts)
+        self.model.call(self.call, self.texts)
         return time.perf_counter() - started
 
 
-def _probe_options(model: Any, task: str) -> tuple:
+def _probe_options(model: Any, task: str) -> dict[str, Any]:
     if task == "embed":
         spec = model.capabilities.embedding
-        return (spec.pooling, spec.normalize)
-    return (1,) if task == "fill-mask" else ()
-
-
-def thread_info(choice: ThreadChoice | None) -> dict[str, Any]:
-    """The ``/info`` fields of a choice, and what the HTTP process needs to rebuild it
-    (:func:`choice_from_info`)."""
-    if choice is None:
-        return {"threads": None, "threads_reason": None}
-    return {"threads": choice.threads, "threads_reason": choice.reason, "threads_timings_ms": choice.timings_ms,
-            "threads_cores": choice.cores}  # fmt: skip
-
-
-def choice_from_info(info: dict[str, Any]) -> ThreadChoice | None:
-    """The model process's choice, from its info (:func:`thread_info`)."""
-    if info.get("threads") is None:
-        return None
-    timings = {int(n): float(ms) for n, ms in (info.get("threads_timings_ms") or {}).items()}
-    return ThreadChoice(int(info["threads"]), str(info.get("threads_reason")), timings, info.get("threads_cores"))
+        return {"pooling": spec.pooling, "normalize": spec.normalize}
+    return {"top_k": 1} if task == "fill-mask" else {}
 
 
 def threads_for_call(choice: ThreadChoice, cores: int, backlog: int, http_ms_per_text: float | None) -> int:

@@ -25,7 +25,7 @@ from fastapi.security import HTTPBearer
 
 from ...capabilities import heads_offering
 from ..errors import MODEL_ERRORS, ServiceError, unicode_problem
-from ..tasks import COUNT, Refusal
+from ..tasks import COUNT, ModelCall, Refusal
 
 log = logging.getLogger(__name__)
 SERVICE_ROUTES = ("/info", "/health", "/metrics", "/v1/models")
@@ -103,13 +103,14 @@ class Routes:
         route.__doc__ = doc
         self.model_route(path, task, response_model)(route)
 
-    async def run(self, task: str, texts: list[Any], field: str, truncate: bool, *options: Any,
-                  noun: str = "text") -> list[tuple[Any, int]]:  # fmt: skip
-        """``texts`` through the queue to the model's ``task``: (value, tokens) per text; a text the model
-        refused (too long with ``truncate: false``, no mask to fill) is answered with its status."""
+    async def run(self, task: str, texts: list[Any], field: str, truncate: bool, noun: str = "text",
+                  **options: Any) -> list[tuple[Any, int]]:  # fmt: skip
+        """``texts`` through the queue to the model's ``task`` with its ``options`` (its function's keyword
+        arguments, :class:`..tasks.ModelCall`): (value, tokens) per text; a text the model refused (too long
+        with ``truncate: false``, no mask to fill) is answered with its status."""
         self.require(task)
         self.check_texts(texts, field)
-        future = self.service.submit((task, truncate, *options), texts)
+        future = self.service.submit(ModelCall.of(task, truncate, **options), texts)
         answers = await asyncio.wrap_future(future)
         for i, (value, _) in enumerate(answers):
             if isinstance(value, Refusal):
@@ -130,7 +131,7 @@ class Routes:
             return
         texts = [i for i, item in enumerate(items) if not isinstance(item, list)]
         if texts:
-            future = self.service.submit((COUNT, True), [items[i] for i in texts], first=True)
+            future = self.service.submit(ModelCall.of(COUNT), [items[i] for i in texts], first=True)
             for i, (length, _) in zip(texts, await asyncio.wrap_future(future)):
                 tokens[i] = min(length, window)
         size = sum(tokens) * per_token
@@ -143,7 +144,7 @@ class Routes:
         """404 for a task the model does not offer, with why where its head has it (``not_served``)."""
         if task not in self.service.tasks:
             heads = heads_offering(task)
-            why = (self.service.info.get("not_served") or {}).get(task) or (
+            why = self.service.model.not_served.get(task) or (
                 f"it needs a {' or '.join(heads)} head" if heads and self.service.head not in heads else None)
             raise ServiceError(404, f"this server's model ({self.service.head} head) does not serve {task}"
                                     f"{f' ({why})' if why else ''}; it serves {', '.join(self.service.tasks)}")  # fmt: skip
@@ -174,8 +175,8 @@ class Routes:
     def prompted(self, items: list[Any], prompt_name: str | None) -> list[Any]:
         """The texts with the named prompt before them (else the model's default prompt, as
         ``SentenceTransformer.encode``); token ids as given."""
-        prompts, name = self.service.info.get("prompts") or {}, prompt_name
-        name = name if name is not None else self.service.info.get("default_prompt_name")
+        prompts, name = self.service.model.prompts, prompt_name
+        name = name if name is not None else self.service.model.default_prompt_name
         if name is None:
             return items
         if name not in prompts:
@@ -202,7 +203,7 @@ class Routes:
         """A width the model was trained for (``/info``'s ``matryoshka_dims``) passes silently; another is
         served with a ``Warning`` header and one log line per width, or refused (422) with
         ``strict_dimensions``."""
-        trained = [int(d) for d in self.service.info.get("matryoshka_dims") or ()]
+        trained = list(self.service.model.matryoshka_dims)
         if dimensions in trained:
             return
         widths = (f"it was trained for {', '.join(map(str, trained))}" if trained
@@ -219,8 +220,8 @@ class Routes:
     async def vectors(self, items: list[Any], field: str, truncate: bool, normalize: bool,
                       dimensions: int | None = None, side: str = "right") -> tuple[np.ndarray, int]:  # fmt: skip
         """Embeddings of texts or token ids with the model's pooling, and the tokens they took."""
-        answers = await self.run("embed", items, field, truncate, self.service.info["pooling"], normalize,
-                                 side)  # fmt: skip
+        answers = await self.run("embed", items, field, truncate, pooling=self.service.model.pooling,
+                                 normalize=normalize, side=side)  # fmt: skip
         vectors = np.stack([vector for vector, _ in answers])
         return self.shortened(vectors, dimensions, normalize), sum(length for _, length in answers)
 
@@ -231,7 +232,7 @@ class Routes:
         self.check_text(query, "query", "the query")
         self.check_texts(documents, field)
         pairs = [(query, d) for d in documents]
-        answers = await self.run("rerank", pairs, field, truncate, raw, direction, noun="query + document")
+        answers = await self.run("rerank", pairs, field, truncate, noun="query + document", raw=raw, side=direction)
         return [score for score, _ in answers], sum(length for _, length in answers)
 
 

@@ -20,11 +20,11 @@ from .core import Routes, rerank_results
 async def embed(routes: Routes, request: EmbedRequest) -> Response:
     """``texts`` -> ``{"embeddings"}``, with the model's pooling and normalisation unless the request names
     them."""
-    info = routes.service.info
-    pooling = request.pooling or info["pooling"]
-    normalize = info["normalize"] if request.normalize is None else request.normalize
+    model = routes.service.model
+    pooling = request.pooling or model.pooling
+    normalize = model.normalize if request.normalize is None else request.normalize
     texts = routes.prompted(request.texts, None)  # the model's default prompt, as SentenceTransformer.encode
-    answers = await routes.run("embed", texts, "texts", request.truncate, pooling, normalize)
+    answers = await routes.run("embed", texts, "texts", request.truncate, pooling=pooling, normalize=normalize)
     return JSONResponse({"embeddings": [vector.tolist() for vector, _ in answers]})
 
 
@@ -53,6 +53,6 @@ def add(routes: Routes) -> None:
     @routes.model_route("/fill-mask", "fill-mask", FillMaskResponse)
     async def fill_mask(request: FillMaskRequest) -> Response:
         """The top_k tokens for every mask token of every text."""
-        answers = await routes.run("fill-mask", request.texts, "texts", request.truncate, request.top_k)
+        answers = await routes.run("fill-mask", request.texts, "texts", request.truncate, top_k=request.top_k)
         rows = [[[{"token": t, "score": p} for t, p, _ in mask] for mask in row] for row, _ in answers]
         return JSONResponse({"results": rows})

@@ -17,13 +17,13 @@ def info_body(routes: Routes) -> dict[str, Any]:
     """The one ``/info`` description: the model's (from the model process), the service's, and
     text-embeddings-inference's fields."""
     config, service = routes.config, routes.service
-    model = service.info
-    body = {**model, "model": config.model, "long_documents": config.long_documents,
+    model = service.model
+    body = {**model.info(), "model": config.model, "long_documents": config.long_documents,
             "limits": {name: getattr(config, name) for name in LIMITS},
             "auth": service.api_key is not None, **service.thread_state(),
             "model_id": config.model, "model_sha": None,
-            "model_dtype": {"bf16": "bfloat16", "fp32": "float32"}.get(model["precision"], model["precision"]),
-            "max_concurrent_requests": config.max_queue, "max_input_length": model["max_input_tokens"],
+            "model_dtype": {"bf16": "bfloat16", "fp32": "float32"}.get(model.precision, model.precision),
+            "max_concurrent_requests": config.max_queue, "max_input_length": model.max_input_tokens,
             "max_batch_tokens": config.max_batch_tokens, "max_batch_requests": config.max_batch_texts,
             "max_client_batch_size": config.max_texts, "auto_truncate": True, "tokenization_workers": None,
             "version": version("neobert")}  # fmt: skip

@@ -72,7 +72,7 @@ def add_embedding_routes(routes: Routes) -> None:
         await routes.check_answer("embed_all", items, "inputs", hidden * BYTES_PER_NUMBER[encoding],
                                   f"{hidden} numbers as {encoding} ({BYTES_PER_NUMBER[encoding]:.3g} bytes a number)")  # fmt: skip
         answers = await routes.run("embed_all", items, "inputs", request.truncate,
-                                   side(request.truncation_direction))  # fmt: skip
+                                   side=side(request.truncation_direction))  # fmt: skip
         return JSONResponse([encode_vector(states, encoding) for states, _ in answers])
 
     @routes.model_route("/embed_sparse", "embed_sparse", list[list[SparseValue]])
@@ -84,7 +84,8 @@ def add_embedding_routes(routes: Routes) -> None:
         a long input is cut to the model's window (``truncation_direction``), whatever the policy."""
         items = routes.prompted(as_items(request.inputs), request.prompt_name)
         answers = await routes.run("embed_sparse", items, "inputs", request.truncate,
-                                   side(request.truncation_direction), request.top_k, request.return_tokens)  # fmt: skip
+                                   side=side(request.truncation_direction), top_k=request.top_k,
+                                   tokens=request.return_tokens)  # fmt: skip
         return JSONResponse([row for row, _ in answers])
 
 
@@ -96,8 +97,8 @@ def add_predict_route(routes: Routes) -> None:
         ``[[text] | [text, text], ...]`` (or a list of other than two texts) -> a list per input."""
         items, single = predict_items(request.inputs)
         function = "none" if request.raw_scores else "auto"
-        answers = await routes.run("predict", items, "inputs", request.truncate, function,
-                                   side(request.truncation_direction))  # fmt: skip
+        answers = await routes.run("predict", items, "inputs", request.truncate, function=function,
+                                   side=side(request.truncation_direction))  # fmt: skip
         rows = [row for row, _ in answers]
         return JSONResponse(rows[0] if single else rows)
 
@@ -117,14 +118,14 @@ def add_tokenizer_routes(routes: Routes) -> None:
         """text-embeddings-inference's: each text's tokens (id, text, special, start, stop: a character span,
         end exclusive; None for special tokens), as the model's tokenizer makes them."""
         items = routes.prompted(as_items(request.inputs), request.prompt_name)
-        answers = await routes.run("tokenize", items, "inputs", True, request.add_special_tokens)
+        answers = await routes.run("tokenize", items, "inputs", True, add_special_tokens=request.add_special_tokens)
         return JSONResponse([row for row, _ in answers])
 
     @routes.model_route("/decode", "decode", list[str])
     async def decode(request: DecodeRequest) -> Response:
         """text-embeddings-inference's: the text of each list of token ids."""
         rows = [list(request.ids)] if not request.ids or isinstance(request.ids[0], int) else request.ids
-        answers = await routes.run("decode", rows, "ids", True, request.skip_special_tokens)
+        answers = await routes.run("decode", rows, "ids", True, skip_special_tokens=request.skip_special_tokens)
         return JSONResponse([text for text, _ in answers])
 
 
@@ -152,8 +153,9 @@ async def root_predict(routes: Routes, request: RootPredictRequest) -> Response:
     ``top_k``, ``function_to_apply``)."""
     texts, _ = text_inputs(request.inputs, pairs=True)
     parameters = request.parameters or Parameters()
-    answers = await routes.run("predict", texts, "inputs", request.truncate, parameters.function_to_apply or
-                               "auto", side(request.truncation_direction))  # fmt: skip
+    answers = await routes.run("predict", texts, "inputs", request.truncate,
+                               function=parameters.function_to_apply or "auto",
+                               side=side(request.truncation_direction))  # fmt: skip
     return JSONResponse([row[: parameters.top_k] for row, _ in answers])
 
 
@@ -164,11 +166,11 @@ async def root_fill_mask(routes: Routes, request: RootMaskedLMRequest) -> Respon
     ``prompt_name``, ``dimensions``), are embedded as TEI's ``/embed`` answers (a list of vectors): what
     ``InferenceClient.feature_extraction`` asks of a masked LM such as the released NeoBERT."""
     texts, single = text_inputs(request.inputs, pairs=False)
-    mask = routes.service.info["mask_token"]
+    mask = routes.service.model.mask_token
     if request.model_fields_set & set(EMBED_FIELDS) or not all(mask and mask in text for text in texts):
         return await embed(routes, request)
     top_k = (request.parameters.top_k if request.parameters else None) or 5
-    answers = await routes.run("fill-mask", texts, "inputs", request.truncate, top_k)
+    answers = await routes.run("fill-mask", texts, "inputs", request.truncate, top_k=top_k)
     rows = [[filled(text, candidates, mask) for candidates in row] for text, (row, _) in zip(texts, answers)]
     rows = [row[0] if len(row) == 1 else row for row in rows]
     return JSONResponse(rows[0] if single else rows)
