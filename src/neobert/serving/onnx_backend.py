@@ -40,7 +40,7 @@ from ..model.pooling import pool
 from .config import ServeConfig
 from .served import ServedModel
 from .tasks import Backend, Done, Refusal, whole_texts
-from .threads import ThreadChoice, fixed_threads
+from .threads import ThreadChoice, ThreadPolicy
 
 
 def is_onnx_export(model: str) -> bool:
@@ -83,7 +83,7 @@ class OnnxBackend(Backend):
                 f"--backend onnx serves a directory written by `neobert export onnx`; {config.model} holds no "
                 f"{CONFIG_FILE}"
             )
-        threads = fixed_threads(config.threads, "ONNX Runtime fixes a session's threads when it is made")
+        threads = ThreadPolicy.at_start(config, fixed="ONNX Runtime fixes a session's threads when it is made")
         encoder = OnnxEncoder(config.model, config.onnx_variant, threads=threads.threads)
         source = json.loads((Path(config.model) / "config.json").read_text(encoding="utf-8"))
         return cls(config, encoder, PretrainedConfig.from_dict(source), threads)

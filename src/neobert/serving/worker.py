@@ -35,6 +35,7 @@ from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING, Any
 
 from . import memory
+from .threads import set_threads
 
 if TYPE_CHECKING:
     from .tasks import ModelCall
@@ -70,7 +71,7 @@ def _main(fd: int) -> None:
         call, texts, threads = message
         try:
             if threads is not None:
-                _set_threads(threads)
+                set_threads(threads)
             data = ForkingPickler.dumps(("ok", *model.call(call, texts)))
         except Exception as err:
             traceback.print_exc()  # the server log (the child shares the parent's stderr)
@@ -80,14 +81,6 @@ def _main(fd: int) -> None:
         if len(data) >= memory.TRIM_BYTES and getattr(config, "release_memory", True):
             del data
             memory.release()
-
-
-def _set_threads(threads: int) -> None:
-    """The torch thread count for the next call (changed only when it differs: the call is per batch)."""
-    import torch
-
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
 
 
 class ModelProcess:

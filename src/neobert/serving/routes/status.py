@@ -20,7 +20,7 @@ def info_body(routes: Routes) -> dict[str, Any]:
     model = service.model
     body = {**model.info(), "model": config.model, "long_documents": config.long_documents,
             "limits": {name: getattr(config, name) for name in LIMITS},
-            "auth": service.api_key is not None, **service.thread_state(),
+            "auth": service.api_key is not None, **service.threads.state(),
             "model_id": config.model, "model_sha": None,
             "model_dtype": {"bf16": "bfloat16", "fp32": "float32"}.get(model.precision, model.precision),
             "max_concurrent_requests": config.max_queue, "max_input_length": model.max_input_tokens,
