@@ -50,7 +50,7 @@ def is_onnx_export(model: str) -> bool:
 
 @dataclass
 class OnnxBackend(Backend):
-    """An exported directory on ONNX Runtime and the one function the queue calls: ``call(key, texts)``
+    """An exported directory on ONNX Runtime and the one function the queue calls: ``call(model_call, texts)``
     (:class:`.tasks.Backend`); what it serves is :func:`neobert.capabilities.describe` of its source's
     config.json, its graph (a classifier graph outputs logits only) and no token types for pairs."""
 
