@@ -34,7 +34,7 @@ def budgeted(model_dir):
         run = srv.service.batcher._run
 
         def recorded(key, texts):
-            ran.append(key[0])
+            ran.append(key.task)
             return run(key, texts)
 
         srv.service.batcher._run = recorded

@@ -99,7 +99,7 @@ def test_a_splade_model_measures_its_threads_on_its_sparse_vectors(splade_dir):
     from neobert.serving.threads import ServingProbe
 
     model = TorchBackend.load(ServeConfig(model=str(splade_dir[1]), precision="fp32"))  # threads 0: measured
-    assert ServingProbe(model).key[0] == "embed_sparse" and model.threads.threads >= 1
+    assert ServingProbe(model).call.task == "embed_sparse" and model.threads.threads >= 1
     with pytest.raises(ValueError, match="masked-LM head"):
         TorchBackend.load(ServeConfig(model=str(splade_dir[1]), precision="fp32", head="base", threads=1))
 

@@ -8,17 +8,16 @@ from __future__ import annotations
 import pytest
 
 from neobert.serving import threads
+from neobert.serving.tasks import ModelCall
 from neobert.serving.threads import (
     PROBE_TEXTS,
     THREADS_ENV,
     HttpCost,
     ThreadChoice,
     candidates,
-    choice_from_info,
     choose_threads,
     measure,
     pick,
-    thread_info,
     threads_for_call,
 )
 
@@ -250,11 +249,26 @@ def test_threads_for_call_pinned_shared_and_onnx_do_not_adapt(unpinned, monkeypa
     assert SMALL.adapts and NEOBERT.adapts
 
 
-def test_the_choice_crosses_the_process_boundary_through_info():
-    assert choice_from_info(thread_info(SMALL)) == SMALL
-    assert choice_from_info(thread_info(ThreadChoice(1, "pinned by --threads"))) == ThreadChoice(1, "pinned by --threads")
-    assert choice_from_info(thread_info(None)) is None
-    assert choice_from_info({"threads": 2, "threads_reason": "older model process"}).adapts is False
+def test_the_choice_crosses_the_process_boundary_inside_the_served_model():
+    """The model process sends its ServedModel as it is (pickled, as worker.py sends it): the choice comes
+    back whole, probe timings and cores included, and /info shows its count and reason."""
+    import json
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    from neobert.serving.schemas import InfoResponse
+    from neobert.serving.served import ServedModel
+
+    for choice in (SMALL, ThreadChoice(1, "pinned by --threads"), None):
+        model = ServedModel(head="base", serves=("embed",), model_type="neobert", dimensions=8, max_input_tokens=16,
+                            backend="torch", precision="fp32", prompts={"query": "query: "}, threads=choice)  # fmt: skip
+        back = pickle.loads(ForkingPickler.dumps(model))
+        assert back == model and back.threads == choice
+        info = json.loads(json.dumps(model.info()))  # plain JSON
+        assert info["threads"] == (choice and choice.threads) and info["threads_reason"] == (choice and choice.reason)
+        assert info["serves"] == ["embed"] and info["prompts"] == {"query": "query: "}
+        assert set(info) <= set(InfoResponse.model_fields)
+    assert pickle.loads(ForkingPickler.dumps(SMALL)).adapts and SMALL.timings_ms
 
 
 def test_http_cost_from_a_sequence_of_updates():
@@ -290,6 +304,7 @@ def fake_service(choice: ThreadChoice, **settings):
     import threading
 
     from neobert.serving import ServeConfig
+    from neobert.serving.served import ServedModel
     from neobert.serving.service import Service
 
     sent, release, entered = [], threading.Event(), threading.Event()
@@ -300,17 +315,17 @@ def fake_service(choice: ThreadChoice, **settings):
         release.wait(10)
         return [[0.0]] * len(texts), len(texts), {"long": 0, "truncated": 0}
 
-    info = {"head": "base", "serves": ["embed"], "dimensions": 1, "max_input_tokens": 8, "precision": "fp32",
-            "backend": settings.pop("backend", "torch"), **thread_info(choice)}  # fmt: skip
-    service = Service(ServeConfig(model="fake", **settings), info, call)
+    model = ServedModel(head="base", serves=("embed",), model_type="fake", dimensions=1, max_input_tokens=8,
+                        precision="fp32", backend=settings.pop("backend", "torch"), threads=choice)  # fmt: skip
+    service = Service(ServeConfig(model="fake", **settings), model, call)
     return service, sent, release, entered
 
 
 def burst(service, release, entered, waiting: int = 3) -> None:
     """One call held while ``waiting`` requests queue behind it, then all answered."""
-    first = service.submit(("embed",), ["a"])
+    first = service.submit(ModelCall.of("embed"), ["a"])
     assert entered.wait(10)
-    rest = [service.submit(("embed",), [f"t{i}"]) for i in range(waiting)]
+    rest = [service.submit(ModelCall.of("embed"), [f"t{i}"]) for i in range(waiting)]
     release.set()
     for future in (first, *rest):
         future.result(10)
@@ -320,15 +335,15 @@ def test_service_sends_each_call_its_count_from_the_backlog():
     """One request alone runs on the start-up choice; the three that queued behind it were taken with a
     backlog (2 others waiting) and run on one thread, the small preset's answer with h = 1 ms."""
     service, sent, release, entered = fake_service(SMALL)
-    service.http_cost = FixedCost(1.0)
+    service.threads.http_cost = FixedCost(1.0)
     try:
-        assert service.adaptive and service.cores == 2
+        assert service.threads.adaptive and service.threads.cores == 2
         burst(service, release, entered)
         assert sent == [(2,), (1,)]  # the three waiting requests merged into one call
         counts = {s.labels["threads"]: s.value for m in service.metrics.registry.collect()
                   if m.name == "neobert_model_calls" for s in m.samples if s.name.endswith("_total")}  # fmt: skip
         assert counts == {"2": 1.0, "1": 1.0}
-        assert service.thread_state() == {"threads_under_load": 1, "http_ms_per_text": 1.0}
+        assert service.threads.state() == {"threads_under_load": 1, "http_ms_per_text": 1.0}
         assert "while requests wait, per call" in service.startup_line()
     finally:
         service.close(10)
@@ -338,10 +353,10 @@ def test_service_measures_its_cpu_per_text():
     service, sent, release, _ = fake_service(NEOBERT)
     release.set()
     try:
-        assert service.http_ms_per_text is None and service.thread_state()["threads_under_load"] == 2
+        assert service.threads.http_ms_per_text is None and service.threads.state()["threads_under_load"] == 2
         for _ in range(3):
-            service.submit(("embed",), ["x"] * 4).result(10)
-        assert service.http_cost.updates == 3 and service.http_ms_per_text >= 0
+            service.submit(ModelCall.of("embed"), ["x"] * 4).result(10)
+        assert service.threads.http_cost.updates == 3 and service.threads.http_ms_per_text >= 0
         assert sent == [(2,)] * 3  # no backlog: the start-up choice, sent with each call
     finally:
         service.close(10)
@@ -355,17 +370,17 @@ def test_service_does_not_adapt_pinned_shared_onnx_or_in_process(settings, why):
     pinned = settings.get("threads")
     choice = ThreadChoice(2, "pinned by --threads") if pinned else SMALL
     service, sent, release, entered = fake_service(choice, **settings)
-    if service.http_cost is not None:
-        service.http_cost = FixedCost(1.0)
+    if service.threads.http_cost is not None:
+        service.threads.http_cost = FixedCost(1.0)
     try:
-        assert not service.adaptive, why
+        assert not service.threads.adaptive, why
         burst(service, release, entered)
         assert all(threads == () for threads in sent)  # the call as before, no count sent
-        assert service.thread_state()["threads_under_load"] == 2
+        assert service.threads.state()["threads_under_load"] == 2
         assert "while requests wait" not in service.startup_line()
     finally:
         service.close(10)
-    assert (service.http_cost is None) == (why == "in-process")
+    assert (service.threads.http_cost is None) == (why == "in-process")
 
 
 def test_a_real_server_counts_its_calls_by_thread_count(unpinned, model_dir):
@@ -406,7 +421,7 @@ def test_a_real_server_counts_its_calls_by_thread_count(unpinned, model_dir):
     assert set(counts) <= set(candidates(cores))
     assert info["http_ms_per_text"] is not None and info["http_ms_per_text"] >= 0  # measured after 2+ calls
     assert info["threads_under_load"] in candidates(cores)
-    assert service.adaptive == info["threads_reason"].startswith("measured at start")
+    assert service.threads.adaptive == info["threads_reason"].startswith("measured at start")
 
 
 def test_a_backlog_is_remembered_for_a_while_so_the_count_does_not_flap():
@@ -421,3 +436,33 @@ def test_a_backlog_is_remembered_for_a_while_so_the_count_does_not_flap():
     now[0] += 0.6
     assert memory.backlog(0) == 0  # empty for longer than the hold
     assert memory.backlog(1) == 1
+
+
+def test_one_thread_policy_sets_torch_threads_in_one_place(unpinned):
+    """torch.set_num_threads is called in serving by threads.set_threads only; ThreadPolicy.at_start sets the
+    count it chose (pinned here; measured ones are forced above), and a backend's fixed count is pinned or
+    all cores but one without measuring."""
+    import ast
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import torch
+
+    from neobert.serving.threads import ThreadPolicy
+
+    serving = Path(threads.__file__).parent
+    setters = sorted(f"{path.relative_to(serving)}:{node.lineno}" for path in serving.rglob("*.py")
+                     for node in ast.walk(ast.parse(path.read_text()))
+                     if isinstance(node, ast.Attribute) and node.attr == "set_num_threads")  # fmt: skip
+    assert len(setters) == 1 and setters[0].startswith("threads.py:")
+    before = torch.get_num_threads()
+    try:
+        config = SimpleNamespace(threads=1, workers=1, model_process=True)
+        never = fake_probe({})  # a pinned count never probes
+        assert ThreadPolicy.at_start(config, never) == ThreadChoice(1, "pinned by --threads") and not never.calls
+        assert torch.get_num_threads() == 1
+        unset = SimpleNamespace(threads=0, workers=1, model_process=True)
+        fixed = ThreadPolicy.at_start(unset, fixed="a backend's reason")
+        assert fixed.threads == max(1, threads.available_cores() - 1) and "a backend's reason" in fixed.reason
+    finally:
+        torch.set_num_threads(before)

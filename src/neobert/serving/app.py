@@ -1,5 +1,5 @@
 """The HTTP side of ``neobert serve``: a FastAPI app over a :class:`~neobert.serving.service.Service`,
-put together from its parts: :mod:`.routes` (one small function per endpoint), :mod:`.schemas` (requests
+put together from its parts: :mod:`.routes` (one module per dialect over a shared core, one small function per endpoint), :mod:`.schemas` (requests
 and responses, the OpenAPI schema), :mod:`.errors` (OpenAI-shaped errors and their mapping) and
 :mod:`.middleware` (API key, paced refusals, body limit, metrics). The model runs behind the queue
 (:mod:`.tasks` in the model process); nothing here tokenizes.
@@ -15,7 +15,7 @@ from fastapi import FastAPI
 
 from .errors import add_error_handlers
 from .middleware import Guard
-from .routes import LIMITS, MODEL_ROUTES, SERVICE_ROUTES, add_routes
+from .routes import LIMITS, SERVICE_ROUTES, add_routes
 from .schemas import state_limits
 
 
@@ -36,16 +36,16 @@ def create_app(service: Any) -> FastAPI:
         docs_url="/docs",
         redoc_url=None,
     )
-    add_routes(app, service)
+    app.state.model_routes = model_routes = add_routes(app, service)  # this app's own: path -> its task
     limits = {name: getattr(service.config, name) for name in LIMITS}
 
     def openapi() -> dict[str, Any]:  # FastAPI's schema, with this model's and these limits' bounds stated
         if app.openapi_schema is None:
-            app.openapi_schema = state_limits(FastAPI.openapi(app), limits, service.info)
+            app.openapi_schema = state_limits(FastAPI.openapi(app), limits, service.model)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
     add_error_handlers(app, service)
-    app.add_middleware(Guard, service=service, model_paths=dict(MODEL_ROUTES),
-                       paths=(*MODEL_ROUTES, *SERVICE_ROUTES))  # fmt: skip
+    app.add_middleware(Guard, service=service, model_paths=dict(model_routes),
+                       paths=(*model_routes, *SERVICE_ROUTES))  # fmt: skip
     return app

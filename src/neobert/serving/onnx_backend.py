@@ -38,8 +38,9 @@ from ..inference import classifier_rows, label_scores, relevance, token_batches
 from ..long_documents import LongReport
 from ..model.pooling import pool
 from .config import ServeConfig
+from .served import ServedModel
 from .tasks import Backend, Done, Refusal, whole_texts
-from .threads import ThreadChoice, fixed_threads, thread_info
+from .threads import ThreadChoice, ThreadPolicy
 
 
 def is_onnx_export(model: str) -> bool:
@@ -49,7 +50,7 @@ def is_onnx_export(model: str) -> bool:
 
 @dataclass
 class OnnxBackend(Backend):
-    """An exported directory on ONNX Runtime and the one function the queue calls: ``call(key, texts)``
+    """An exported directory on ONNX Runtime and the one function the queue calls: ``call(model_call, texts)``
     (:class:`.tasks.Backend`); what it serves is :func:`neobert.capabilities.describe` of its source's
     config.json, its graph (a classifier graph outputs logits only) and no token types for pairs."""
 
@@ -82,16 +83,16 @@ class OnnxBackend(Backend):
                 f"--backend onnx serves a directory written by `neobert export onnx`; {config.model} holds no "
                 f"{CONFIG_FILE}"
             )
-        threads = fixed_threads(config.threads, "ONNX Runtime fixes a session's threads when it is made")
+        threads = ThreadPolicy.at_start(config, fixed="ONNX Runtime fixes a session's threads when it is made")
         encoder = OnnxEncoder(config.model, config.onnx_variant, threads=threads.threads)
         source = json.loads((Path(config.model) / "config.json").read_text(encoding="utf-8"))
         return cls(config, encoder, PretrainedConfig.from_dict(source), threads)
 
-    def info(self) -> dict[str, Any]:
-        """What the export is and serves (plain data, so it crosses processes)."""
-        mask = self.encoder.config.get("mask_token")
-        return {**self.capabilities.info(), "backend": "onnx", "precision": self.encoder.variant,
-                "mask_token": mask, "vocab_size": self._counter.get_vocab_size(), **thread_info(self.threads)}  # fmt: skip
+    def info(self) -> ServedModel:
+        """What the export is and serves (it crosses processes)."""
+        return ServedModel.of(self.capabilities, backend="onnx", precision=self.encoder.variant,
+                              mask_token=self.encoder.config.get("mask_token"),
+                              vocab_size=self._counter.get_vocab_size(), threads=self.threads)  # fmt: skip
 
     def lengths(self, texts: list[Any]) -> list[int]:
         with self._lock:
@@ -101,9 +102,9 @@ class OnnxBackend(Backend):
     def text_tokenizer(self) -> Any:
         return self._counter
 
-    def run_task(self, name: str, texts: list[Any], options: list[Any]) -> Done:
+    def run_task(self, name: str, texts: list[Any], options: dict[str, Any]) -> Done:
         """One model call on texts the graph may cut at its max_length (counted as long and truncated)."""
-        if "left" in options:
+        if options.get("side") == "left":
             refusal = Refusal(422, "{noun} {i}: truncation_direction Left needs the PyTorch backend")
             return Done([refusal] * len(texts), self.lengths(texts))
         if any(isinstance(t, list) for t in texts):  # token ids: refused one by one, the rest answered
@@ -132,17 +133,16 @@ class OnnxBackend(Backend):
         return Done(results, lengths, report, report.tokens)
 
     def _results(
-        self, task: str, options: list[Any], outputs: list[np.ndarray], mask: np.ndarray
+        self, task: str, options: dict[str, Any], outputs: list[np.ndarray], mask: np.ndarray
     ) -> list[Any]:
         if task == "embed":
-            pooling, normalize = options[:2]
-            return list(self._vectors(outputs, mask, pooling, normalize))
+            return list(self._vectors(outputs, mask, options["pooling"], options["normalize"]))
         if task == "classify":
             return classifier_rows(outputs[0], self.transformers_config)
         if task == "predict":
-            return label_scores(outputs[0], self.transformers_config, options[0] if options else "auto")
+            return label_scores(outputs[0], self.transformers_config, options.get("function", "auto"))
         if task == "rerank":
-            return [relevance(row, bool(options and options[0])) for row in outputs[0]]
+            return [relevance(row, bool(options.get("raw"))) for row in outputs[0]]
         raise ValueError(f"the ONNX backend has no task {task!r}")
 
     def _vectors(

@@ -453,57 +453,59 @@ TEXT_FIELDS = ("texts", "inputs", "input", "documents", "query", "ids", "text")
 REQUESTS_WITH_TEXTS = ("Request", "RerankDocumentIn")
 
 
-def state_limits(openapi: dict[str, Any], limits: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
+def state_limits(openapi: dict[str, Any], limits: dict[str, Any], model: Any) -> dict[str, Any]:
     """``openapi`` (FastAPI's) with what this server's model and limits accept stated: texts per request
     (``max_texts``) and characters per text (``max_chars``; token ids per text alike), token ids below the
     vocabulary, ``dimensions`` up to the model's, the prompt names it has, and the mask token a fill-mask
-    text must hold. A client generated from it is refused nothing the schema allows."""
+    text must hold (``model``: the :class:`.served.ServedModel`). A client generated from it is refused
+    nothing the schema allows."""
     models = openapi.get("components", {}).get("schemas", {})
     openapi.setdefault("info", {})["x-limits"] = dict(limits)
-    for name, model in models.items():
+    for name, schema in models.items():
         if not name.endswith(REQUESTS_WITH_TEXTS):
             continue
-        for field, prop in model.get("properties", {}).items():
+        for field, prop in schema.get("properties", {}).items():
             if field in TEXT_FIELDS:
-                _bound(prop, limits, info, outer=True)
-                if name == "FillMaskRequest" and info.get("mask_token"):
-                    _pattern(prop, re.escape(info["mask_token"]))
+                _bound(prop, limits, model.vocab_size, outer=True)
+                if name == "FillMaskRequest" and model.mask_token:
+                    _pattern(prop, re.escape(model.mask_token))
             elif field == "dimensions":
-                _each(prop, "integer", lambda n: n.update(maximum=info["dimensions"]))
+                _each(prop, "integer", lambda n: n.update(maximum=model.dimensions))
             elif field == "encoding_format" and name == "TEIEmbedAllRequest":
-                model["description"] = answer_budget(limits, info)
+                schema["description"] = answer_budget(limits, model.dimensions)
             elif field == "prompt_name":
-                prompts = sorted(info.get("prompts") or {})
+                prompts = sorted(model.prompts)
                 prop.pop("anyOf", None)
                 prop["anyOf"] = [{"type": "string", "enum": prompts}, {"type": "null"}] if prompts else [
                     {"type": "null"}]  # fmt: skip
     return openapi
 
 
-def answer_budget(limits: dict[str, Any], info: dict[str, Any]) -> str:
-    """What the schema says of the answer budget (``max_answer_bytes``) of a request for token states."""
-    budget, hidden = limits["max_answer_bytes"], info["dimensions"]
+def answer_budget(limits: dict[str, Any], hidden: int) -> str:
+    """What the schema says of the answer budget (``max_answer_bytes``) of a request for token states of
+    ``hidden`` numbers each."""
+    budget = limits["max_answer_bytes"]
     tokens = ", ".join(f"{budget // (hidden * per):,.0f} tokens as {name}" for name, per in BYTES_PER_NUMBER.items())
     return (f"The answer holds {hidden} numbers per token of the inputs (each cut to the window) and must stay "
             f"within {budget:,} bytes (max_answer_bytes; 413 before the model runs): at most {tokens} "
             "(20, 16/3 and 8/3 bytes a number).")  # fmt: skip
 
 
-def _bound(node: dict[str, Any], limits: dict[str, Any], info: dict[str, Any], outer: bool) -> None:
+def _bound(node: dict[str, Any], limits: dict[str, Any], vocab_size: int | None, outer: bool) -> None:
     for option in node.get("anyOf", []):
-        _bound(option, limits, info, outer)
+        _bound(option, limits, vocab_size, outer)
     kind = node.get("type")
     if kind == "string":
         node["maxLength"] = limits["max_chars"]
-    elif kind == "integer" and info.get("vocab_size"):
-        node["maximum"] = int(info["vocab_size"]) - 1
+    elif kind == "integer" and vocab_size:
+        node["maximum"] = int(vocab_size) - 1
     elif kind == "array":
         items = node.get("items", {})
         if items.get("type") == "integer":
             node["maxItems"] = limits["max_chars"]  # one text's token ids
         elif outer:
             node["maxItems"] = limits["max_texts"]
-        _bound(items, limits, info, outer=False)
+        _bound(items, limits, vocab_size, outer=False)
 
 
 def _each(node: dict[str, Any], kind: str, change: Any) -> None:

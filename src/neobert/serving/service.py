@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
-import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,18 +23,9 @@ from ..long_documents import LongDocuments
 from .batcher import Batcher
 from .config import API_KEY_ENV, ServeConfig
 from .metrics import ServiceMetrics
-from .tasks import TASKS, Backend, Done, pair_lengths, whole_texts
-from .threads import (
-    HttpCost,
-    LoadMemory,
-    ServingProbe,
-    ThreadChoice,
-    available_cores,
-    choice_from_info,
-    choose_threads,
-    thread_info,
-    threads_for_call,
-)
+from .served import ServedModel
+from .tasks import TASKS, Backend, Done, ModelCall, pair_lengths, whole_texts
+from .threads import ServingProbe, ThreadChoice, ThreadPolicy
 from .worker import WorkerPool
 
 log = logging.getLogger(__name__)
@@ -44,7 +33,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class TorchBackend(Backend):
     """The PyTorch backend: a model loaded for inference (:func:`neobert.capabilities.load_for_inference`)
-    and the one function the queue calls, ``call(key, texts)`` (:class:`.tasks.Backend`), which runs the
+    and the one function the queue calls, ``call(model_call, texts)`` (:class:`.tasks.Backend`), which runs the
     task's function of :data:`.tasks.TASKS`."""
 
     config: ServeConfig
@@ -63,22 +52,20 @@ class TorchBackend(Backend):
     def load(cls, config: ServeConfig) -> TorchBackend:
         loaded = load_for_inference(config.model, config.tokenizer, config.head, config.precision, config.sparse)
         model = cls(config, loaded)
-        workers = config.workers if config.model_process else 1
         key = (config.model, config.precision, loaded.capabilities.head)
-        model.threads = choose_threads(config.threads, ServingProbe(model), workers=workers, key=key)
-        torch.set_num_threads(model.threads.threads)
+        model.threads = ThreadPolicy.at_start(config, ServingProbe(model), key=key)
         return model
 
-    def info(self) -> dict[str, Any]:
-        """What the model is and serves (plain data, so it crosses processes): its capabilities, the
-        backend, the precision and the threads chosen at start."""
+    def info(self) -> ServedModel:
+        """What the model is and serves (it crosses processes): its capabilities, the backend, the
+        precision and the threads chosen at start."""
         dtype = next(self.model.parameters()).dtype
-        return {**self.capabilities.info(), "backend": "torch", "mask_token": self.tokenizer.mask_token,
-                "vocab_size": self.text_tokenizer().get_vocab_size(),
-                "precision": "bf16" if dtype == torch.bfloat16 else "fp32", **thread_info(self.threads)}  # fmt: skip
+        return ServedModel.of(self.capabilities, backend="torch", mask_token=self.tokenizer.mask_token,
+                              vocab_size=self.text_tokenizer().get_vocab_size(), threads=self.threads,
+                              precision="bf16" if dtype == torch.bfloat16 else "fp32")  # fmt: skip
 
-    def run_task(self, name: str, texts: list[Any], options: list[Any]) -> Done:
-        return TASKS[name](self, texts, *options)
+    def run_task(self, name: str, texts: list[Any], options: dict[str, Any]) -> Done:
+        return TASKS[name](self, texts, **options)
 
     def lengths(self, texts: list[Any]) -> list[int]:
         return pair_lengths(self.tokenizer, texts)
@@ -91,47 +78,37 @@ class TorchBackend(Backend):
         return self._whole
 
 
-# call(key, texts[, threads]) -> (one result per text, tokens computed, {"long", "truncated"} counts); the
-# model processes' call also takes the torch threads to run on (Service.adaptive)
-CallFn = Callable[[Hashable, list[Any]], tuple[list[Any], int, dict[str, int]]]
+# call(model call, texts[, threads]) -> (one result per text, tokens computed, {"long", "truncated"} counts);
+# the model processes' call also takes the torch threads to run on (ThreadPolicy.adaptive)
+CallFn = Callable[[ModelCall, list[Any]], tuple[list[Any], int, dict[str, int]]]
 
 
 class Service:
     """What the HTTP layer talks to: the bounded queue in front of the model workers, the metrics and what
-    the model serves (``info``, from the model process). It holds no tokenizer: token counts come back
-    from the model with the results.
+    the model serves (``model``, a :class:`.served.ServedModel` from the model process). It holds no
+    tokenizer: token counts come back from the model with the results.
 
-    With the model in its own process, it measures this (HTTP) process's CPU per text answered
-    (``http_cost``) and, where the start-up thread count was measured (``threads.adapts``: one model
-    process, torch, not pinned), sends each model call the count :func:`.threads.threads_for_call` picks
-    for it: the start-up choice with no request waiting, the cheapest probed count beside the HTTP work
-    under a backlog. ``neobert_model_calls{threads}`` counts the calls by the count they ran on.
+    Each model call runs on the count its :class:`.threads.ThreadPolicy` (``threads``) picks: the start-up
+    choice with no request waiting; under a backlog, where the count adapts (one torch model process, a
+    measured choice), the cheapest probed count beside this process's measured CPU per text.
+    ``neobert_model_calls{threads}`` counts the calls by the count they ran on.
     """
 
     def __init__(
         self,
         config: ServeConfig,
-        info: dict[str, Any],
+        model: ServedModel,
         call: CallFn,
         close_workers: Callable[[], None] = lambda: None,
         alive: Callable[[], bool] = lambda: True,
     ):
-        self.config, self.info = config, info
-        self.head, self.tasks = info["head"], tuple(info["serves"])  # its head; the tasks (endpoints) it serves
-        self.hidden_size = int(info["dimensions"])
-        self.max_input_tokens = int(info["max_input_tokens"])
+        self.config, self.model = config, model
+        self.head, self.tasks = model.head, model.serves  # its head; the tasks (endpoints) it serves
+        self.hidden_size, self.max_input_tokens = model.dimensions, model.max_input_tokens
         self.api_key = config.api_key or os.environ.get(API_KEY_ENV) or None
         self._call, self._close_workers, self.alive = call, close_workers, alive
         self.pool: WorkerPool | None = None  # the model processes, where the model runs in processes
-        self.threads = choice_from_info(info)  # the model's start-up thread count and its probe
-        # this process's CPU per text answered, measured where the model runs elsewhere (in-process, the
-        # model's own CPU would count)
-        self.http_cost = HttpCost() if config.model_process else None
-        self.adaptive = bool(config.model_process and config.workers == 1 and info.get("backend") == "torch"
-                             and self.threads is not None and self.threads.adapts)  # fmt: skip
-        self.cores = (self.threads.cores if self.threads is not None else None) or available_cores()
-        self._cpu_mark, self._cost_lock = time.process_time(), threading.Lock()
-        self.load = LoadMemory()  # a backlog holds the count for load a while (no flapping)
+        self.threads = ThreadPolicy.serving(config, model)  # the model's threads per call
         self.batcher = Batcher(
             self.run,
             max_queue=config.max_queue,
@@ -154,7 +131,7 @@ class Service:
             load = TorchBackend.load
         if config.model_process:
             pool = WorkerPool(config, load)
-            service = cls(config, pool.info, pool.call, pool.close, pool.alive)
+            service = cls(config, pool.model, pool.call, pool.close, pool.alive)
             service.pool = pool
             service.metrics.restarts.set_function(lambda: pool.restarts)
             return service
@@ -163,28 +140,24 @@ class Service:
 
     def startup_line(self) -> str:
         """What ``neobert serve`` prints once the model is up: what is served, how, and the threads chosen."""
-        c, info = self.config, self.info
-        threads = f"{info.get('threads')} model thread(s): {info.get('threads_reason')}"
-        if self.adaptive:
-            threads += ("; while requests wait, per call the probed count that is fastest beside this "
-                        "process's measured CPU per text")  # fmt: skip
+        c, model, threads = self.config, self.model, self.threads.describe()
         return (
-            f"serving {c.model} ({self.head} head: {', '.join(self.tasks)}; {info['backend']} "
-            f"{info['precision']}; {threads}) on http://{c.host}:{c.port}  (batching "
+            f"serving {c.model} ({self.head} head: {', '.join(self.tasks)}; {model.backend} "
+            f"{model.precision}; {threads}) on http://{c.host}:{c.port}  (batching "
             f"{'on' if c.batching else 'off'}, queue {c.max_queue}, long documents: {c.long_documents}, model "
             f"{'in its own process' if c.model_process else 'in this process'}, API key "
             f"{'required' if self.api_key else 'off'})"
         )
 
-    def run(self, key: Hashable, texts: list[Any]) -> tuple[list[Any], int]:
+    def run(self, call: ModelCall, texts: list[Any]) -> tuple[list[Any], int]:
         """One model call through the workers (on the threads :meth:`call_threads` picks, where they adapt),
         with the long-document counts, the thread count and this process's CPU per text recorded."""
-        threads = self.call_threads(self.load.backlog(self.batcher.backlog()))
-        if self.adaptive:
-            results, tokens, counts = self._call(key, texts, threads)
+        threads = self.threads.for_call(self.batcher.backlog())
+        if self.threads.adaptive:
+            results, tokens, counts = self._call(call, texts, threads)
         else:
-            results, tokens, counts = self._call(key, texts)
-        self._answered(len(texts))
+            results, tokens, counts = self._call(call, texts)
+        self.threads.answered(len(texts))
         self.metrics.calls_by_threads.labels("unknown" if threads is None else str(threads)).inc()
         if counts["long"]:
             self.metrics.long_texts.labels(self.config.long_documents).inc(counts["long"])
@@ -192,36 +165,9 @@ class Service:
             self.metrics.truncated.inc(counts["truncated"])
         return results, tokens
 
-    def call_threads(self, backlog: int) -> int | None:
-        """The model's threads for a call whose batch was taken with ``backlog`` other requests waiting."""
-        if self.threads is None:
-            return None
-        if not self.adaptive:
-            return self.threads.threads
-        return threads_for_call(self.threads, self.cores, backlog, self.http_ms_per_text)
-
-    @property
-    def http_ms_per_text(self) -> float | None:
-        """This process's CPU milliseconds per text answered, so far (None: in-process, or not yet)."""
-        return None if self.http_cost is None else self.http_cost.ms_per_text
-
-    def thread_state(self) -> dict[str, Any]:
-        """The ``/info`` fields that change while serving: the count a call taken under a backlog runs on
-        now, and the HTTP side's CPU per text it is decided from."""
-        ms = self.http_ms_per_text
-        return {"threads_under_load": self.call_threads(1), "http_ms_per_text": None if ms is None else round(ms, 3)}
-
-    def _answered(self, texts: int) -> None:
-        """After a model call: this process's CPU since the last one, over the texts this one answered."""
-        if self.http_cost is None:
-            return
-        with self._cost_lock:
-            now = time.process_time()
-            cpu, self._cpu_mark = now - self._cpu_mark, now
-            self.http_cost.update(cpu, texts)
-
-    def submit(self, key: tuple, texts: list[Any], first: bool = False):
-        return self.batcher.submit(key, texts, first)
+    def submit(self, call: ModelCall, texts: list[Any], first: bool = False):
+        """``texts`` queued for ``call`` (ahead of the queue where ``first``): a future of their answers."""
+        return self.batcher.submit(call, texts, first)
 
     def close(self, timeout: float | None = None) -> None:
         """Finish every queued request, then stop the model workers."""

@@ -1,6 +1,7 @@
 """The model side of the service's tasks: one function per task, run on a merged batch in the model process.
 
-A route (:mod:`.routes`) sends ``(task, truncate, *options)`` and its texts through the queue; the model
+A route (:mod:`.routes`) sends a :class:`ModelCall` (the task, ``truncate``, the task's named options) and
+its texts through the queue; the model
 process answers each text with ``(value, tokens)``: the task's result and the text's length in tokens
 (so the HTTP side never tokenizes: usage counts and the ``truncate: false`` refusals come from here).
 A text the model process refuses is answered with a :class:`Refusal` in place of its value; the rest of its
@@ -50,7 +51,28 @@ class Done:
     tokens: int | None = None
 
 
-TaskFn = Callable[..., Done]  # (model, texts, *options) -> Done
+@dataclass(frozen=True)
+class ModelCall:
+    """What one model call runs: the task, whether over-long texts are cut (``truncate``) or refused, and
+    the task's options by name (the keyword arguments of its function, :func:`task`). Hashable: the queue
+    merges the requests of equal calls into one model call. Made by :meth:`of`."""
+
+    task: str
+    truncate: bool = True
+    options: tuple[tuple[str, Hashable], ...] = ()
+
+    @classmethod
+    def of(cls, task: str, truncate: bool = True, **options: Hashable) -> ModelCall:
+        """The call of ``task`` with ``options`` (in any order: equal options make equal calls)."""
+        return cls(task, truncate, tuple(sorted(options.items())))
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The options, as the task function's keyword arguments."""
+        return dict(self.options)
+
+
+TaskFn = Callable[..., Done]  # (model, texts, **options) -> Done
 # every backend's task for the HTTP side (no endpoint): each text's whole length in tokens, special tokens
 # included, before a model task runs (the answer budget, routes.Routes.check_answer); the tokenizer only
 COUNT = "count"
@@ -75,7 +97,7 @@ class Backend:
     capabilities: Any
     policy: str = "truncate"
 
-    def run_task(self, name: str, texts: list[Any], options: list[Any]) -> Done:
+    def run_task(self, name: str, texts: list[Any], options: dict[str, Any]) -> Done:
         raise NotImplementedError
 
     def lengths(self, texts: list[Any]) -> list[int]:
@@ -85,18 +107,20 @@ class Backend:
         """The backend's ``tokenizers.Tokenizer`` (Rust): what ``tokenize`` and ``decode`` use."""
         raise NotImplementedError
 
-    def dispatch(self, name: str, texts: list[Any], options: list[Any]) -> Done:
+    def dispatch(self, name: str, texts: list[Any], options: dict[str, Any]) -> Done:
         """The tokenizer's tasks here (the same for every backend); the model's through ``run_task``."""
         if name == COUNT:
             lengths = self.lengths(texts)
             return Done(list(lengths), lengths, tokens=0)  # no token ran through the model
         if name in TOKENIZER_TASKS:
-            return TOKENIZER_TASKS[name](self.text_tokenizer(), texts, *options)
+            return TOKENIZER_TASKS[name](self.text_tokenizer(), texts, **options)
         return self.run_task(name, texts, options)
 
-    def call(self, key: Hashable, texts: list[Any]) -> tuple[list[Any], int, dict[str, int]]:
+    def call(self, call: ModelCall, texts: list[Any]) -> tuple[list[Any], int, dict[str, int]]:
         """One model call: ((value, tokens) per text, tokens computed, {"long", "truncated"} counts)."""
-        name, truncate, *options = key
+        if not isinstance(call, ModelCall):
+            raise TypeError(f"a model call is a ModelCall, got {type(call).__name__}")
+        name, truncate, options = call.task, call.truncate, call.kwargs
         if name not in self.capabilities.tasks and name != COUNT:
             raise ValueError(f"this model does not serve {name}")
         keep, refused = list(range(len(texts))), {}

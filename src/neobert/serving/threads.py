@@ -32,12 +32,15 @@ from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from .tasks import ModelCall
 
 THREADS_ENV = "NEOBERT_SERVE_THREADS"
 MARGIN = 1.2  # more threads are taken only when the probe runs at least this much faster with them
@@ -81,19 +84,35 @@ def pick(timings: dict[int, float], margin: float = MARGIN) -> int:
     return min(n for n, seconds in timings.items() if seconds <= best * margin)
 
 
+def set_threads(threads: int) -> None:
+    """Torch's thread count in this process, changed only when it differs: the one place it is set (the
+    probe, the model's start, each call in the model process)."""
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+def pinned(threads: int) -> ThreadChoice | None:
+    """The count the user fixed: ``threads`` (``--threads``), else the environment's (``THREADS_ENV``);
+    None where neither pins it."""
+    if threads:
+        return ThreadChoice(threads, "pinned by --threads")
+    value = os.environ.get(THREADS_ENV)
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{THREADS_ENV} must be a positive integer, got {value!r}")
+    return ThreadChoice(int(value), f"pinned by {THREADS_ENV}")
+
+
 def choose_threads(
     threads: int, probe: Callable[[int], float] | None, cores: int | None = None, workers: int = 1,
     key: Any = None,
 ) -> ThreadChoice:  # fmt: skip
     """The thread count: ``threads`` if given (``--threads``), else the environment's pin, else measured
     with ``probe(n)`` (seconds of one model call on ``n`` threads), cached by ``key``."""
-    if threads:
-        return ThreadChoice(threads, "pinned by --threads")
-    pinned = os.environ.get(THREADS_ENV)
-    if pinned:
-        if not pinned.isdigit() or int(pinned) < 1:
-            raise ValueError(f"{THREADS_ENV} must be a positive integer, got {pinned!r}")
-        return ThreadChoice(int(pinned), f"pinned by {THREADS_ENV}")
+    fixed = pinned(threads)
+    if fixed is not None:
+        return fixed
     cores = cores or available_cores()
     if workers > 1:  # several model processes share the cores: measuring one alone would mislead
         share = max(1, cores // workers)
@@ -174,41 +193,24 @@ class ServingProbe:
         self.texts = [PROBE_TEXT] * PROBE_TEXTS
         tasks = model.capabilities.tasks
         task = next((t for t in ("embed", "embed_sparse") if t in tasks), tasks[0])  # a SPLADE model: its vectors
-        self.key = (task, True, *(_probe_options(model, task)))
+        self.call = ModelCall.of(task, **_probe_options(model, task))
         if task == "fill-mask":
             self.texts = [f"{PROBE_TEXT} {model.tokenizer.mask_token}"] * PROBE_TEXTS
         elif task == "rerank":
             self.texts = [(PROBE_TEXT, PROBE_TEXT)] * PROBE_TEXTS
 
     def __call__(self, threads: int) -> float:
-        torch.set_num_threads(threads)
+        set_threads(threads)
         started = time.perf_counter()
-        self.model.call(self.key, self.texts)
+        self.model.call(self.call, self.texts)
         return time.perf_counter() - started
 
 
-def _probe_options(model: Any, task: str) -> tuple:
+def _probe_options(model: Any, task: str) -> dict[str, Any]:
     if task == "embed":
         spec = model.capabilities.embedding
-        return (spec.pooling, spec.normalize)
-    return (1,) if task == "fill-mask" else ()
-
-
-def thread_info(choice: ThreadChoice | None) -> dict[str, Any]:
-    """The ``/info`` fields of a choice, and what the HTTP process needs to rebuild it
-    (:func:`choice_from_info`)."""
-    if choice is None:
-        return {"threads": None, "threads_reason": None}
-    return {"threads": choice.threads, "threads_reason": choice.reason, "threads_timings_ms": choice.timings_ms,
-            "threads_cores": choice.cores}  # fmt: skip
-
-
-def choice_from_info(info: dict[str, Any]) -> ThreadChoice | None:
-    """The model process's choice, from its info (:func:`thread_info`)."""
-    if info.get("threads") is None:
-        return None
-    timings = {int(n): float(ms) for n, ms in (info.get("threads_timings_ms") or {}).items()}
-    return ThreadChoice(int(info["threads"]), str(info.get("threads_reason")), timings, info.get("threads_cores"))
+        return {"pooling": spec.pooling, "normalize": spec.normalize}
+    return {"top_k": 1} if task == "fill-mask" else {}
 
 
 def threads_for_call(choice: ThreadChoice, cores: int, backlog: int, http_ms_per_text: float | None) -> int:
@@ -286,7 +288,83 @@ class HttpCost:
 def fixed_threads(threads: int, why: str) -> ThreadChoice:
     """A count that is not measured (``why``): ``threads``, the environment's pin, or all cores but one
     (the HTTP side keeps one)."""
-    choice = choose_threads(threads, None, cores=1)  # pinned answers only; cores=1 keeps it from measuring
-    if choice.reason.startswith("pinned"):
+    return pinned(threads) or ThreadChoice(max(1, available_cores() - 1), f"one less than the cores ({why})")
+
+
+class ThreadPolicy:
+    """The model's threads, in one object: at start, in the model process (:meth:`at_start`: pinned,
+    shared by several model processes, fixed by the backend, or measured with the probe, then set); per
+    call, in the HTTP process (an instance, :meth:`serving`): the start-up count, or under a backlog the
+    count :func:`threads_for_call` picks from the probe and this process's CPU per text (:class:`HttpCost`)
+    where the count adapts (one torch model process, a measured choice)."""
+
+    def __init__(self, choice: ThreadChoice | None, adaptive: bool = False, measure_http: bool = False):
+        self.choice = choice
+        self.adaptive = bool(adaptive and choice is not None and choice.adapts)
+        # this process's CPU per text answered, measured where the model runs elsewhere (in-process, the
+        # model's own CPU would count)
+        self.http_cost = HttpCost() if measure_http else None
+        self.cores = (choice.cores if choice is not None else None) or available_cores()
+        self.load = LoadMemory()  # a backlog holds the count for load a while (no flapping)
+        self._cpu_mark, self._lock = time.process_time(), threading.Lock()
+
+    @staticmethod
+    def at_start(config: Any, probe: Callable[[int], float] | None = None, key: Any = None,
+                 fixed: str | None = None) -> ThreadChoice:  # fmt: skip
+        """The model process's count (and torch's set to it): ``fixed`` names why a backend's count is not
+        measured (:func:`fixed_threads`); else :func:`choose_threads` with ``probe``, cached by ``key``."""
+        if fixed is not None:
+            return fixed_threads(config.threads, fixed)
+        workers = config.workers if config.model_process else 1
+        choice = choose_threads(config.threads, probe, workers=workers, key=key)
+        set_threads(choice.threads)
         return choice
-    return ThreadChoice(max(1, available_cores() - 1), f"one less than the cores ({why})")
+
+    @classmethod
+    def serving(cls, config: Any, model: Any) -> ThreadPolicy:
+        """The HTTP process's policy for ``model`` (a :class:`.served.ServedModel`): adapts per call only
+        with the model in one torch model process of its own whose count was measured."""
+        adaptive = config.model_process and config.workers == 1 and model.backend == "torch"
+        return cls(model.threads, adaptive, measure_http=config.model_process)
+
+    def for_call(self, waiting: int) -> int | None:
+        """The model's threads for a call whose batch was taken with ``waiting`` other requests queued
+        (None: the model process's as they are)."""
+        return self.count(self.load.backlog(waiting))
+
+    def count(self, backlog: int) -> int | None:
+        """The count for a call decided on ``backlog``."""
+        if self.choice is None:
+            return None
+        if not self.adaptive:
+            return self.choice.threads
+        return threads_for_call(self.choice, self.cores, backlog, self.http_ms_per_text)
+
+    def answered(self, texts: int) -> None:
+        """After a model call: this process's CPU since the last one, over the texts this one answered."""
+        if self.http_cost is None:
+            return
+        with self._lock:
+            now = time.process_time()
+            cpu, self._cpu_mark = now - self._cpu_mark, now
+            self.http_cost.update(cpu, texts)
+
+    @property
+    def http_ms_per_text(self) -> float | None:
+        """This process's CPU milliseconds per text answered, so far (None: in-process, or not yet)."""
+        return None if self.http_cost is None else self.http_cost.ms_per_text
+
+    def state(self) -> dict[str, Any]:
+        """The ``/info`` fields that change while serving: the count a call taken under a backlog runs on
+        now, and the HTTP side's CPU per text it is decided from."""
+        ms = self.http_ms_per_text
+        return {"threads_under_load": self.count(1), "http_ms_per_text": None if ms is None else round(ms, 3)}
+
+    def describe(self) -> str:
+        """The start-up line's words: the count, why, and whether it adapts under load."""
+        choice = self.choice
+        text = f"{choice and choice.threads} model thread(s): {choice and choice.reason}"
+        if self.adaptive:
+            text += ("; while requests wait, per call the probed count that is fastest beside this "
+                     "process's measured CPU per text")  # fmt: skip
+        return text

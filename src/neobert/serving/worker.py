@@ -6,7 +6,7 @@ from the model thread between its kernels; under a storm of clients that retry a
 refusals starves the model (docs/serving.md measures it). Here the HTTP process keeps the queue, the
 limits and every refusal; a model process only ever sees merged batches, over a pipe:
 
-    parent -> child   (key, texts, threads)             one model call (texts may be (query, doc) pairs) on
+    parent -> child   (call, texts, threads)            one model call (a tasks.ModelCall; texts may be (query, doc) pairs) on
                                                         ``threads`` torch threads (None: as they are)
     child -> parent   ("ok", results, tokens, counts)   or ("error", "Type: message")
 
@@ -29,12 +29,16 @@ import socket
 import subprocess
 import sys
 import traceback
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import memory
+from .threads import set_threads
+
+if TYPE_CHECKING:
+    from .tasks import ModelCall
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +68,11 @@ def _main(fd: int) -> None:
             return
         if message is None:
             return
-        key, texts, threads = message
+        call, texts, threads = message
         try:
             if threads is not None:
-                _set_threads(threads)
-            data = ForkingPickler.dumps(("ok", *model.call(key, texts)))
+                set_threads(threads)
+            data = ForkingPickler.dumps(("ok", *model.call(call, texts)))
         except Exception as err:
             traceback.print_exc()  # the server log (the child shares the parent's stderr)
             conn.send(("error", f"{type(err).__name__}: {err}"))
@@ -77,14 +81,6 @@ def _main(fd: int) -> None:
         if len(data) >= memory.TRIM_BYTES and getattr(config, "release_memory", True):
             del data
             memory.release()
-
-
-def _set_threads(threads: int) -> None:
-    """The torch thread count for the next call (changed only when it differs: the call is per batch)."""
-    import torch
-
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
 
 
 class ModelProcess:
@@ -106,8 +102,8 @@ class ModelProcess:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def ready(self) -> dict[str, Any]:
-        """Wait for the model to load: its info, or the reason it could not (ValueError / RuntimeError)."""
+    def ready(self) -> Any:
+        """Wait for the model to load: what it serves (``load(config).info()``), or the reason it could not (ValueError / RuntimeError)."""
         while not self.conn.poll(0.2):
             if not self.alive():
                 raise ModelProcessError(
@@ -120,10 +116,10 @@ class ModelProcess:
         return payload[0]
 
     def call(
-        self, key: Hashable, texts: list[Any], threads: int | None = None
+        self, call: ModelCall, texts: list[Any], threads: int | None = None
     ) -> tuple[list[Any], int, dict[str, int]]:
         try:
-            self.conn.send((key, texts, threads))
+            self.conn.send((call, texts, threads))
             status, *payload = self.conn.recv()
         except (EOFError, OSError) as err:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -164,20 +160,20 @@ class WorkerPool:
         except BaseException:
             self.close()
             raise
-        self.info = infos[0]
+        self.model = infos[0]  # what the model serves (a ServedModel)
         self._idle: queue.SimpleQueue[ModelProcess] = queue.SimpleQueue()
         for process in self.processes:
             self._idle.put(process)
 
     def call(
-        self, key: Hashable, texts: list[Any], threads: int | None = None
+        self, call: ModelCall, texts: list[Any], threads: int | None = None
     ) -> tuple[list[Any], int, dict[str, int]]:
         """One model call on an idle process, on ``threads`` torch threads (None: the process's current)."""
         process = self._idle.get()
         try:
             if not process.alive():
                 process = self._replace(process)
-            return process.call(key, texts, threads)
+            return process.call(call, texts, threads)
         except ModelProcessGone:
             process = self._replace(process)
             raise

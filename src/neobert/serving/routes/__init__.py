@@ -1,0 +1,67 @@
+"""The service's routes, one module per dialect over a shared core (docs/serving.md, "Clients people already
+use"):
+
+* :mod:`.core`: :class:`Routes`, what every route shares (the limits, the model call through the queue,
+  prompts, widths, rerank scores) and the app's own route table (path -> the model task it needs);
+* :mod:`.ours`: ``texts`` in, named fields out (``/embed``, ``/rerank``, ``/classify``, ``/tokens``,
+  ``/fill-mask``);
+* :mod:`.tei`: text-embeddings-inference's (``/embed`` and ``/rerank`` in its shape, ``/embed_all``,
+  ``/embed_sparse``, ``/predict``, ``/tokenize``, ``/decode``, ``POST /`` by the model's head);
+* :mod:`.openai`: OpenAI's (``/v1/embeddings``, ``/v1/models``);
+* :mod:`.cohere`: Cohere's and Jina's rerank (``/v1/rerank``, ``/v2/rerank``);
+* :mod:`.status`: ``/info``, ``/health``, ``/metrics``.
+
+A path two dialects share (``/embed``, ``/rerank``) is declared once, below, with each dialect's handler of
+its request shape (:meth:`Routes.by_shape`). Nothing here is module state: :func:`add_routes` returns the
+app's route table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import FastAPI
+
+from ..schemas import (
+    EmbedBody,
+    EmbedRequest,
+    EmbedResponse,
+    RerankBody,
+    RerankRequest,
+    RerankResponse,
+    TEIEmbedRequest,
+    TEIRerankItem,
+    TEIRerankRequest,
+    Vectors,
+)
+from . import cohere, openai, ours, status, tei
+from .core import LIMITS, SERVICE_ROUTES, Routes, as_items, encode_vector, warn
+
+__all__ = ("LIMITS", "SERVICE_ROUTES", "Routes", "add_routes", "as_items", "encode_vector", "warn")
+
+
+def add_routes(app: FastAPI, service: Any) -> Mapping[str, str]:
+    """Every route of the service on ``app``; its model routes (path -> task), read-only."""
+    routes = Routes(app, service)
+    add_shared(routes)
+    ours.add(routes)
+    tei.add(routes)
+    openai.add(routes)
+    cohere.add(routes)
+    status.add(routes)
+    return routes.table
+
+
+def add_shared(routes: Routes) -> None:
+    """The paths ours and text-embeddings-inference's dialects share, told apart by a field."""
+    routes.by_shape("/embed", "embed", EmbedBody, EmbedResponse | Vectors,
+                    {EmbedRequest: ours.embed, TEIEmbedRequest: tei.embed}, "embed",
+                    "Vectors of the texts. Ours: ``texts``, with the model's pooling and normalisation unless the\n"
+                    "request names them -> ``{\"embeddings\"}``. text-embeddings-inference's: ``inputs`` -> a list of vectors.")  # fmt: skip
+    routes.by_shape("/rerank", "rerank", RerankBody, RerankResponse | list[TEIRerankItem],
+                    {RerankRequest: ours.rerank, TEIRerankRequest: tei.rerank}, "rerank",
+                    "A cross-encoder's relevance of each document to the query, most relevant first: the sigmoid of a\n"
+                    "one-logit model, the second label's probability of a two-label one. Ours (Cohere's shape):\n"
+                    "``documents`` -> ``{\"results\", \"model\"}``; text-embeddings-inference's: ``texts`` -> a list of\n"
+                    "``{index, score, text?}`` (``raw_scores``: the logit).")  # fmt: skip

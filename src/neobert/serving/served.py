@@ -1,0 +1,57 @@
+"""What a backend serves, typed (:class:`ServedModel`): made once in the model process from the model's
+:class:`~neobert.capabilities.Capabilities` and the backend's own facts, sent to the HTTP process as it is
+(it pickles), and read there by attribute: the routes, the service, the schema's bounds and ``/info``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+from .threads import ThreadChoice
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """A served model: its head and the tasks (endpoints) it serves, its shape, its embedding settings, the
+    backend and precision it runs on, and the thread count chosen at start (None: the backend's own)."""
+
+    head: str
+    serves: tuple[str, ...]
+    model_type: str
+    dimensions: int  # the hidden size: an embedding's width
+    max_input_tokens: int
+    backend: Literal["torch", "onnx"]
+    precision: str  # torch: bf16 | fp32; onnx: the graph, fp32 | int8
+    pooling: str | None = None  # None: no embeddings
+    normalize: bool | None = None
+    embedding_settings_from: str | None = None
+    labels: tuple[str, ...] | None = None
+    prompts: Mapping[str, str] = field(default_factory=dict)  # prompt_name -> the text put before the input
+    default_prompt_name: str | None = None
+    matryoshka_dims: tuple[int, ...] = ()  # the widths ``dimensions`` may take without a warning
+    not_served: Mapping[str, str] = field(default_factory=dict)  # the head's tasks it does not serve, and why
+    mask_token: str | None = None
+    vocab_size: int | None = None  # token ids are below it
+    threads: ThreadChoice | None = None
+
+    @classmethod
+    def of(cls, capabilities: Any, **backend: Any) -> ServedModel:
+        """From a model's capabilities (:meth:`~neobert.capabilities.Capabilities.info`) and the backend's
+        fields (``backend``, ``precision``, ``mask_token``, ``vocab_size``, ``threads``)."""
+        known = {f.name for f in fields(cls)}
+        described = {name: value for name, value in capabilities.info().items() if name in known}
+        served = {**described, **backend}
+        for name in ("serves", "labels", "matryoshka_dims"):
+            if served.get(name) is not None:
+                served[name] = tuple(served[name])
+        return cls(**served)
+
+    def info(self) -> dict[str, Any]:
+        """The model's part of ``/info`` (plain JSON data)."""
+        body: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "threads"}
+        for name in ("serves", "labels", "matryoshka_dims"):
+            body[name] = None if body[name] is None else list(body[name])
+        body["prompts"], body["not_served"] = dict(self.prompts), dict(self.not_served)
+        threads = self.threads
+        return {**body, "threads": threads and threads.threads, "threads_reason": threads and threads.reason}
