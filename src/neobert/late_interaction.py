@@ -87,6 +87,9 @@ class LateInteractionModel(torch.nn.Module):
     def config(self) -> Any:
         return self.encoder.config
 
+    def gradient_checkpointing_enable(self, **kwargs: Any) -> None:
+        self.encoder.gradient_checkpointing_enable(**kwargs)
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, L, H)
         vectors = self.projection(hidden.to(self.projection.weight.dtype))  # (B, L, dim)

@@ -26,6 +26,7 @@ PIPELINES = {
     "base": "feature-extraction",
     "sentence-embedding": "sentence-similarity",
     "sparse-embedding": "feature-extraction",  # SPLADE models on the Hub (sentence-transformers' SparseEncoder)
+    "late-interaction": "sentence-similarity",  # ColBERT models on the Hub (PyLate, MultiVectorEncoder)
     "sequence-classification": "text-classification",
     "token-classification": "token-classification",
 }

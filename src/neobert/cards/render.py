@@ -193,6 +193,8 @@ def update_card(directory: str | os.PathLike, results: list[Result]) -> Path:
 
 
 def _head(directory: Path) -> str:
+    if (directory / "modules.json").is_file() and "pylate.models.Dense" in (directory / "modules.json").read_text():
+        return "late-interaction"
     if (directory / "modules.json").is_file():
         return "sparse-embedding" if "SpladePooling" in (directory / "modules.json").read_text() else "sentence-embedding"
     architectures = " ".join(directory_config(directory).get("architectures") or [])

@@ -1,0 +1,163 @@
+"""Late interaction (ColBERT): MaxSim against a naive loop, our token vectors against sentence-transformers'
+MultiVectorEncoder and PyLate on the same directory (NeoBERT and a BERT), the loss against a loop over pairs,
+a real `finetune late-interaction` run through the CLI (card, MaxSim scores) and crash + resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from embedding_fixtures import NEEDS_TOKENIZER, save_tiny_bert, save_tiny_neobert
+from helpers import check_card, run_card_snippet, write_pairs
+from neobert.late_interaction import (
+    LateInteractionModel,
+    LateInteractionSpec,
+    add_markers,
+    is_late_interaction_dir,
+    load_late_interaction,
+    maxsim,
+    maxsim_scores,
+    save_late_interaction,
+    token_vectors,
+)
+
+pytestmark = [NEEDS_TOKENIZER, pytest.mark.usefixtures("one_thread")]
+QUERIES = ["what is a cat?", "a much longer query, with punctuation " * 12]
+DOCUMENTS = ["A cat, is an animal.", "Dogs; bark! loudly (always).", "a document longer than its limit " * 40]
+# PyLate 1.6 pins sentence-transformers 5.3 and transformers <= 5.3; it runs from its own environment
+PYLATE_PYTHON = os.environ.get("NEOBERT_PYLATE_PYTHON", "/tmp/pylate-venv/bin/python")
+
+
+def test_maxsim_matches_a_naive_loop():
+    torch.manual_seed(0)
+    queries = [torch.randn(4, 8), torch.randn(2, 8)]
+    documents = [torch.randn(5, 8), torch.randn(1, 8), torch.randn(7, 8)]
+    expected = [[sum(max(float(q[i] @ d[j]) for j in range(d.shape[0])) for i in range(q.shape[0]))
+                 for d in documents] for q in queries]  # fmt: skip
+    torch.testing.assert_close(maxsim_scores(queries, documents, block=2), torch.tensor(expected), atol=1e-5, rtol=1e-5)
+    assert float(maxsim(queries[0], documents[2])) == pytest.approx(expected[0][2], abs=1e-5)
+
+
+def _saved(tmp_path: Path, kind: str, dim: int = 16) -> Path:
+    from neobert.encoders import load_encoder
+
+    source = save_tiny_neobert(tmp_path / "src") if kind == "neobert" else save_tiny_bert(tmp_path / "src")
+    encoder = load_encoder(source)
+    spec = LateInteractionSpec(dim=dim, document_length=64)
+    add_markers(encoder, spec)
+    torch.manual_seed(0)
+    return save_late_interaction(LateInteractionModel(encoder.base, dim), encoder.tokenizer, spec, tmp_path / "li")
+
+
+def _ours(directory: Path) -> list[torch.Tensor]:
+    model, tokenizer, spec = load_late_interaction(directory)
+    return token_vectors(model, tokenizer, QUERIES, spec, True) + token_vectors(model, tokenizer, DOCUMENTS, spec, False, batch_size=2)
+
+
+@pytest.mark.parametrize("kind", ["neobert", "bert"])
+def test_token_vectors_equal_multi_vector_encoder(tmp_path, kind):
+    from sentence_transformers import MultiVectorEncoder
+
+    import neobert  # noqa: F401  (registers NeoBERT with transformers)
+
+    directory = _saved(tmp_path, kind)
+    assert is_late_interaction_dir(directory) and not is_late_interaction_dir(tmp_path / "src")
+    reference = MultiVectorEncoder(str(directory), device="cpu")
+    expected = reference.encode_query(QUERIES) + reference.encode_document(DOCUMENTS)
+    ours = _ours(directory)
+    # queries: exactly 32 vectors (mask-token expansion); documents: punctuation dropped, truncated at 64 tokens
+    assert [v.shape[0] for v in ours[:2]] == [32, 32] and ours[2].shape[0] == 8 and ours[4].shape[0] == 64
+    for mine, theirs in zip(ours, expected):
+        assert mine.shape == theirs.shape
+        torch.testing.assert_close(mine, theirs.float(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(maxsim_scores(ours[:2], ours[2:]), reference.similarity(expected[:2], expected[2:]).float(),
+                               atol=1e-4, rtol=1e-5)  # fmt: skip
+
+
+@pytest.mark.skipif(not Path(PYLATE_PYTHON).is_file(), reason="needs PyLate's environment: NEOBERT_PYLATE_PYTHON")
+def test_token_vectors_equal_pylate(tmp_path):
+    """PyLate 1.6 cannot share this environment (it pins sentence-transformers 5.3, transformers <= 5.3), and
+    NeoBERT needs a newer transformers, so a BERT directory is encoded by PyLate in its own environment."""
+    directory = _saved(tmp_path, "bert")
+    script = ("import sys, torch\nfrom pylate import models\n"
+              "model = models.ColBERT(sys.argv[1], device='cpu')\n"
+              f"out = model.encode({QUERIES!r}, is_query=True) + model.encode({DOCUMENTS!r}, is_query=False)\n"
+              "torch.save([torch.as_tensor(v) for v in out], sys.argv[2])\n")  # fmt: skip
+    out = tmp_path / "pylate.pt"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
+    subprocess.run([PYLATE_PYTHON, "-c", script, str(directory), str(out)], check=True, env=env, timeout=300)
+    for mine, theirs in zip(_ours(directory), torch.load(out)):
+        torch.testing.assert_close(mine, theirs.float(), atol=1e-5, rtol=1e-5)
+
+
+def test_loss_equals_a_loop_over_pairs():
+    """InfoNCE on MaxSim: the batched padded scores equal per-pair maxsim, padding never wins."""
+    from neobert.finetuning.late_interaction import padded_maxsim
+
+    torch.manual_seed(1)
+    q = torch.nn.functional.normalize(torch.randn(2, 3, 4), dim=-1)
+    docs = [torch.randn(5, 4), torch.randn(2, 4), torch.randn(4, 4)]
+    padded = torch.full((3, 5, 4), 100.0)  # padding with huge values must not count
+    valid = torch.zeros(3, 5, dtype=torch.bool)
+    for i, d in enumerate(docs):
+        padded[i, : len(d)], valid[i, : len(d)] = d, True
+    expected = torch.tensor([[float(maxsim(q[b], d)) for d in docs] for b in range(2)])
+    torch.testing.assert_close(padded_maxsim(q, padded, valid), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_finetune_late_interaction_through_the_cli(tmp_path):
+    from sentence_transformers import MultiVectorEncoder
+
+    from neobert.cli.main import main
+
+    animals, colors = write_pairs(tmp_path)
+    out = tmp_path / "colbert"
+    args = ["finetune", "late-interaction", "--model", str(save_tiny_bert(tmp_path / "bert")), "--data", str(animals),
+            "--data", str(colors), "--output", str(out), "--steps", "4", "--batch-size", "4", "--device", "cpu",
+            "--dim", "8", "--query-length", "12", "--max-length", "24", "--lr", "1e-3", "--warmup-steps", "1",
+            "--log-every", "1"]  # fmt: skip
+    assert main(args) == 0
+    assert is_late_interaction_dir(out) and not (out / "checkpoints").exists()
+    log = json.loads((out / "late_interaction_training.json").read_text())
+    assert log["spec"]["dim"] == 8 and log["spec"]["query_length"] == 12 and len(log["losses"]) == 4
+    model = MultiVectorEncoder(str(out), device="cpu")
+    assert model.encode_query(["the sound of a cat"])[0].shape == (12, 8)
+    torch.testing.assert_close(_ours(out)[0][:12], model.encode_query(QUERIES[:1])[0], atol=1e-5, rtol=1e-5)
+    card = check_card(out, "sentence-similarity", "sentence-transformers")
+    assert "ColBERT" in card.data.tags and "MaxSim" in card.text
+    with pytest.raises(SystemExit):  # Matryoshka widths are dense-only: no such option
+        main([*args, "--matryoshka-dims", "8"])
+    return out
+
+
+@pytest.mark.slow
+def test_late_interaction_card_snippet_runs(tmp_path):
+    out = test_finetune_late_interaction_through_the_cli(tmp_path)
+    printed, documented = run_card_snippet(out)
+    assert printed == documented == "(12, 8)"
+
+
+def test_late_interaction_crash_and_resume_continue_exactly(tmp_path):
+    from helpers import Crash, assert_same_weights, crash_at
+    from neobert.finetuning.late_interaction import LateInteractionConfig, run
+
+    model_dir = save_tiny_neobert(tmp_path / "tiny")
+    animals, colors = write_pairs(tmp_path)
+
+    def config(name, **changes):
+        return LateInteractionConfig(model=str(model_dir), data=[str(animals), str(colors)], output=str(tmp_path / name),
+                                     steps=4, batch_size=4, lr=1e-3, warmup_steps=1, log_every=1, save_every=2,
+                                     dim=8, query_length=12, max_length=24, show_progress=False, **changes)  # fmt: skip
+
+    reference = run(config("reference"))
+    with pytest.raises(Crash):
+        run(config("crashed"), on_step_end=crash_at(3))
+    resumed = run(config("crashed", resume=True))
+    assert resumed.steps == 4 and resumed.losses == pytest.approx(reference.losses, rel=1e-5, abs=1e-6)
+    assert_same_weights(reference.output / "model.safetensors", resumed.output / "model.safetensors", 1e-5)
+    assert_same_weights(reference.output / "1_Dense" / "model.safetensors", resumed.output / "1_Dense" / "model.safetensors", 1e-5)
