@@ -161,3 +161,32 @@ def test_late_interaction_crash_and_resume_continue_exactly(tmp_path):
     assert resumed.steps == 4 and resumed.losses == pytest.approx(reference.losses, rel=1e-5, abs=1e-6)
     assert_same_weights(reference.output / "model.safetensors", resumed.output / "model.safetensors", 1e-5)
     assert_same_weights(reference.output / "1_Dense" / "model.safetensors", resumed.output / "1_Dense" / "model.safetensors", 1e-5)
+
+
+def test_eval_embeddings_scores_a_late_interaction_model_by_maxsim(tmp_path):
+    import math
+
+    import numpy as np
+    from sentence_transformers import MultiVectorEncoder
+
+    import neobert  # noqa: F401
+    from neobert.evaluation import embedding_files as files
+    from test_sparse import _retrieval_task
+
+    directory = _saved(tmp_path, "neobert")
+    task = _retrieval_task(tmp_path / "tasks")
+    queries = [json.loads(line)["text"] for line in (task / "queries.jsonl").read_text().splitlines()]
+    docs = [json.loads(line)["text"] for line in (task / "corpus.jsonl").read_text().splitlines()]
+    reference = MultiVectorEncoder(str(directory), device="cpu")
+    document_vectors = reference.encode_document(docs)
+    scores = reference.similarity(reference.encode_query(queries), document_vectors).numpy()
+    ranks = [1 + int((scores[i] > scores[i, i]).sum()) for i in range(len(queries))]  # no ties in random weights
+    expected_ndcg = np.mean([1 / math.log2(r + 1) if r <= 10 else 0.0 for r in ranks])
+
+    report = files.run([str(directory)], files.select_tasks(tmp_path / "tasks", {}), show_progress=False)
+    by_family = {s.family: s for s in report.models[str(directory)]}
+    retrieval = by_family["retrieval"]
+    assert retrieval.scores["ndcg_at_10"] == pytest.approx(expected_ndcg, abs=1e-6)
+    assert retrieval.scores["vectors_document"] == pytest.approx(np.mean([len(v) for v in document_vectors]))
+    assert math.isnan(by_family["sts"].main_score) and "late-interaction model" in by_family["sts"].notes[0]
+    assert "## Late-interaction retrieval" in files.to_markdown(report)
