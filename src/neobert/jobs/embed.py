@@ -8,7 +8,9 @@ length grouping of :func:`neobert.long_documents.embed`) and written as one parq
 name, ``part-FFFFF-PPPPP.parquet``::
 
     id          string        the id column's value, or FILE:ROW (the input as expanded, the 1-based row or line)
-    embedding   list<float>   float32 (or float16 with dtype float16), ``dimensions`` wide
+    embedding   list<float>   float32 (or float16 with dtype float16), ``dimensions`` wide; int8 / uint8 with
+                              dtype int8 / uint8 (the manifest's ``calibration_ranges`` are the buckets);
+                              packed signs, ``dimensions / 8`` bytes, with dtype binary (int8) / ubinary (uint8)
     tokens      int32         the text's tokens, special ones included, before any cut
     truncated   bool          cut to the window (long-documents truncate)
     windows     int32         model rows the text took (chunk: more than one for a long text)
@@ -47,6 +49,7 @@ from ..io import atomic_file, clean_temporaries, write_json
 from ..long_documents import LongDocuments, model_window
 from ..long_documents import embed as embed_long
 from ..predict import EmbedConfig, EmbedResult, embed_file
+from ..quantization import quantize
 from ..tables import markdown_table
 from .engine import (
     EngineSettings,
@@ -121,6 +124,8 @@ class PieceEmbedder:
         self.long_policy = LongDocuments(config.long_documents, config.stride, config.rope_scaling)
         self.window = config.max_length or model_window(self.model, self.tokenizer)
         self.node = _node()
+        ranges = config.ranges()
+        self.ranges = None if ranges is None else np.asarray(ranges, dtype=np.float32)
 
     def __call__(self, piece: Piece) -> dict:
         c = self.c
@@ -144,7 +149,7 @@ class PieceEmbedder:
             "pid": os.getpid(),
         }
         _write_shard(
-            shard_path(c.output, piece), ids, vectors.astype(c.dtype), report, truncated, record, self.digest
+            shard_path(c.output, piece), ids, quantize(vectors, c.dtype, self.ranges), report, truncated, record, self.digest
         )
         return record
 
@@ -288,6 +293,9 @@ def finished_shard(output: Path, piece: Piece, digest: str) -> dict | None:
 def _settings(c: EmbedConfig, plans: list[FilePlan]) -> dict:
     settings = {key: getattr(c, key) for key in CONTENT_KEYS}
     settings["model_files"] = _model_files(c.model)
+    ranges = c.ranges()
+    if ranges is not None:  # int8 / uint8: the buckets (row 0 minima, row 1 maxima) every shard was cut with
+        settings["calibration_ranges"] = ranges.tolist()
     settings["inputs"] = [{"path": p.spec, "bytes": p.size, "rows": p.records} for p in plans]
     return settings
 
