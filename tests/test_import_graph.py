@@ -111,6 +111,7 @@ FLOORS = {
     "neobert.sparse": 2,  # SPLADE vectors from a masked-LM head (encode_sparse), beside inference
     "neobert.late_interaction": 2,  # ColBERT token vectors and MaxSim, beside sparse
     "neobert.quantization": 2,  # int8 / uint8 / binary / ubinary embeddings (numpy only), beside inference
+    "neobert.indexing": 3,  # neobert index / search: voyager over late-interaction token vectors
     "neobert.model_info": 2,  # a preset's or model directory's architecture and exact parameter counts
     "neobert.registration": 2,
     "neobert.cards": 2,  # model cards: README.md front matter and body, written with every model directory

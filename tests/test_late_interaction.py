@@ -190,3 +190,42 @@ def test_eval_embeddings_scores_a_late_interaction_model_by_maxsim(tmp_path):
     assert retrieval.scores["vectors_document"] == pytest.approx(np.mean([len(v) for v in document_vectors]))
     assert math.isnan(by_family["sts"].main_score) and "late-interaction model" in by_family["sts"].notes[0]
     assert "## Late-interaction retrieval" in files.to_markdown(report)
+
+
+def test_embed_index_search_recall_against_exhaustive_maxsim(tmp_path):
+    """Multi-vector shards through `neobert embed`, a voyager index through `neobert index`, queries through
+    `neobert search`: the shards hold MultiVectorEncoder's document vectors, and the index's top 10 agree with
+    exhaustive MaxSim (recall@10 >= 0.95)."""
+    import pyarrow.parquet as pq
+
+    from job_helpers import texts
+    from neobert.cli.main import main
+    from neobert.indexing import exhaustive_search, load_index, search_vectors
+
+    directory = _saved(tmp_path, "bert")
+    documents = texts(300, 7)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(t + "\n" for t in documents))
+    queries = [" ".join(t.split()[:4]) for t in documents[:20]]
+    (tmp_path / "queries.txt").write_text("".join(q + "\n" for q in queries))
+    assert main(["embed", "--model", str(directory), "--input", str(corpus), "--output", str(tmp_path / "shards"),
+                 "--shard-rows", "128"]) == 0  # fmt: skip
+    table = pq.read_table(tmp_path / "shards")
+    model, tokenizer, spec = load_late_interaction(directory)
+    expected = token_vectors(model, tokenizer, documents[:5], spec, False)
+    for row, vectors in zip(table.column("vectors").to_pylist()[:5], expected):
+        np_row = torch.tensor(row)
+        torch.testing.assert_close(np_row, vectors, atol=1e-6, rtol=1e-6)
+    assert main(["index", "--input", str(tmp_path / "shards"), "--output", str(tmp_path / "index")]) == 0
+    assert main(["search", "--index", str(tmp_path / "index"), "--queries", str(tmp_path / "queries.txt"),
+                 "--output", str(tmp_path / "hits.jsonl")]) == 0  # fmt: skip
+    hits = [json.loads(line) for line in (tmp_path / "hits.jsonl").read_text().splitlines()]
+    assert [h["query"] for h in hits] == queries and all(len(h["results"]) == 10 for h in hits)
+
+    index = load_index(tmp_path / "index")
+    query_vectors = token_vectors(model, tokenizer, queries, spec, True)
+    exact = exhaustive_search(index, query_vectors, 10)
+    found = search_vectors(index, query_vectors, 10, 32, 128)
+    recall = sum(len({d for d, _ in f} & {d for d, _ in e}) for f, e in zip(found, exact)) / (10 * len(queries))
+    assert recall >= 0.95
+    assert [r["id"] for r in hits[0]["results"]] == [index.ids[d] for d, _ in found[0]]

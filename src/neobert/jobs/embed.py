@@ -17,7 +17,11 @@ name, ``part-FFFFF-PPPPP.parquet``::
 
 Each shard's footer repeats its record and the settings' digest, so a re-run recognises finished shards
 whatever became of ``_manifest.json``, skips them and embeds the rest: a killed run, re-run, ends with the
-same shards as an uninterrupted one. The same worker runs in this process (``--engine local``) or in a Ray
+same shards as an uninterrupted one.
+
+A late-interaction (ColBERT) model directory writes multi-vector shards instead (:class:`PieceTokenEmbedder`):
+``id``, ``vectors`` (list of ``dimensions``-wide float vectors: the document's kept tokens), ``length`` (their
+count) and ``tokens``; ``neobert index`` builds a search index from them. The same worker runs in this process (``--engine local``) or in a Ray
 actor pool (``--engine ray``, :mod:`neobert.jobs.engine`), so both engines write the same vectors.
 """
 
@@ -46,6 +50,7 @@ from ..encoders import (
 )
 from ..hardware import versions
 from ..io import atomic_file, clean_temporaries, write_json
+from ..late_interaction import is_late_interaction_dir, load_late_interaction, token_vectors
 from ..long_documents import LongDocuments, model_window
 from ..long_documents import embed as embed_long
 from ..predict import EmbedConfig, EmbedResult, embed_file
@@ -154,6 +159,54 @@ class PieceEmbedder:
         return record
 
 
+class PieceTokenEmbedder:
+    """A late-interaction model's worker: each text's document token vectors, as a multi-vector shard
+    (``id``, ``vectors``: one ``dimensions``-wide vector per kept token, ``length``: their count, ``tokens``)."""
+
+    def __init__(self, *, config: EmbedConfig, precision: str, digest: str):
+        if config.dtype not in ("float32", "float16"):
+            raise ValueError(f"token vectors are stored as float32 or float16, not {config.dtype}")
+        self.c, self.digest, self.node, self.precision = config, digest, _node(), "fp32"
+        device = "cuda" if torch.cuda.is_available() else None
+        self.model, self.tokenizer, self.spec = load_late_interaction(config.model, device, config.max_length)
+
+    def __call__(self, piece: Piece) -> dict:
+        c, spec = self.c, self.spec
+        ids, texts = [], []
+        for source, record in read_piece(piece, c.text_column, c.on_error, "refuse", c.id_column):
+            ids.append(record.key if c.id_column is not None else f"{source}:{record.row}")
+            texts.append(record.text)
+        vectors = token_vectors(self.model, self.tokenizer, texts, spec, False, c.batch_size)
+        lengths = [len(ids_) for ids_ in self.tokenizer([spec.document_prefix + t for t in texts])["input_ids"]]
+        record = {"name": piece.name, "rows": len(texts), "tokens": int(sum(lengths)),
+                  "truncated": sum(n > spec.document_length for n in lengths), "windows": len(texts),
+                  "dimensions": spec.dim, "vectors": int(sum(len(v) for v in vectors)), "precision": self.precision,
+                  "node": self.node, "pid": os.getpid()}  # fmt: skip
+        _write_token_shard(shard_path(c.output, piece), ids, vectors, lengths, c.dtype, record, self.digest)
+        return record
+
+
+def _write_token_shard(path: Path, ids, vectors: list, lengths: list[int], dtype: str, record: dict,
+                       digest: str) -> None:  # fmt: skip
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    dim = record["dimensions"]
+    counts = [len(v) for v in vectors]
+    flat = np.concatenate([v.numpy() for v in vectors]) if vectors else np.zeros((0, dim), np.float32)
+    rows = pa.FixedSizeListArray.from_arrays(pa.array(flat.astype(dtype).reshape(-1)), dim)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
+    table = pa.table({
+        "id": pa.array(ids, pa.string()),
+        "vectors": pa.ListArray.from_arrays(offsets, rows),
+        "length": pa.array(counts, pa.int32()),
+        "tokens": pa.array(lengths, pa.int32()),
+    })  # fmt: skip
+    table = table.replace_schema_metadata({FOOTER_KEY: json.dumps({**record, "digest": digest}).encode()})
+    with atomic_file(path, "wb") as handle:
+        pq.write_table(table, handle)
+
+
 def _node() -> str:
     try:
         import ray
@@ -215,7 +268,8 @@ def embed_corpus(config: EmbedConfig) -> CorpusResult:
 
         kwargs = {"config": c, "precision": precision, "digest": manifest["digest"]}
         with bar:
-            pool = run_pieces(settings, PieceEmbedder, kwargs, todo, finished)
+            worker = PieceTokenEmbedder if is_late_interaction_dir(c.model) else PieceEmbedder
+            pool = run_pieces(settings, worker, kwargs, todo, finished)
     seconds = time.perf_counter() - start
     shards = [records[p.name] for p in pieces]
     stats = merged_stats(plans)
