@@ -229,3 +229,14 @@ def test_embed_index_search_recall_against_exhaustive_maxsim(tmp_path):
     recall = sum(len({d for d, _ in f} & {d for d, _ in e}) for f, e in zip(found, exact)) / (10 * len(queries))
     assert recall >= 0.95
     assert [r["id"] for r in hits[0]["results"]] == [index.ids[d] for d, _ in found[0]]
+
+
+def test_bad_input_is_named(tmp_path):
+    with pytest.raises(ValueError, match="not a late-interaction"):
+        load_late_interaction(tmp_path)
+    with pytest.raises(ValueError, match="query_length"):
+        LateInteractionSpec(query_length=1)
+    with pytest.raises(TypeError, match="list of strings"):
+        from neobert.late_interaction import tokenize_late
+
+        tokenize_late(None, "one text", LateInteractionSpec(), True)

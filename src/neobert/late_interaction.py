@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import string
+import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from .encoders import Encoder, load_encoder, max_positions, write_model_files
-from .io import write_json
+from .io import replace_dir, write_json
 from .model.runtime import eval_mode
 from .progress import progress_bar
 
@@ -174,11 +175,23 @@ def maxsim_scores(queries: Sequence[torch.Tensor], documents: Sequence[torch.Ten
 
 def save_late_interaction(model: LateInteractionModel, tokenizer: Any, spec: LateInteractionSpec,
                           output: str | os.PathLike) -> Path:  # fmt: skip
-    """Write ``model`` into ``output`` (files already there stay; see the module docstring for the layout)."""
+    """Write ``model`` into ``output`` (see the module docstring for the layout): staged beside it, then each
+    file or folder moved into place whole; files already in ``output`` (training logs) stay."""
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".neobert-late-", dir=output) as staging:
+        _write_layout(model, tokenizer, spec, Path(staging))
+        for entry in Path(staging).iterdir():
+            if entry.is_dir():
+                replace_dir(entry, output / entry.name)
+            else:
+                os.replace(entry, output / entry.name)
+    return output
+
+
+def _write_layout(model: LateInteractionModel, tokenizer: Any, spec: LateInteractionSpec, output: Path) -> None:
     write_model_files(model.encoder, tokenizer, output)
-    (output / DENSE_DIR).mkdir(exist_ok=True)
+    (output / DENSE_DIR).mkdir()
     hidden = int(model.encoder.config.hidden_size)
     save_file({"linear.weight": model.projection.weight.detach().float().cpu().contiguous()},
               str(output / DENSE_DIR / "model.safetensors"))  # fmt: skip
@@ -194,7 +207,6 @@ def save_late_interaction(model: LateInteractionModel, tokenizer: Any, spec: Lat
                 "similarity_fn_name": "MaxSim", "do_query_expansion": True,
                 **{k: v for k, v in asdict(spec).items() if k != "dim"}}  # fmt: skip
     _write(output / SETTINGS_FILE, settings)
-    return output
 
 
 def _write(path: Path, data: Any) -> None:
