@@ -240,3 +240,34 @@ def test_bad_input_is_named(tmp_path):
         from neobert.late_interaction import tokenize_late
 
         tokenize_late(None, "one text", LateInteractionSpec(), True)
+
+
+def test_distillation_adds_the_kl_to_the_teachers_scores_over_each_querys_own_candidates(tmp_path):
+    """loss(weight w) - loss(0) = w x sum over queries of KL(softmax(teacher) || softmax(MaxSim of its own
+    positive and negatives)), the MaxSim taken from per-pair token vectors."""
+    from neobert.finetuning.contrastive_data import read_jsonl_examples
+    from neobert.finetuning.late_interaction import late_step_loss
+
+    directory = _saved(tmp_path, "bert")
+    model, tokenizer, spec = load_late_interaction(directory)
+    queries, positives = ["cats purr", "rain falls", "bees buzz"], ["a cat purrs", "the rain", "bees hum"]
+    negatives = [["a dog barks", "snow"], [], ["wasps sting"]]  # query 2 has none; texts follow batch_texts' order
+    teacher = [[3.0, 1.0, -1.0], [2.0], [0.5, 1.5]]
+    texts = queries + positives + [n for ns in negatives for n in ns]
+    torch.manual_seed(0)
+    base = late_step_loss(model, tokenizer, texts, 3, spec, 1.0).loss_sum
+    with_kl = late_step_loss(model, tokenizer, texts, 3, spec, 1.0, teacher, 0.5).loss_sum
+    q = token_vectors(model, tokenizer, queries, spec, True)
+    expected = 0.0
+    for i in range(3):
+        own = token_vectors(model, tokenizer, [positives[i], *negatives[i]], spec, False)
+        student = torch.log_softmax(torch.stack([maxsim(q[i], d) for d in own]), dim=0)
+        target = torch.softmax(torch.tensor(teacher[i]), dim=0)
+        expected += float((target * (target.log() - student)).sum())
+    assert float(with_kl - base) == pytest.approx(0.5 * expected, rel=1e-4, abs=1e-5)
+
+    data = tmp_path / "scored.jsonl"
+    data.write_text(json.dumps({"query": "q", "positive": "p", "negatives": ["n"], "scores": [1, 0.5]}) + "\n"
+                    + json.dumps({"query": "q", "positive": "p", "negatives": ["n"], "scores": [1]}) + "\n")  # fmt: skip
+    with pytest.raises(ValueError, match="line 2: 'scores' must be a list of 2 numbers"):
+        read_jsonl_examples(data)

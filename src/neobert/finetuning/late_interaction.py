@@ -36,7 +36,15 @@ from ..late_interaction import (
 )
 from ..training.engine import LossTerms
 from .config import FinetuneConfigError, config_from_dict
-from .contrastive import ContrastiveConfig, ContrastiveTask, _distributed, gather_rows, run_card, train
+from .contrastive import (
+    ContrastiveConfig,
+    ContrastiveTask,
+    _distributed,
+    batch_texts,
+    gather_rows,
+    run_card,
+    train,
+)
 
 
 @dataclass
@@ -49,11 +57,16 @@ class LateInteractionConfig(ContrastiveConfig):
     query_length: int = 32  # queries are padded with mask tokens (or truncated) to exactly this many tokens
     skip_punctuation: bool = True  # drop punctuation tokens from documents (ColBERT's skiplist)
     attend_to_expansion_tokens: bool = False  # let the encoder attend to the queries' mask tokens
+    # weight of the KL divergence from a teacher's scores (the data's "scores": positive, then each negative,
+    # e.g. a cross-encoder's) to the student's MaxSim over the same candidates, added to the contrastive loss
+    distillation: float = 0.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.matryoshka_dims:
             raise FinetuneConfigError("matryoshka_dims apply to dense embeddings, not to late interaction")
+        if self.distillation < 0:
+            raise FinetuneConfigError(f"distillation must be >= 0, got {self.distillation}")
         if self.dim < 1 or self.query_length < 2 or self.max_length < 2:
             raise FinetuneConfigError("dim must be >= 1, query_length and max_length >= 2")
 
@@ -94,9 +107,25 @@ def _gathered(vectors: torch.Tensor, mask: torch.Tensor, width: int) -> tuple[to
     return all_vectors, gather_rows(mask.float())[0] > 0, offset
 
 
+def distillation_kl(scores: torch.Tensor, columns: list[list[int]], teacher: list[list[float]]) -> torch.Tensor:
+    """Summed over queries with teacher scores: KL(softmax(teacher) || softmax(student)) over each query's own
+    candidates (``columns[i]``: its positive's and its negatives' columns of ``scores``), as PyLate's
+    ``Distillation`` (a KL divergence between the two distributions over a query's candidates)."""
+    total = scores.new_zeros(())
+    for row, (cols, target) in enumerate(zip(columns, teacher)):
+        if not target:
+            continue
+        student = F.log_softmax(scores[row, cols], dim=-1)
+        wanted = F.log_softmax(torch.tensor(target, device=scores.device, dtype=scores.dtype), dim=-1)
+        total = total + F.kl_div(student, wanted, reduction="sum", log_target=True)
+    return total
+
+
 def late_step_loss(model: torch.nn.Module, tokenizer: Any, texts: list[str], n_queries: int,
-                   spec: LateInteractionSpec, temperature: float) -> LossTerms:  # fmt: skip
-    """Summed InfoNCE on MaxSim of this process's queries against every process's positives and negatives."""
+                   spec: LateInteractionSpec, temperature: float, teacher: list[list[float]] | None = None,
+                   distillation: float = 0.0) -> LossTerms:  # fmt: skip
+    """Summed InfoNCE on MaxSim of this process's queries against every process's positives and negatives,
+    plus ``distillation`` x the KL to the ``teacher``'s scores of each query's own candidates."""
     device = next(model.parameters()).device
     q_in = tokenize_late(tokenizer, texts[:n_queries], spec, True, device)
     d_in = tokenize_late(tokenizer, texts[n_queries:], spec, False, device)
@@ -104,7 +133,7 @@ def late_step_loss(model: torch.nn.Module, tokenizer: Any, texts: list[str], n_q
     d = model(d_in["input_ids"], d_in["attention_mask"])  # (P + M, Ld, D)
     d_mask = d_in["scoring_mask"]
     positives, p_mask, offset = _gathered(d[:n_queries], d_mask[:n_queries], spec.document_length)
-    negatives, n_mask, _ = _gathered(d[n_queries:], d_mask[n_queries:], spec.document_length)
+    negatives, n_mask, n_offset = _gathered(d[n_queries:], d_mask[n_queries:], spec.document_length)
     width = max(positives.shape[1], negatives.shape[1] if negatives.shape[0] else 0)
     candidates = torch.cat([F.pad(positives, (0, 0, 0, width - positives.shape[1])),
                             F.pad(negatives, (0, 0, 0, width - negatives.shape[1]))])  # fmt: skip
@@ -112,6 +141,13 @@ def late_step_loss(model: torch.nn.Module, tokenizer: Any, texts: list[str], n_q
     scores = padded_maxsim(q, candidates, valid) / temperature  # (B, N)
     targets = offset + torch.arange(n_queries, device=device)
     loss = F.cross_entropy(scores, targets, reduction="sum")
+    if distillation and teacher:
+        columns, start = [], positives.shape[0] + n_offset
+        for i, target in enumerate(teacher):
+            own = max(len(target) - 1, 0)  # this query's negatives follow the previous queries' in the batch
+            columns.append([offset + i, *range(start, start + own)])
+            start += own
+        loss = loss + distillation * distillation_kl(scores, columns, teacher)
     with torch.no_grad():
         correct = (scores.argmax(dim=1) == targets).sum().float()
     return LossTerms(loss, {"accuracy": correct}, tokens=int(q_in["attention_mask"].sum() + d_in["attention_mask"].sum()))
@@ -122,9 +158,18 @@ class LateInteractionTask(ContrastiveTask):
 
     spec: LateInteractionSpec
 
-    def loss(self, model: torch.nn.Module, batch: tuple[list[str], int]) -> LossTerms:
-        texts, n_queries = batch
-        return late_step_loss(model, self.encoder.tokenizer, texts, n_queries, self.spec, self.config.temperature)
+    def batches(self, step: int) -> list[tuple[list[str], int, list[list[float]]]]:
+        index, examples = self.sampler.next_batch()
+        self.dataset_steps[self.datasets[index].name] += 1
+        texts, n_queries, _ = batch_texts(examples, self.datasets[index], self.config)
+        k = self.config.hard_negatives  # the teacher's scores of exactly the candidates batch_texts took
+        teacher = [list(ex.scores[: 1 + min(len(ex.negatives), k)]) for ex in examples]
+        return [(texts, n_queries, teacher)]
+
+    def loss(self, model: torch.nn.Module, batch: tuple[list[str], int, list[list[float]]]) -> LossTerms:
+        texts, n_queries, teacher = batch
+        return late_step_loss(model, self.encoder.tokenizer, texts, n_queries, self.spec, self.config.temperature,
+                              teacher, self.config.distillation)  # fmt: skip
 
 
 def run(config: LateInteractionConfig,
