@@ -225,7 +225,7 @@ def test_embed_index_search_recall_against_exhaustive_maxsim(tmp_path):
     index = load_index(tmp_path / "index")
     query_vectors = token_vectors(model, tokenizer, queries, spec, True)
     exact = exhaustive_search(index, query_vectors, 10)
-    found = search_vectors(index, query_vectors, 10, 32, 128)
+    found = search_vectors(index, query_vectors, 10, 64, 128)  # the CLI defaults
     recall = sum(len({d for d, _ in f} & {d for d, _ in e}) for f, e in zip(found, exact)) / (10 * len(queries))
     assert recall >= 0.95
     assert [r["id"] for r in hits[0]["results"]] == [index.ids[d] for d, _ in found[0]]
