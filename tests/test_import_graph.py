@@ -109,6 +109,9 @@ FLOORS = {
     "neobert.inference": 2,
     "neobert.long_documents": 2,
     "neobert.sparse": 2,  # SPLADE vectors from a masked-LM head (encode_sparse), beside inference
+    "neobert.late_interaction": 2,  # ColBERT token vectors and MaxSim, beside sparse
+    "neobert.quantization": 2,  # int8 / uint8 / binary / ubinary embeddings (numpy only), beside inference
+    "neobert.indexing": 3,  # neobert index / search: voyager over late-interaction token vectors
     "neobert.model_info": 2,  # a preset's or model directory's architecture and exact parameter counts
     "neobert.registration": 2,
     "neobert.directories": 2,  # what kind of model directory a source is (describe_directory)

@@ -1,7 +1,8 @@
 """What kind of directory a model is, decided in one place: :func:`describe_directory`.
 
 A model directory is one of the kinds in :data:`DIRECTORY_KINDS`, the first whose test matches: an ONNX
-export (``neobert export onnx``), a SPLADE ``SparseEncoder`` directory, a sentence-transformers directory
+export (``neobert export onnx``), a late-interaction (ColBERT) directory (PyLate's layout, which
+``MultiVectorEncoder`` loads too), a SPLADE ``SparseEncoder`` directory, a sentence-transformers directory
 (``modules.json``), or a plain transformers directory (``config.json``). Each kind says which library loads
 it and what its model card calls it; the head inside is the one ``config.json`` declares
 (:func:`neobert.registration.declared_head`). Cards, the service's backend choice, SPLADE detection and the
@@ -21,6 +22,8 @@ from .registration import HEADS, declared_head
 
 ONNX_CONFIG_FILE = "onnx_config.json"  # written by `neobert export onnx`, read by OnnxEncoder
 MODULES_FILE = "modules.json"  # a sentence-transformers pipeline
+ST_SETTINGS_FILE = "config_sentence_transformers.json"  # its settings (model_type, prompts, similarity)
+MULTI_VECTOR_TYPES = ("ColBERT", "MultiVectorEncoder")  # PyLate's and sentence-transformers' late interaction
 
 
 def modules(path: Path) -> list[dict[str, Any]]:
@@ -32,6 +35,12 @@ def modules(path: Path) -> list[dict[str, Any]]:
     if not isinstance(listed, list):
         raise ValueError(f"{file}: expected a list of modules, got {type(listed).__name__}")
     return listed
+
+
+def st_settings(path: Path) -> dict[str, Any]:
+    """A sentence-transformers directory's ``config_sentence_transformers.json`` (empty where it has none)."""
+    file = path / ST_SETTINGS_FILE
+    return json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
 
 
 def module_types(path: Path) -> list[str]:
@@ -67,6 +76,9 @@ def register_directory_kind(kind: DirectoryKind, before: str | None = None) -> D
 
 for _kind in (
     DirectoryKind("onnx", lambda p: (p / ONNX_CONFIG_FILE).is_file(), "onnx"),
+    DirectoryKind("late-interaction",
+                  lambda p: (p / MODULES_FILE).is_file() and st_settings(p).get("model_type") in MULTI_VECTOR_TYPES,
+                  "sentence-transformers", "late-interaction", "sentence-similarity"),
     DirectoryKind("splade", lambda p: "SpladePooling" in module_types(p), "sentence-transformers",
                   "sparse-embedding", "feature-extraction"),
     DirectoryKind("sentence-transformers", lambda p: (p / MODULES_FILE).is_file(), "sentence-transformers",

@@ -29,6 +29,7 @@ from .long_documents import EXTEND_METHODS, POLICIES, LongDocuments, LongReport
 from .long_documents import classifier_logits as classifier_logits_long
 from .long_documents import embed as embed_long
 from .model.pooling import POOLING_NAMES
+from .quantization import CALIBRATED, TYPES, calibration_ranges, quantize
 from .registration import declared_head
 from .tables import markdown_table
 from .token_classification.tagging import Entity, tag
@@ -120,9 +121,12 @@ class EmbedConfig(EngineSettings, FileJob):
     text_column: str = "text"  # tables: the column of texts
     # tables: a column of ids (default: FILE:ROW, the input path and the 1-based row or line)
     id_column: str | None = None
-    dtype: str = field(
-        default="float32", metadata={"choices": ("float32", "float16"), "help": "the stored vectors' type"}
-    )
+    dtype: str = field(default="float32", metadata={"choices": TYPES, "help": (
+        "the stored vectors' type: float32, float16, int8 / uint8 (256 buckets per dimension between the "
+        "calibration minimum and maximum), binary / ubinary (signs, 8 dimensions per byte)")})  # fmt: skip
+    # int8 / uint8: a .npy of float embeddings (N, dim) of representative texts (e.g. `neobert embed SAMPLE.txt
+    # --output cal.npy`); their per-dimension minimum and maximum are the buckets, stored with the output
+    calibration: str | None = None
     shard_rows: int = 4096  # texts per output shard (and per piece of work)
     on_error: str = field(default="raise", metadata={"choices": ON_ERROR, "help": (
         "a bad row (empty text, invalid UTF-8 or JSON, no id): raise naming file and row, or skip and count it")})  # fmt: skip
@@ -141,6 +145,17 @@ class EmbedConfig(EngineSettings, FileJob):
             raise ValueError(f"shard rows must be positive, got {self.shard_rows}")
         if self.on_duplicate not in ON_DUPLICATE:
             raise ValueError(f"on_duplicate must be one of {', '.join(ON_DUPLICATE)}; got {self.on_duplicate!r}")
+        if self.dtype in CALIBRATED and self.calibration is None:
+            raise ValueError(f"--dtype {self.dtype} needs --calibration FILE.npy (float embeddings of sample texts)")
+
+    def ranges(self) -> np.ndarray | None:
+        """The int8 / uint8 calibration ranges (2, dim) from ``calibration``; None for the other types."""
+        if self.dtype not in CALIBRATED:
+            return None
+        path = Path(self.calibration)
+        if not path.is_file():
+            raise ValueError(f"calibration file {path} does not exist")
+        return calibration_ranges(np.load(path))
 
     @property
     def to_npy(self) -> bool:
@@ -182,12 +197,17 @@ def embed_file(config: EmbedConfig) -> EmbedResult:
     else:
         vectors = encode(encoder, tok, texts, pooling=c.pooling, normalize=c.normalize, max_length=c.max_length,
                          **budget)  # fmt: skip
+    ranges = c.ranges()
+    stored = quantize(vectors, c.dtype, ranges)
     with atomic_file(c.output, "wb") as handle:
-        np.save(handle, vectors)
+        np.save(handle, stored)
+    if ranges is not None:  # the buckets, beside the vectors: X.npy -> X.ranges.npy
+        with atomic_file(Path(c.output).with_suffix(".ranges.npy"), "wb") as handle:
+            np.save(handle, ranges)
     seconds, empty = time.perf_counter() - start, empty_rows(texts)
     norm = "L2-normalized" if c.normalize else "not normalized"
     summary = (
-        f"wrote {len(texts):,} x {vectors.shape[1]} float32 vectors ({c.pooling} pooling, {norm}) to "
+        f"wrote {len(texts):,} x {vectors.shape[1]} {c.dtype} vectors ({c.pooling} pooling, {norm}) to "
         f"{c.output} in {seconds:.1f}s"
     )
     consequence = "their rows embed an empty text, so that row i is line i"

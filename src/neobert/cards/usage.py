@@ -44,6 +44,15 @@ def usage(directory: Path, info: CardInfo) -> tuple[str, str]:
                 f"vectors = model.encode({list(EXAMPLE_TEXTS)!r})  # sparse: one weight per vocabulary entry\n"
                 "print(tuple(vectors.shape))")  # fmt: skip
         return code, f"({len(EXAMPLE_TEXTS)}, {config.get('vocab_size')})"
+    if info.library == "sentence-transformers" and info.head == "late-interaction":
+        settings = json.loads((directory / "config_sentence_transformers.json").read_text(encoding="utf-8"))
+        code = ("import neobert  # registers NeoBERT with transformers (pip install neobert)\n"
+                "from sentence_transformers import MultiVectorEncoder\n\n"
+                'model = MultiVectorEncoder(".")  # this directory, or its Hub repo id; PyLate: models.ColBERT(".")\n'
+                f"queries = model.encode_query({list(EXAMPLE_TEXTS)!r})  # one unit vector per token\n"
+                "print(tuple(queries[0].shape))")  # fmt: skip
+        dim = json.loads((directory / "1_Dense" / "config.json").read_text(encoding="utf-8"))["out_features"]
+        return code, f"({settings['query_length']}, {dim})"
     if info.library == "sentence-transformers":
         code = ("import neobert  # registers NeoBERT with transformers (pip install neobert)\n"
                 "from sentence_transformers import SentenceTransformer\n\n"
@@ -96,6 +105,10 @@ def other_ways(info: CardInfo) -> str:
         return ("The root of this directory is also a transformers masked-LM model (`AutoModelForMaskedLM`, after "
                 "`import neobert`): the vector is the max over real tokens of log(1 + ReLU(logits)), which "
                 "`neobert.sparse.encode_sparse` computes.\n")  # fmt: skip
+    if info.head == "late-interaction":
+        return ("The root of this directory is also a transformers model (`AutoModel`, after `import neobert`); "
+                "`1_Dense` holds the token projection. `neobert.late_interaction.load_late_interaction` and "
+                "`token_vectors` give the same token vectors as `MultiVectorEncoder` and PyLate.\n")  # fmt: skip
     if info.library == "sentence-transformers":
         return ("The root of this directory is also a transformers model (`AutoModel.from_pretrained(\".\")` after "
                 "`import neobert`; pool `last_hidden_state` over the attention mask as `modules.json`'s Pooling says to "

@@ -15,7 +15,7 @@ from typing import Any
 from rich.markup import escape
 
 from ..evaluation.instructions import dataset_instructions
-from ..finetuning import sparse
+from ..finetuning import late_interaction, sparse
 from ..finetuning.contrastive import ContrastiveConfig, run
 from ..training.engine import is_main_process
 from .common import add_command, make_console, quiet_transformers
@@ -34,6 +34,13 @@ def _sparse(args: argparse.Namespace) -> int:
         sparse.SparseConfig, args, instructions=dataset_instructions(args.instructions, args.instruction)
     )
     return _report(sparse.run, config, "a sentence-transformers SparseEncoder (and transformers masked-LM) model")
+
+
+def _late(args: argparse.Namespace) -> int:
+    config = config_from_args(
+        late_interaction.LateInteractionConfig, args, instructions=dataset_instructions(args.instructions, args.instruction)
+    )
+    return _report(late_interaction.run, config, "a late-interaction (PyLate ColBERT / MultiVectorEncoder) model")
 
 
 def _report(train: Callable[[Any], Any], config: Any, saved: str, steps_by_dataset: bool = False) -> int:
@@ -68,10 +75,21 @@ SPARSE_DESCRIPTION = (
 )
 
 
+LATE_HELP = "late-interaction (ColBERT) fine-tuning: token vectors scored by MaxSim"
+LATE_DESCRIPTION = (
+    "Any encoder plus a linear projection to --dim dimensions per token; query and document markers, queries "
+    "expanded with mask tokens to --query-length, punctuation dropped from documents (up to --max-length tokens); "
+    "InfoNCE on MaxSim with in-batch and hard negatives; the same data files as finetune contrastive; saves a "
+    "PyLate ColBERT directory that sentence-transformers' MultiVectorEncoder loads."
+)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     _register(subparsers, "contrastive", _main, HELP, DESCRIPTION, ContrastiveConfig, ())
     _register(subparsers, "sparse", _sparse, SPARSE_HELP, SPARSE_DESCRIPTION, sparse.SparseConfig,
               ("matryoshka_dims",))  # fmt: skip
+    _register(subparsers, "late-interaction", _late, LATE_HELP, LATE_DESCRIPTION,
+              late_interaction.LateInteractionConfig, ("matryoshka_dims",))  # fmt: skip
 
 
 def _register(subparsers: argparse._SubParsersAction, name: str, func: Callable[[argparse.Namespace], int],

@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "tokenizer",
     "info",
     "embed",
+    "index",
     "fill_mask",
     "demo",
     "finetune",

@@ -11,6 +11,8 @@ Task files (UTF-8 JSONL, one object per line; a task's name is its file or direc
     DIR/retrieval/NAME/qrels.tsv         query-id <TAB> corpus-id <TAB> score (header optional; BEIR layout)
                       or qrels.jsonl     {"query-id", "corpus-id", "score"}
 
+Late-interaction models (a ColBERT directory: :func:`neobert.late_interaction.is_late_interaction_dir`) are
+scored on the retrieval tasks by MaxSim over their token vectors.
 Sparse models (a SPLADE ``SparseEncoder`` directory, or any masked-LM model with ``sparse=True``) are scored
 on the retrieval tasks by the dot product of their SPLADE vectors (:func:`neobert.sparse.encode_sparse`),
 with the average non-zeros per query and per document beside nDCG@10 and MRR@10; the other families are
@@ -34,6 +36,7 @@ from ..data.readers import json_objects
 from ..encoders import Encoder, load_encoder
 from ..inference import encode
 from ..io import write_text
+from ..late_interaction import is_late_interaction_dir, load_late_interaction, token_vectors
 from ..sparse import encode_sparse, is_sparse_model
 from ..tables import fmt, markdown_table
 from . import embeddings as E
@@ -48,7 +51,8 @@ FAMILY_TITLES = {
     "sts": "STS",
 }
 NO_INSTRUCTION = TaskInstruction("", "")
-COUNTS = ("nonzeros_query", "nonzeros_document")  # sparse retrieval's sizes: numbers of entries, not scores
+# sparse and late-interaction retrieval's sizes: numbers of entries or vectors, not scores
+COUNTS = ("nonzeros_query", "nonzeros_document", "vectors_document")
 
 
 @dataclass(frozen=True)
@@ -200,7 +204,24 @@ def make_sparse_embed(encoder: Encoder, batch_size: int = 32, show_progress: boo
     return embed
 
 
-SPARSE_FAMILIES = ("retrieval",)  # what sparse vectors are scored on
+def make_late_embed(source: str, device: str | None, batch_size: int = 32, show_progress: bool = True) -> E.Embed:
+    """Token vectors of a late-interaction directory: documents by the returned function, queries by its
+    ``.query`` (each with its marker; queries expanded), scored by MaxSim in :func:`E.rank_documents`."""
+    model, tokenizer, spec = load_late_interaction(source, device=device)
+
+    def side(is_query: bool) -> E.Embed:
+        def embed(texts: list[str], instruction: str) -> list:
+            texts = [apply_instruction(instruction, t) for t in texts]
+            return token_vectors(model, tokenizer, texts, spec, is_query, batch_size, show_progress)
+
+        return embed
+
+    documents = side(False)
+    documents.query = side(True)
+    return documents
+
+
+SPARSE_FAMILIES = ("retrieval",)  # what sparse and late-interaction vectors are scored on
 
 
 def run(
@@ -227,13 +248,17 @@ def run(
     start = time.perf_counter()
     report = EmbeddingReport()
     for model in models:
-        is_sparse = is_sparse_model(model, sparse)
-        encoder = load_encoder(model, tokenizer, head="mlm" if is_sparse else "base", device=device)
-        embed = (make_sparse_embed if is_sparse else make_embed)(encoder, batch_size, show_progress)
+        is_late = Path(model).is_dir() and is_late_interaction_dir(model)
+        is_sparse = not is_late and is_sparse_model(model, sparse)
+        if is_late:
+            embed = make_late_embed(model, device, batch_size, show_progress)
+        else:
+            encoder = load_encoder(model, tokenizer, head="mlm" if is_sparse else "base", device=device)
+            embed = (make_sparse_embed if is_sparse else make_embed)(encoder, batch_size, show_progress)
         report.models[model] = [
             evaluate_task(spec, embed, (instructions or {}).get(spec.name, NO_INSTRUCTION), seed)
-            if not is_sparse or spec.family in SPARSE_FAMILIES
-            else _not_for_sparse(spec)
+            if not (is_sparse or is_late) or spec.family in SPARSE_FAMILIES
+            else _not_for_sparse(spec, "late-interaction" if is_late else "sparse")
             for spec in tasks
         ]
     report.seconds = time.perf_counter() - start
@@ -242,9 +267,9 @@ def run(
     return report
 
 
-def _not_for_sparse(spec: TaskSpec) -> E.TaskScore:
+def _not_for_sparse(spec: TaskSpec, kind: str = "sparse") -> E.TaskScore:
     return E.TaskScore(spec.family, spec.name, {E.MAIN_METRIC[spec.family]: math.nan}, 0,
-                       ["a sparse model is scored on retrieval only"])  # fmt: skip
+                       [f"a {kind} model is scored on retrieval only"])  # fmt: skip
 
 
 def sparse_markdown(report: EmbeddingReport) -> str:
@@ -252,11 +277,18 @@ def sparse_markdown(report: EmbeddingReport) -> str:
     rows = [[model, s.task, s.scores["ndcg_at_10"] * 100, s.scores["mrr_at_10"] * 100, s.scores["nonzeros_query"],
              s.scores["nonzeros_document"]]
             for model, scores in report.models.items() for s in scores if "nonzeros_query" in s.scores]  # fmt: skip
-    if not rows:
-        return ""
-    header = ["model", "task", "nDCG@10 x 100", "MRR@10 x 100", "non-zeros / query", "non-zeros / document"]
-    return ("\n## Sparse retrieval (index size and query cost: average non-zeros per vector)\n\n"
-            + markdown_table(header, rows, digits=1))  # fmt: skip
+    late = [[model, s.task, s.scores["ndcg_at_10"] * 100, s.scores["mrr_at_10"] * 100, s.scores["vectors_document"]]
+            for model, scores in report.models.items() for s in scores if "vectors_document" in s.scores]  # fmt: skip
+    out = ""
+    if rows:
+        header = ["model", "task", "nDCG@10 x 100", "MRR@10 x 100", "non-zeros / query", "non-zeros / document"]
+        out += ("\n## Sparse retrieval (index size and query cost: average non-zeros per vector)\n\n"
+                + markdown_table(header, rows, digits=1))  # fmt: skip
+    if late:
+        header = ["model", "task", "nDCG@10 x 100", "MRR@10 x 100", "token vectors / document"]
+        out += ("\n## Late-interaction retrieval (MaxSim; index size: token vectors per document)\n\n"
+                + markdown_table(header, late, digits=1))  # fmt: skip
+    return out
 
 
 def family_averages(scores: Sequence[E.TaskScore]) -> dict[str, float]:

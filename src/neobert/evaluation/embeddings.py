@@ -8,7 +8,7 @@ and the task's data and return a :class:`TaskScore`; reading files and running a
 | family | main metric | other metrics |
 |---|---|---|
 | sts | Spearman of cosine vs gold score | Pearson |
-| retrieval | nDCG@10 | recall@k, MRR@10; sparse models: average non-zeros per query and document |
+| retrieval | nDCG@10 | recall@k, MRR@10; sparse models: average non-zeros per query and document; late-interaction models (MaxSim): token vectors per document |
 | classification | accuracy (logistic regression on embeddings) | macro-F1 |
 | clustering | V-measure (k-means, k = number of labels) | - |
 | pair_classification | average precision of cosine vs 0/1 label | - |
@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ..late_interaction import maxsim_scores
 from .instructions import TaskInstruction
 from .metrics import pearson, spearman
 
@@ -108,8 +109,11 @@ def rank_documents(
 ) -> list[list[str]]:
     """Document ids of each query, best dot product first (the cosine for unit-norm rows; sparse rows as
     SPLADE scores them), ties kept in corpus order."""
-    scores = query_vectors @ doc_vectors.T  # (Q, D)
-    scores = scores.toarray() if sp.issparse(scores) else np.asarray(scores)
+    if isinstance(query_vectors, list):  # late interaction: per text, its token vectors, scored by MaxSim
+        scores = maxsim_scores(query_vectors, doc_vectors).numpy()
+    else:
+        scores = query_vectors @ doc_vectors.T  # (Q, D)
+        scores = scores.toarray() if sp.issparse(scores) else np.asarray(scores)
     top_k = min(top_k, len(doc_ids))
     order = np.argsort(-scores, axis=1, kind="stable")[:, :top_k]
     return [[doc_ids[j] for j in row] for row in order]
@@ -175,7 +179,8 @@ def evaluate_retrieval(
         return TaskScore("retrieval", task, {"ndcg_at_10": math.nan}, 0, [*notes, "no judged query"])
     doc_ids = list(corpus)
     doc_vectors = embed([corpus[d] for d in doc_ids], instruction.corpus)
-    query_vectors = embed([queries[q] for q in judged], instruction.query)
+    # a late-interaction model encodes queries its own way (markers, expansion): its embed carries a .query
+    query_vectors = getattr(embed, "query", embed)([queries[q] for q in judged], instruction.query)
     rankings = rank_documents(query_vectors, doc_vectors, doc_ids, max(10, *recall_ks))
     scores = {"ndcg_at_10": float(np.mean([ndcg_at_k(r, qrels[q], 10) for q, r in zip(judged, rankings)]))}
     scores["mrr_at_10"] = float(np.mean([mrr_at_k(r, qrels[q], 10) for q, r in zip(judged, rankings)]))
@@ -186,6 +191,8 @@ def evaluate_retrieval(
     if sp.issparse(doc_vectors):  # the index's size and the query's cost: average non-zeros per row
         scores["nonzeros_query"] = float(query_vectors.getnnz(axis=1).mean())
         scores["nonzeros_document"] = float(doc_vectors.getnnz(axis=1).mean())
+    if isinstance(doc_vectors, list):  # the index's size: token vectors per document
+        scores["vectors_document"] = float(np.mean([len(v) for v in doc_vectors]))
     return TaskScore("retrieval", task, scores, len(judged), notes)
 
 

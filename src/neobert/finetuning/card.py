@@ -39,6 +39,9 @@ def started_from(model: str) -> str:
     return f"the local model directory `{Path(model).name}`"
 
 
+HEAD_TAGS = {"sparse-embedding": ["sparse-encoder", "splade"], "late-interaction": ["ColBERT", "PyLate", "multi-vector"]}
+
+
 def finetune_card(facts: FinetuneFacts) -> CardInfo:
     """The card of a fine-tuned model: its base model, data, settings, run and results."""
     description = (f"{facts.task[:1].upper()}{facts.task[1:]} model fine-tuned from {started_from(facts.model)} with "
@@ -58,10 +61,10 @@ def finetune_card(facts: FinetuneFacts) -> CardInfo:
         sections.append(("Labels", ", ".join(f"`{label}`" for label in facts.labels) + "\n"))
     return CardInfo(
         head=facts.head, description=description, command=facts.command,
-        library="sentence-transformers" if facts.head in ("sentence-embedding", "sparse-embedding") else "transformers",
+        library="sentence-transformers" if facts.head in ("sentence-embedding", "sparse-embedding", "late-interaction") else "transformers",
         base_model=hub_model_id(facts.model), data=facts.data, data_stats=facts.data_stats,
         settings=facts.settings, run=facts.run, results=results, license=facts.license, limits=limits,
-        sections=sections, tags=[facts.command.split()[-1], *(["sparse-encoder", "splade"] if facts.head == "sparse-embedding" else [])],
+        sections=sections, tags=[facts.command.split()[-1], *HEAD_TAGS.get(facts.head, [])],
     )  # fmt: skip
 
 

@@ -273,6 +273,7 @@ class Trained:
     datasets: list[ContrastiveDataset]
     losses: list[float]  # mean loss of each logging window (main process only)
     start: float  # time.perf_counter() at the start
+    module: torch.nn.Module | None = None  # what was trained (the encoder, or the task's own module around it)
 
 
 def train(
@@ -280,11 +281,13 @@ def train(
     make_task: Callable[[Encoder, list[ContrastiveDataset], Any, Engine], Any],
     head: str = "base",
     on_step_end: Callable[[int, dict[str, float]], None] | None = None,
+    module: Callable[[Encoder], torch.nn.Module] | None = None,
 ) -> Trained:
     """The training of every query/document task (``finetune contrastive``, ``finetune sparse``): load the
     data, then ``config.model`` with ``head`` (``base``: the bare encoder is trained; ``mlm``: the whole
-    masked-LM model), run ``make_task(encoder, datasets, config, engine)`` on the engine (AdamW, linear
-    warm-up and decay), and remove the resume checkpoints of the finished run."""
+    masked-LM model; ``module(encoder)``, where given: a module of the task's own around the encoder, e.g. the
+    encoder and a projection), run ``make_task(encoder, datasets, config, engine)`` on the engine (AdamW,
+    linear warm-up and decay), and remove the resume checkpoints of the finished run."""
     start = time.perf_counter()
     if config.steps < 1 or config.batch_size < 1 or config.save_every < 1:
         raise ValueError("steps, batch_size and save_every must be positive")
@@ -297,7 +300,7 @@ def train(
         raise FinetuneConfigError(
             f"matryoshka_dims {too_wide} exceed the model's {encoder.hidden_size} dimensions ({config.model})"
         )
-    trained_module = encoder.base if head == "base" else encoder.model
+    trained_module = module(encoder) if module is not None else encoder.base if head == "base" else encoder.model
     engine = Engine(_engine_settings(config, model_widths(encoder.base), "contrastive" if head == "base" else "sparse"))
     task = make_task(encoder, datasets, config, engine)
 
@@ -322,7 +325,7 @@ def train(
     losses = _window_losses(output / "metrics.jsonl") if engine.is_main else []
     if engine.is_main:
         shutil.rmtree(output / "checkpoints", ignore_errors=True)  # finished: the resume state has served
-    return Trained(encoder, engine, task, datasets, losses, start)
+    return Trained(encoder, engine, task, datasets, losses, start, trained_module)
 
 
 # settings that may change between a run and its resumption

@@ -28,6 +28,7 @@ class Example:
     query: str
     positive: str
     negatives: tuple[str, ...] = ()
+    scores: tuple[float, ...] = ()  # a teacher's scores of (positive, *negatives), for distillation; () if none
 
 
 @dataclass
@@ -57,6 +58,17 @@ def _negatives(row: dict, where: str) -> tuple[str, ...]:
     return tuple(v for v in value if v)
 
 
+def _scores(row: dict, negatives: int, where: str) -> tuple[float, ...]:
+    """A teacher's ``scores`` of the positive and each negative (e.g. a cross-encoder's), for distillation."""
+    value = row.get("scores")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, (int, float)) for v in value) or len(value) != 1 + negatives:
+        raise ValueError(f"{where}: 'scores' must be a list of {1 + negatives} numbers (the positive's, then "
+                         "each negative's)")  # fmt: skip
+    return tuple(float(v) for v in value)
+
+
 def read_jsonl_examples(path: str | os.PathLike) -> list[Example]:
     """One example per line: {"query", "positive", optional "negatives": [...] or "negative": "..."}."""
     examples = []
@@ -68,7 +80,8 @@ def read_jsonl_examples(path: str | os.PathLike) -> list[Example]:
                 f"{where}: missing text field(s) {', '.join(missing)}; "
                 f"available: {', '.join(sorted(row)) or 'none'}"
             )
-        examples.append(Example(row["query"], row["positive"], _negatives(row, where)))
+        negatives = _negatives(row, where)
+        examples.append(Example(row["query"], row["positive"], negatives, _scores(row, len(negatives), where)))
     if not examples:
         raise ValueError(f"contrastive data file {path} is empty: expected JSONL with query and positive")
     return examples

@@ -8,14 +8,20 @@ length grouping of :func:`neobert.long_documents.embed`) and written as one parq
 name, ``part-FFFFF-PPPPP.parquet``::
 
     id          string        the id column's value, or FILE:ROW (the input as expanded, the 1-based row or line)
-    embedding   list<float>   float32 (or float16 with dtype float16), ``dimensions`` wide
+    embedding   list<float>   float32 (or float16 with dtype float16), ``dimensions`` wide; int8 / uint8 with
+                              dtype int8 / uint8 (the manifest's ``calibration_ranges`` are the buckets);
+                              packed signs, ``dimensions / 8`` bytes, with dtype binary (int8) / ubinary (uint8)
     tokens      int32         the text's tokens, special ones included, before any cut
     truncated   bool          cut to the window (long-documents truncate)
     windows     int32         model rows the text took (chunk: more than one for a long text)
 
 Each shard's footer repeats its record and the settings' digest, so a re-run recognises finished shards
 whatever became of ``_manifest.json``, skips them and embeds the rest: a killed run, re-run, ends with the
-same shards as an uninterrupted one. The same worker runs in this process (``--engine local``) or in a Ray
+same shards as an uninterrupted one.
+
+A late-interaction (ColBERT) model directory writes multi-vector shards instead (:class:`PieceTokenEmbedder`):
+``id``, ``vectors`` (list of ``dimensions``-wide float vectors: the document's kept tokens), ``length`` (their
+count) and ``tokens``; ``neobert index`` builds a search index from them. The same worker runs in this process (``--engine local``) or in a Ray
 actor pool (``--engine ray``, :mod:`neobert.jobs.engine`), so both engines write the same vectors.
 """
 
@@ -53,9 +59,11 @@ from ..encoders import (
 )
 from ..hardware import versions
 from ..io import LOCK, atomic_file, clean_temporaries, output_lock, write_json
+from ..late_interaction import is_late_interaction_dir, load_late_interaction, token_vectors
 from ..long_documents import LongDocuments, model_window
 from ..long_documents import embed as embed_long
 from ..predict import EmbedConfig, EmbedResult, embed_file
+from ..quantization import quantize
 from ..tables import MISSING, markdown_table
 from .engine import (
     EngineSettings,
@@ -132,6 +140,8 @@ class PieceEmbedder:
         self.long_policy = LongDocuments(config.long_documents, config.stride, config.rope_scaling)
         self.window = config.max_length or model_window(self.model, self.tokenizer)
         self.node = _node()
+        ranges = config.ranges()
+        self.ranges = None if ranges is None else np.asarray(ranges, dtype=np.float32)
 
     def __call__(self, piece: Piece) -> dict:
         c = self.c
@@ -155,9 +165,57 @@ class PieceEmbedder:
             "pid": os.getpid(),
         }
         _write_shard(
-            shard_path(c.output, piece), ids, vectors.astype(c.dtype), report, truncated, record, self.digest
+            shard_path(c.output, piece), ids, quantize(vectors, c.dtype, self.ranges), report, truncated, record, self.digest
         )
         return record
+
+
+class PieceTokenEmbedder:
+    """A late-interaction model's worker: each text's document token vectors, as a multi-vector shard
+    (``id``, ``vectors``: one ``dimensions``-wide vector per kept token, ``length``: their count, ``tokens``)."""
+
+    def __init__(self, *, config: EmbedConfig, precision: str, digest: str):
+        if config.dtype not in ("float32", "float16"):
+            raise ValueError(f"token vectors are stored as float32 or float16, not {config.dtype}")
+        self.c, self.digest, self.node, self.precision = config, digest, _node(), "fp32"
+        device = "cuda" if torch.cuda.is_available() else None
+        self.model, self.tokenizer, self.spec = load_late_interaction(config.model, device, config.max_length)
+
+    def __call__(self, piece: Piece) -> dict:
+        c, spec = self.c, self.spec
+        ids, texts = [], []
+        for source, record in read_piece(piece, c.text_column, c.on_error, "refuse", c.id_column):
+            ids.append(record.key if c.id_column is not None else f"{source}:{record.row}")
+            texts.append(record.text)
+        vectors = token_vectors(self.model, self.tokenizer, texts, spec, False, c.batch_size)
+        lengths = [len(ids_) for ids_ in self.tokenizer([spec.document_prefix + t for t in texts])["input_ids"]]
+        record = {"name": piece.name, "rows": len(texts), "tokens": int(sum(lengths)),
+                  "truncated": sum(n > spec.document_length for n in lengths), "windows": len(texts),
+                  "dimensions": spec.dim, "vectors": int(sum(len(v) for v in vectors)), "precision": self.precision,
+                  "node": self.node, "pid": os.getpid()}  # fmt: skip
+        _write_token_shard(shard_path(c.output, piece), ids, vectors, lengths, c.dtype, record, self.digest)
+        return record
+
+
+def _write_token_shard(path: Path, ids, vectors: list, lengths: list[int], dtype: str, record: dict,
+                       digest: str) -> None:  # fmt: skip
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    dim = record["dimensions"]
+    counts = [len(v) for v in vectors]
+    flat = np.concatenate([v.numpy() for v in vectors]) if vectors else np.zeros((0, dim), np.float32)
+    rows = pa.FixedSizeListArray.from_arrays(pa.array(flat.astype(dtype).reshape(-1)), dim)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
+    table = pa.table({
+        "id": pa.array(ids, pa.string()),
+        "vectors": pa.ListArray.from_arrays(offsets, rows),
+        "length": pa.array(counts, pa.int32()),
+        "tokens": pa.array(lengths, pa.int32()),
+    })  # fmt: skip
+    table = table.replace_schema_metadata({FOOTER_KEY: json.dumps({**record, "digest": digest}).encode()})
+    with atomic_file(path, "wb") as handle:
+        pq.write_table(table, handle)
 
 
 def _node() -> str:
@@ -247,7 +305,8 @@ def _run(c: EmbedConfig, settings: EngineSettings, manifest: dict, pieces: list[
 
     kwargs = {"config": c, "precision": precision, "digest": manifest["digest"]}
     with bar:
-        pool = run_pieces(settings, PieceEmbedder, kwargs, todo, finished)
+        worker = PieceTokenEmbedder if is_late_interaction_dir(c.model) else PieceEmbedder
+        pool = run_pieces(settings, worker, kwargs, todo, finished)
     return records, pool
 
 
@@ -308,6 +367,9 @@ def _settings(c: EmbedConfig, plans: list[FilePlan]) -> dict:
     if c.id_column is not None:
         settings["on_duplicate"] = c.on_duplicate
     settings["model_files"] = _model_files(c.model)
+    ranges = c.ranges()
+    if ranges is not None:  # int8 / uint8: the buckets (row 0 minima, row 1 maxima) every shard was cut with
+        settings["calibration_ranges"] = ranges.tolist()
     settings["inputs"] = [{"path": p.spec, "bytes": p.size, "rows": p.records} for p in plans]
     return settings
 

@@ -5,10 +5,10 @@ its texts through the queue; the model
 process answers each text with ``(value, tokens)``: the task's result and the text's length in tokens
 (so the HTTP side never tokenizes: usage counts and the ``truncate: false`` refusals come from here).
 A text the model process refuses is answered with a :class:`Refusal` in place of its value; the rest of its
-batch is answered as usual. Which models offer a task is :data:`neobert.capabilities.HEAD_TASKS`.
+batch is answered as usual. Which models offer a task is each head's registry entry (:attr:`neobert.registration.Head.tasks`).
 
 Adding an endpoint: one function here registered with ``@task("name")``, one route, and the task in
-``HEAD_TASKS`` (docs/architecture.md). The ONNX backend (:mod:`.onnx_backend`) implements the tasks its
+the head's ``Head.tasks`` (docs/architecture.md). The ONNX backend (:mod:`.onnx_backend`) implements the tasks its
 graphs can run through the same :class:`Backend`.
 """
 

@@ -1,0 +1,210 @@
+"""Late-interaction (ColBERT) fine-tuning of any encoder, as a task of the training core.
+
+The encoder and a bias-free projection to ``dim`` (128) dimensions per token (:class:`neobert.late_interaction.
+LateInteractionModel`) are trained together; queries and documents get their marker tokens (added to the
+tokenizer), queries are expanded with mask tokens to ``query_length`` tokens, documents lose their punctuation
+and are truncated to ``max_length`` tokens (up to the encoder's window). The loss is the in-batch contrastive
+loss of ``finetune contrastive`` on MaxSim scores (scale 1 / ``temperature``, 1 by default as PyLate's
+``Contrastive``): each query against every positive and hard negative of the batch, of every process (the
+token vectors gathered, differentiably, as the SPLADE regulariser's). Data, instructions, sampling, resume,
+several processes and precision are ``finetune contrastive``'s (:func:`.contrastive.train`).
+
+The result is PyLate's directory layout, which sentence-transformers' ``MultiVectorEncoder`` loads
+(:func:`neobert.late_interaction.save_late_interaction`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..cards import write_card
+from ..encoders import Encoder, max_positions
+from ..io import write_json
+from ..late_interaction import (
+    LateInteractionModel,
+    LateInteractionSpec,
+    add_markers,
+    save_late_interaction,
+    tokenize_late,
+)
+from ..training.engine import LossTerms
+from .config import FinetuneConfigError, config_from_dict
+from .contrastive import (
+    ContrastiveConfig,
+    ContrastiveTask,
+    _distributed,
+    batch_texts,
+    gather_rows,
+    run_card,
+    train,
+)
+
+
+@dataclass
+class LateInteractionConfig(ContrastiveConfig):
+    """``finetune contrastive``'s settings (``max_length``: the document length; Matryoshka widths excepted),
+    the token vectors' width, the query length and the MaxSim scale."""
+
+    temperature: float = 1.0  # MaxSim scores are divided by this (PyLate: 1)
+    dim: int = 128  # dimensions of each token vector
+    query_length: int = 32  # queries are padded with mask tokens (or truncated) to exactly this many tokens
+    skip_punctuation: bool = True  # drop punctuation tokens from documents (ColBERT's skiplist)
+    attend_to_expansion_tokens: bool = False  # let the encoder attend to the queries' mask tokens
+    # weight of the KL divergence from a teacher's scores (the data's "scores": positive, then each negative,
+    # e.g. a cross-encoder's) to the student's MaxSim over the same candidates, added to the contrastive loss
+    distillation: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.matryoshka_dims:
+            raise FinetuneConfigError("matryoshka_dims apply to dense embeddings, not to late interaction")
+        if self.distillation < 0:
+            raise FinetuneConfigError(f"distillation must be >= 0, got {self.distillation}")
+        if self.dim < 1 or self.query_length < 2 or self.max_length < 2:
+            raise FinetuneConfigError("dim must be >= 1, query_length and max_length >= 2")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LateInteractionConfig:
+        return config_from_dict(cls, data)
+
+    def spec(self, window: int | None = None) -> LateInteractionSpec:
+        """The settings of the saved model; ``max_length`` capped at the encoder's ``window``."""
+        skip = LateInteractionSpec().skiplist_words if self.skip_punctuation else []
+        length = min(self.max_length, window) if window else self.max_length
+        return LateInteractionSpec(dim=self.dim, query_length=self.query_length, document_length=length,
+                                   skiplist_words=skip, attend_to_expansion_tokens=self.attend_to_expansion_tokens)  # fmt: skip
+
+
+@dataclass
+class LateInteractionResult:
+    output: Path
+    steps: int
+    losses: list[float]  # mean loss of each logging window
+    dataset_steps: dict[str, int]
+    seconds: float
+
+
+def padded_maxsim(queries: torch.Tensor, documents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """(B, N) MaxSim of queries (B, Lq, D) against documents (N, Ld, D) whose tokens ``valid`` (N, Ld) marks."""
+    sims = torch.einsum("bqd,nld->bnql", queries, documents)  # (B, N, Lq, Ld)
+    sims = sims.masked_fill(~valid[None, :, None, :], float("-inf"))
+    return sims.amax(dim=-1).sum(dim=-1)
+
+
+def _gathered(vectors: torch.Tensor, mask: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Every process's documents (padded to ``width`` tokens under several processes) and where ours start."""
+    if _distributed():
+        vectors = F.pad(vectors, (0, 0, 0, width - vectors.shape[1]))
+        mask = F.pad(mask, (0, width - mask.shape[1]))
+    all_vectors, offset = gather_rows(vectors)
+    return all_vectors, gather_rows(mask.float())[0] > 0, offset
+
+
+def distillation_kl(scores: torch.Tensor, columns: list[list[int]], teacher: list[list[float]]) -> torch.Tensor:
+    """Summed over queries with teacher scores: KL(softmax(teacher) || softmax(student)) over each query's own
+    candidates (``columns[i]``: its positive's and its negatives' columns of ``scores``), as PyLate's
+    ``Distillation`` (a KL divergence between the two distributions over a query's candidates)."""
+    total = scores.new_zeros(())
+    for row, (cols, target) in enumerate(zip(columns, teacher)):
+        if not target:
+            continue
+        student = F.log_softmax(scores[row, cols], dim=-1)
+        wanted = F.log_softmax(torch.tensor(target, device=scores.device, dtype=scores.dtype), dim=-1)
+        total = total + F.kl_div(student, wanted, reduction="sum", log_target=True)
+    return total
+
+
+def late_step_loss(model: torch.nn.Module, tokenizer: Any, texts: list[str], n_queries: int,
+                   spec: LateInteractionSpec, temperature: float, teacher: list[list[float]] | None = None,
+                   distillation: float = 0.0) -> LossTerms:  # fmt: skip
+    """Summed InfoNCE on MaxSim of this process's queries against every process's positives and negatives,
+    plus ``distillation`` x the KL to the ``teacher``'s scores of each query's own candidates."""
+    device = next(model.parameters()).device
+    q_in = tokenize_late(tokenizer, texts[:n_queries], spec, True, device)
+    d_in = tokenize_late(tokenizer, texts[n_queries:], spec, False, device)
+    q = model(q_in["input_ids"], q_in["attention_mask"])  # (B, Lq, D); every query position scores
+    d = model(d_in["input_ids"], d_in["attention_mask"])  # (P + M, Ld, D)
+    d_mask = d_in["scoring_mask"]
+    positives, p_mask, offset = _gathered(d[:n_queries], d_mask[:n_queries], spec.document_length)
+    negatives, n_mask, n_offset = _gathered(d[n_queries:], d_mask[n_queries:], spec.document_length)
+    width = max(positives.shape[1], negatives.shape[1] if negatives.shape[0] else 0)
+    candidates = torch.cat([F.pad(positives, (0, 0, 0, width - positives.shape[1])),
+                            F.pad(negatives, (0, 0, 0, width - negatives.shape[1]))])  # fmt: skip
+    valid = torch.cat([F.pad(p_mask, (0, width - p_mask.shape[1])), F.pad(n_mask, (0, width - n_mask.shape[1]))])
+    scores = padded_maxsim(q, candidates, valid) / temperature  # (B, N)
+    targets = offset + torch.arange(n_queries, device=device)
+    loss = F.cross_entropy(scores, targets, reduction="sum")
+    if distillation and teacher:
+        columns, start = [], positives.shape[0] + n_offset
+        for i, target in enumerate(teacher):
+            own = max(len(target) - 1, 0)  # this query's negatives follow the previous queries' in the batch
+            columns.append([offset + i, *range(start, start + own)])
+            start += own
+        loss = loss + distillation * distillation_kl(scores, columns, teacher)
+    with torch.no_grad():
+        correct = (scores.argmax(dim=1) == targets).sum().float()
+    return LossTerms(loss, {"accuracy": correct}, tokens=int(q_in["attention_mask"].sum() + d_in["attention_mask"].sum()))
+
+
+class LateInteractionTask(ContrastiveTask):
+    """``finetune contrastive``'s sampling and state; the loss of :func:`late_step_loss`."""
+
+    spec: LateInteractionSpec
+
+    def batches(self, step: int) -> list[tuple[list[str], int, list[list[float]]]]:
+        index, examples = self.sampler.next_batch()
+        self.dataset_steps[self.datasets[index].name] += 1
+        texts, n_queries, _ = batch_texts(examples, self.datasets[index], self.config)
+        k = self.config.hard_negatives  # the teacher's scores of exactly the candidates batch_texts took
+        teacher = [list(ex.scores[: 1 + min(len(ex.negatives), k)]) for ex in examples]
+        return [(texts, n_queries, teacher)]
+
+    def loss(self, model: torch.nn.Module, batch: tuple[list[str], int, list[list[float]]]) -> LossTerms:
+        texts, n_queries, teacher = batch
+        return late_step_loss(model, self.encoder.tokenizer, texts, n_queries, self.spec, self.config.temperature,
+                              teacher, self.config.distillation)  # fmt: skip
+
+
+def run(config: LateInteractionConfig,
+        on_step_end: Callable[[int, dict[str, float]], None] | None = None) -> LateInteractionResult:  # fmt: skip
+    """Train ``config.model`` with a token projection as a late-interaction model; save it to ``config.output``."""
+    built: dict[str, Any] = {}
+
+    def module(encoder: Encoder) -> LateInteractionModel:
+        spec = config.spec(max_positions(encoder.base, encoder.tokenizer))
+        add_markers(encoder, spec)
+        built["spec"] = spec
+        return LateInteractionModel(encoder.base, spec.dim)
+
+    def make_task(encoder: Encoder, datasets: list, cfg: Any, engine: Any) -> LateInteractionTask:
+        task = LateInteractionTask(encoder, datasets, cfg, engine)
+        task.spec = built["spec"]
+        return task
+
+    trained = train(config, make_task, on_step_end=on_step_end, module=module)
+    engine, task, spec = trained.engine, trained.task, built["spec"]
+    output = Path(config.output)
+    if engine.is_main:
+        save_late_interaction(trained.module, trained.encoder.tokenizer, spec, output)
+        write_json(output / "late_interaction_training.json", {
+            "config": asdict(config), "spec": asdict(spec), "dataset_steps": task.dataset_steps,
+            "losses": trained.losses, "datasets": [{"name": d.name, "source": d.source, "size": len(d)} for d in trained.datasets],
+        })  # fmt: skip
+        limits = [f"One {spec.dim}-dimensional unit vector per token; score a query against a document with MaxSim "
+                  f"(queries are {spec.query_length} tokens, documents at most {spec.document_length}).",
+                  "No evaluation ran with the training: `neobert eval embeddings --model DIR --retrieval ...` scores "
+                  "it by MaxSim."]  # fmt: skip
+        card = run_card(config, trained, task.dataset_steps, engine, head="late-interaction",
+                        command="neobert finetune late-interaction", task="late-interaction retrieval (ColBERT)",
+                        loss="InfoNCE on MaxSim", limits=limits)  # fmt: skip
+        write_card(output, card)
+    engine.accelerator.wait_for_everyone()
+    return LateInteractionResult(output, engine.state.step, trained.losses, task.dataset_steps,
+                                 time.perf_counter() - trained.start)  # fmt: skip
