@@ -127,8 +127,10 @@ def test_load_model_presets_and_tasks():
     assert isinstance(classifier, NeoBERTForSequenceClassification)
     assert classifier.config.num_labels == 3 and classifier.config.hidden_dropout == 0.1
     assert not classifier.training
-    with pytest.raises(ValueError, match="task"):
+    with pytest.raises(ValueError, match="unknown head 'generation'; use one of base, mlm"):
         load_model("tiny", "generation")
+    with pytest.warns(FutureWarning, match=r"task=\.\.\.\) is deprecated; use head="):  # the old keyword
+        assert isinstance(load_model("tiny", task="mlm"), NeoBERTForMaskedLM)
     with pytest.raises(FileNotFoundError, match=r"model directory \./no/such/dir does not exist"):
         load_model("./no/such/dir")
 

@@ -92,7 +92,7 @@ def test_bad_input_gets_a_clear_error(tmp_path):
 
     source = save_tiny_neobert(tmp_path / "m")
     mlm, base = load_encoder(source, head="mlm"), load_encoder(source)
-    with pytest.raises(TypeError, match="needs a mlm model"):
+    with pytest.raises(TypeError, match="needs a masked-LM model"):
         encode_sparse(base.model, base.tokenizer, ["a"])
     with pytest.raises(TypeError, match="list of strings"):
         encode_sparse(mlm.model, mlm.tokenizer, "a text")
