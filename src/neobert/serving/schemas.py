@@ -68,12 +68,23 @@ DIMENSIONS = Field(default=None, description="keep the first N components, then 
                    "for the widths a Matryoshka model was trained for: /info's matryoshka_dims)")  # fmt: skip
 
 
+JINA_TASKS = ("retrieval.query", "retrieval.passage", "code.query", "code.passage", "text-matching")
+
+
 class OpenAIEmbeddingRequest(_Lenient):
     input: Inputs = Field(description="a text, texts, or token ids of our tokenizer (special tokens included)")
     model: StrictStr | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Positive | None = DIMENSIONS
     truncate: StrictBool = TRUNCATE
+    return_multivector: StrictBool = Field(default=False, description=(
+        "Jina's: a late-interaction (ColBERT) model's token vectors, `embeddings` per input (one unit vector "
+        "per token; base64: one string of row-major tokens x dim little-endian float32) instead of `embedding`; "
+        "texts only. The answer holds tokens x dim numbers and must fit max_answer_bytes (413 before the "
+        "model runs)"))  # fmt: skip
+    task: Literal[JINA_TASKS] | None = Field(default=None, description=(
+        "Jina's: with return_multivector, *.query encodes queries (marker, expanded to query_length tokens), "
+        "any other value or none documents (marker, cut to document_length, punctuation dropped)"))  # fmt: skip
 
 
 class TextsRequest(_Request):
@@ -253,7 +264,8 @@ Vectors = list[list[float]]  # TEI's /embed answer: a bare list of vectors
 class OpenAIEmbedding(BaseModel):
     object: Literal["embedding"]
     index: int
-    embedding: list[float] | str
+    embedding: list[float] | str | None = None
+    embeddings: list[list[float]] | str | None = Field(default=None, description="return_multivector: the token vectors")
 
 
 class Usage(BaseModel):
@@ -415,6 +427,10 @@ class InfoResponse(BaseModel):
     not_served: dict[str, str] = Field(
         default_factory=dict, description="endpoints (tasks) of the model's head it does not serve, and why"
     )
+    late_interaction: dict[str, Any] | None = Field(default=None, description=(
+        "a late-interaction (ColBERT) model's settings: dim (numbers per token vector), query_length (every "
+        "query's vectors), document_length (a document's at most), the markers, the skiplist, similarity "
+        "MaxSim; null for any other model"))  # fmt: skip
     # text-embeddings-inference's /info fields
     model_id: str
     model_sha: str | None
