@@ -240,6 +240,25 @@ class CohereRerankRequest(_Lenient):
     truncate: StrictBool = TRUNCATE
 
 
+EMBEDDING_TYPES = ("float", "int8", "uint8", "binary", "ubinary")  # Cohere's names (neobert.quantization's)
+COHERE_INPUT_TYPES = ("search_query", "search_document", "classification", "clustering")
+
+
+class CohereEmbedRequest(_Lenient):
+    texts: Texts
+    model: StrictStr | None = None
+    input_type: Literal[COHERE_INPUT_TYPES] | None = Field(default=None, description=(
+        "search_query / search_document put the model's `query` / `document` prompt before the text where it "
+        "has one; otherwise (and for classification, clustering) the model's default prompt"))  # fmt: skip
+    embedding_types: Annotated[list[Literal[EMBEDDING_TYPES]], Field(min_length=1)] = Field(
+        default=["float"], description=(
+            "float: the model's vectors; int8 / uint8: each dimension in 256 buckets between the minimum and "
+            "maximum of the server's --calibration embeddings (offered only where the server has them); binary / "
+            "ubinary: signs, 8 dimensions per byte (dim / 8 numbers), minus 128 for binary"))  # fmt: skip
+    truncate: Literal["NONE", "START", "END"] = Field(default="END", description=(
+        "END cuts a long text's end, START its start; NONE refuses it with 413"))  # fmt: skip
+
+
 # --- responses (for the OpenAPI schema; the endpoints build them as plain JSON) --------------------------
 
 
@@ -278,6 +297,22 @@ class OpenAIEmbeddingResponse(BaseModel):
     data: list[OpenAIEmbedding]
     model: str
     usage: Usage
+
+
+class CohereEmbeddings(BaseModel):
+    float_: list[list[float]] | None = Field(default=None, alias="float")
+    int8: list[list[int]] | None = None
+    uint8: list[list[int]] | None = None
+    binary: list[list[int]] | None = None
+    ubinary: list[list[int]] | None = None
+
+
+class CohereEmbedResponse(BaseModel):
+    id: str
+    embeddings: CohereEmbeddings
+    texts: list[str]
+    meta: dict[str, Any]
+    response_type: Literal["embeddings_by_type"]
 
 
 class ClassifierRow(BaseModel):  # neobert.inference.classifier_rows
@@ -469,11 +504,12 @@ TEXT_FIELDS = ("texts", "inputs", "input", "documents", "query", "ids", "text")
 REQUESTS_WITH_TEXTS = ("Request", "RerankDocumentIn")
 
 
-def state_limits(openapi: dict[str, Any], limits: dict[str, Any], model: Any) -> dict[str, Any]:
+def state_limits(openapi: dict[str, Any], limits: dict[str, Any], model: Any, calibrated: bool = False) -> dict[str, Any]:
     """``openapi`` (FastAPI's) with what this server's model and limits accept stated: texts per request
     (``max_texts``) and characters per text (``max_chars``; token ids per text alike), token ids below the
     vocabulary, ``dimensions`` up to the model's, the prompt names it has, and the mask token a fill-mask
-    text must hold (``model``: the :class:`.served.ServedModel`). A client generated from it is refused
+    text must hold (``model``: the :class:`.served.ServedModel`), and Cohere's int8 / uint8 ``embedding_types``
+    only where the server has calibration ranges (``calibrated``). A client generated from it is refused
     nothing the schema allows."""
     models = openapi.get("components", {}).get("schemas", {})
     openapi.setdefault("info", {})["x-limits"] = dict(limits)
@@ -487,6 +523,9 @@ def state_limits(openapi: dict[str, Any], limits: dict[str, Any], model: Any) ->
                     _pattern(prop, re.escape(model.mask_token))
             elif field == "dimensions":
                 _each(prop, "integer", lambda n: n.update(maximum=model.dimensions))
+            elif field == "embedding_types" and not calibrated:
+                _each(prop.get("items", {}), "string", lambda n: n.update(enum=[t for t in n["enum"] if t not in
+                                                                                ("int8", "uint8")]))  # fmt: skip
             elif field == "encoding_format" and name == "TEIEmbedAllRequest":
                 schema["description"] = answer_budget(limits, model.dimensions)
             elif field == "prompt_name":

@@ -49,11 +49,11 @@ def add(routes: Routes) -> None:
 async def multivector(routes: Routes, request: OpenAIEmbeddingRequest) -> Response:
     """Jina's ``return_multivector``: a late-interaction model's token vectors per input, queries or
     documents by Jina's ``task``; the answer budget is checked before the model runs."""
+    routes.require("token_vectors")
     items = as_items(request.input)
     if any(not isinstance(item, str) for item in items):
         raise ServiceError(422, "return_multivector takes texts, not token ids (the markers are put before "
                                 "the text)", "input")  # fmt: skip
-    routes.require("token_vectors")
     settings = routes.service.model.late_interaction
     kind = "query" if (request.task or "").endswith(".query") else "document"
     per_token = settings["dim"] * BYTES_PER_NUMBER[request.encoding_format]
