@@ -48,7 +48,7 @@ def reference(late_dir):
 
 @pytest.fixture(scope="module")
 def server(late_dir):
-    with serve(late_dir, api_key=None) as srv:
+    with serve(late_dir, api_key=None, model_process=True) as srv:  # the default: the model in its own process
         yield srv.url
 
 
