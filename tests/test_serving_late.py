@@ -103,6 +103,8 @@ def test_info_schema_budget_and_refusals(late_dir, server):
     _, schema, _ = call(server, "GET", "/openapi.json", key=None)
     field = schema["components"]["schemas"]["OpenAIEmbeddingRequest"]["properties"]["return_multivector"]
     assert "max_answer_bytes" in field["description"]
+    forms = schema["components"]["schemas"]["OpenAIEmbeddingRequest"]["properties"]["input"]["anyOf"]
+    assert [f["type"] for f in forms] == ["string", "array"] and forms[1]["items"]["type"] == "string"
     # 4 queries x 32 tokens x 16 numbers x 20 bytes = 40,960 bytes: over a 40,000-byte budget, before the model runs
     with serve(late_dir, api_key=None, max_answer_bytes=40_000) as small:
         body = {"input": ["a", "b", "c", "d"], "return_multivector": True, "task": "retrieval.query"}
@@ -110,3 +112,29 @@ def test_info_schema_budget_and_refusals(late_dir, server):
         assert status == 413 and "128 tokens x 16 numbers as float" in answer["error"]["message"]
         body["input"] = ["a", "b", "c"]  # 30,720 bytes
         assert call(small.url, "POST", "/v1/embeddings", body, key=None)[0] == 200
+
+
+@pytest.mark.slow
+def test_schemathesis_finds_nothing_on_a_late_interaction_server(server):
+    """schemathesis' checks, valid and invalid requests, every operation, against the late-interaction server:
+    what its schema allows is answered (or 404 for what the model does not serve), what it refuses is refused."""
+    schemathesis = pytest.importorskip("schemathesis")
+    from hypothesis import HealthCheck, given, settings
+    from schemathesis import GenerationMode, checks
+    from schemathesis.config import SchemathesisConfig
+
+    every = [checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
+             checks.response_schema_conformance, checks.negative_data_rejection, checks.positive_data_acceptance]  # fmt: skip
+    rejections = [400, 401, 403, 404, 405, 406, 409, 413, 415, 422, 428, 429]
+    config = SchemathesisConfig.from_dict({"checks": {"negative_data_rejection": {"expected-statuses": rejections}}})
+    schema = schemathesis.openapi.from_url(f"{server}/openapi.json", config=config)
+    for operation in [result.ok() for result in schema.get_all_operations()]:
+        post = operation.method.upper() == "POST"
+        for mode in [GenerationMode.POSITIVE] + ([GenerationMode.NEGATIVE] if post else []):
+
+            @settings(max_examples=8, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+            @given(case=operation.as_strategy(generation_mode=mode))
+            def check(case):
+                case.call_and_validate(checks=every)
+
+            check()

@@ -508,7 +508,8 @@ def state_limits(openapi: dict[str, Any], limits: dict[str, Any], model: Any, ca
     """``openapi`` (FastAPI's) with what this server's model and limits accept stated: texts per request
     (``max_texts``) and characters per text (``max_chars``; token ids per text alike), token ids below the
     vocabulary, ``dimensions`` up to the model's, the prompt names it has, and the mask token a fill-mask
-    text must hold (``model``: the :class:`.served.ServedModel`), and Cohere's int8 / uint8 ``embedding_types``
+    text must hold (``model``: the :class:`.served.ServedModel`), texts only for a late-interaction model's
+    ``/v1/embeddings``, and Cohere's int8 / uint8 ``embedding_types``
     only where the server has calibration ranges (``calibrated``). A client generated from it is refused
     nothing the schema allows."""
     models = openapi.get("components", {}).get("schemas", {})
@@ -521,6 +522,8 @@ def state_limits(openapi: dict[str, Any], limits: dict[str, Any], model: Any, ca
                 _bound(prop, limits, model.vocab_size, outer=True)
                 if name == "FillMaskRequest" and model.mask_token:
                     _pattern(prop, re.escape(model.mask_token))
+                if name == "OpenAIEmbeddingRequest" and getattr(model, "late_interaction", None):
+                    _texts_only(prop)
             elif field == "dimensions":
                 _each(prop, "integer", lambda n: n.update(maximum=model.dimensions))
             elif field == "embedding_types" and not calibrated:
@@ -561,6 +564,15 @@ def _bound(node: dict[str, Any], limits: dict[str, Any], vocab_size: int | None,
         elif outer:
             node["maxItems"] = limits["max_texts"]
         _bound(items, limits, vocab_size, outer=False)
+
+
+def _texts_only(node: dict[str, Any]) -> None:
+    """A late-interaction model's token vectors take texts (the marker goes before the text): token-id forms go."""
+    def ids(option: dict[str, Any]) -> bool:
+        items = option.get("items", {})
+        return items.get("type") == "integer" or items.get("items", {}).get("type") == "integer"
+
+    node["anyOf"] = [option for option in node.get("anyOf", []) if not ids(option)]
 
 
 def _each(node: dict[str, Any], kind: str, change: Any) -> None:
