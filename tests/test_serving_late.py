@@ -138,3 +138,10 @@ def test_schemathesis_finds_nothing_on_a_late_interaction_server(server):
                 case.call_and_validate(checks=every)
 
             check()
+
+
+def test_what_does_not_apply_is_refused_at_start(late_dir):
+    with pytest.raises(ValueError, match="no masked-LM logits"):
+        serve(late_dir, sparse=True)
+    with pytest.raises(ValueError, match="long_documents chunk does not apply"):
+        serve(late_dir, long_documents="chunk")

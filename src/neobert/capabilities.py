@@ -219,6 +219,9 @@ def load_for_inference(
     ``sparse``: serve the model's SPLADE vectors (``embed_sparse``) though it is not a SPLADE directory (one
     is served so without asking); it needs a masked-LM head."""
     if Path(source).is_dir() and is_late_interaction_dir(source):
+        if sparse:
+            raise ValueError(f"{source} is a late-interaction (ColBERT) directory: it has no masked-LM logits "
+                             "for SPLADE vectors (--sparse)")  # fmt: skip
         return load_late_for_inference(source, precision)
     head = detect_head(source) if head == "auto" else registered_head(head).name
     if head == "token-classification" and not Path(source).is_dir():

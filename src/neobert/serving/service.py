@@ -54,6 +54,9 @@ class TorchBackend(Backend):
     @classmethod
     def load(cls, config: ServeConfig) -> TorchBackend:
         loaded = load_for_inference(config.model, config.tokenizer, config.head, config.precision, config.sparse)
+        if loaded.capabilities.late_interaction and config.long_documents != "truncate":
+            raise ValueError(f"long_documents {config.long_documents} does not apply to a late-interaction model: "
+                             "its documents are cut to document_length, as ColBERT cuts them")  # fmt: skip
         model = cls(config, loaded)
         key = (config.model, config.precision, loaded.capabilities.head)
         model.threads = ThreadPolicy.at_start(config, ServingProbe(model), key=key)
