@@ -98,7 +98,7 @@ def test_labels_and_info_and_refusals():
                     "model_type": "bert", "dimensions": 32, "max_input_tokens": 77, "pooling": None,
                     "normalize": None, "embedding_settings_from": None, "labels": ["neg", "neu", "pos"],
                     "prompts": {}, "default_prompt_name": None, "matryoshka_dims": [],
-                    "not_served": {"embed": "a Dense module is not supported"}}  # fmt: skip
+                    "not_served": {"embed": "a Dense module is not supported"}, "late_interaction": None}  # fmt: skip
     with pytest.raises(ValueError, match=r"would serve nothing.*Dense"):
         describe(_config(), "base", "a Dense module is not supported", 77)
     assert describe(_config(), "base", EmbeddingSpec("cls", False), 8).info()["pooling"] == "cls"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from transformers import AutoConfig
 
 from .encoders import (
@@ -29,6 +30,7 @@ from .encoders import (
     resolve_tokenizer,
 )
 from .inference import label_names
+from .late_interaction import is_late_interaction_dir, load_late_interaction
 from .registration import HEADS, declared_head
 from .registration import head as registered_head
 from .sparse import is_sparse_dir
@@ -62,6 +64,7 @@ class Capabilities:
     embedding: EmbeddingSpec | None = None  # None: it does not embed (see ``refused``)
     refused: str | None = None  # why it does not embed, where it does not
     sparse: bool = False  # used as a sparse model: offers embed_sparse (SPLADE vectors of its MLM logits)
+    late_interaction: dict[str, Any] | None = None  # a ColBERT model's settings (token vectors, MaxSim)
 
     def info(self) -> dict[str, Any]:
         """The model's part of ``/info`` (plain data: it crosses processes)."""
@@ -80,6 +83,7 @@ class Capabilities:
             "embedding_settings_from": spec.declared_by if spec else None,
             "labels": list(self.labels) if self.labels is not None else None,
             "not_served": self.not_served(),
+            "late_interaction": dict(self.late_interaction) if self.late_interaction else None,
         }
 
     def not_served(self) -> dict[str, str]:
@@ -88,6 +92,8 @@ class Capabilities:
         offered = HEADS[self.head].tasks
         if "embed" in offered and "embed" not in self.tasks and self.refused:
             out["embed"] = self.refused
+        if self.late_interaction and "embed_all" in offered:
+            out["embed_all"] = self.refused or ""
         if "embed_sparse" in offered and "embed_sparse" not in self.tasks:
             out["embed_sparse"] = ("not a SPLADE SparseEncoder directory; serve a masked-LM model with --sparse "
                                    "for its SPLADE vectors")  # fmt: skip
@@ -212,6 +218,11 @@ def load_for_inference(
     (:func:`neobert.encoders.apply_precision`; None: the weights as loaded, float32, on the padded path).
     ``sparse``: serve the model's SPLADE vectors (``embed_sparse``) though it is not a SPLADE directory (one
     is served so without asking); it needs a masked-LM head."""
+    if Path(source).is_dir() and is_late_interaction_dir(source):
+        if sparse:
+            raise ValueError(f"{source} is a late-interaction (ColBERT) directory: it has no masked-LM logits "
+                             "for SPLADE vectors (--sparse)")  # fmt: skip
+        return load_late_for_inference(source, precision)
     head = detect_head(source) if head == "auto" else registered_head(head).name
     if head == "token-classification" and not Path(source).is_dir():
         raise ValueError(f"a token classifier is served from a fine-tuned model directory, not {source!r}")
@@ -234,4 +245,37 @@ def load_for_inference(
     limit = max_positions(encoder.model.base_model, tok)
     encoder.max_length = limit
     encoder.capabilities = describe(encoder.model.config, head, embedding, limit, sparse=is_sparse)
+    return encoder
+
+
+# What a late-interaction (ColBERT) directory serves: its token vectors (queries and documents) and MaxSim
+# rerank, beside its tokenizer's tasks; a pooled vector or raw hidden states would not be what
+# MultiVectorEncoder computes.
+LATE_TASKS = ("token_vectors", "rerank")
+LATE_NO_DENSE = ("a late-interaction (ColBERT) directory: it serves token vectors (/v1/embeddings with "
+                 "return_multivector) and MaxSim /rerank; one pooled vector or the encoder's hidden states would "
+                 "not be what MultiVectorEncoder computes, so they are not offered")  # fmt: skip
+
+
+def load_late_for_inference(source: str | os.PathLike, precision: str | None = "auto") -> Encoder:
+    """A late-interaction directory for inference (:func:`neobert.late_interaction.load_late_interaction`):
+    an :class:`Encoder` whose model is the :class:`~neobert.late_interaction.LateInteractionModel`, with the
+    spec as ``encoder.spec`` and capabilities offering :data:`LATE_TASKS` and the tokenizer's tasks; its
+    input limit is the spec's ``document_length``. It runs on the padded path, in float32 unless
+    ``precision`` is ``bf16`` (``auto`` keeps float32): the unpadded fast path drops the positions the encoder
+    does not attend to, and a query's expansion tokens are such positions whose vectors MaxSim counts."""
+    model, tokenizer, spec = load_late_interaction(source)
+    if precision == "bf16":
+        model.encoder.to(torch.bfloat16)
+    values = model.config.to_dict()
+    settings = {"dim": spec.dim, "query_length": spec.query_length, "document_length": spec.document_length,
+                "query_prefix": spec.query_prefix, "document_prefix": spec.document_prefix,
+                "similarity": "MaxSim", "skiplist_words": list(spec.skiplist_words)}  # fmt: skip
+    capabilities = Capabilities(
+        head=declared_head(values), model_type=str(values.get("model_type")), tasks=LATE_TASKS + TOKENIZER_TASKS,
+        dimensions=spec.dim, max_input_tokens=spec.document_length, refused=LATE_NO_DENSE,
+        late_interaction=settings,
+    )  # fmt: skip
+    encoder = Encoder(model, tokenizer, str(source), spec.document_length, capabilities)
+    encoder.spec = spec
     return encoder

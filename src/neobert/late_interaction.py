@@ -231,7 +231,7 @@ def load_late_interaction(source: str | os.PathLike, device: str | torch.device 
     weight = load_file(str(path / DENSE_DIR / "model.safetensors"))["linear.weight"]
     known = {k: settings[k] for k in asdict(LateInteractionSpec()) if k in settings}
     spec = LateInteractionSpec(dim=int(weight.shape[0]), **{k: v for k, v in known.items() if k != "dim"})
-    encoder = load_encoder(path, task="base", device=device)
+    encoder = load_encoder(path, head="base", device=device)
     spec.document_length = min(max_length or spec.document_length, max_positions(encoder.base, encoder.tokenizer))
     model = LateInteractionModel(encoder.base, spec.dim, weight).to(next(encoder.base.parameters()).device).eval()
     return model, encoder.tokenizer, spec

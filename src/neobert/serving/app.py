@@ -41,7 +41,8 @@ def create_app(service: Any) -> FastAPI:
 
     def openapi() -> dict[str, Any]:  # FastAPI's schema, with this model's and these limits' bounds stated
         if app.openapi_schema is None:
-            app.openapi_schema = state_limits(FastAPI.openapi(app), limits, service.model)
+            app.openapi_schema = state_limits(FastAPI.openapi(app), limits, service.model,
+                                               calibrated=bool(service.config.calibration))  # fmt: skip
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..config import PRECISIONS, check_known_keys, renamed_settings
@@ -34,6 +35,8 @@ class ServeConfig:
     sparse: bool = False
     # refuse (422) a `dimensions` the model was not trained for (not in /info's matryoshka_dims, not its full width) instead of serving it with a Warning header
     strict_dimensions: bool = False
+    # float embeddings (N, dim) of sample texts, .npy (as `neobert embed --calibration`): the int8 / uint8 buckets of Cohere's embedding_types (without it those two are not offered)
+    calibration: str | None = None
     host: str = "127.0.0.1"  # address to listen on
     port: int = 8000  # port to listen on (0: a free one)
     # torch, or onnx (ONNX Runtime on a `neobert export onnx` directory); auto: onnx for such a directory
@@ -99,6 +102,8 @@ class ServeConfig:
                 raise ServeConfigError(
                     f"{name} must be one of {', '.join(choices)}; got {getattr(self, name)!r}"
                 )
+        if self.calibration is not None and not Path(self.calibration).is_file():
+            raise ServeConfigError(f"calibration file {self.calibration} does not exist")
         if self.graceful_timeout <= 0:
             raise ServeConfigError(f"graceful_timeout must be positive, got {self.graceful_timeout}")
         if not isinstance(self.threads, int) or isinstance(self.threads, bool) or self.threads < 0:

@@ -68,12 +68,23 @@ DIMENSIONS = Field(default=None, description="keep the first N components, then 
                    "for the widths a Matryoshka model was trained for: /info's matryoshka_dims)")  # fmt: skip
 
 
+JINA_TASKS = ("retrieval.query", "retrieval.passage", "code.query", "code.passage", "text-matching")
+
+
 class OpenAIEmbeddingRequest(_Lenient):
     input: Inputs = Field(description="a text, texts, or token ids of our tokenizer (special tokens included)")
     model: StrictStr | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Positive | None = DIMENSIONS
     truncate: StrictBool = TRUNCATE
+    return_multivector: StrictBool = Field(default=False, description=(
+        "Jina's: a late-interaction (ColBERT) model's token vectors, `embeddings` per input (one unit vector "
+        "per token; base64: one string of row-major tokens x dim little-endian float32) instead of `embedding`; "
+        "texts only. The answer holds tokens x dim numbers and must fit max_answer_bytes (413 before the "
+        "model runs)"))  # fmt: skip
+    task: Literal[JINA_TASKS] | None = Field(default=None, description=(
+        "Jina's: with return_multivector, *.query encodes queries (marker, expanded to query_length tokens), "
+        "any other value or none documents (marker, cut to document_length, punctuation dropped)"))  # fmt: skip
 
 
 class TextsRequest(_Request):
@@ -229,6 +240,25 @@ class CohereRerankRequest(_Lenient):
     truncate: StrictBool = TRUNCATE
 
 
+EMBEDDING_TYPES = ("float", "int8", "uint8", "binary", "ubinary")  # Cohere's names (neobert.quantization's)
+COHERE_INPUT_TYPES = ("search_query", "search_document", "classification", "clustering")
+
+
+class CohereEmbedRequest(_Lenient):
+    texts: Texts
+    model: StrictStr | None = None
+    input_type: Literal[COHERE_INPUT_TYPES] | None = Field(default=None, description=(
+        "search_query / search_document put the model's `query` / `document` prompt before the text where it "
+        "has one; otherwise (and for classification, clustering) the model's default prompt"))  # fmt: skip
+    embedding_types: Annotated[list[Literal[EMBEDDING_TYPES]], Field(min_length=1)] = Field(
+        default=["float"], description=(
+            "float: the model's vectors; int8 / uint8: each dimension in 256 buckets between the minimum and "
+            "maximum of the server's --calibration embeddings (offered only where the server has them); binary / "
+            "ubinary: signs, 8 dimensions per byte (dim / 8 numbers), minus 128 for binary"))  # fmt: skip
+    truncate: Literal["NONE", "START", "END"] = Field(default="END", description=(
+        "END cuts a long text's end, START its start; NONE refuses it with 413"))  # fmt: skip
+
+
 # --- responses (for the OpenAPI schema; the endpoints build them as plain JSON) --------------------------
 
 
@@ -253,7 +283,8 @@ Vectors = list[list[float]]  # TEI's /embed answer: a bare list of vectors
 class OpenAIEmbedding(BaseModel):
     object: Literal["embedding"]
     index: int
-    embedding: list[float] | str
+    embedding: list[float] | str | None = None
+    embeddings: list[list[float]] | str | None = Field(default=None, description="return_multivector: the token vectors")
 
 
 class Usage(BaseModel):
@@ -266,6 +297,22 @@ class OpenAIEmbeddingResponse(BaseModel):
     data: list[OpenAIEmbedding]
     model: str
     usage: Usage
+
+
+class CohereEmbeddings(BaseModel):
+    float_: list[list[float]] | None = Field(default=None, alias="float")
+    int8: list[list[int]] | None = None
+    uint8: list[list[int]] | None = None
+    binary: list[list[int]] | None = None
+    ubinary: list[list[int]] | None = None
+
+
+class CohereEmbedResponse(BaseModel):
+    id: str
+    embeddings: CohereEmbeddings
+    texts: list[str]
+    meta: dict[str, Any]
+    response_type: Literal["embeddings_by_type"]
 
 
 class ClassifierRow(BaseModel):  # neobert.inference.classifier_rows
@@ -415,6 +462,10 @@ class InfoResponse(BaseModel):
     not_served: dict[str, str] = Field(
         default_factory=dict, description="endpoints (tasks) of the model's head it does not serve, and why"
     )
+    late_interaction: dict[str, Any] | None = Field(default=None, description=(
+        "a late-interaction (ColBERT) model's settings: dim (numbers per token vector), query_length (every "
+        "query's vectors), document_length (a document's at most), the markers, the skiplist, similarity "
+        "MaxSim; null for any other model"))  # fmt: skip
     # text-embeddings-inference's /info fields
     model_id: str
     model_sha: str | None
@@ -453,11 +504,13 @@ TEXT_FIELDS = ("texts", "inputs", "input", "documents", "query", "ids", "text")
 REQUESTS_WITH_TEXTS = ("Request", "RerankDocumentIn")
 
 
-def state_limits(openapi: dict[str, Any], limits: dict[str, Any], model: Any) -> dict[str, Any]:
+def state_limits(openapi: dict[str, Any], limits: dict[str, Any], model: Any, calibrated: bool = False) -> dict[str, Any]:
     """``openapi`` (FastAPI's) with what this server's model and limits accept stated: texts per request
     (``max_texts``) and characters per text (``max_chars``; token ids per text alike), token ids below the
     vocabulary, ``dimensions`` up to the model's, the prompt names it has, and the mask token a fill-mask
-    text must hold (``model``: the :class:`.served.ServedModel`). A client generated from it is refused
+    text must hold (``model``: the :class:`.served.ServedModel`), texts only for a late-interaction model's
+    ``/v1/embeddings``, and Cohere's int8 / uint8 ``embedding_types``
+    only where the server has calibration ranges (``calibrated``). A client generated from it is refused
     nothing the schema allows."""
     models = openapi.get("components", {}).get("schemas", {})
     openapi.setdefault("info", {})["x-limits"] = dict(limits)
@@ -469,8 +522,13 @@ def state_limits(openapi: dict[str, Any], limits: dict[str, Any], model: Any) ->
                 _bound(prop, limits, model.vocab_size, outer=True)
                 if name == "FillMaskRequest" and model.mask_token:
                     _pattern(prop, re.escape(model.mask_token))
+                if name == "OpenAIEmbeddingRequest" and getattr(model, "late_interaction", None):
+                    _texts_only(prop)
             elif field == "dimensions":
                 _each(prop, "integer", lambda n: n.update(maximum=model.dimensions))
+            elif field == "embedding_types" and not calibrated:
+                _each(prop.get("items", {}), "string", lambda n: n.update(enum=[t for t in n["enum"] if t not in
+                                                                                ("int8", "uint8")]))  # fmt: skip
             elif field == "encoding_format" and name == "TEIEmbedAllRequest":
                 schema["description"] = answer_budget(limits, model.dimensions)
             elif field == "prompt_name":
@@ -506,6 +564,15 @@ def _bound(node: dict[str, Any], limits: dict[str, Any], vocab_size: int | None,
         elif outer:
             node["maxItems"] = limits["max_texts"]
         _bound(items, limits, vocab_size, outer=False)
+
+
+def _texts_only(node: dict[str, Any]) -> None:
+    """A late-interaction model's token vectors take texts (the marker goes before the text): token-id forms go."""
+    def ids(option: dict[str, Any]) -> bool:
+        items = option.get("items", {})
+        return items.get("type") == "integer" or items.get("items", {}).get("type") == "integer"
+
+    node["anyOf"] = [option for option in node.get("anyOf", []) if not ids(option)]
 
 
 def _each(node: dict[str, Any], kind: str, change: Any) -> None:

@@ -24,11 +24,13 @@ from .batcher import Batcher
 from .config import API_KEY_ENV, ServeConfig
 from .metrics import ServiceMetrics
 from .served import ServedModel
-from .tasks import TASKS, Backend, Done, ModelCall, pair_lengths, whole_texts
+from .tasks import TASKS, Backend, Done, ModelCall, late_lengths, pair_lengths, whole_texts
 from .threads import ServingProbe, ThreadChoice, ThreadPolicy
 from .worker import WorkerPool
 
 log = logging.getLogger(__name__)
+# a late-interaction model's function for a task the routes ask by its common name
+LATE_TASKS = {"rerank": "maxsim"}
 
 @dataclass
 class TorchBackend(Backend):
@@ -47,10 +49,14 @@ class TorchBackend(Backend):
         self.long_policy = LongDocuments(self.config.long_documents, self.config.stride, self.config.rope_scaling)
         self.budget = {"batch_size": self.config.max_batch_texts, "max_tokens": self.config.max_batch_tokens}
         self._whole: Any = None
+        self.spec = getattr(self.loaded, "spec", None)  # a late-interaction model's (ColBERT settings)
 
     @classmethod
     def load(cls, config: ServeConfig) -> TorchBackend:
         loaded = load_for_inference(config.model, config.tokenizer, config.head, config.precision, config.sparse)
+        if loaded.capabilities.late_interaction and config.long_documents != "truncate":
+            raise ValueError(f"long_documents {config.long_documents} does not apply to a late-interaction model: "
+                             "its documents are cut to document_length, as ColBERT cuts them")  # fmt: skip
         model = cls(config, loaded)
         key = (config.model, config.precision, loaded.capabilities.head)
         model.threads = ThreadPolicy.at_start(config, ServingProbe(model), key=key)
@@ -65,9 +71,13 @@ class TorchBackend(Backend):
                               precision="bf16" if dtype == torch.bfloat16 else "fp32")  # fmt: skip
 
     def run_task(self, name: str, texts: list[Any], options: dict[str, Any]) -> Done:
+        if self.spec is not None:  # a late-interaction model reranks by MaxSim
+            name = LATE_TASKS.get(name, name)
         return TASKS[name](self, texts, **options)
 
     def lengths(self, texts: list[Any]) -> list[int]:
+        if self.spec is not None:
+            return late_lengths(self, texts)
         return pair_lengths(self.tokenizer, texts)
 
     def text_tokenizer(self) -> Any:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import inference, long_documents, sparse
+from .. import inference, late_interaction, long_documents, sparse
 from ..inference import TokenIds
 from ..long_documents import LongReport
 from ..token_classification.tagging import tag
@@ -280,6 +280,43 @@ def predict(model: Any, items: list[Any], function: str = "auto", side: str = "r
 def rerank(model: Any, pairs: list[tuple[str, str]], raw: bool = False, side: str = "right") -> Done:
     logits = pair_logits(model, pairs, side)
     return Done([inference.relevance(row, raw) for row in logits], pair_lengths(model.tokenizer, pairs, True))
+
+
+def late_lengths(model: Any, items: list[Any]) -> list[int]:
+    """A late-interaction model's tokens per text as a document (its marker included) or per (query,
+    document) pair: the document's, whole (queries are always ``query_length``: expansion or a cut)."""
+    spec = model.spec
+    texts = [spec.document_prefix + (item[1] if isinstance(item, tuple) else item) for item in items]
+    return [len(ids) for ids in model.tokenizer(texts, verbose=False)["input_ids"]] if texts else []
+
+
+@task("token_vectors")
+def token_vectors(model: Any, texts: list[str], kind: str = "document") -> Done:
+    """A late-interaction model's token vectors (:func:`neobert.late_interaction.token_vectors`): per text a
+    (tokens, dim) float32 array, queries expanded to ``query_length``, documents cut to ``document_length``
+    without their skiplist tokens."""
+    query = kind == "query"
+    vectors = late_interaction.token_vectors(model.model, model.tokenizer, texts, model.spec, query,
+                                             batch_size=model.budget["batch_size"])  # fmt: skip
+    whole = late_lengths(model, texts)
+    lengths = [model.spec.query_length] * len(texts) if query else [min(n, model.spec.document_length) for n in whole]
+    return Done([v.numpy() for v in vectors], lengths)
+
+
+@task("maxsim")
+def maxsim_rerank(model: Any, pairs: list[tuple[str, str]], raw: bool = False, side: str = "right") -> Done:
+    """A late-interaction model's rerank: MaxSim of each (query, document) pair
+    (:func:`neobert.late_interaction.maxsim`), each distinct query encoded once. The score is MaxSim itself
+    (``raw`` changes nothing: it is no probability); documents are cut from the right, as ColBERT cuts."""
+    spec, batch = model.spec, model.budget["batch_size"]
+    queries = sorted({q for q, _ in pairs})
+    encoded = late_interaction.token_vectors(model.model, model.tokenizer, queries, spec, True, batch_size=batch)
+    by_query = dict(zip(queries, encoded))
+    documents = late_interaction.token_vectors(model.model, model.tokenizer, [d for _, d in pairs], spec, False,
+                                               batch_size=batch)  # fmt: skip
+    scores = [float(late_interaction.maxsim(by_query[q], d)) for (q, _), d in zip(pairs, documents)]
+    lengths = [spec.query_length + min(n, spec.document_length) for n in late_lengths(model, pairs)]
+    return Done(scores, lengths)
 
 
 @task("tokens")

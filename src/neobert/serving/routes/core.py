@@ -117,20 +117,22 @@ class Routes:
                 raise ServiceError(value.status, value.describe(noun, i), f"{field}[{i}]")
         return answers
 
-    async def check_answer(self, task: str, items: list[Any], field: str, per_token: float, what: str) -> None:
+    async def check_answer(self, task: str, items: list[Any], field: str, per_token: float, what: str,
+                           tokens_each: int | None = None) -> None:  # fmt: skip
         """413 before the model runs when the answer to ``items`` (``per_token`` bytes for each of their
         tokens, each cut to the window; ``what`` says how they are counted) would pass ``max_answer_bytes``.
         The budget of every route whose answer grows with tokens: call it before :meth:`run`. The window is
         an upper bound for a text; where it does not settle the question, the model process counts the
-        texts' tokens (its tokenizer only, ahead of the queue); token ids count as given."""
+        texts' tokens (its tokenizer only, ahead of the queue); token ids count as given. ``tokens_each``:
+        every item answers exactly that many tokens (a late-interaction model's expanded queries)."""
         self.require(task)
         self.check_texts(items, field)
-        budget, window = self.config.max_answer_bytes, self.service.max_input_tokens
+        budget, window = self.config.max_answer_bytes, tokens_each or self.service.max_input_tokens
         tokens = [min(len(item), window) if isinstance(item, list) else window for item in items]
         if sum(tokens) * per_token <= budget:
             return
         texts = [i for i, item in enumerate(items) if not isinstance(item, list)]
-        if texts:
+        if texts and tokens_each is None:
             future = self.service.submit(ModelCall.of(COUNT), [items[i] for i in texts], first=True)
             for i, (length, _) in zip(texts, await asyncio.wrap_future(future)):
                 tokens[i] = min(length, window)

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi.responses import JSONResponse, Response
 
 from ..errors import ServiceError, documented
-from ..schemas import ModelCard, ModelList, OpenAIEmbeddingRequest, OpenAIEmbeddingResponse
+from ..schemas import BYTES_PER_NUMBER, ModelCard, ModelList, OpenAIEmbeddingRequest, OpenAIEmbeddingResponse
 from .core import Routes, as_items, encode_vector
 
 
@@ -19,6 +19,8 @@ def add(routes: Routes) -> None:
     async def openai_embeddings(request: OpenAIEmbeddingRequest) -> Response:
         """OpenAI's embeddings API: the model's pooling, unit vectors; ``input`` texts or token ids;
         ``dimensions`` keeps the first N components and renormalises (sound for a Matryoshka model's widths)."""
+        if request.return_multivector:
+            return await multivector(routes, request)
         items = routes.prompted(as_items(request.input), None)
         vectors, tokens = await routes.vectors(items, "input", request.truncate, True, request.dimensions)
         data = [{"object": "embedding", "index": i, "embedding": encode_vector(v, request.encoding_format)}
@@ -42,3 +44,25 @@ def add(routes: Routes) -> None:
             raise ServiceError(404, f"the model {model_id!r} does not exist here; this server serves "
                                     f"{config.model!r}", "model", code="model_not_found")  # fmt: skip
         return JSONResponse(card())
+
+
+async def multivector(routes: Routes, request: OpenAIEmbeddingRequest) -> Response:
+    """Jina's ``return_multivector``: a late-interaction model's token vectors per input, queries or
+    documents by Jina's ``task``; the answer budget is checked before the model runs."""
+    routes.require("token_vectors")
+    items = as_items(request.input)
+    if any(not isinstance(item, str) for item in items):
+        raise ServiceError(422, "return_multivector takes texts, not token ids (the markers are put before "
+                                "the text)", "input")  # fmt: skip
+    settings = routes.service.model.late_interaction
+    kind = "query" if (request.task or "").endswith(".query") else "document"
+    per_token = settings["dim"] * BYTES_PER_NUMBER[request.encoding_format]
+    what = f"{settings['dim']} numbers as {request.encoding_format}"
+    each = settings["query_length"] if kind == "query" else None
+    await routes.check_answer("token_vectors", items, "input", per_token, what, tokens_each=each)
+    answers = await routes.run("token_vectors", items, "input", request.truncate, kind=kind)
+    data = [{"object": "embedding", "index": i, "embeddings": encode_vector(v, request.encoding_format)}
+            for i, (v, _) in enumerate(answers)]  # fmt: skip
+    tokens = sum(length for _, length in answers)
+    return JSONResponse({"object": "list", "data": data, "model": request.model or routes.config.model,
+                         "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})  # fmt: skip
