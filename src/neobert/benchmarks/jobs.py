@@ -131,9 +131,9 @@ def _embed_run(name: str, model: str, inputs: Path, work: Path, c: JobsBenchConf
 def _prepare_run(name: str, inputs: Path, work: Path, shard_size: int, engine: EngineSettings) -> dict:
     output = work / f"prepare-{len(list(work.iterdir()))}"
     config = PrepareConfig(inputs=[str(inputs)], tokenizer=str(default_tokenizer_dir()), output=str(output),
-                           shard_size=shard_size, progress=False)  # fmt: skip
+                           shard_size=shard_size, progress=False, **asdict(engine))  # fmt: skip
     start = time.perf_counter()
-    result = prepare(config, engine)
+    result = prepare(config)
     wall = time.perf_counter() - start
     shutil.rmtree(output)
     tokens = result.train_tokens + result.validation_tokens

@@ -52,7 +52,7 @@ from ..encoders import (
     resolve_model_precision,
 )
 from ..hardware import versions
-from ..io import LOCK, atomic_file, clean_temporaries, output_lock, write_json
+from ..io import atomic_file, clean_temporaries, output_lock
 from ..long_documents import LongDocuments, model_window
 from ..long_documents import embed as embed_long
 from ..predict import EmbedConfig, EmbedResult, embed_file
@@ -67,6 +67,7 @@ from .engine import (
     session,
     shared_output,
 )
+from .output import JobOutput
 
 FORMAT = "neobert-embeddings"
 VERSION = 1
@@ -206,20 +207,17 @@ def embed_corpus(config: EmbedConfig) -> CorpusResult:
                           on_error=c.on_error, empty="refuse", id_column=c.id_column)  # fmt: skip
         duplicates = duplicate_ids(plans, c.on_duplicate)  # refused here, before the model loads
         pieces = file_pieces(plans, c.shard_rows)
-        manifest = _open_manifest(out, c, plans)
-        done = {p.name: r for p in pieces if (r := finished_shard(out, p, manifest["digest"])) is not None}
+        job = _open_output(out, c, plans)
+        done = {p.name: r for p in pieces if (r := finished_shard(out, p, job.manifest["digest"])) is not None}
         todo = [p for p in pieces if p.name not in done]
-        records, pool = _run(c, settings, manifest, pieces, done)
+        records, pool = _run(c, settings, job, pieces, done)
         seconds = time.perf_counter() - start
         shards = [records[p.name] for p in pieces]
         stats = merged_stats(plans)
-        manifest.update(complete=True, shards=shards, reader=asdict(stats),
-                        totals=_totals(shards, stats.skipped_records), duplicate_ids=asdict(duplicates))  # fmt: skip
-        manifest["totals"]["duplicate_ids"] = duplicates.count
-        manifest["engine"] = {
-            k: getattr(settings, k) for k in ("engine", "workers", "cpus_per_worker", "gpus_per_worker")
-        }
-        write_json(out / MANIFEST, manifest)
+        totals = {**_totals(shards, stats.skipped_records), "duplicate_ids": duplicates.count}
+        engine = {k: getattr(settings, k) for k in ("engine", "workers", "cpus_per_worker", "gpus_per_worker")}
+        manifest = job.complete(shards=shards, reader=asdict(stats), totals=totals,
+                                duplicate_ids=asdict(duplicates), engine=engine)  # fmt: skip
     new = [records[p.name] for p in todo]
     texts_now, tokens_now = sum(r["rows"] for r in new), sum(r["tokens"] for r in new)
     t = manifest["totals"]
@@ -232,7 +230,7 @@ def embed_corpus(config: EmbedConfig) -> CorpusResult:
     return result
 
 
-def _run(c: EmbedConfig, settings: EngineSettings, manifest: dict, pieces: list[Piece], done: dict):
+def _run(c: EmbedConfig, settings: EngineSettings, job: JobOutput, pieces: list[Piece], done: dict):
     """Every piece not ``done`` embedded by the engine, under a progress bar: (name -> record, pool stats)."""
     todo = [p for p in pieces if p.name not in done]
     ran = sorted({r["precision"] for r in done.values()})
@@ -243,9 +241,10 @@ def _run(c: EmbedConfig, settings: EngineSettings, manifest: dict, pieces: list[
 
     def finished(record: dict) -> None:
         records[record["name"]] = record
+        job.piece_finished(record)
         count_tokens(bar, record["rows"], record["tokens"])
 
-    kwargs = {"config": c, "precision": precision, "digest": manifest["digest"]}
+    kwargs = {"config": c, "precision": precision, "digest": job.manifest["digest"]}
     with bar:
         pool = run_pieces(settings, PieceEmbedder, kwargs, todo, finished)
     return records, pool
@@ -325,30 +324,22 @@ def _model_files(model: str) -> dict[str, Any]:
     return found
 
 
-def _open_manifest(out: Path, c: EmbedConfig, plans: list[FilePlan]) -> dict:
-    """The manifest of an earlier run with the same settings, or a new one; other settings are refused with
+def _open_output(out: Path, c: EmbedConfig, plans: list[FilePlan]) -> JobOutput:
+    """The output of an earlier run with the same settings, or a new one; other settings are refused with
     the difference named (``overwrite`` removes the earlier output instead)."""
     settings = _settings(c, plans)
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
-    path = out / MANIFEST
-    if path.is_file() and c.overwrite:
-        _remove_output(out)
-    if path.is_file():
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-        if manifest.get("format") != FORMAT:
-            raise DataError(f"{path} is not a {FORMAT} manifest; choose another output directory")
+
+    def check(manifest: dict) -> None:
         changed = _differences(manifest["settings"], settings)
         if changed:
             raise DataError(f"{out} holds embeddings made with other settings ({'; '.join(changed)}); use another "
                             "output directory or --overwrite")  # fmt: skip
-        clean_temporaries(out)  # what a killed run was writing
-        return manifest
-    if out.exists() and any(p.name != LOCK for p in out.iterdir()):
-        raise DataError(f"{out} is not empty and holds no {MANIFEST}; refusing to write into it")
-    manifest = {"format": FORMAT, "version": VERSION, "complete": False, "digest": digest, "settings": settings,
-                "versions": versions(), "shards": []}  # fmt: skip
-    write_json(path, manifest)
-    return manifest
+
+    job = JobOutput(out, MANIFEST, FORMAT, key="name")
+    job.open(lambda: {"version": VERSION, "digest": digest, "settings": settings, "versions": versions()},
+             check, c.overwrite, lambda: _remove_output(out))  # fmt: skip
+    return job
 
 
 def _differences(before: dict, now: dict) -> list[str]:
