@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
 import pytest
 
 from neobert.data import DataError
+from neobert.jobs.engine import ENGINE_CLASSES, LocalEngine, RayEngine, engine_of
 from neobert.jobs.output import JobOutput
+from neobert.jobs.settings import ENGINES, EngineSettings
 
 
 def test_a_job_output_records_pieces_resumes_and_completes(tmp_path):
@@ -49,3 +53,43 @@ def test_a_job_output_refuses_other_settings_another_format_and_a_full_directory
     (tmp_path / "full" / "x.txt").write_text("x")
     with pytest.raises(DataError, match=r"not empty and holds no m\.json"):
         JobOutput(tmp_path / "full", "m.json", "fmt").open(lambda: {}, lambda m: None)
+
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "neobert"
+# where the engines are named and told apart: their settings (the choices) and the engines themselves
+ENGINE_MODULES = {"jobs/engine.py", "jobs/settings.py"}
+
+
+def engine_names_compared(path: Path, root: Path = SRC) -> list[str]:
+    """``file:line`` of every comparison with the string "local" or "ray" (``==``, ``!=``, ``in`` a tuple)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        strings = [n.value for side in sides for n in ast.walk(side) if isinstance(n, ast.Constant)]
+        if {"local", "ray"} & {s for s in strings if isinstance(s, str)}:
+            found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def test_the_engine_is_told_apart_in_the_engine_module_only(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text('if settings.engine == "local":\n    pass\nok = name in ("ray", "x")\n')
+    assert [s.split(":")[1] for s in engine_names_compared(planted, tmp_path)] == ["1", "3"]
+    outside = [
+        hit
+        for path in sorted(SRC.rglob("*.py"))
+        if path.relative_to(SRC).as_posix() not in ENGINE_MODULES
+        for hit in engine_names_compared(path)
+    ]
+    assert outside == []
+    inside = [hit for name in sorted(ENGINE_MODULES) for hit in engine_names_compared(SRC / name)]
+    assert inside  # the scan sees the engine module's own tests of the name
+
+
+def test_every_engine_setting_names_an_engine():
+    assert tuple(ENGINE_CLASSES) == ENGINES
+    assert isinstance(engine_of(EngineSettings()), LocalEngine)
+    assert isinstance(engine_of(EngineSettings(engine="ray", workers=2)), RayEngine)
+    assert engine_of(EngineSettings()).in_process and not engine_of(EngineSettings(engine="ray")).in_process

@@ -24,7 +24,7 @@ from .data.text_files import read_texts
 from .encoders import is_preset, load_model, resolve_tokenizer
 from .inference import classifier_logits, classifier_rows, encode, fill_mask, is_regression, label_names
 from .io import atomic_file, write_text
-from .jobs.engine import EngineSettings
+from .jobs.engine import EngineSettings, engine_of
 from .long_documents import EXTEND_METHODS, POLICIES, LongDocuments, LongReport
 from .long_documents import classifier_logits as classifier_logits_long
 from .long_documents import embed as embed_long
@@ -166,7 +166,7 @@ def embed_file(config: EmbedConfig) -> EmbedResult:
     is faster for this model on this machine (measured). Other encoders are cast to that precision.
     """
     c = config
-    if len(c.input) != 1 or c.engine != "local":
+    if len(c.input) != 1 or not engine_of(c).in_process:
         raise ValueError(
             "a .npy output holds one text file's lines, embedded here: give one --input and no --engine ray, "
             "or an output directory"

@@ -33,7 +33,7 @@ from ..data import PrepareConfig, default_tokenizer_dir, iter_stdlib_documents
 from ..hardware import load_average
 from ..io import write_text
 from ..jobs.embed import embed_corpus
-from ..jobs.engine import EngineSettings
+from ..jobs.engine import EngineSettings, engine_of
 from ..jobs.prepare import prepare
 from ..predict import EmbedConfig
 from ..tables import markdown_table
@@ -112,6 +112,9 @@ def _in_process_cluster(cpus: int) -> Iterator[None]:
         ray.shutdown()
 
 
+LOCAL_RUN = "local"  # the label of the runs on the local engine, the base of the ratios
+
+
 def _embed_run(name: str, model: str, inputs: Path, work: Path, c: JobsBenchConfig, **engine) -> dict:
     output = work / f"embed-{len(list(work.iterdir()))}"
     config = EmbedConfig(model=model, input=[str(inputs)], output=str(output), precision=c.precision,
@@ -120,7 +123,7 @@ def _embed_run(name: str, model: str, inputs: Path, work: Path, c: JobsBenchConf
     result = embed_corpus(config)
     wall = time.perf_counter() - start
     shutil.rmtree(output)
-    cpus = int(engine.get("cpus_per_worker", 1)) if engine.get("engine") == "ray" else os.cpu_count()
+    cpus = engine_of(config).worker_threads()
     return {"model": model, "run": name, "workers": result.workers, "cpus_per_worker": cpus,
             "texts": result.texts, "tokens": result.tokens, "precision": result.precision,
             "work_seconds": result.work_seconds, "wall_seconds": wall, "load": load_average(),
@@ -139,7 +142,7 @@ def _prepare_run(name: str, inputs: Path, work: Path, shard_size: int, engine: E
     tokens = result.train_tokens + result.validation_tokens
     work_seconds = result.work_seconds or result.seconds
     workers = engine.workers or 1
-    threads = engine.threads if engine.engine == "ray" else os.cpu_count()
+    threads = engine_of(engine).worker_threads()
     return {"run": name, "workers": workers, "cpus_per_worker": threads, "tokens": tokens,
             "work_seconds": work_seconds, "wall_seconds": wall, "load": load_average(),
             "tokens_per_second": tokens / work_seconds,
@@ -190,8 +193,8 @@ def run(config: JobsBenchConfig) -> dict:
         runs = work / "runs"
         runs.mkdir()
         for model in c.models:
-            results["embed"].append(_embed_run("local", model, work / "texts", runs, c))
-        results["prepare"].append(_prepare_run("local", work / "corpus", runs, shard_size, EngineSettings()))
+            results["embed"].append(_embed_run(LOCAL_RUN, model, work / "texts", runs, c))
+        results["prepare"].append(_prepare_run(LOCAL_RUN, work / "corpus", runs, shard_size, EngineSettings()))
         # two nodes first: a process that started a cluster of its own does not join another one well
         if c.two_nodes:
             with nodes_on_this_machine(2, 1) as address:
@@ -225,7 +228,7 @@ def markdown(results: dict) -> str:
              f"{machine['torch']})\n", "## Corpus embedding\n"]  # fmt: skip
     rows = []
     for r in results["embed"]:
-        local = next(x for x in results["embed"] if x["model"] == r["model"] and x["run"] == "local")
+        local = next(x for x in results["embed"] if x["model"] == r["model"] and x["run"] == LOCAL_RUN)
         single = next(
             (x for x in results["embed"] if x["model"] == r["model"] and x["run"] == "ray, one worker"), None
         )

@@ -57,16 +57,7 @@ from ..long_documents import LongDocuments, model_window
 from ..long_documents import embed as embed_long
 from ..predict import EmbedConfig, EmbedResult, embed_file
 from ..tables import MISSING, markdown_table
-from .engine import (
-    EngineSettings,
-    count_tokens,
-    engine_settings,
-    map_items,
-    progress,
-    run_pieces,
-    session,
-    shared_output,
-)
+from .engine import Engine, count_tokens, engine_of, progress, shared_output
 from .output import JobOutput
 
 FORMAT = "neobert-embeddings"
@@ -197,44 +188,44 @@ def _write_shard(path: Path, ids, vectors: np.ndarray, report, truncated, record
 def embed_corpus(config: EmbedConfig) -> CorpusResult:
     """Embed every text of ``config.input`` into parquet shards plus ``_manifest.json`` under ``config.output``,
     skipping the shards an earlier run with the same settings finished."""
-    c, settings = config, engine_settings(config)
+    c, engine = config, engine_of(config)
     out = shared_output(c.output)
     start = time.perf_counter()
     files = expand_inputs(c.input, exclude=[out])
     check_columns(files, c.text_column, c.id_column)  # before a cluster starts
-    with output_lock(out, settings.wait), session(settings):
-        plans = map_items(settings, plan_file, files, step=c.shard_rows, text_column=c.text_column, txt_mode="line",
+    with output_lock(out, c.wait), engine.session():
+        plans = engine.map_items(plan_file, files, step=c.shard_rows, text_column=c.text_column, txt_mode="line",
                           on_error=c.on_error, empty="refuse", id_column=c.id_column)  # fmt: skip
         duplicates = duplicate_ids(plans, c.on_duplicate)  # refused here, before the model loads
         pieces = file_pieces(plans, c.shard_rows)
         job = _open_output(out, c, plans)
         done = {p.name: r for p in pieces if (r := finished_shard(out, p, job.manifest["digest"])) is not None}
         todo = [p for p in pieces if p.name not in done]
-        records, pool = _run(c, settings, job, pieces, done)
+        records, pool = _run(c, engine, job, pieces, done)
         seconds = time.perf_counter() - start
         shards = [records[p.name] for p in pieces]
         stats = merged_stats(plans)
         totals = {**_totals(shards, stats.skipped_records), "duplicate_ids": duplicates.count}
-        engine = {k: getattr(settings, k) for k in ("engine", "workers", "cpus_per_worker", "gpus_per_worker")}
+        ran = {k: getattr(c, k) for k in ("engine", "workers", "cpus_per_worker", "gpus_per_worker")}
         manifest = job.complete(shards=shards, reader=asdict(stats), totals=totals,
-                                duplicate_ids=asdict(duplicates), engine=engine)  # fmt: skip
+                                duplicate_ids=asdict(duplicates), engine=ran)  # fmt: skip
     new = [records[p.name] for p in todo]
     texts_now, tokens_now = sum(r["rows"] for r in new), sum(r["tokens"] for r in new)
     t = manifest["totals"]
     result = CorpusResult(
         out, t["texts"], len(todo), len(done), t["skipped"], t["truncated"], t["tokens"], t["dimensions"],
-        t["precision"], settings.engine, pool.workers, seconds, texts_now / seconds, tokens_now / seconds,
+        t["precision"], c.engine, pool.workers, seconds, texts_now / seconds, tokens_now / seconds,
         pool.span_seconds, duplicates.count,
     )  # fmt: skip
     result.notes = _notes(result, stats, duplicates)
     return result
 
 
-def _run(c: EmbedConfig, settings: EngineSettings, job: JobOutput, pieces: list[Piece], done: dict):
+def _run(c: EmbedConfig, engine: Engine, job: JobOutput, pieces: list[Piece], done: dict):
     """Every piece not ``done`` embedded by the engine, under a progress bar: (name -> record, pool stats)."""
     todo = [p for p in pieces if p.name not in done]
     ran = sorted({r["precision"] for r in done.values()})
-    precision = ran[0] if ran else _precision(c, settings)  # a resumed job keeps the precision it ran in
+    precision = ran[0] if ran else _precision(c, engine)  # a resumed job keeps the precision it ran in
     records = dict(done)
     bar = progress(sum(p.records for p in pieces), "text", "embedding", c.show_progress)
     bar.update(sum(r["rows"] for r in done.values()))
@@ -246,14 +237,14 @@ def _run(c: EmbedConfig, settings: EngineSettings, job: JobOutput, pieces: list[
 
     kwargs = {"config": c, "precision": precision, "digest": job.manifest["digest"]}
     with bar:
-        pool = run_pieces(settings, PieceEmbedder, kwargs, todo, finished)
+        pool = engine.run_pieces(PieceEmbedder, kwargs, todo, finished)
     return records, pool
 
 
-def _precision(c: EmbedConfig, settings: EngineSettings) -> str:
+def _precision(c: EmbedConfig, engine: Engine) -> str:
     """One precision for every worker, decided here: ``auto`` measured on this machine for CPU workers (a
     cluster of another CPU kind pins ``--precision``), bf16 for GPU workers when no GPU is here to measure."""
-    gpu = settings.gpus_per_worker > 0 or (settings.engine == "local" and torch.cuda.is_available())
+    gpu = engine.gpu_workers()
     if gpu and not torch.cuda.is_available():
         return "bf16" if c.precision == "auto" else c.precision
     return resolve_model_precision(c.model, c.precision, "cuda" if gpu else "cpu")

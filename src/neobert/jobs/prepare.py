@@ -31,20 +31,21 @@ from ..data.prepare import prepare as prepare_here
 from ..data.readers import DataError, expand_inputs
 from ..data.shards import SPLITS
 from ..io import output_lock
-from .engine import EngineSettings, count_tokens, map_items, progress, run_pieces, session, shared_output
+from .engine import Engine, count_tokens, engine_of, progress, shared_output
 
 PLAN_STEP = 4096  # documents between two noted positions: a shard's reader skips fewer than this many
 
 
 def prepare(config: PrepareConfig) -> PrepareResult:
     """Tokenize ``config.inputs`` into shards under ``config.output`` on the config's engine."""
+    engine = engine_of(config)
     with output_lock(shared_output(config.output), config.wait):
-        if config.engine == "local":
+        if engine.in_process:  # one stream read ahead of the tokenizer: no plan needed
             return prepare_here(config)
-        return _prepare_on_ray(config, config)
+        return _prepare_in_pieces(config, engine)
 
 
-def _prepare_on_ray(config: PrepareConfig, engine: EngineSettings) -> PrepareResult:
+def _prepare_in_pieces(config: PrepareConfig, engine: Engine) -> PrepareResult:
     config.check_required()
     files = expand_inputs(config.inputs, exclude=[config.output])  # a missing file fails before anything is written
     check_columns(files, config.text_column)  # before a cluster starts
@@ -52,8 +53,8 @@ def _prepare_on_ray(config: PrepareConfig, engine: EngineSettings) -> PrepareRes
     hf_tokenizer, encoder = tokenizer_backend(config.tokenizer, config.max_tokens)
     out = shared_output(config.output)
     job = open_output(out, config, hf_tokenizer, encoder)
-    with session(engine):
-        plans = map_items(engine, plan_file, files, step=PLAN_STEP, text_column=config.text_column,
+    with engine.session():
+        plans = engine.map_items(plan_file, files, step=PLAN_STEP, text_column=config.text_column,
                           txt_mode=config.txt_mode, on_error=config.on_error)  # fmt: skip
         pieces = stream_pieces(plans, config.shard_size)
         finished = job.finished()
@@ -73,7 +74,7 @@ def _prepare_on_ray(config: PrepareConfig, engine: EngineSettings) -> PrepareRes
 
         kwargs = {"config": config, "dtype": job.manifest["dtype"]}
         with bar:
-            pool = run_pieces(engine, ShardTokenizer, kwargs, todo, done)
+            pool = engine.run_pieces(ShardTokenizer, kwargs, todo, done)
     stats = merged_stats(plans)
     manifest = complete(job, stats)
     seconds = time.perf_counter() - start
