@@ -120,7 +120,7 @@ FLOORS = {
     # local run use them
     "neobert.jobs.settings": 1,
     "neobert.jobs.output": 1,  # where a batch job's pieces run (local or Ray) and data preparation on Ray
-    "neobert.jobs.embed": 3,  # corpus embedding: the embed command's config and its .npy path are predict's
+    "neobert.jobs.embed": 3,  # neobert embed: its config and its one pipeline (a directory of shards, or a .npy)
     "neobert.finetuning": 3,
     "neobert.evaluation": 3,
     "neobert.benchmarks": 3,
