@@ -200,6 +200,12 @@ def compare_outputs(c: JobsBenchConfig) -> dict:
     return results
 
 
+def _model_name(model: str) -> str:
+    """A preset's name, or a model directory's (its package's when the directory is a package's ``model/``)."""
+    path = Path(model)
+    return path.parent.name if path.name == "model" else path.name or model
+
+
 def outputs_markdown(results: dict) -> str:
     machine = results["machine"]
     rows = []
@@ -208,13 +214,14 @@ def outputs_markdown(results: dict) -> str:
                 for kind in ("npy", "directory")}  # fmt: skip
         for kind, rate in best.items():
             runs = [f"{r['texts_per_second']:,.1f}" for r in results["outputs"] if (r["model"], r["output"]) == (model, kind)]
-            rows.append([Path(model).name or model, kind, ", ".join(runs), f"{rate:,.1f}",
+            rows.append([_model_name(model), kind, ", ".join(runs), f"{rate:,.1f}",
                          f"{rate / best['directory']:.3f}"])  # fmt: skip
     header = ["model", "output", "texts/s per run (alternated)", "best texts/s", "best / directory"]
     return (f"# neobert embed: a .npy output beside a directory output ({machine['cpu']}, {results['cores']} cores, "
             f"torch {machine['torch']})\n\n" + markdown_table(header, rows) + "\n\nLoad average after each run: "
             + ", ".join(f"{r['load']:.1f}" for r in results["outputs"])
-            + " (above the cores: other processes shared the machine, and the rates carry their noise).\n")  # fmt: skip
+            + f" ({results['cores']} cores; a load above them means other processes competed for the cores and the "
+            "rates carry their noise).\n")  # fmt: skip
 
 
 def run(config: JobsBenchConfig) -> dict:
