@@ -129,10 +129,11 @@ def test_embed_options(model_dir, texts_file, tmp_path):
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (None, "does not exist"),
-        (b"", "is empty"),
-        (b"\n\n", "is empty"),
-        (b"fine\nbad \xff byte\n", "line 2: not valid UTF-8"),
+        # the one reader of neobert embed's pipeline (a .npy output as a directory output)
+        (None, "in.txt: no such file"),
+        (b"", "in.txt: empty input (no documents)"),
+        (b"\n\n", "in.txt: empty input (no documents)"),
+        (b"fine\nbad \xff byte\n", "in.txt:2: not valid UTF-8"),
     ],
 )
 def test_embed_input_errors(tmp_path, capsys, content, message):

@@ -118,8 +118,12 @@ FLOORS = {
     "neobert.cards": 2,  # model cards: README.md front matter and body, written with every model directory
     "neobert.hub": 2,  # pushing a directory to the Hugging Face Hub (and in the background, during training)
     "neobert.training": 2,
-    "neobert.jobs": 2,  # where a batch job's pieces run (local or Ray) and data preparation on Ray
-    "neobert.jobs.embed": 3,  # corpus embedding: the embed command's config and its .npy path are predict's
+    "neobert.jobs": 2,
+    # a job's engine settings and its output directory + manifest: below data.prepare, whose config and
+    # local run use them
+    "neobert.jobs.settings": 1,
+    "neobert.jobs.output": 1,  # where a batch job's pieces run (local or Ray) and data preparation on Ray
+    "neobert.jobs.embed": 3,  # neobert embed: its config and its one pipeline (a directory of shards, or a .npy)
     "neobert.finetuning": 3,
     "neobert.evaluation": 3,
     "neobert.benchmarks": 3,

@@ -25,7 +25,6 @@ import pytest
 from job_helpers import BERT_DIR, QUIET, embed_config, manifests_equal, read_output, same_files, write_corpus
 from neobert.data import PrepareConfig
 from neobert.jobs.embed import embed
-from neobert.jobs.engine import EngineSettings
 from neobert.jobs.prepare import prepare
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs neobert[ray]")
@@ -68,10 +67,7 @@ def test_both_jobs_run_on_two_nodes(model_dir, tmp_path, two_nodes):
         "shard_size": 40,
     }
     prepare(PrepareConfig(output=str(tmp_path / "local"), **common))
-    prepare(
-        PrepareConfig(output=str(tmp_path / "prep"), **common),
-        EngineSettings(engine="ray", address=two_nodes),
-    )
+    prepare(PrepareConfig(output=str(tmp_path / "prep"), **common, engine="ray", address=two_nodes))
     same_files(tmp_path / "local", tmp_path / "prep")
     manifests_equal(tmp_path / "local", tmp_path / "prep")
 

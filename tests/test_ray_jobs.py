@@ -64,15 +64,11 @@ def test_prepare_on_ray_writes_the_local_engines_shards(tmp_path, local_cluster)
     common = {"inputs": [str(tmp_path / "in")], "tokenizer": str(BERT_DIR), "progress": False, "shard_size": 70,
               "validation_fraction": 0.2}  # fmt: skip
     local = prepare(PrepareConfig(output=str(tmp_path / "local"), **common))
-    remote = prepare(
-        PrepareConfig(output=str(tmp_path / "ray"), **common), EngineSettings(engine="ray", workers=2)
-    )
+    remote = prepare(PrepareConfig(output=str(tmp_path / "ray"), **common, engine="ray", workers=2))
     assert remote.shards_written == local.shards_written == 8  # 500 documents, cut every 70
     same_files(tmp_path / "local", tmp_path / "ray")
     manifests_equal(tmp_path / "local", tmp_path / "ray")
-    again = prepare(
-        PrepareConfig(output=str(tmp_path / "ray"), **common), EngineSettings(engine="ray", workers=2)
-    )
+    again = prepare(PrepareConfig(output=str(tmp_path / "ray"), **common, engine="ray", workers=2))
     assert (again.shards_written, again.shards_resumed) == (0, 8)
 
 

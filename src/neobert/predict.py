@@ -17,203 +17,21 @@ import numpy as np
 import torch
 
 from .capabilities import load_for_inference
-from .config import PRECISIONS, check_precision
-from .data.pieces import ON_DUPLICATE
-from .data.readers import ON_ERROR
 from .data.text_files import read_texts
 from .encoders import is_preset, load_model, resolve_tokenizer
-from .inference import classifier_logits, classifier_rows, encode, fill_mask, is_regression, label_names
-from .io import atomic_file, write_text
-from .jobs.engine import EngineSettings
-from .long_documents import EXTEND_METHODS, POLICIES, LongDocuments, LongReport
+from .inference import classifier_logits, classifier_rows, fill_mask, is_regression, label_names
+from .io import write_text
+
+# neobert.predict.EmbedConfig and embed_file as before: the embed job's config and its .npy writer live in jobs.embed
+from .jobs.embed import EmbedConfig, EmbedResult, embed_file  # noqa: F401
+from .jobs.file_job import MAX_TOKENS_HELP, FileJob, empty_rows, notes, precision_field
+from .long_documents import LongReport
 from .long_documents import classifier_logits as classifier_logits_long
-from .long_documents import embed as embed_long
-from .model.pooling import POOLING_NAMES
-from .quantization import CALIBRATED, TYPES, calibration_ranges, quantize
 from .registration import declared_head
 from .tables import markdown_table
 from .token_classification.tagging import Entity, tag
 
-MAX_TOKENS_HELP = "padded tokens per batch at most (default: 4,096 on the CPU, the fastest setting measured; no limit on a GPU)"
-
-
-@dataclass(kw_only=True)
-class FileJob:
-    """What every file task takes: a model, an input file, an output file, and the long-document policy."""
-
-    model: str  # model directory, preset name (random weights) or hub id
-    tokenizer: str | None = (
-        None  # tokenizer directory (default: the model directory's, or bert-base-uncased for presets)
-    )
-    input: str  # UTF-8 text file, one text per line
-    output: str  # the output file
-    batch_size: int = 32  # texts per batch at most
-    long_documents: str = field(default="truncate", metadata={"choices": POLICIES, "help": (
-        "truncate (counted and reported) | chunk (windows, results pooled / averaged) | "
-        "extend (NeoBERT: RoPE scaled to the text's length)")})  # fmt: skip
-    stride: int | None = None  # chunk: tokens shared by neighbouring windows (default: a quarter)
-    rope_scaling: str = field(
-        default="yarn", metadata={"choices": EXTEND_METHODS, "help": "extend: RoPE scaling method"}
-    )
-    show_progress: bool = True  # a progress bar on stderr
-
-    def __post_init__(self) -> None:
-        for name in ("batch_size", "max_tokens", "max_length", "stride"):
-            value = getattr(self, name, None)
-            if value is not None and value < 1:
-                raise ValueError(f"{name.replace('_', ' ')} must be positive, got {value}")
-        if "precision" in self.__dataclass_fields__:
-            check_precision(self.precision)
-
-    @property
-    def long_policy(self) -> LongDocuments:
-        return LongDocuments(self.long_documents, self.stride, self.rope_scaling)
-
-
-def _precision(what: str) -> str:
-    return field(default="auto", metadata={"choices": PRECISIONS, "help": "auto: the faster of fp32 and bf16 for this model here (measured); "
-                 f"bf16: NeoBERT fast path (bf16 weights, unpadded; {what}); fp32: exact"})  # fmt: skip
-
-
-def empty_rows(texts: list[str]) -> list[int]:
-    """1-based positions of the texts that are empty or blank."""
-    return [i + 1 for i, text in enumerate(texts) if not text.strip()]
-
-
-def notes(
-    empty: list[int], noun: str, consequence: str, long_report: LongReport | None, policy: str
-) -> list[str]:
-    """What a file task tells its user beside the result: the empty rows (the first ten), and how many texts
-    exceeded the model window and what the long-document policy did with them."""
-    found = []
-    if empty:
-        shown = ", ".join(map(str, empty[:10])) + (", ..." if len(empty) > 10 else "")
-        found.append(f"{len(empty):,} {noun}(s) have an empty text ({noun}s {shown}); {consequence}")
-    if long_report is not None and long_report.over_window:
-        if long_report.truncated:
-            what = "truncated to the window (--long-documents chunk or extend keeps all of them)"
-        else:
-            what = f"handled by '{policy}' ({long_report.rows:,} model rows in all)"
-        found.append(f"{long_report.over_window:,} {noun}(s) longer than the model window: {what}")
-    return found
-
-
-# -- embed ---------------------------------------------------------------------------------------------------
-
-
-@dataclass(kw_only=True)
-class EmbedConfig(EngineSettings, FileJob):
-    """``neobert embed``: embed texts. Into a directory (the default): any number of .txt (one text per line),
-    .jsonl, .csv and .parquet files, directories and globs, as parquet shards of (id, embedding, tokens,
-    truncated, windows) plus a manifest, resumable, in this process or on a Ray cluster. Into a .npy file:
-    the lines of one text file, row i is line i."""
-
-    input: list[str] = field(metadata={"nargs": "+", "help": (
-        "files, directories or globs of .txt (one text per line), .jsonl, .csv, .parquet; local or URLs "
-        "(s3://, gs://, ... where fsspec's library for it is installed)")})  # fmt: skip
-    # a directory (parquet shards + _manifest.json), or a .npy file (one text file's lines x hidden)
-    output: str
-    max_tokens: int | None = field(default=None, metadata={"help": MAX_TOKENS_HELP})
-    pooling: str = field(default="mean", metadata={"choices": POOLING_NAMES, "help": " | ".join(POOLING_NAMES)})
-    normalize: bool = True  # unit L2 norm (--no-normalize keeps raw vectors)
-    max_length: int | None = None  # truncate texts to this many tokens (default: the model's max_length)
-    precision: str = _precision("cosine > 0.99 to fp32")
-    text_column: str = "text"  # tables: the column of texts
-    # tables: a column of ids (default: FILE:ROW, the input path and the 1-based row or line)
-    id_column: str | None = None
-    dtype: str = field(default="float32", metadata={"choices": TYPES, "help": (
-        "the stored vectors' type: float32, float16, int8 / uint8 (256 buckets per dimension between the "
-        "calibration minimum and maximum), binary / ubinary (signs, 8 dimensions per byte)")})  # fmt: skip
-    # int8 / uint8: a .npy of float embeddings (N, dim) of representative texts (e.g. `neobert embed SAMPLE.txt
-    # --output cal.npy`); their per-dimension minimum and maximum are the buckets, stored with the output
-    calibration: str | None = None
-    shard_rows: int = 4096  # texts per output shard (and per piece of work)
-    on_error: str = field(default="raise", metadata={"choices": ON_ERROR, "help": (
-        "a bad row (empty text, invalid UTF-8 or JSON, no id): raise naming file and row, or skip and count it")})  # fmt: skip
-    on_duplicate: str = field(default="refuse", metadata={"choices": ON_DUPLICATE, "help": (
-        "--id-column: an id that two rows hold stops the job naming both rows (refuse), or only its first row "
-        "is embedded and the others counted (keep-first)")})  # fmt: skip
-    overwrite: bool = False  # replace an output directory made with other settings instead of refusing
-
-    def __post_init__(self) -> None:
-        if isinstance(self.input, (str, Path)):
-            self.input = [str(self.input)]
-        self.input = [str(i) for i in self.input]
-        FileJob.__post_init__(self)
-        EngineSettings.__post_init__(self)
-        if self.shard_rows < 1:
-            raise ValueError(f"shard rows must be positive, got {self.shard_rows}")
-        if self.on_duplicate not in ON_DUPLICATE:
-            raise ValueError(f"on_duplicate must be one of {', '.join(ON_DUPLICATE)}; got {self.on_duplicate!r}")
-        if self.dtype in CALIBRATED and self.calibration is None:
-            raise ValueError(f"--dtype {self.dtype} needs --calibration FILE.npy (float embeddings of sample texts)")
-
-    def ranges(self) -> np.ndarray | None:
-        """The int8 / uint8 calibration ranges (2, dim) from ``calibration``; None for the other types."""
-        if self.dtype not in CALIBRATED:
-            return None
-        path = Path(self.calibration)
-        if not path.is_file():
-            raise ValueError(f"calibration file {path} does not exist")
-        return calibration_ranges(np.load(path))
-
-    @property
-    def to_npy(self) -> bool:
-        return str(self.output).lower().endswith(".npy")
-
-
-@dataclass
-class EmbedResult:
-    output: Path
-    shape: tuple[int, int]
-    seconds: float
-    empty_rows: list[int]  # 1-based lines whose text is empty or blank (embedded as such, and reported)
-    long_report: LongReport | None = None  # what the long-document policy did (None with an explicit max_length)
-    summary: str = ""  # what was written, for a person
-    notes: list[str] = field(default_factory=list)  # empty lines, long texts
-
-
-def embed_file(config: EmbedConfig) -> EmbedResult:
-    """Embed every line of ``config.input`` and save the (lines, hidden) float32 array to ``config.output``.
-
-    ``precision="bf16"`` runs NeoBERT models on the fast path (bf16 weights, unpadded attention; embeddings
-    within cosine 0.99 of fp32, typically > 0.999); ``fp32`` is exact; ``auto`` (default) takes the one that
-    is faster for this model on this machine (measured). Other encoders are cast to that precision.
-    """
-    c = config
-    if len(c.input) != 1 or c.engine != "local":
-        raise ValueError(
-            "a .npy output holds one text file's lines, embedded here: give one --input and no --engine ray, "
-            "or an output directory"
-        )
-    texts = read_texts(c.input[0])[0]  # validate the input before paying for the model
-    start = time.perf_counter()
-    loaded = load_for_inference(c.model, c.tokenizer, "base", c.precision)
-    encoder, tok = loaded.model, loaded.tokenizer
-    budget = {"batch_size": c.batch_size, "max_tokens": c.max_tokens, "show_progress": c.show_progress}
-    report = None
-    if c.max_length is None:  # the model's window: the long-document policy decides
-        vectors, report = embed_long(encoder, tok, texts, c.long_policy, c.pooling, c.normalize, **budget)
-    else:
-        vectors = encode(encoder, tok, texts, pooling=c.pooling, normalize=c.normalize, max_length=c.max_length,
-                         **budget)  # fmt: skip
-    ranges = c.ranges()
-    stored = quantize(vectors, c.dtype, ranges)
-    with atomic_file(c.output, "wb") as handle:
-        np.save(handle, stored)
-    if ranges is not None:  # the buckets, beside the vectors: X.npy -> X.ranges.npy
-        with atomic_file(Path(c.output).with_suffix(".ranges.npy"), "wb") as handle:
-            np.save(handle, ranges)
-    seconds, empty = time.perf_counter() - start, empty_rows(texts)
-    norm = "L2-normalized" if c.normalize else "not normalized"
-    summary = (
-        f"wrote {len(texts):,} x {vectors.shape[1]} {c.dtype} vectors ({c.pooling} pooling, {norm}) to "
-        f"{c.output} in {seconds:.1f}s"
-    )
-    consequence = "their rows embed an empty text, so that row i is line i"
-    return EmbedResult(Path(c.output), vectors.shape, seconds, empty, report, summary,
-                       notes(empty, "line", consequence, report, c.long_documents))  # fmt: skip
-
+# -- embed: the job lives in neobert.jobs.embed (one pipeline, a directory of shards or a .npy array) ----------
 
 # -- classify ------------------------------------------------------------------------------------------------
 
@@ -232,7 +50,7 @@ class ClassifyFileConfig(FileJob):
                                           'row, or {"value"} (regression)'})  # fmt: skip
     max_tokens: int | None = field(default=None, metadata={"help": MAX_TOKENS_HELP})
     max_length: int | None = None  # truncate inputs to this many tokens (default: the model's position limit)
-    precision: str = _precision("probabilities within ~0.05 of fp32")
+    precision: str = precision_field("probabilities within ~0.05 of fp32")
 
 
 @dataclass

@@ -18,6 +18,8 @@ the wall time of each whole run is reported beside them.
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import os
 import shutil
 import subprocess
@@ -32,10 +34,9 @@ from ..config import check_precision
 from ..data import PrepareConfig, default_tokenizer_dir, iter_stdlib_documents
 from ..hardware import load_average
 from ..io import write_text
-from ..jobs.embed import embed_corpus
-from ..jobs.engine import EngineSettings
+from ..jobs.embed import EmbedConfig, embed, embed_corpus
+from ..jobs.engine import EngineSettings, engine_of
 from ..jobs.prepare import prepare
-from ..predict import EmbedConfig
 from ..tables import markdown_table
 from .measure import machine_info
 from .report import publish
@@ -53,12 +54,17 @@ class JobsBenchConfig:
     precision: str = "auto"  # of the embedding runs
     prepare_copies: int = 4  # copies of the stdlib corpus prepared (about 0.66M tokens each)
     two_nodes: bool = True  # also a two-node cluster on this machine (ray start)
+    # only neobert embed's two outputs of the same texts, local engine: a .npy file beside a directory
+    compare_outputs: bool = False
+    rounds: int = 2  # --compare-outputs: runs of each output, alternated (the best one counts)
     output: str | None = None  # directory for results.json and results.md
 
     def __post_init__(self) -> None:
         check_precision(self.precision, ValueError)
         if self.texts < 1 or self.shard_rows < 1 or self.prepare_copies < 1:
             raise ValueError("texts, shard rows and prepare copies must be positive")
+        if self.rounds < 1:
+            raise ValueError(f"rounds must be positive, got {self.rounds}")
 
 
 def paragraphs(count: int) -> list[str]:
@@ -112,6 +118,9 @@ def _in_process_cluster(cpus: int) -> Iterator[None]:
         ray.shutdown()
 
 
+LOCAL_RUN = "local"  # the label of the runs on the local engine, the base of the ratios
+
+
 def _embed_run(name: str, model: str, inputs: Path, work: Path, c: JobsBenchConfig, **engine) -> dict:
     output = work / f"embed-{len(list(work.iterdir()))}"
     config = EmbedConfig(model=model, input=[str(inputs)], output=str(output), precision=c.precision,
@@ -120,7 +129,7 @@ def _embed_run(name: str, model: str, inputs: Path, work: Path, c: JobsBenchConf
     result = embed_corpus(config)
     wall = time.perf_counter() - start
     shutil.rmtree(output)
-    cpus = int(engine.get("cpus_per_worker", 1)) if engine.get("engine") == "ray" else os.cpu_count()
+    cpus = engine_of(config).worker_threads()
     return {"model": model, "run": name, "workers": result.workers, "cpus_per_worker": cpus,
             "texts": result.texts, "tokens": result.tokens, "precision": result.precision,
             "work_seconds": result.work_seconds, "wall_seconds": wall, "load": load_average(),
@@ -131,15 +140,15 @@ def _embed_run(name: str, model: str, inputs: Path, work: Path, c: JobsBenchConf
 def _prepare_run(name: str, inputs: Path, work: Path, shard_size: int, engine: EngineSettings) -> dict:
     output = work / f"prepare-{len(list(work.iterdir()))}"
     config = PrepareConfig(inputs=[str(inputs)], tokenizer=str(default_tokenizer_dir()), output=str(output),
-                           shard_size=shard_size, progress=False)  # fmt: skip
+                           shard_size=shard_size, progress=False, **asdict(engine))  # fmt: skip
     start = time.perf_counter()
-    result = prepare(config, engine)
+    result = prepare(config)
     wall = time.perf_counter() - start
     shutil.rmtree(output)
     tokens = result.train_tokens + result.validation_tokens
     work_seconds = result.work_seconds or result.seconds
     workers = engine.workers or 1
-    threads = engine.threads if engine.engine == "ray" else os.cpu_count()
+    threads = engine_of(engine).worker_threads()
     return {"run": name, "workers": workers, "cpus_per_worker": threads, "tokens": tokens,
             "work_seconds": work_seconds, "wall_seconds": wall, "load": load_average(),
             "tokens_per_second": tokens / work_seconds,
@@ -166,7 +175,58 @@ def rust_tokenizer_rate(corpus: Path, threads: int) -> float:
     return float(subprocess.run(args, capture_output=True, text=True, check=True, env=env).stdout.split()[-1])
 
 
+def compare_outputs(c: JobsBenchConfig) -> dict:
+    """``neobert embed`` of the same texts into a .npy file and into a directory, alternated ``rounds`` times
+    after one untimed job per model: whole jobs (model load, plan, pieces; the .npy's gathering of its shards)
+    on the local engine."""
+    results: dict = {"config": asdict(c), "machine": machine_info("cpu"), "cores": os.cpu_count(), "outputs": []}
+    with tempfile.TemporaryDirectory(prefix="neobert-bench-outputs-") as tmp:
+        texts = Path(tmp) / "texts.txt"
+        write_text(texts, "".join(t.replace("\n", " ") + "\n" for t in paragraphs(c.texts)))
+        for model in c.models:  # untimed: what a first job in a process pays once (imports, auto precision)
+            embed(EmbedConfig(model=model, input=[str(texts)], output=str(Path(tmp) / f"warm-{Path(model).name}"),
+                              precision=c.precision, shard_rows=c.shard_rows, show_progress=False))  # fmt: skip
+        for model, round, kind in itertools.product(c.models, range(c.rounds), ("npy", "directory")):
+            output = Path(tmp) / (f"{kind}-{round}.npy" if kind == "npy" else f"{kind}-{round}")
+            config = EmbedConfig(model=model, input=[str(texts)], output=str(output), precision=c.precision,
+                                 shard_rows=c.shard_rows, show_progress=False)  # fmt: skip
+            start = time.perf_counter()
+            embed(config)
+            seconds = time.perf_counter() - start
+            (output.unlink if kind == "npy" else functools.partial(shutil.rmtree, output))()
+            results["outputs"].append({"model": model, "output": kind, "round": round, "texts": c.texts,
+                                       "seconds": seconds, "texts_per_second": c.texts / seconds,
+                                       "load": load_average()})  # fmt: skip
+    return results
+
+
+def _model_name(model: str) -> str:
+    """A preset's name, or a model directory's (its package's when the directory is a package's ``model/``)."""
+    path = Path(model)
+    return path.parent.name if path.name == "model" else path.name or model
+
+
+def outputs_markdown(results: dict) -> str:
+    machine = results["machine"]
+    rows = []
+    for model in results["config"]["models"]:
+        best = {kind: max(r["texts_per_second"] for r in results["outputs"] if (r["model"], r["output"]) == (model, kind))
+                for kind in ("npy", "directory")}  # fmt: skip
+        for kind, rate in best.items():
+            runs = [f"{r['texts_per_second']:,.1f}" for r in results["outputs"] if (r["model"], r["output"]) == (model, kind)]
+            rows.append([_model_name(model), kind, ", ".join(runs), f"{rate:,.1f}",
+                         f"{rate / best['directory']:.3f}"])  # fmt: skip
+    header = ["model", "output", "texts/s per run (alternated)", "best texts/s", "best / directory"]
+    return (f"# neobert embed: a .npy output beside a directory output ({machine['cpu']}, {results['cores']} cores, "
+            f"torch {machine['torch']})\n\n" + markdown_table(header, rows) + "\n\nLoad average after each run: "
+            + ", ".join(f"{r['load']:.1f}" for r in results["outputs"])
+            + f" ({results['cores']} cores; a load above them means other processes competed for the cores and the "
+            "rates carry their noise).\n")  # fmt: skip
+
+
 def run(config: JobsBenchConfig) -> dict:
+    if config.compare_outputs:
+        return publish(compare_outputs(config), markdown, config.output)
     c, cores = config, os.cpu_count() or 1
     results: dict = {
         "config": asdict(c),
@@ -190,8 +250,8 @@ def run(config: JobsBenchConfig) -> dict:
         runs = work / "runs"
         runs.mkdir()
         for model in c.models:
-            results["embed"].append(_embed_run("local", model, work / "texts", runs, c))
-        results["prepare"].append(_prepare_run("local", work / "corpus", runs, shard_size, EngineSettings()))
+            results["embed"].append(_embed_run(LOCAL_RUN, model, work / "texts", runs, c))
+        results["prepare"].append(_prepare_run(LOCAL_RUN, work / "corpus", runs, shard_size, EngineSettings()))
         # two nodes first: a process that started a cluster of its own does not join another one well
         if c.two_nodes:
             with nodes_on_this_machine(2, 1) as address:
@@ -220,12 +280,14 @@ def run(config: JobsBenchConfig) -> dict:
 
 
 def markdown(results: dict) -> str:
+    if "outputs" in results:
+        return outputs_markdown(results)
     machine = results["machine"]
     lines = [f"# Batch jobs: local engine and Ray engine ({machine['cpu']}, {results['cores']} cores, torch "
              f"{machine['torch']})\n", "## Corpus embedding\n"]  # fmt: skip
     rows = []
     for r in results["embed"]:
-        local = next(x for x in results["embed"] if x["model"] == r["model"] and x["run"] == "local")
+        local = next(x for x in results["embed"] if x["model"] == r["model"] and x["run"] == LOCAL_RUN)
         single = next(
             (x for x in results["embed"] if x["model"] == r["model"] and x["run"] == "ray, one worker"), None
         )

@@ -8,8 +8,8 @@ import argparse
 from ..data import PrepareConfig, write_stdlib_corpus
 from ..data.docstring_pairs import write_docstring_retrieval
 from ..data.prepare import ON_ERROR, TXT_MODES
-from ..jobs.engine import EngineSettings
 from ..jobs.prepare import prepare
+from ..jobs.settings import EngineSettings
 from .common import add_command, quiet_transformers, say
 from .options import add_options, add_signature_options, given
 
@@ -31,8 +31,9 @@ def register(subparsers) -> None:
     p.add_argument("--input", nargs="+", metavar="PATH", help="input files, directories or specs")
     p.add_argument("--config", metavar="FILE", help="YAML/JSON file of prepare settings; flags override it")
     settings = p.add_argument_group("settings (neobert.data.PrepareConfig; a flag given wins over --config)")
-    add_options(settings, PrepareConfig, skip=("inputs",), choices=CHOICES, given_only=True)
-    add_options(p.add_argument_group("engine (neobert.jobs.engine.EngineSettings)"), EngineSettings)
+    engine = tuple(EngineSettings.__dataclass_fields__)
+    add_options(settings, PrepareConfig, skip=("inputs", *engine), choices=CHOICES, given_only=True)
+    add_options(p.add_argument_group("engine (neobert.jobs.settings.EngineSettings)"), EngineSettings)
 
     help = "write the offline English corpus (the interpreter's stdlib docstrings) to a .txt file"
     corpus = add_command(commands, "corpus", run_corpus, help)
@@ -56,7 +57,7 @@ def config_from_args(args: argparse.Namespace) -> PrepareConfig:
 
 def run_prepare(args: argparse.Namespace) -> int:
     quiet_transformers()
-    say(prepare(config_from_args(args), EngineSettings(**given(EngineSettings, args))).summary)
+    say(prepare(config_from_args(args)).summary)
     return 0
 
 

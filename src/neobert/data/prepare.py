@@ -28,7 +28,9 @@ from typing import Any
 import numpy as np
 
 from ..config import ConfigError, check_known_keys, load_mapping
-from ..io import LOCK, clean_temporaries, write_dir
+from ..io import write_dir
+from ..jobs.output import JobOutput
+from ..jobs.settings import EngineSettings
 from ..progress import progress_bar
 from ..tables import markdown_table
 from .readers import ON_ERROR, TXT_MODES, DataError, ReadStats, expand_inputs, iter_documents
@@ -38,9 +40,7 @@ from .shards import (
     MANIFEST,
     SPLITS,
     ShardWriter,
-    read_manifest,
     remove_prepared,
-    save_json,
     token_dtype,
     totals,
 )
@@ -61,8 +61,9 @@ _CONTENT_KEYS = (
 
 
 @dataclass
-class PrepareConfig:
-    """Settings of ``neobert data prepare``; a YAML/JSON file maps onto it 1:1 (unknown keys raise)."""
+class PrepareConfig(EngineSettings):
+    """Settings of ``neobert data prepare``; a YAML/JSON file maps onto it 1:1 (unknown keys raise). The
+    engine (``engine``, ``workers``, ...: :class:`~neobert.jobs.settings.EngineSettings`) is part of it."""
 
     inputs: list[str] = field(default_factory=list)  # files, directories, hf:NAME[:CONFIG[:SPLIT]], stdlib:
     tokenizer: str = ""  # a tokenizer directory, e.g. bert-base-uncased files (or a hub name when online)
@@ -83,6 +84,7 @@ class PrepareConfig:
     progress: bool = True  # a progress bar
 
     def __post_init__(self) -> None:
+        EngineSettings.__post_init__(self)
         if isinstance(self.inputs, (str, os.PathLike)):
             self.inputs = [self.inputs]
         self.inputs = [str(i) for i in self.inputs]
@@ -167,10 +169,10 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     start = time.perf_counter()
     hf_tokenizer, encoder = tokenizer_backend(config.tokenizer, config.max_tokens)
     out = Path(config.output)
-    manifest = open_manifest(out, config, hf_tokenizer, encoder)
-    dtype = np.dtype(manifest["dtype"])
+    job = open_output(out, config, hf_tokenizer, encoder)
+    dtype = np.dtype(job.manifest["dtype"])
     n_special = len(encoder.encode("").ids)  # what the post-processor adds around one document
-    finished = {s["index"]: s for s in manifest["shards"]}
+    finished = job.finished()
     stats = ReadStats()
     docs = _read_ahead(
         iter_documents(
@@ -195,18 +197,19 @@ def prepare(config: PrepareConfig) -> PrepareResult:
             shard = write_shard(out, index, chunk, encoder, config, dtype, n_special, bar.update)
             if shard is None:
                 break
-            manifest["shards"].append(shard)
-            save_json(out / MANIFEST, manifest)
+            job.piece_finished(shard)
             written += 1
             new_tokens += sum(shard[s]["tokens"] for s in SPLITS)
             if shard["input_documents"] < config.shard_size:
                 break
-    manifest["complete"] = True
-    manifest["reader"] = dataclasses.asdict(stats)
-    manifest["totals"] = totals(manifest["shards"])
-    save_json(out / MANIFEST, manifest)
+    manifest = complete(job, stats)
     seconds = time.perf_counter() - start
     return prepare_result(out, manifest, written, resumed, stats, seconds, new_tokens)
+
+
+def complete(job: JobOutput, stats: ReadStats) -> dict:
+    """The manifest marked complete, with what was read and the totals over its shards."""
+    return job.complete(reader=dataclasses.asdict(stats), totals=totals(job.manifest["shards"]))
 
 
 def tokenizer_backend(name_or_path: str, max_tokens: int | None = None):
@@ -339,43 +342,40 @@ def _fingerprint(config: PrepareConfig, encoder) -> dict:
     return fp
 
 
-def open_manifest(out: Path, config: PrepareConfig, hf_tokenizer, encoder) -> dict:
-    """Load the manifest of an earlier run with the same settings, or start a new output directory."""
-    path = out / MANIFEST
+def open_output(out: Path, config: PrepareConfig, hf_tokenizer, encoder) -> JobOutput:
+    """The output of an earlier run with the same settings (resumed), or a new output directory."""
     fingerprint = _fingerprint(config, encoder)
-    if path.exists() and config.overwrite:
-        remove_prepared(out)
-    if path.exists():
-        manifest = read_manifest(out)
+
+    def check(manifest: dict) -> None:
         changed = sorted(k for k in fingerprint if manifest["fingerprint"].get(k) != fingerprint[k])
         if changed:
             raise DataError(
                 f"{out} was prepared with other settings ({', '.join(changed)}); use another output "
                 "directory or set overwrite"
             )
-        clean_temporaries(out)  # debris of an interrupted run
-        return manifest
-    if out.exists() and any(p.name != LOCK for p in out.iterdir()):
-        raise DataError(f"{out} is not empty and holds no {MANIFEST}; refusing to write into it")
-    out.mkdir(parents=True, exist_ok=True)
-    write_dir(hf_tokenizer.save_pretrained, out / "tokenizer")  # without fixed padding/truncation
-    vocab_size = len(hf_tokenizer)
-    manifest = {
-        "format": FORMAT,
-        "version": FORMAT_VERSION,
-        "dtype": token_dtype(vocab_size).name,
-        "vocab_size": vocab_size,
-        "special_token_ids": {
-            name: getattr(hf_tokenizer, f"{name}_token_id", None)
-            for name in ("pad", "unk", "cls", "sep", "mask")
-        },
-        "fingerprint": fingerprint,
-        "config": {k: v for k, v in dataclasses.asdict(config).items() if k not in ("overwrite", "progress")},
-        "complete": False,
-        "shards": [],
-    }
-    save_json(path, manifest)
-    return manifest
+
+    def new() -> dict:
+        write_dir(hf_tokenizer.save_pretrained, out / "tokenizer")  # without fixed padding/truncation
+        vocab_size = len(hf_tokenizer)
+        return {
+            "version": FORMAT_VERSION,
+            "dtype": token_dtype(vocab_size).name,
+            "vocab_size": vocab_size,
+            "special_token_ids": {
+                name: getattr(hf_tokenizer, f"{name}_token_id", None)
+                for name in ("pad", "unk", "cls", "sep", "mask")
+            },
+            "fingerprint": fingerprint,
+            "config": {k: v for k, v in dataclasses.asdict(config).items() if k not in _NOT_RECORDED},
+        }
+
+    job = JobOutput(out, MANIFEST, FORMAT)
+    job.open(new, check, config.overwrite, lambda: remove_prepared(out))
+    return job
+
+
+# how a run went, not what it made: left out of the manifest's config
+_NOT_RECORDED = ("overwrite", "progress", *EngineSettings.__dataclass_fields__)
 
 
 def prepare_result(out, manifest, written, resumed, stats, seconds, new_tokens) -> PrepareResult:

@@ -265,14 +265,14 @@ def file_records(
     """Every record of one input from its start, counted in ``stats``: a file without any is an error
     (``on_error="raise"``) or counted as empty. ``empty`` as in :func:`read_records`."""
     stats.files += 1
-    count, skipped_before = 0, stats.skipped_records
+    texts, skipped_before = 0, stats.skipped_records
     for record in read_records(
         spec, text_column, txt_mode, on_error, stats, empty=empty, id_column=id_column
     ):
-        count += 1
+        texts += empty != "keep" or bool(record.text.strip())
         stats.documents += 1
         yield record
-    if count == 0 and stats.skipped_records == skipped_before:  # nothing at all, not only bad records
+    if texts == 0 and stats.skipped_records == skipped_before:  # nothing at all, not only bad records
         if on_error == "raise":
             raise DataError(f"{spec}: empty input (no documents); use --on-error skip to skip it")
         stats.empty_files += 1
@@ -292,7 +292,8 @@ def read_records(
     :class:`Position` an earlier read of the same file gave; ``txt_mode`` must then be resolved).
 
     ``empty="refuse"``: a blank text is a bad record (an error naming file and row, or skipped and counted),
-    and every line of a line-mode ``.txt`` file is a record, so that row i is line i. ``id_column``: each
+    and every line of a line-mode ``.txt`` file is a record, so that row i is line i; ``empty="keep"``: every
+    line is a record too, a blank one an empty text (a file of blank lines only is an empty input). ``id_column``: each
     record's ``key`` is that column's value as a string (tables only).
     """
     stats = stats if stats is not None else ReadStats()
@@ -311,7 +312,7 @@ def read_records(
         skip = start.offset if start is not None else 0  # no seeking in these: read up to the record
         records = (r for r in records if r.start.offset >= skip)
     elif suffix == ".txt":
-        keep_blank = empty == "refuse"
+        keep_blank = empty in ("refuse", "keep")
         records = read_txt(
             spec, mode=txt_mode, on_error=on_error, stats=stats, start=start, keep_blank=keep_blank
         )
@@ -327,7 +328,7 @@ def read_records(
         records = read_parquet(
             spec, text_column, on_error=on_error, stats=stats, start=start, id_column=id_column
         )
-    return records if empty == "allow" else _refuse_empty(records, spec, stats, on_error)
+    return _refuse_empty(records, spec, stats, on_error) if empty == "refuse" else records
 
 
 def _refuse_empty(records: Iterator[Record], spec: str, stats: ReadStats, on_error: str) -> Iterator[Record]:

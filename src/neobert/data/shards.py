@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..io import atomic_file, clean_temporaries, write_json
+from ..io import atomic_file, clean_temporaries
 from .readers import DataError
 
 MANIFEST = "manifest.json"
@@ -119,8 +119,3 @@ def totals(shards: list[dict]) -> dict:
             for k, v in s[split]["long_documents"].items():
                 t["long_documents"][k] = t["long_documents"].get(k, 0) + v
     return out
-
-
-def save_json(path: Path, data: dict) -> None:
-    """Replace ``path`` atomically: a crash leaves the old or the new file, never half of one."""
-    write_json(path, data)

@@ -31,8 +31,9 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ import torch
 
 from ..capabilities import load_for_inference
 from ..data.pieces import (
+    ON_DUPLICATE,
     FilePlan,
     Piece,
     check_columns,
@@ -50,7 +52,7 @@ from ..data.pieces import (
     plan_file,
     read_piece,
 )
-from ..data.readers import DataError, expand_inputs
+from ..data.readers import ON_ERROR, DataError, expand_inputs
 from ..encoders import (
     apply_precision,
     is_preset,
@@ -58,23 +60,17 @@ from ..encoders import (
     resolve_model_precision,
 )
 from ..hardware import versions
-from ..io import LOCK, atomic_file, clean_temporaries, output_lock, write_json
+from ..io import atomic_file, clean_temporaries, output_lock
 from ..late_interaction import is_late_interaction_dir, load_late_interaction, token_vectors
-from ..long_documents import LongDocuments, model_window
+from ..long_documents import LongDocuments, LongReport, model_window
 from ..long_documents import embed as embed_long
-from ..predict import EmbedConfig, EmbedResult, embed_file
-from ..quantization import quantize
+from ..model.pooling import POOLING_NAMES
+from ..quantization import CALIBRATED, TYPES, calibration_ranges, quantize
 from ..tables import MISSING, markdown_table
-from .engine import (
-    EngineSettings,
-    count_tokens,
-    engine_settings,
-    map_items,
-    progress,
-    run_pieces,
-    session,
-    shared_output,
-)
+from .engine import Engine, count_tokens, engine_of, progress, shared_output
+from .file_job import MAX_TOKENS_HELP, FileJob, notes, precision_field
+from .output import JobOutput
+from .settings import EngineSettings
 
 FORMAT = "neobert-embeddings"
 VERSION = 1
@@ -86,9 +82,135 @@ CONTENT_KEYS = ("model", "tokenizer", "pooling", "normalize", "precision", "dtyp
                 "rope_scaling", "max_length", "text_column", "id_column", "on_error", "shard_rows")  # fmt: skip
 
 
+@dataclass(kw_only=True)
+class EmbedConfig(EngineSettings, FileJob):
+    """``neobert embed``: embed texts. Into a directory (the default): any number of .txt (one text per line),
+    .jsonl, .csv and .parquet files, directories and globs, as parquet shards of (id, embedding, tokens,
+    truncated, windows) plus a manifest, resumable, in this process or on a Ray cluster. Into a .npy file:
+    the lines of one text file, row i is line i (the same pipeline, its shards gathered into one array)."""
+
+    input: list[str] = field(metadata={"nargs": "+", "help": (
+        "files, directories or globs of .txt (one text per line), .jsonl, .csv, .parquet; local or URLs "
+        "(s3://, gs://, ... where fsspec's library for it is installed)")})  # fmt: skip
+    # a directory (parquet shards + _manifest.json), or a .npy file (one text file's lines x hidden)
+    output: str
+    max_tokens: int | None = field(default=None, metadata={"help": MAX_TOKENS_HELP})
+    pooling: str = field(default="mean", metadata={"choices": POOLING_NAMES, "help": " | ".join(POOLING_NAMES)})
+    normalize: bool = True  # unit L2 norm (--no-normalize keeps raw vectors)
+    max_length: int | None = None  # truncate texts to this many tokens (default: the model's max_length)
+    precision: str = precision_field("cosine > 0.99 to fp32")
+    text_column: str = "text"  # tables: the column of texts
+    # tables: a column of ids (default: FILE:ROW, the input path and the 1-based row or line)
+    id_column: str | None = None
+    dtype: str = field(default="float32", metadata={"choices": TYPES, "help": (
+        "the stored vectors' type: float32, float16, int8 / uint8 (256 buckets per dimension between the "
+        "calibration minimum and maximum), binary / ubinary (signs, 8 dimensions per byte)")})  # fmt: skip
+    # int8 / uint8: a .npy of float embeddings (N, dim) of representative texts (e.g. `neobert embed SAMPLE.txt
+    # --output cal.npy`); their per-dimension minimum and maximum are the buckets, stored with the output
+    calibration: str | None = None
+    shard_rows: int = 4096  # texts per output shard (and per piece of work)
+    on_error: str = field(default="raise", metadata={"choices": ON_ERROR, "help": (
+        "a bad row (empty text, invalid UTF-8 or JSON, no id): raise naming file and row, or skip and count it")})  # fmt: skip
+    on_duplicate: str = field(default="refuse", metadata={"choices": ON_DUPLICATE, "help": (
+        "--id-column: an id that two rows hold stops the job naming both rows (refuse), or only its first row "
+        "is embedded and the others counted (keep-first)")})  # fmt: skip
+    overwrite: bool = False  # replace an output directory made with other settings instead of refusing
+
+    def __post_init__(self) -> None:
+        if isinstance(self.input, (str, Path)):
+            self.input = [str(self.input)]
+        self.input = [str(i) for i in self.input]
+        FileJob.__post_init__(self)
+        EngineSettings.__post_init__(self)
+        if self.shard_rows < 1:
+            raise ValueError(f"shard rows must be positive, got {self.shard_rows}")
+        if self.on_duplicate not in ON_DUPLICATE:
+            raise ValueError(f"on_duplicate must be one of {', '.join(ON_DUPLICATE)}; got {self.on_duplicate!r}")
+        if self.dtype in CALIBRATED and self.calibration is None:
+            raise ValueError(f"--dtype {self.dtype} needs --calibration FILE.npy (float embeddings of sample texts)")
+
+    def ranges(self) -> np.ndarray | None:
+        """The int8 / uint8 calibration ranges (2, dim) from ``calibration``; None for the other types."""
+        if self.dtype not in CALIBRATED:
+            return None
+        path = Path(self.calibration)
+        if not path.is_file():
+            raise ValueError(f"calibration file {path} does not exist")
+        return calibration_ranges(np.load(path))
+
+    @property
+    def to_npy(self) -> bool:
+        return str(self.output).lower().endswith(".npy")
+
+
+@dataclass
+class EmbedResult:
+    output: Path
+    shape: tuple[int, int]
+    seconds: float
+    empty_rows: list[int]  # 1-based lines whose text is empty or blank (embedded as such, and reported)
+    long_report: LongReport | None = None  # what the long-document policy did (counts; no per-text lengths)
+    summary: str = ""  # what was written, for a person
+    notes: list[str] = field(default_factory=list)  # empty lines, long texts
+
+
 def embed(config: EmbedConfig) -> EmbedResult | CorpusResult:
     """``neobert embed``: one text file's lines into a .npy array, or any inputs into a directory of shards."""
     return embed_file(config) if config.to_npy else embed_corpus(config)
+
+
+def embed_file(config: EmbedConfig) -> EmbedResult:
+    """Embed every line of ``config.input`` (one file) into the (lines, hidden) array ``config.output``: the
+    pipeline of :func:`embed_corpus` (same reader, precision, batching, engine) into ``OUTPUT.parts/``, its
+    shards gathered in order into the array, then removed. Blank lines are embedded as empty texts (row i is
+    line i) and reported. A killed run leaves ``OUTPUT.parts/``; the re-run resumes from its shards."""
+    c = config
+    if len(c.input) != 1:
+        raise ValueError("a .npy output holds one text file's lines: give one --input, or an output directory")
+    if is_late_interaction_dir(c.model):
+        raise ValueError("a late-interaction model's token vectors (a list per text) go to an output directory, "
+                         "not a .npy array")  # fmt: skip
+    if c.on_error != "raise":  # a skipped line would move every later row
+        raise ValueError("a .npy output keeps row i = line i: --on-error skip needs an output directory")
+    start = time.perf_counter()
+    parts = Path(f"{c.output}.parts")
+    corpus = embed_corpus(replace(c, output=str(parts)), empty="keep")
+    vectors, empty = _gather(parts)
+    shards = corpus_shards(parts)
+    with atomic_file(c.output, "wb") as handle:
+        np.save(handle, vectors)
+    ranges = c.ranges()
+    if ranges is not None:  # the buckets, beside the vectors: X.npy -> X.ranges.npy
+        with atomic_file(Path(c.output).with_suffix(".ranges.npy"), "wb") as handle:
+            np.save(handle, ranges)
+    shutil.rmtree(parts)
+    seconds = time.perf_counter() - start
+    norm = "L2-normalized" if c.normalize else "not normalized"
+    summary = (f"wrote {len(vectors):,} x {vectors.shape[1]} {vectors.dtype} vectors ({c.pooling} pooling, {norm}) "
+               f"to {c.output} in {seconds:.1f}s")  # fmt: skip
+    consequence = "their rows embed an empty text, so that row i is line i"
+    report = LongReport(texts=len(vectors), over_window=sum(s.get("over_window", 0) for s in shards),
+                        truncated=corpus.truncated, rows=sum(s["windows"] for s in shards))  # fmt: skip
+    found = notes(empty, "line", consequence, report, c.long_documents)
+    return EmbedResult(Path(c.output), vectors.shape, seconds, empty, report, summary, found)
+
+
+def corpus_shards(output: Path) -> list[dict]:
+    """The records of a finished job's shards, in the order of its inputs."""
+    return json.loads((output / MANIFEST).read_text(encoding="utf-8"))["shards"]
+
+
+def _gather(parts: Path) -> tuple[np.ndarray, list[int]]:
+    """The vectors of a job's shards in order (one array), and the rows of its empty texts."""
+    import pyarrow.parquet as pq
+
+    arrays, empty = [], []
+    for shard in corpus_shards(parts):
+        column = pq.read_table(parts / f"{shard['name']}.parquet", columns=["embedding"]).column("embedding")
+        flat = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        arrays.append(flat.reshape(shard["rows"], -1))  # packed bits (binary) are narrower than dimensions
+        empty += shard.get("empty_rows", [])
+    return np.concatenate(arrays), empty
 
 
 @dataclass
@@ -131,8 +253,8 @@ class CorpusResult:
 class PieceEmbedder:
     """One worker: the model and tokenizer loaded once; ``self(piece)`` embeds a piece and writes its shard."""
 
-    def __init__(self, *, config: EmbedConfig, precision: str, digest: str):
-        self.c, self.digest = config, digest
+    def __init__(self, *, config: EmbedConfig, precision: str, digest: str, empty: str = "refuse"):
+        self.c, self.digest, self.empty = config, digest, empty
         loaded = load_for_inference(config.model, config.tokenizer, "base", precision=None)
         model = loaded.model.to("cuda") if torch.cuda.is_available() else loaded.model
         self.model, self.tokenizer = apply_precision(model, precision), loaded.tokenizer
@@ -145,10 +267,12 @@ class PieceEmbedder:
 
     def __call__(self, piece: Piece) -> dict:
         c = self.c
-        ids, texts = [], []
-        for spec, record in read_piece(piece, c.text_column, c.on_error, "refuse", c.id_column):
+        ids, texts, blank = [], [], []
+        for spec, record in read_piece(piece, c.text_column, c.on_error, self.empty, c.id_column):
             ids.append(record.key if c.id_column is not None else f"{spec}:{record.row}")
             texts.append(record.text)
+            if not record.text.strip():
+                blank.append(record.row)
         vectors, report = embed_long(self.model, self.tokenizer, texts, self.long_policy, c.pooling, c.normalize,
                                      c.batch_size, c.max_tokens, window=c.max_length)  # fmt: skip
         cut = self.long_policy.policy == "truncate"
@@ -158,11 +282,13 @@ class PieceEmbedder:
             "rows": len(texts),
             "tokens": int(sum(report.lengths)),
             "truncated": int(report.truncated),
+            "over_window": int(report.over_window),  # texts longer than the window (cut, chunked or extended)
             "windows": int(sum(report.windows)),
             "dimensions": int(vectors.shape[1]),
             "precision": self.precision,
             "node": self.node,  # Ray's node id (or this host's name), and the worker's process
             "pid": os.getpid(),
+            **({"empty_rows": blank} if blank else {}),  # kept only with empty="keep"
         }
         _write_shard(
             shard_path(c.output, piece), ids, quantize(vectors, c.dtype, self.ranges), report, truncated, record, self.digest
@@ -174,17 +300,17 @@ class PieceTokenEmbedder:
     """A late-interaction model's worker: each text's document token vectors, as a multi-vector shard
     (``id``, ``vectors``: one ``dimensions``-wide vector per kept token, ``length``: their count, ``tokens``)."""
 
-    def __init__(self, *, config: EmbedConfig, precision: str, digest: str):
+    def __init__(self, *, config: EmbedConfig, precision: str, digest: str, empty: str = "refuse"):
         if config.dtype not in ("float32", "float16"):
             raise ValueError(f"token vectors are stored as float32 or float16, not {config.dtype}")
-        self.c, self.digest, self.node, self.precision = config, digest, _node(), "fp32"
+        self.c, self.digest, self.node, self.precision, self.empty = config, digest, _node(), "fp32", empty
         device = "cuda" if torch.cuda.is_available() else None
         self.model, self.tokenizer, self.spec = load_late_interaction(config.model, device, config.max_length)
 
     def __call__(self, piece: Piece) -> dict:
         c, spec = self.c, self.spec
         ids, texts = [], []
-        for source, record in read_piece(piece, c.text_column, c.on_error, "refuse", c.id_column):
+        for source, record in read_piece(piece, c.text_column, c.on_error, self.empty, c.id_column):
             ids.append(record.key if c.id_column is not None else f"{source}:{record.row}")
             texts.append(record.text)
         vectors = token_vectors(self.model, self.tokenizer, texts, spec, False, c.batch_size)
@@ -251,69 +377,68 @@ def _write_shard(path: Path, ids, vectors: np.ndarray, report, truncated, record
         pq.write_table(table, handle)
 
 
-def embed_corpus(config: EmbedConfig) -> CorpusResult:
+def embed_corpus(config: EmbedConfig, empty: str = "refuse") -> CorpusResult:
     """Embed every text of ``config.input`` into parquet shards plus ``_manifest.json`` under ``config.output``,
-    skipping the shards an earlier run with the same settings finished."""
-    c, settings = config, engine_settings(config)
+    skipping the shards an earlier run with the same settings finished. ``empty="keep"``: a blank line is a
+    text too (row i is line i; its row is in the shard's record), as the .npy output needs."""
+    c, engine = config, engine_of(config)
     out = shared_output(c.output)
     start = time.perf_counter()
     files = expand_inputs(c.input, exclude=[out])
     check_columns(files, c.text_column, c.id_column)  # before a cluster starts
-    with output_lock(out, settings.wait), session(settings):
-        plans = map_items(settings, plan_file, files, step=c.shard_rows, text_column=c.text_column, txt_mode="line",
-                          on_error=c.on_error, empty="refuse", id_column=c.id_column)  # fmt: skip
+    with output_lock(out, c.wait), engine.session():
+        plans = engine.map_items(plan_file, files, step=c.shard_rows, text_column=c.text_column, txt_mode="line",
+                                 on_error=c.on_error, empty=empty, id_column=c.id_column)  # fmt: skip
         duplicates = duplicate_ids(plans, c.on_duplicate)  # refused here, before the model loads
         pieces = file_pieces(plans, c.shard_rows)
-        manifest = _open_manifest(out, c, plans)
-        done = {p.name: r for p in pieces if (r := finished_shard(out, p, manifest["digest"])) is not None}
+        job = _open_output(out, c, plans, empty)
+        done = {p.name: r for p in pieces if (r := finished_shard(out, p, job.manifest["digest"])) is not None}
         todo = [p for p in pieces if p.name not in done]
-        records, pool = _run(c, settings, manifest, pieces, done)
+        records, pool = _run(c, engine, job, pieces, done, empty)
         seconds = time.perf_counter() - start
         shards = [records[p.name] for p in pieces]
         stats = merged_stats(plans)
-        manifest.update(complete=True, shards=shards, reader=asdict(stats),
-                        totals=_totals(shards, stats.skipped_records), duplicate_ids=asdict(duplicates))  # fmt: skip
-        manifest["totals"]["duplicate_ids"] = duplicates.count
-        manifest["engine"] = {
-            k: getattr(settings, k) for k in ("engine", "workers", "cpus_per_worker", "gpus_per_worker")
-        }
-        write_json(out / MANIFEST, manifest)
+        totals = {**_totals(shards, stats.skipped_records), "duplicate_ids": duplicates.count}
+        ran = {k: getattr(c, k) for k in ("engine", "workers", "cpus_per_worker", "gpus_per_worker")}
+        manifest = job.complete(shards=shards, reader=asdict(stats), totals=totals,
+                                duplicate_ids=asdict(duplicates), engine=ran)  # fmt: skip
     new = [records[p.name] for p in todo]
     texts_now, tokens_now = sum(r["rows"] for r in new), sum(r["tokens"] for r in new)
     t = manifest["totals"]
     result = CorpusResult(
         out, t["texts"], len(todo), len(done), t["skipped"], t["truncated"], t["tokens"], t["dimensions"],
-        t["precision"], settings.engine, pool.workers, seconds, texts_now / seconds, tokens_now / seconds,
+        t["precision"], c.engine, pool.workers, seconds, texts_now / seconds, tokens_now / seconds,
         pool.span_seconds, duplicates.count,
     )  # fmt: skip
     result.notes = _notes(result, stats, duplicates)
     return result
 
 
-def _run(c: EmbedConfig, settings: EngineSettings, manifest: dict, pieces: list[Piece], done: dict):
+def _run(c: EmbedConfig, engine: Engine, job: JobOutput, pieces: list[Piece], done: dict, empty: str):
     """Every piece not ``done`` embedded by the engine, under a progress bar: (name -> record, pool stats)."""
     todo = [p for p in pieces if p.name not in done]
     ran = sorted({r["precision"] for r in done.values()})
-    precision = ran[0] if ran else _precision(c, settings)  # a resumed job keeps the precision it ran in
+    precision = ran[0] if ran else _precision(c, engine)  # a resumed job keeps the precision it ran in
     records = dict(done)
     bar = progress(sum(p.records for p in pieces), "text", "embedding", c.show_progress)
     bar.update(sum(r["rows"] for r in done.values()))
 
     def finished(record: dict) -> None:
         records[record["name"]] = record
+        job.piece_finished(record)
         count_tokens(bar, record["rows"], record["tokens"])
 
-    kwargs = {"config": c, "precision": precision, "digest": manifest["digest"]}
+    kwargs = {"config": c, "precision": precision, "digest": job.manifest["digest"], "empty": empty}
     with bar:
         worker = PieceTokenEmbedder if is_late_interaction_dir(c.model) else PieceEmbedder
-        pool = run_pieces(settings, worker, kwargs, todo, finished)
+        pool = engine.run_pieces(worker, kwargs, todo, finished)
     return records, pool
 
 
-def _precision(c: EmbedConfig, settings: EngineSettings) -> str:
+def _precision(c: EmbedConfig, engine: Engine) -> str:
     """One precision for every worker, decided here: ``auto`` measured on this machine for CPU workers (a
     cluster of another CPU kind pins ``--precision``), bf16 for GPU workers when no GPU is here to measure."""
-    gpu = settings.gpus_per_worker > 0 or (settings.engine == "local" and torch.cuda.is_available())
+    gpu = engine.gpu_workers()
     if gpu and not torch.cuda.is_available():
         return "bf16" if c.precision == "auto" else c.precision
     return resolve_model_precision(c.model, c.precision, "cuda" if gpu else "cpu")
@@ -362,8 +487,10 @@ def finished_shard(output: Path, piece: Piece, digest: str) -> dict | None:
     return record
 
 
-def _settings(c: EmbedConfig, plans: list[FilePlan]) -> dict:
+def _settings(c: EmbedConfig, plans: list[FilePlan], empty: str) -> dict:
     settings = {key: getattr(c, key) for key in CONTENT_KEYS}
+    if empty != "refuse":  # blank lines are texts (a .npy output's parts)
+        settings["empty"] = empty
     if c.id_column is not None:
         settings["on_duplicate"] = c.on_duplicate
     settings["model_files"] = _model_files(c.model)
@@ -387,30 +514,22 @@ def _model_files(model: str) -> dict[str, Any]:
     return found
 
 
-def _open_manifest(out: Path, c: EmbedConfig, plans: list[FilePlan]) -> dict:
-    """The manifest of an earlier run with the same settings, or a new one; other settings are refused with
+def _open_output(out: Path, c: EmbedConfig, plans: list[FilePlan], empty: str) -> JobOutput:
+    """The output of an earlier run with the same settings, or a new one; other settings are refused with
     the difference named (``overwrite`` removes the earlier output instead)."""
-    settings = _settings(c, plans)
+    settings = _settings(c, plans, empty)
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
-    path = out / MANIFEST
-    if path.is_file() and c.overwrite:
-        _remove_output(out)
-    if path.is_file():
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-        if manifest.get("format") != FORMAT:
-            raise DataError(f"{path} is not a {FORMAT} manifest; choose another output directory")
+
+    def check(manifest: dict) -> None:
         changed = _differences(manifest["settings"], settings)
         if changed:
             raise DataError(f"{out} holds embeddings made with other settings ({'; '.join(changed)}); use another "
                             "output directory or --overwrite")  # fmt: skip
-        clean_temporaries(out)  # what a killed run was writing
-        return manifest
-    if out.exists() and any(p.name != LOCK for p in out.iterdir()):
-        raise DataError(f"{out} is not empty and holds no {MANIFEST}; refusing to write into it")
-    manifest = {"format": FORMAT, "version": VERSION, "complete": False, "digest": digest, "settings": settings,
-                "versions": versions(), "shards": []}  # fmt: skip
-    write_json(path, manifest)
-    return manifest
+
+    job = JobOutput(out, MANIFEST, FORMAT, key="name")
+    job.open(lambda: {"version": VERSION, "digest": digest, "settings": settings, "versions": versions()},
+             check, c.overwrite, lambda: _remove_output(out))  # fmt: skip
+    return job
 
 
 def _differences(before: dict, now: dict) -> list[str]:

@@ -18,48 +18,13 @@ import os
 import pickle
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..data.readers import DataError, is_url
 from ..progress import progress_bar
-
-ENGINES = ("local", "ray")
-
-
-@dataclass(kw_only=True)
-class EngineSettings:
-    """Where a job runs (the options every job shares)."""
-
-    engine: str = field(default="local", metadata={"choices": ENGINES, "help": (
-        "local: this process | ray: a Ray cluster's actor pool (pip install 'neobert[ray]')")})  # fmt: skip
-    # ray: worker actors (default: the cluster's GPUs / --gpus-per-worker, else its CPUs / --cpus-per-worker)
-    workers: int | None = None
-    cpus_per_worker: float = 1.0  # ray: CPUs each worker holds (its threads)
-    gpus_per_worker: float = 0.0  # ray: GPUs each worker holds (1: one actor per GPU)
-    # ray: a running cluster to join (HOST:6379, or auto); default: one started on this machine for the job
-    address: str | None = None
-    # another job writing the same output directory: wait for it to finish (default: refuse, naming it)
-    wait: bool = False
-
-    def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {self.engine!r}")
-        if self.workers is not None and self.workers < 1:
-            raise ValueError(f"workers must be positive, got {self.workers}")
-        if self.cpus_per_worker <= 0 or self.gpus_per_worker < 0:
-            raise ValueError(
-                f"cpus per worker must be positive and gpus per worker not negative; got "
-                f"{self.cpus_per_worker} and {self.gpus_per_worker}"
-            )
-        if self.engine == "local" and (self.workers or self.address or self.gpus_per_worker):
-            raise ValueError("--workers, --gpus-per-worker and --address are for --engine ray")
-
-    @property
-    def threads(self) -> int:
-        """Threads a worker's kernels use (torch, the Rust tokenizer)."""
-        return max(1, int(self.cpus_per_worker))
+from .settings import EngineSettings
 
 
 def shared_output(output: str) -> Path:
@@ -70,12 +35,6 @@ def shared_output(output: str) -> Path:
             "or NFS, Lustre or a bucket mounted as a filesystem on a cluster), not to a URL"
         )
     return Path(output)
-
-
-def engine_settings(config: Any) -> EngineSettings:
-    """The engine fields of a config that carries them (a subclass of :class:`EngineSettings`)."""
-    names = [f for f in EngineSettings.__dataclass_fields__]
-    return EngineSettings(**{name: getattr(config, name) for name in names})
 
 
 @contextlib.contextmanager
@@ -131,16 +90,6 @@ def loopback_only() -> Iterator[None]:
             os.environ[SINGLE_MACHINE] = before
 
 
-@contextlib.contextmanager
-def session(settings: EngineSettings) -> Iterator[None]:
-    """One Ray connection for a whole job under ``--engine ray`` (plan, pieces); nothing for ``local``."""
-    if settings.engine == "local":
-        yield
-        return
-    with cluster(settings):
-        yield
-
-
 def pool_size(ray: Any, settings: EngineSettings) -> int:
     """``settings.workers``, or as many workers as the cluster's GPUs (or CPUs) hold."""
     if settings.workers:
@@ -194,30 +143,81 @@ def _pickled_error(err: Exception) -> bytes:
         return pickle.dumps(RuntimeError(f"{type(err).__name__}: {err}"))
 
 
-def run_pieces(
-    settings: EngineSettings,
-    worker: type,
-    kwargs: dict,
-    pieces: Sequence[Any],
-    on_record: Callable[[dict], None],
-) -> PoolStats:
-    """``worker(**kwargs)(piece)`` for every piece, each record handed to ``on_record`` as it comes."""
-    stats = PoolStats(pieces=len(pieces))
-    if not pieces:
-        return stats
-    first, last = float("inf"), 0.0
+class Engine(Protocol):
+    """Where a job's pieces run. Chosen once from the settings (:func:`engine_of`); a job calls its methods
+    and never tests the engine's name."""
 
-    def finished(record: dict, start: float, end: float) -> None:
-        nonlocal first, last
-        first, last = min(first, start), max(last, end)
-        stats.busy_seconds += end - start
-        on_record(record)
+    settings: EngineSettings
+    in_process: bool  # pieces run in this process, one after the other (a job may stream its input instead)
 
-    if settings.engine == "local":
-        stats.workers, run = 1, worker(**kwargs)
-        for piece in pieces:
-            finished(*_timed(run, piece))
-    else:
+    def session(self) -> contextlib.AbstractContextManager[None]:
+        """Held around a whole job, so that its plan and its pieces share one connection."""
+
+    def run_pieces(self, worker: type, kwargs: dict, pieces: Sequence[Any],
+                   on_record: Callable[[dict], None]) -> PoolStats:  # fmt: skip
+        """``worker(**kwargs)(piece)`` for every piece, each record handed to ``on_record`` as it comes."""
+
+    def map_items(self, function: Callable[..., Any], items: Sequence[Any], **kwargs: Any) -> list:
+        """``[function(item, **kwargs) for item in items]``, in order."""
+
+    def gpu_workers(self) -> bool:
+        """Whether the workers run their models on a GPU."""
+
+    def worker_threads(self) -> int:
+        """Threads each worker's kernels use."""
+
+
+class LocalEngine:
+    """This process: one worker, piece after piece, every core its threads."""
+
+    in_process = True
+
+    def __init__(self, settings: EngineSettings):
+        self.settings = settings
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        yield
+
+    def run_pieces(self, worker: type, kwargs: dict, pieces: Sequence[Any],
+                   on_record: Callable[[dict], None]) -> PoolStats:  # fmt: skip
+        span = _Span(on_record)
+        stats = PoolStats(pieces=len(pieces))
+        if pieces:
+            stats.workers, run = 1, worker(**kwargs)
+            for piece in pieces:
+                span.finished(*_timed(run, piece))
+        return span.into(stats)
+
+    def map_items(self, function: Callable[..., Any], items: Sequence[Any], **kwargs: Any) -> list:
+        return [function(item, **kwargs) for item in items]
+
+    def gpu_workers(self) -> bool:
+        import torch
+
+        return torch.cuda.is_available()
+
+    def worker_threads(self) -> int:
+        return os.cpu_count() or 1
+
+
+class RayEngine:
+    """A Ray cluster: pieces through an actor pool (each actor a worker, loaded once), items as tasks."""
+
+    in_process = False
+
+    def __init__(self, settings: EngineSettings):
+        self.settings = settings
+
+    def session(self) -> contextlib.AbstractContextManager[Any]:
+        return cluster(self.settings)
+
+    def run_pieces(self, worker: type, kwargs: dict, pieces: Sequence[Any],
+                   on_record: Callable[[dict], None]) -> PoolStats:  # fmt: skip
+        settings, span = self.settings, _Span(on_record)
+        stats = PoolStats(pieces=len(pieces))
+        if not pieces:
+            return stats
         with cluster(settings) as ray:
             stats.workers = min(pool_size(ray, settings), len(pieces))
             items = [{"piece": pickle.dumps(piece)} for piece in pieces]
@@ -233,21 +233,66 @@ def run_pieces(
                 for row in data.iter_rows():
                     if row["error"]:
                         raise pickle.loads(row["error"])
-                    finished(json.loads(row["record"]), row["start"], row["end"])
-    stats.span_seconds = last - first
-    return stats
+                    span.finished(json.loads(row["record"]), row["start"], row["end"])
+        return span.into(stats)
+
+    def map_items(self, function: Callable[..., Any], items: Sequence[Any], **kwargs: Any) -> list:
+        if not items:
+            return []
+        with cluster(self.settings) as ray:
+            task = ray.remote(num_cpus=self.settings.cpus_per_worker)(_pickled_call)
+            with plain_errors():
+                return ray.get([task.remote(function, item, kwargs) for item in items])
+
+    def gpu_workers(self) -> bool:
+        return self.settings.gpus_per_worker > 0
+
+    def worker_threads(self) -> int:
+        return self.settings.threads
+
+
+# the engines by the name ``--engine`` gives (jobs/settings.py's ENGINES): the only place that reads it
+ENGINE_CLASSES: dict[str, type] = {"local": LocalEngine, "ray": RayEngine}
+
+
+def engine_of(settings: EngineSettings) -> Engine:
+    """The engine the settings name."""
+    return ENGINE_CLASSES[settings.engine](settings)
+
+
+class _Span:
+    """The records of finished pieces handed on, and the span from the first start to the last end."""
+
+    def __init__(self, on_record: Callable[[dict], None]):
+        self.on_record, self.first, self.last, self.busy = on_record, float("inf"), 0.0, 0.0
+
+    def finished(self, record: dict, start: float, end: float) -> None:
+        self.first, self.last = min(self.first, start), max(self.last, end)
+        self.busy += end - start
+        self.on_record(record)
+
+    def into(self, stats: PoolStats) -> PoolStats:
+        stats.span_seconds = max(0.0, self.last - self.first) if stats.pieces else 0.0
+        stats.busy_seconds = self.busy
+        return stats
+
+
+def run_pieces(
+    settings: EngineSettings,
+    worker: type,
+    kwargs: dict,
+    pieces: Sequence[Any],
+    on_record: Callable[[dict], None],
+) -> PoolStats:
+    """:meth:`Engine.run_pieces` on ``settings``' engine."""
+    return engine_of(settings).run_pieces(worker, kwargs, pieces, on_record)
 
 
 def map_items(
     settings: EngineSettings, function: Callable[..., Any], items: Sequence[Any], **kwargs: Any
 ) -> list:
-    """``[function(item, **kwargs) for item in items]``, in order; on Ray as tasks of ``cpus_per_worker``."""
-    if settings.engine == "local" or not items:
-        return [function(item, **kwargs) for item in items]
-    with cluster(settings) as ray:
-        task = ray.remote(num_cpus=settings.cpus_per_worker)(_pickled_call)
-        with plain_errors():
-            return ray.get([task.remote(function, item, kwargs) for item in items])
+    """:meth:`Engine.map_items` on ``settings``' engine."""
+    return engine_of(settings).map_items(function, items, **kwargs)
 
 
 @contextlib.contextmanager

@@ -12,7 +12,6 @@ shard. The output directory must be one that every worker can write (a shared fi
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 
@@ -22,42 +21,43 @@ from ..data.pieces import Piece, check_columns, merged_stats, plan_file, read_pi
 from ..data.prepare import (
     PrepareConfig,
     PrepareResult,
-    open_manifest,
+    complete,
+    open_output,
     prepare_result,
     tokenizer_backend,
     write_shard,
 )
 from ..data.prepare import prepare as prepare_here
 from ..data.readers import DataError, expand_inputs
-from ..data.shards import MANIFEST, SPLITS, save_json, totals
+from ..data.shards import SPLITS
 from ..io import output_lock
-from .engine import EngineSettings, count_tokens, map_items, progress, run_pieces, session, shared_output
+from .engine import Engine, count_tokens, engine_of, progress, shared_output
 
 PLAN_STEP = 4096  # documents between two noted positions: a shard's reader skips fewer than this many
 
 
-def prepare(config: PrepareConfig, engine: EngineSettings | None = None) -> PrepareResult:
-    """Tokenize ``config.inputs`` into shards under ``config.output`` on ``engine`` (default: this process)."""
-    engine = engine or EngineSettings()
-    with output_lock(shared_output(config.output), engine.wait):
-        if engine.engine == "local":
+def prepare(config: PrepareConfig) -> PrepareResult:
+    """Tokenize ``config.inputs`` into shards under ``config.output`` on the config's engine."""
+    engine = engine_of(config)
+    with output_lock(shared_output(config.output), config.wait):
+        if engine.in_process:  # one stream read ahead of the tokenizer: no plan needed
             return prepare_here(config)
-        return _prepare_on_ray(config, engine)
+        return _prepare_in_pieces(config, engine)
 
 
-def _prepare_on_ray(config: PrepareConfig, engine: EngineSettings) -> PrepareResult:
+def _prepare_in_pieces(config: PrepareConfig, engine: Engine) -> PrepareResult:
     config.check_required()
     files = expand_inputs(config.inputs, exclude=[config.output])  # a missing file fails before anything is written
     check_columns(files, config.text_column)  # before a cluster starts
     start = time.perf_counter()
     hf_tokenizer, encoder = tokenizer_backend(config.tokenizer, config.max_tokens)
     out = shared_output(config.output)
-    manifest = open_manifest(out, config, hf_tokenizer, encoder)
-    with session(engine):
-        plans = map_items(engine, plan_file, files, step=PLAN_STEP, text_column=config.text_column,
+    job = open_output(out, config, hf_tokenizer, encoder)
+    with engine.session():
+        plans = engine.map_items(plan_file, files, step=PLAN_STEP, text_column=config.text_column,
                           txt_mode=config.txt_mode, on_error=config.on_error)  # fmt: skip
         pieces = stream_pieces(plans, config.shard_size)
-        finished = {s["index"]: s for s in manifest["shards"]}
+        finished = job.finished()
         for piece in pieces:
             _check_unchanged(piece, finished.get(piece.index))
         todo = [p for p in pieces if p.index not in finished]
@@ -67,20 +67,16 @@ def _prepare_on_ray(config: PrepareConfig, engine: EngineSettings) -> PrepareRes
 
         def done(shard: dict) -> None:
             nonlocal new_tokens
-            manifest["shards"] = sorted([*manifest["shards"], shard], key=lambda s: s["index"])
-            save_json(out / MANIFEST, manifest)
+            job.piece_finished(shard)
             tokens = sum(shard[s]["tokens"] for s in SPLITS)
             new_tokens += tokens
             count_tokens(bar, shard["input_documents"], tokens)
 
-        kwargs = {"config": config, "dtype": manifest["dtype"]}
+        kwargs = {"config": config, "dtype": job.manifest["dtype"]}
         with bar:
-            pool = run_pieces(engine, ShardTokenizer, kwargs, todo, done)
+            pool = engine.run_pieces(ShardTokenizer, kwargs, todo, done)
     stats = merged_stats(plans)
-    manifest["complete"] = True
-    manifest["reader"] = dataclasses.asdict(stats)
-    manifest["totals"] = totals(manifest["shards"])
-    save_json(out / MANIFEST, manifest)
+    manifest = complete(job, stats)
     seconds = time.perf_counter() - start
     result = prepare_result(out, manifest, len(todo), len(finished), stats, seconds, new_tokens)
     result.work_seconds = pool.span_seconds
