@@ -341,24 +341,13 @@ def run_cell(
                 body = json.dumps({"texts": [texts[(i + k) % len(texts)] for k in range(per_request)]}).encode()
                 i += concurrency * per_request
                 start = time.perf_counter()
-                retry_after = None
-                try:
-                    conn.request("POST", "/embed", body=body, headers={"Content-Type": "application/json"})
-                    response = conn.getresponse()
-                    response.read()
-                    status, retry_after = response.status, response.getheader("Retry-After")
-                except (OSError, http.client.HTTPException):
-                    status = None
-                    conn.close()
-                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                conn, status, retry_after = _post(conn, port, body)
                 elapsed = time.perf_counter() - start
                 with lock:
                     if status == 200:
                         latencies.append(elapsed)
-                    elif status == 503:
-                        counts["refused"] += 1
-                    else:
-                        counts["failed"] += 1
+                    else:  # 503: refused (the queue was full); anything else, or no answer: failed
+                        counts["refused" if status == 503 else "failed"] += 1
                 if status == 503 and backoff:
                     time.sleep(min(float(retry_after or 1), max(0.0, stop_at - time.perf_counter())))
         finally:
@@ -378,6 +367,19 @@ def run_cell(
         server_cpu = (after - server_cpu) / seconds if after is not None else None
     return {"latencies": latencies, "seconds": seconds, "client_cpu": client_cpu, "server_cpu": server_cpu,
             **counts}  # fmt: skip
+
+
+def _post(conn: http.client.HTTPConnection, port: int, body: bytes) -> tuple[http.client.HTTPConnection, int | None, str | None]:
+    """One ``POST /embed``: (the connection to use next, the status or None on a failure, Retry-After). A
+    failed connection is replaced, so the client goes on."""
+    try:
+        conn.request("POST", "/embed", body=body, headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        response.read()
+        return conn, response.status, response.getheader("Retry-After")
+    except (OSError, http.client.HTTPException):
+        conn.close()
+        return http.client.HTTPConnection("127.0.0.1", port, timeout=60), None, None
 
 
 def _own_cpu() -> float:
