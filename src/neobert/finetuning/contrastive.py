@@ -96,11 +96,18 @@ class ContrastiveConfig:
 
 @dataclass
 class ContrastiveResult:
+    """What a run of :func:`train` gives back (contrastive, SPLADE and late-interaction training alike)."""
+
     output: Path
     steps: int
     losses: list[float]  # mean loss of each logging window
     dataset_steps: dict[str, int]
     seconds: float
+
+
+def dataset_sizes(datasets: Any) -> list[dict[str, Any]]:
+    """The training data sets as a run's record lists them: name, source, size."""
+    return [{"name": d.name, "source": d.source, "size": len(d)} for d in datasets]
 
 
 def info_nce(

@@ -38,9 +38,11 @@ from ..training.engine import LossTerms
 from .config import FinetuneConfigError, config_from_dict
 from .contrastive import (
     ContrastiveConfig,
+    ContrastiveResult,
     ContrastiveTask,
     _distributed,
     batch_texts,
+    dataset_sizes,
     gather_rows,
     run_card,
     train,
@@ -82,13 +84,7 @@ class LateInteractionConfig(ContrastiveConfig):
                                    skiplist_words=skip, attend_to_expansion_tokens=self.attend_to_expansion_tokens)  # fmt: skip
 
 
-@dataclass
-class LateInteractionResult:
-    output: Path
-    steps: int
-    losses: list[float]  # mean loss of each logging window
-    dataset_steps: dict[str, int]
-    seconds: float
+LateInteractionResult = ContrastiveResult  # what every contrastive.train run gives back
 
 
 def padded_maxsim(queries: torch.Tensor, documents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -195,7 +191,7 @@ def run(config: LateInteractionConfig,
         save_late_interaction(trained.module, trained.encoder.tokenizer, spec, output)
         write_json(output / "late_interaction_training.json", {
             "config": asdict(config), "spec": asdict(spec), "dataset_steps": task.dataset_steps,
-            "losses": trained.losses, "datasets": [{"name": d.name, "source": d.source, "size": len(d)} for d in trained.datasets],
+            "losses": trained.losses, "datasets": dataset_sizes(trained.datasets),
         })  # fmt: skip
         limits = [f"One {spec.dim}-dimensional unit vector per token; score a query against a document with MaxSim "
                   f"(queries are {spec.query_length} tokens, documents at most {spec.document_length}).",

@@ -38,8 +38,10 @@ from ..training.engine import LossTerms
 from .config import FinetuneConfigError, config_from_dict
 from .contrastive import (
     ContrastiveConfig,
+    ContrastiveResult,
     ContrastiveTask,
     contrastive_loss_sum,
+    dataset_sizes,
     gather_rows,
     run_card,
     train,
@@ -70,13 +72,7 @@ class SparseConfig(ContrastiveConfig):
         return config_from_dict(cls, data)
 
 
-@dataclass
-class SparseResult:
-    output: Path
-    steps: int
-    losses: list[float]  # mean loss of each logging window (contrastive + weighted FLOPS)
-    dataset_steps: dict[str, int]
-    seconds: float
+SparseResult = ContrastiveResult  # a SPLADE run gives back what every contrastive.train run does
 
 
 def flops(vectors: torch.Tensor) -> torch.Tensor:
@@ -136,7 +132,7 @@ def run(config: SparseConfig, on_step_end: Callable[[int, dict[str, float]], Non
         save_sparse_encoder(encoder, output)
         write_json(output / "sparse_training.json", {
             "config": asdict(config), "dataset_steps": task.dataset_steps, "losses": trained.losses,
-            "datasets": [{"name": d.name, "source": d.source, "size": len(d)} for d in trained.datasets],
+            "datasets": dataset_sizes(trained.datasets),
         })  # fmt: skip
         limits = ["SPLADE max pooling over the MLM logits: one weight per vocabulary entry; score with the dot "
                   "product (an inverted index serves it).",
