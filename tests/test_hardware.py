@@ -214,12 +214,16 @@ def _wrong_backend(graph, example_inputs):
 
 
 def test_compiled_blocks_check_passes_and_catches_a_wrong_compiler():
+    # torch 2.11 reuses a block's code compiled earlier in the process (tests/test_gpu.py, inductor) for
+    # another backend: start from an empty compile cache so the wrong backend is the one that runs
+    torch._dynamo.reset()
     assert check_compiled_blocks("cpu", torch.float32, backend="eager").ok
     wrong = check_compiled_blocks("cpu", torch.float32, backend=_wrong_backend)
     assert wrong.checked and not wrong.ok and "disagrees" in wrong.error
 
 
 def test_compiling_is_explicit_so_a_failed_check_raises():
+    torch._dynamo.reset()  # as above: the wrong backend must compile, not reuse an earlier compilation
     model = load_model("tiny")
     with pytest.raises(RuntimeError, match="compiled blocks failed their first-use check"):
         compile_blocks(model, check=True, backend=_wrong_backend)
