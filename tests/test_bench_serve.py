@@ -151,6 +151,15 @@ def test_thread_comparison_report():
         ServeBenchConfig(compare_threads=[0])
 
 
+def test_each_variant_holds_each_place_in_a_round_once():
+    from neobert.benchmarks.serve import round_order
+
+    orders = [round_order([0, 1, 2], r) for r in range(3)]
+    assert orders == [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
+    assert all(sorted(order) == [0, 1, 2] for order in orders)  # every variant runs in every round
+    assert round_order([0, 1, 2], 3) == [0, 1, 2]
+
+
 def test_threads_used_per_cell_from_the_servers_metric():
     """A cell's ``threads``: the counts its model calls ran on, from ``neobert_model_calls{threads}``."""
     text = ("# HELP neobert_model_calls_total Model calls by the torch threads they ran on\n"

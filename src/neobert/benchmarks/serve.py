@@ -14,7 +14,8 @@ compete with the server for the same cores. The goals (issue 19) are checked in 
 
 ``compare_threads``: the server's default thread count (measured at start, :mod:`neobert.serving.threads`)
 against each pinned ``--threads`` in one run, batching on, ``rounds`` interleaved rounds (every variant
-started in turn per round, so slow drift on a shared machine touches each alike); each variant's row
+started in turn per round, the order rotated by one each round, so slow drift on a shared machine and
+the place in a round touch each alike); each variant's row
 pools its rounds, and the report gives the default's rate over the best pinned one's per concurrency
 (the issue-24 goal: within 5%). ``texts_per_request`` > 1 sends that many texts in each request. A cell's
 ``threads`` are the counts its model calls ran on (the server's ``neobert_model_calls{threads}``): the
@@ -453,8 +454,8 @@ def measure_threads(config: ServeBenchConfig, texts: list[str]) -> tuple[list[Ce
     variants = [0, *config.compare_threads]
     runs: dict[tuple[int, int], list[Cell]] = {}
     reasons: dict[str, list[str]] = {}
-    for _ in range(config.rounds):
-        for pinned in variants:
+    for round_ in range(config.rounds):
+        for pinned in round_order(variants, round_):
             server = ServerProcess(config, batching=True, threads=pinned)
             try:
                 info = server.info()
@@ -472,6 +473,13 @@ def measure_threads(config: ServeBenchConfig, texts: list[str]) -> tuple[list[Ce
             finally:
                 server.stop()
     return [pooled(cells) for cells in runs.values()], reasons
+
+
+def round_order(variants: list[int], round_: int) -> list[int]:
+    """The variants in round ``round_``'s order: rotated by one each round, so none always runs first (right
+    after the last round's server stopped) or last; over ``len(variants)`` rounds each holds each place once."""
+    shift = round_ % len(variants)
+    return variants[shift:] + variants[:shift]
 
 
 def variant_label(pinned: int) -> str:
