@@ -11,9 +11,9 @@ attribute the same way. (No moved module is a package, so the table names module
 ``neobert.inference`` is not in the table: it is the inference package now, and it serves the names the old
 module defined from :mod:`neobert.inference.run` (see ``neobert/inference/__init__.py``).
 
-The old names stay silent (no warning) for one release, the release after 0.1.0; after it they warn for a
-release, then this table goes. Nothing inside ``src/`` or ``tests/`` imports an old name
-(``tests/test_moved.py`` checks it).
+The old names stay silent (no warning) for one release (the next after 0.1.0); the release after it makes
+them warn (a ``DeprecationWarning`` in ``_Alias.create_module``), and the one after that removes this table.
+Nothing inside ``src/`` or ``tests/`` imports an old name (``tests/test_moved.py`` checks it).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from typing import Any
 
 SUBMODULES = frozenset({"capabilities", "directories", "encoders", "late_interaction", "long_documents",
                         "model_info", "quantization", "registration", "run", "sparse"})  # fmt: skip
-# The names the single module ``neobert.inference`` defined, served from ``run`` (tests/test_public_api.py
+# The names the single module ``neobert.inference`` defined, served from ``run`` (tests/test_moved.py
 # checks the list against the names ``run`` defines).
 RUN_NAMES = frozenset({"CPU_MAX_TOKENS", "SCORE_FUNCTIONS", "TOKENIZE_CHUNK", "TokenIds", "batched_inputs",
                        "classifier_logits", "classifier_rows", "classify", "encode", "fill_mask",
