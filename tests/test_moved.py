@@ -88,32 +88,7 @@ def test_the_inference_package_serves_the_old_inference_module():
     assert neobert.inference.sparse is importlib.import_module("neobert.inference.sparse")
 
 
-def test_old_names_import_in_a_fresh_interpreter_without_loading_anything_early():
-    code = """
-import json, sys
-import neobert
-early = sorted(m for m in sys.modules if m.startswith("neobert"))
-from neobert.inference import encode, classifier_rows
-import neobert.config
-from neobert.config import ModelConfig
-from neobert.encoders import Encoder
-from neobert import sparse, predict
-import neobert.inference.encoders, neobert.common.config, neobert.inference.sparse, neobert.jobs.predict
-print(json.dumps({"early": early,
-    "same": [neobert.config is neobert.common.config, Encoder is neobert.inference.encoders.Encoder,
-             ModelConfig is neobert.ModelConfig, sparse is neobert.inference.sparse,
-             predict is neobert.jobs.predict, encode.__module__ == "neobert.inference.run"]}))
-"""
-    out = fresh(code)
-    assert out["same"] == [True] * 6
-    # importing the package loads the model, the config and the head registry, and no other moved module
-    assert out["early"] == sorted({"neobert", "neobert._moved", "neobert.common", "neobert.common.config",
-                                   "neobert.inference", "neobert.inference.registration"}
-                                  | {m for m in out["early"] if m.startswith("neobert.model")})  # fmt: skip
-    assert "neobert.inference.run" not in out["early"]
-
-
-def test_pickles_that_name_an_old_module_load_in_a_fresh_interpreter(tmp_path):
+def test_old_names_and_pickles_load_in_a_fresh_interpreter_without_loading_anything_early(tmp_path):
     from neobert.common.config import ModelConfig
 
     config = ModelConfig.from_name("tiny")
@@ -122,14 +97,29 @@ def test_pickles_that_name_an_old_module_load_in_a_fresh_interpreter(tmp_path):
     (tmp_path / "old.pkl").write_bytes(blob.replace(b"neobert.common.config\n", b"neobert.config\n"))
     code = f"""
 import json, pickle, sys
+import neobert
+early = sorted(m for m in sys.modules if m.startswith("neobert"))
 with open({str(tmp_path / "old.pkl")!r}, "rb") as f:
-    config = pickle.load(f)
+    config = pickle.load(f)  # a pickle (a Ray actor's argument) naming neobert.config
 func = pickle.loads(b"cneobert.sparse\\nsplade_pool\\n.")
-import neobert.common.config, neobert.inference.sparse
-print(json.dumps([type(config) is neobert.common.config.ModelConfig, config.hidden_size,
-                  func is neobert.inference.sparse.splade_pool]))
+from neobert.inference import encode, classifier_rows
+import neobert.config
+from neobert.config import ModelConfig
+from neobert.encoders import Encoder
+from neobert import sparse, predict
+import neobert.inference.encoders, neobert.common.config, neobert.inference.sparse, neobert.jobs.predict
+print(json.dumps({{"early": early, "hidden": config.hidden_size,
+    "same": [type(config) is neobert.common.config.ModelConfig, func is neobert.inference.sparse.splade_pool,
+             neobert.config is neobert.common.config, Encoder is neobert.inference.encoders.Encoder,
+             ModelConfig is neobert.ModelConfig, sparse is neobert.inference.sparse,
+             predict is neobert.jobs.predict, encode.__module__ == "neobert.inference.run"]}}))
 """
-    assert fresh(code) == [True, config.hidden_size, True]
+    out = fresh(code)
+    assert out["same"] == [True] * 8 and out["hidden"] == config.hidden_size
+    # importing the package loads the model, the config and the head registry, and no other moved module
+    assert out["early"] == sorted({"neobert", "neobert._moved", "neobert.common", "neobert.common.config",
+                                   "neobert.inference", "neobert.inference.registration"}
+                                  | {m for m in out["early"] if m.startswith("neobert.model")})  # fmt: skip
 
 
 def _imports(path: Path) -> list[tuple[int, str, list[str]]]:
