@@ -12,8 +12,8 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from neobert import fastpath, hardware  # noqa: E402
 from neobert.model import attention  # noqa: E402
+from neobert.runtime import fastpath, hardware  # noqa: E402
 from neobert.serving.threads import THREADS_ENV  # noqa: E402
 
 # "auto" precision is measured per machine (bf16 where it is faster, e.g. with AMX): the suite pins it to
@@ -69,7 +69,7 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def mlm():
     """A 2-layer, 64-wide NeoBERT masked LM with random weights, vocabulary 30522."""
-    from neobert.encoders import load_model
+    from neobert.inference.encoders import load_model
 
     torch.manual_seed(0)
     return load_model("tiny", "mlm", vocab_size=30522)
@@ -78,6 +78,6 @@ def mlm():
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, mlm, tokenizer):
     """``mlm`` and ``tokenizer`` saved in the released layout."""
-    from neobert.encoders import save_pretrained
+    from neobert.inference.encoders import save_pretrained
 
     return save_pretrained(mlm, tokenizer, tmp_path_factory.mktemp("tiny") / "model")

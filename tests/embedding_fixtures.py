@@ -21,7 +21,7 @@ NEEDS_TOKENIZER = pytest.mark.skipif(
 def save_tiny_neobert(path: Path, seed: int = 0, **overrides) -> Path:
     """A 2-layer, 64-wide NeoBERT with its MLM head (vocab 30522), saved with the default tokenizer."""
     from neobert.data import load_tokenizer
-    from neobert.encoders import load_model, save_pretrained
+    from neobert.inference.encoders import load_model, save_pretrained
 
     torch.manual_seed(seed)
     model = load_model("tiny", "mlm", vocab_size=30522, **overrides)

@@ -219,7 +219,7 @@ def st_encode(directory, texts, normalize=False) -> np.ndarray:
 
 def tiny_cross_encoder(tokenizer: Any, path: Path) -> tuple[torch.nn.Module, Path]:
     """A tiny NeoBERT one-logit sequence classifier (a cross-encoder's layout, scores spread), saved."""
-    from neobert import encoders
+    from neobert.inference import encoders
 
     torch.manual_seed(0)
     model = encoders.load_model("tiny", "sequence-classification", vocab_size=30522, num_labels=1)

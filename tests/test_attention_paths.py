@@ -9,7 +9,7 @@ import neobert.model.attention as attention
 import neobert.model.layers as layers
 import neobert.model.modeling as modeling
 from neobert import ModelConfig, NeoBERTConfig, NeoBERTModel
-from neobert.config import PRESETS
+from neobert.common.config import PRESETS
 from neobert.model import packed_context, padded_context, set_runtime, unpad
 from neobert.model.checks import BackendCheck
 

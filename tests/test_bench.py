@@ -20,7 +20,7 @@ from neobert.benchmarks.models import (
 )
 from neobert.benchmarks.throughput import BenchConfig, realistic_lengths, run
 from neobert.cli import bench
-from neobert.encoders import Encoder
+from neobert.inference.encoders import Encoder
 
 
 def test_flops_per_token_by_hand_tiny_neobert():

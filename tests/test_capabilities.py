@@ -1,4 +1,4 @@
-"""What a model can do, decided once (neobert.capabilities, neobert.registration.head_of) and the one
+"""What a model can do, decided once (neobert.inference.capabilities, neobert.inference.registration.head_of) and the one
 pooling registry (neobert.model.pooling.POOLINGS): each against expectations written out by hand, and the
 structural claims (one home each) checked over the source."""
 
@@ -11,8 +11,9 @@ import pytest
 import torch
 from transformers import BertConfig
 
-from neobert.capabilities import describe, detect_head, load_for_inference
-from neobert.encoders import EmbeddingSpec, load_model, save_pretrained
+from neobert.inference.capabilities import describe, detect_head, load_for_inference
+from neobert.inference.encoders import EmbeddingSpec, load_model, save_pretrained
+from neobert.inference.registration import HEADS, declared_head, head_of, head_of_names
 from neobert.model.pooling import (
     CLASSIFIER_POOLINGS,
     ONNX_POOLINGS,
@@ -21,7 +22,6 @@ from neobert.model.pooling import (
     from_sentence_transformers,
     pool,
 )
-from neobert.registration import HEADS, declared_head, head_of, head_of_names
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "neobert"
 
@@ -145,7 +145,7 @@ def test_registry_answers_each_consumer():
 
 
 def test_neobert_embed_offers_every_pooling_the_service_does():
-    from neobert.predict import EmbedConfig
+    from neobert.jobs.predict import EmbedConfig
     from neobert.serving.schemas import EmbedRequest
 
     field = EmbedConfig.__dataclass_fields__["pooling"]
@@ -172,7 +172,7 @@ def test_pooling_names_are_listed_in_one_module():
 
 
 def test_head_detection_lives_in_one_module():
-    """Class-name suffixes of heads are read in neobert/registration.py only."""
+    """Class-name suffixes of heads are read in neobert/inference/registration.py only."""
     suffixes = {"ForMaskedLM", "ForSequenceClassification", "ForTokenClassification"}
     found = {
         str(path.relative_to(SRC))
@@ -180,4 +180,4 @@ def test_head_detection_lives_in_one_module():
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and node.value in suffixes
     }
-    assert found == {"registration.py"}
+    assert found == {"inference/registration.py"}

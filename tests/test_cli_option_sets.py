@@ -1,7 +1,7 @@
 """Every subcommand's options, recorded: a change to the command line that drops an option fails here.
 
 ``cli_option_sets.json`` holds, per command path (``finetune classify``), its option strings and whether each
-is required. An option may be renamed only by listing it in ``neobert.config.RENAMES`` (the old name then
+is required. An option may be renamed only by listing it in ``neobert.common.config.RENAMES`` (the old name then
 keeps working with a deprecation note: tests/test_cli_papercuts.py); new options are recorded by
 regenerating the file (``python tests/test_cli_option_sets.py``) and reviewing the diff.
 """

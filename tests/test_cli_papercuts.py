@@ -11,7 +11,7 @@ import pytest
 
 from neobert.cli import pretrain as pretrain_cli
 from neobert.cli.main import build_parser, main
-from neobert.config import ConfigError
+from neobert.common.config import ConfigError
 from neobert.data import TokenDataset, load_tokenizer, train_tokenizer
 from neobert.training.config import PretrainConfig
 from neobert.training.stream import RowStream
@@ -296,7 +296,7 @@ def test_old_option_parses_to_the_new_setting_and_says_so(capsys):
 def test_progress_without_a_terminal_writes_few_whole_lines():
     import io
 
-    from neobert.progress import LOG_INTERVAL, progress_bar
+    from neobert.common.progress import LOG_INTERVAL, progress_bar
 
     log = io.StringIO()
     bar = progress_bar(total=2000, desc="steps", file=log)
@@ -312,7 +312,7 @@ def test_progress_without_a_terminal_writes_few_whole_lines():
 def test_progress_on_a_terminal_is_tqdm_as_usual():
     import io
 
-    from neobert.progress import LogLines, progress_bar
+    from neobert.common.progress import LogLines, progress_bar
 
     class Terminal(io.StringIO):
         def isatty(self):

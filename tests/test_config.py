@@ -315,7 +315,7 @@ def test_neobert_config_accepts_released_config_keys():
 
 
 def test_load_mapping_reads_yaml_and_json_and_names_bad_files(tmp_path):
-    from neobert.config import ConfigError, load_mapping
+    from neobert.common.config import ConfigError, load_mapping
 
     (tmp_path / "a.yaml").write_text("hidden_size: 64\nnested: {x: 1}\n")
     (tmp_path / "b.json").write_text('{"hidden_size": 64}')
@@ -341,7 +341,7 @@ def test_load_mapping_reads_yaml_and_json_and_names_bad_files(tmp_path):
 
 def test_old_training_setting_names_load_with_a_deprecation_message():
     """One name per training setting across every task; settings files with an old name still load."""
-    from neobert.config import ConfigError, renamed_settings
+    from neobert.common.config import ConfigError, renamed_settings
     from neobert.finetuning import ClassifyConfig
 
     old = {"model": "tiny", "train": "t.csv", "validation": "v.csv", "output": "o", "learning_rate": 1e-4,
@@ -366,7 +366,7 @@ def test_old_training_setting_names_load_with_a_deprecation_message():
 
 def test_one_rename_table_serves_settings_files_and_the_command_line(monkeypatch):
     """A rename is one entry of config.RENAMES: settings files and the command line both read it (issue 32)."""
-    import neobert.config as config_module
+    import neobert.common.config as config_module
     from neobert.cli import options
 
     assert {(r.old, r.new) for r in config_module.RENAMES} >= {("bf16", "precision"), ("task", "head")}

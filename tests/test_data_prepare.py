@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from neobert.config import ConfigError
+from neobert.common.config import ConfigError
 from neobert.data import (
     DataError,
     PrepareConfig,

@@ -16,7 +16,8 @@ from transformers import (
     RobertaModel,
 )
 
-from neobert.encoders import (
+from neobert.inference import encode
+from neobert.inference.encoders import (
     Encoder,
     apply_precision,
     check_precision,
@@ -27,7 +28,6 @@ from neobert.encoders import (
     resolve_tokenizer,
     save_pretrained,
 )
-from neobert.inference import encode
 
 SMALL = dict(vocab_size=99, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
 

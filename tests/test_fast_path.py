@@ -6,17 +6,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import neobert.fastpath as fastpath
 import neobert.model.attention as attention
+import neobert.runtime.fastpath as fastpath
 from helpers import apply_rope
 from neobert import ModelConfig, NeoBERTConfig, NeoBERTModel
-from neobert.fastpath import fast_inference
 from neobert.model import padded_context, rope_tables, set_runtime
 from neobert.model.attention import equal_length_runs
 from neobert.model.checks import BackendCheck
 from neobert.model.layers import EncoderBlock, RMSNorm
 from neobert.model.pooling import mean_pool
 from neobert.model.rope import rotate_pairs
+from neobert.runtime.fastpath import fast_inference
 
 # Tolerance of the bf16 fast path against float32, on mean-pooled embeddings (what embedding users see).
 BF16_MIN_COSINE = 0.99

@@ -276,7 +276,7 @@ def test_rte_starts_from_the_best_mnli_checkpoint(kind, glue_dir, bert_dir, tmp_
 
 def test_explicit_from_mnli_and_no_transfer(glue_dir, tmp_path, monkeypatch):
     from neobert.data import load_tokenizer
-    from neobert.encoders import load_model, save_pretrained
+    from neobert.inference.encoders import load_model, save_pretrained
 
     torch.manual_seed(1)
     mnli_like = load_model("tiny", "sequence-classification", vocab_size=30522, num_labels=3)

@@ -197,7 +197,7 @@ def test_fused_adamw_and_compiled_blocks_pass_their_checks():
 
 
 def test_auto_precision_measures_bf16_faster_for_the_base_model(monkeypatch):
-    from neobert import hardware
+    from neobert.runtime import hardware
 
     monkeypatch.delenv(hardware.AUTO_PRECISION_ENV)  # the suite's pin
     hardware.choose_precision.cache_clear()

@@ -13,13 +13,14 @@ import warnings
 import pytest
 import torch
 
-from neobert import ModelConfig, NeoBERTConfig, NeoBERTModel, hardware
+from neobert import ModelConfig, NeoBERTConfig, NeoBERTModel
 from neobert.benchmarks import doctor
 from neobert.cli.main import main
-from neobert.encoders import apply_precision, load_model
+from neobert.inference.encoders import apply_precision, load_model
 from neobert.model import attention, compile_blocks, set_runtime
 from neobert.model.checks import BackendCheck, relative_error, run_check
 from neobert.model.runtime import check_compiled_blocks
+from neobert.runtime import hardware
 from neobert.training import engine as engine_module
 from neobert.training import optim
 

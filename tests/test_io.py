@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from neobert.io import (
+from neobert.common.io import (
     TMP_PREFIX,
     atomic_dir,
     atomic_file,

@@ -49,7 +49,7 @@ def test_duplicate_ids_are_refused_in_the_plan_naming_both_rows_or_kept_first(mo
 
     from neobert.data import DataError
     from neobert.jobs.embed import embed
-    from neobert.predict import EmbedConfig
+    from neobert.jobs.predict import EmbedConfig
 
     (tmp_path / "in").mkdir()
     write_rows(tmp_path / "in" / "a.jsonl", [("x", "one"), ("same", "two"), ("y", "three"), ("same", "four")])
@@ -80,7 +80,7 @@ def test_duplicate_ids_are_refused_in_the_plan_naming_both_rows_or_kept_first(mo
         assert vectors[key] == pytest.approx(vector, abs=1e-5)  # the first row's text was kept
 
 
-# neobert.io alone (the package's __init__ takes seconds to import)
+# neobert.common.io alone (the package's __init__ takes seconds to import)
 HOLD = """import importlib.util, sys, time
 spec = importlib.util.spec_from_file_location("io_alone", sys.argv[3])
 io = importlib.util.module_from_spec(spec)
@@ -96,9 +96,9 @@ def hold(directory, seconds: float):
     import subprocess
     import sys
 
-    import neobert.io
+    import neobert.common.io
 
-    command = [sys.executable, "-c", HOLD, str(directory), str(seconds), neobert.io.__file__]
+    command = [sys.executable, "-c", HOLD, str(directory), str(seconds), neobert.common.io.__file__]
     process = subprocess.Popen(command, stdout=subprocess.PIPE)
     assert process.stdout.readline() == b"held\n"
     return process
@@ -110,11 +110,11 @@ def test_one_job_writes_an_output_directory_at_a_time(model_dir, tmp_path):
     import sys
     import time
 
+    from neobert.common.io import LOCK, OutputLocked
     from neobert.data import PrepareConfig
-    from neobert.io import LOCK, OutputLocked
     from neobert.jobs.embed import embed
+    from neobert.jobs.predict import EmbedConfig
     from neobert.jobs.prepare import prepare
-    from neobert.predict import EmbedConfig
 
     (tmp_path / "t.txt").write_text("alpha beta\ngamma\n")
     out, host = tmp_path / "out", socket.gethostname()
@@ -163,10 +163,10 @@ def test_a_5_mb_line_is_tokenized_only_up_to_the_window(tmp_path):
 
     from job_helpers import BERT_DIR, WORDS
     from neobert.data import load_tokenizer
-    from neobert.encoders import load_model
     from neobert.inference import TokenIds, encode
-    from neobert.long_documents import embed as embed_long
-    from neobert.long_documents import model_window
+    from neobert.inference.encoders import load_model
+    from neobert.inference.long_documents import embed as embed_long
+    from neobert.inference.long_documents import model_window
 
     model, tokenizer = load_model(BERT_DIR), load_tokenizer(BERT_DIR)  # MiniLM
     rng = np.random.default_rng(0)

@@ -14,7 +14,7 @@ import torch
 
 from embedding_fixtures import NEEDS_TOKENIZER, save_tiny_bert, save_tiny_neobert
 from helpers import check_card, run_card_snippet, write_pairs
-from neobert.late_interaction import (
+from neobert.inference.late_interaction import (
     LateInteractionModel,
     LateInteractionSpec,
     add_markers,
@@ -44,7 +44,7 @@ def test_maxsim_matches_a_naive_loop():
 
 
 def _saved(tmp_path: Path, kind: str, dim: int = 16) -> Path:
-    from neobert.encoders import load_encoder
+    from neobert.inference.encoders import load_encoder
 
     source = save_tiny_neobert(tmp_path / "src") if kind == "neobert" else save_tiny_bert(tmp_path / "src")
     encoder = load_encoder(source)
@@ -200,7 +200,7 @@ def test_embed_index_search_recall_against_exhaustive_maxsim(tmp_path):
 
     from job_helpers import texts
     from neobert.cli.main import main
-    from neobert.indexing import exhaustive_search, load_index, search_vectors
+    from neobert.jobs.index import exhaustive_search, load_index, search_vectors
 
     directory = _saved(tmp_path, "bert")
     documents = texts(300, 7)
@@ -237,7 +237,7 @@ def test_bad_input_is_named(tmp_path):
     with pytest.raises(ValueError, match="query_length"):
         LateInteractionSpec(query_length=1)
     with pytest.raises(TypeError, match="list of strings"):
-        from neobert.late_interaction import tokenize_late
+        from neobert.inference.late_interaction import tokenize_late
 
         tokenize_late(None, "one text", LateInteractionSpec(), True)
 

@@ -8,9 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from neobert import encoders, inference
-from neobert.config import ModelConfig
-from neobert.long_documents import (
+from neobert import inference
+from neobert.common.config import ModelConfig
+from neobert.inference import encoders
+from neobert.inference.long_documents import (
     LongDocuments,
     classifier_logits,
     embed,

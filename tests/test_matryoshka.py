@@ -20,7 +20,7 @@ pytestmark = [NEEDS_TOKENIZER, pytest.mark.usefixtures("one_thread")]
 
 
 def test_the_loss_is_the_sum_of_the_loss_at_each_width(tmp_path):
-    from neobert.encoders import embed_batch, load_encoder, tokenize
+    from neobert.inference.encoders import embed_batch, load_encoder, tokenize
 
     encoder = load_encoder(save_tiny_neobert(tmp_path / "m"))
     texts = ["q one", "q two", "q three", "p one", "p two", "p three", "a negative", "another one"]
@@ -43,7 +43,7 @@ def test_the_saved_model_records_its_widths_and_bad_widths_are_refused(tmp_path)
 
     import neobert  # noqa: F401
     from neobert.cli.main import main
-    from neobert.encoders import embedding_spec
+    from neobert.inference.encoders import embedding_spec
 
     model_dir = save_tiny_neobert(tmp_path / "m")
     animals, _ = write_pairs(tmp_path)
@@ -64,8 +64,8 @@ def test_the_saved_model_records_its_widths_and_bad_widths_are_refused(tmp_path)
 def _mrr_at_width(directory: Path, pairs, width: int) -> float:
     """Mean reciprocal rank of each query's own document among all documents, cosine on the first ``width``
     dimensions (computed here with NumPy, not by the evaluation code)."""
-    from neobert.encoders import load_encoder
     from neobert.inference import encode
+    from neobert.inference.encoders import load_encoder
 
     encoder = load_encoder(directory)
     q, d = (encode(encoder.model, encoder.tokenizer, texts, normalize=False, show_progress=False, max_length=48)

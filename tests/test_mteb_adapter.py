@@ -37,7 +37,7 @@ def _table4_mocks():
 
 @pytest.fixture(scope="module")
 def adapter(tmp_path_factory):
-    from neobert.encoders import load_encoder
+    from neobert.inference.encoders import load_encoder
 
     model_dir = save_tiny_neobert(tmp_path_factory.mktemp("mteb") / "tiny")
     return mteb_adapter.MTEBEncoder(load_encoder(model_dir))
@@ -139,8 +139,8 @@ def test_cli_selects_tasks_and_reports_unknown_ones(tmp_path, capsys):
 def test_a_sparse_encoder_directory_goes_through_mteb_sparse_path(tmp_path, monkeypatch):
     from mteb.models import SparseEncoderWrapper
 
-    from neobert.encoders import load_encoder
     from neobert.finetuning.sparse import save_sparse_encoder
+    from neobert.inference.encoders import load_encoder
 
     directory = save_sparse_encoder(load_encoder(save_tiny_neobert(tmp_path / "m"), task="mlm"), tmp_path / "sparse")
     task = mock_tasks.MockRetrievalTask()

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from neobert.encoders import load_model
 from neobert.finetuning.classification_task import ClassificationTask, predict
 from neobert.finetuning.data import EncodedDataset, collate
+from neobert.inference.encoders import load_model
 from neobert.model.losses import sequence_loss, sequence_problem, token_loss
 from neobert.model.runtime import eval_mode
 

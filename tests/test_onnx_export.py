@@ -23,10 +23,10 @@ import onnx  # noqa: E402
 
 from helpers import INT8_PARAGRAPHS  # noqa: E402
 from neobert.cli.main import main  # noqa: E402
-from neobert.encoders import load_encoder, save_pretrained  # noqa: E402
 from neobert.export.onnx import UnsupportedModelError, export_onnx  # noqa: E402
 from neobert.export.runtime import OnnxEncoder  # noqa: E402
 from neobert.inference import classifier_logits, encode  # noqa: E402
+from neobert.inference.encoders import load_encoder, save_pretrained  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -23,7 +23,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 import neobert
 from helpers import free_port, logged_losses, tiny_pretrain_config
-from neobert.config import ConfigError
+from neobert.common.config import ConfigError
 from neobert.data import PrepareConfig, prepare, train_tokenizer, write_stdlib_corpus
 from neobert.training import mlm_task as pretrain_module
 from neobert.training.checkpointing import list_checkpoints

@@ -141,7 +141,7 @@ def test_phases_change_rows_masking_lr_and_rope_and_are_recorded(prepared, tmp_p
 
 
 def test_phase_errors_name_the_key(prepared, tmp_path):
-    from neobert.config import ConfigError
+    from neobert.common.config import ConfigError
 
     bad = [{**TWO_PHASES[0], "seq_len": 128}]
     with pytest.raises(ConfigError, match=r"phases\[0\].seq_len 128 exceeds the model's max_length 32"):
@@ -281,7 +281,7 @@ def test_merge_mean_of_the_last_k_and_ema_match_numpy(run_dir, tmp_path):
     card = (tmp_path / "mean" / "README.md").read_text()
     assert "the average of 2 checkpoints" in card and "step-00000006" in card
     # the merged directory is a model: it loads and fills a mask
-    from neobert.encoders import load_model
+    from neobert.inference.encoders import load_model
 
     assert load_model(tmp_path / "mean", task="mlm") is not None
 

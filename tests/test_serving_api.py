@@ -132,7 +132,7 @@ def save_encoder(kind: str, path: Path, task: str = "base") -> Path:
     import transformers
 
     from neobert.data import load_tokenizer
-    from neobert.registration import HEADS
+    from neobert.inference.registration import HEADS
 
     torch.manual_seed(0)
     sizes = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)

@@ -16,7 +16,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from helpers import call, serve
-from neobert import encoders
+from neobert.inference import encoders
 from neobert.serving import memory
 
 pytestmark = pytest.mark.usefixtures("one_thread")

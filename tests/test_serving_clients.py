@@ -45,7 +45,7 @@ def model_id() -> str:
 @pytest.fixture(scope="module")
 def classifier(tmp_path_factory, tokenizer):
     """A tiny NeoBERT 3-label sequence classifier with spread scores, saved and served."""
-    from neobert import encoders
+    from neobert.inference import encoders
 
     torch.manual_seed(0)
     model = encoders.load_model(

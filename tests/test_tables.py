@@ -1,4 +1,4 @@
-"""Every table for people goes through neobert.tables.markdown_table, with one spelling of a missing value."""
+"""Every table for people goes through neobert.common.tables.markdown_table, with one spelling of a missing value."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from neobert.benchmarks import attention
-from neobert.tables import MISSING, markdown_table
+from neobert.common.tables import MISSING, markdown_table
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "neobert"
 

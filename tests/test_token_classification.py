@@ -25,7 +25,7 @@ from neobert.finetuning.token_data import (
     read_sentences,
     word_labels,
 )
-from neobert.long_documents import TokenLogits
+from neobert.inference.long_documents import TokenLogits
 from neobert.token_classification import entity_scores, spans
 from neobert.token_classification.tagging import Word, entities_of, words_of
 

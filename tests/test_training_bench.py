@@ -15,7 +15,7 @@ from neobert.benchmarks.training import (
     synthetic_data,
     training_flops_per_token,
 )
-from neobert.config import ModelConfig
+from neobert.common.config import ModelConfig
 from neobert.training.engine import Engine
 
 

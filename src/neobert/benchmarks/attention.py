@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-from ..tables import markdown_table
+from ..common.tables import markdown_table
 from .measure import machine_info, matmul_peak
 from .report import publish
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..config import ModelConfig
-from ..fastpath import check_cpu_epilogues
-from ..hardware import choose_precision, cpu_flags, cpu_info, versions
+from ..common.config import ModelConfig
+from ..common.tables import MISSING, markdown_table
 from ..model import attention
 from ..model.checks import BackendCheck
 from ..model.runtime import check_compiled_blocks
-from ..tables import MISSING, markdown_table
+from ..runtime.fastpath import check_cpu_epilogues
+from ..runtime.hardware import choose_precision, cpu_flags, cpu_info, versions
 from ..training.optim import check_fused_adamw
 
 SPEED_LENGTHS = (128, 100, 128, 97)  # the small input of the speed comparisons

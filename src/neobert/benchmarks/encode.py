@@ -22,13 +22,13 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..config import check_precision
-from ..encoders import check_vocab, load_model, max_positions, resolve_tokenizer
-from ..fastpath import fast_inference
-from ..hardware import resolve_precision
-from ..inference import CPU_MAX_TOKENS, TOKENIZE_CHUNK, encode, token_batches
-from ..progress import progress_bar
-from ..tables import markdown_table
+from ..common.config import check_precision
+from ..common.progress import progress_bar
+from ..common.tables import markdown_table
+from ..inference.encoders import check_vocab, load_model, max_positions, resolve_tokenizer
+from ..inference.run import CPU_MAX_TOKENS, TOKENIZE_CHUNK, encode, token_batches
+from ..runtime.fastpath import fast_inference
+from ..runtime.hardware import resolve_precision
 from .measure import machine_info, time_call
 from .report import publish
 from .throughput import read_lengths

@@ -30,14 +30,14 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..config import check_precision
+from ..common.config import check_precision
+from ..common.io import write_text
+from ..common.tables import markdown_table
 from ..data import PrepareConfig, default_tokenizer_dir, iter_stdlib_documents
-from ..hardware import load_average
-from ..io import write_text
 from ..jobs.embed import EmbedConfig, embed, embed_corpus
 from ..jobs.engine import EngineSettings, engine_of
 from ..jobs.prepare import prepare
-from ..tables import markdown_table
+from ..runtime.hardware import load_average
 from .measure import machine_info
 from .report import publish
 

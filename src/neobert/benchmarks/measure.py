@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ..hardware import cpu_flags, cpu_info
+from ..runtime.hardware import cpu_flags, cpu_info
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 

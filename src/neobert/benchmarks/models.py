@@ -33,10 +33,10 @@ from transformers import (
     RobertaModel,
 )
 
-from ..config import PRESETS, ModelConfig
-from ..encoders import Encoder, is_neobert, max_positions
-from ..fastpath import FusedEncoderBlock, fast_inference
+from ..common.config import PRESETS, ModelConfig
+from ..inference.encoders import Encoder, is_neobert, max_positions
 from ..model import NeoBERTConfig, NeoBERTModel
+from ..runtime.fastpath import FusedEncoderBlock, fast_inference
 
 
 def linear_params(model: nn.Module) -> int:

@@ -29,12 +29,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..common.progress import progress_bar
+from ..common.tables import fmt, markdown_table
 from ..data.corpus import iter_stdlib_documents
-from ..encoders import apply_precision, is_preset, load_encoder, save_pretrained
 from ..export.onnx import ClassifierGraph, EncoderGraph, export_onnx, inspect_source
 from ..export.runtime import OnnxEncoder
-from ..progress import progress_bar
-from ..tables import fmt, markdown_table
+from ..inference.encoders import apply_precision, is_preset, load_encoder, save_pretrained
 from .measure import machine_info
 from .report import publish
 from .serve import Cell, ServeBenchConfig, ServerProcess, make_cell, merged_counts, request_texts, run_cell

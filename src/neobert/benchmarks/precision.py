@@ -21,13 +21,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..common.progress import progress_bar
+from ..common.tables import markdown_table
 from ..data.corpus import iter_stdlib_documents
-from ..encoders import is_neobert, load_model, resolve_tokenizer
-from ..fastpath import fast_inference
+from ..inference.encoders import is_neobert, load_model, resolve_tokenizer
 from ..model import set_runtime
 from ..model.pooling import mean_pool
-from ..progress import progress_bar
-from ..tables import markdown_table
+from ..runtime.fastpath import fast_inference
 from .measure import machine_info
 from .report import publish
 
@@ -35,7 +35,7 @@ Forward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (ids, mask) ->
 
 VARIANTS = {
     "fp32": "float32 weights and activations: the reference",
-    "bf16": "bf16 weights (NeoBERT: neobert.fastpath.fast_inference, unpadded attention)",
+    "bf16": "bf16 weights (NeoBERT: neobert.runtime.fastpath.fast_inference, unpadded attention)",
     "bf16-compile": "bf16 as above + torch.compile",
     "int8-dynamic": "torch.ao quantize_dynamic: int8 Linear weights, activations quantized per call (fp32 rest)",
     "int8-weight-only": "torchao Int8WeightOnlyConfig on the bf16 model: int8 weights, bf16 compute",

@@ -6,8 +6,8 @@ import csv
 from collections.abc import Callable
 from pathlib import Path
 
-from ..io import atomic_file, write_json, write_text
-from ..tables import markdown_table
+from ..common.io import atomic_file, write_json, write_text
+from ..common.tables import markdown_table
 
 CSV_FIELDS = [
     "mode",

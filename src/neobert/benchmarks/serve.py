@@ -40,9 +40,9 @@ from typing import Any
 
 import numpy as np
 
-from ..hardware import machine_summary
+from ..common.tables import markdown_table
+from ..runtime.hardware import machine_summary
 from ..serving.threads import HOLD_S
-from ..tables import markdown_table
 from .report import publish
 
 WORDS = [

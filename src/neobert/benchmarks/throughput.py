@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
-from ..fastpath import fast_inference
-from ..hardware import resolve_precision
+from ..runtime.fastpath import fast_inference
+from ..runtime.hardware import resolve_precision
 from .measure import DTYPES, machine_info, matmul_peak, peak_memory, time_call
 from .models import BUILDERS, Encoder, build_encoder, flops_per_token, linear_params, random_inputs, set_unpad
 from .report import write_outputs

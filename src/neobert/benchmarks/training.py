@@ -28,9 +28,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from ..config import PRESETS, ModelConfig
+from ..common.config import PRESETS, ModelConfig
+from ..common.tables import markdown_table
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
-from ..tables import markdown_table
 from ..training.config import PretrainConfig
 from ..training.data_setup import TrainingData
 from ..training.engine import Engine

@@ -14,6 +14,9 @@ entries of a task and redraws the table, and the two never disagree.
 Each task builds its own :class:`CardInfo` (``training/card.py`` for pretraining, the fine-tuning modules,
 the sentence-transformers and ONNX exports); this package renders and writes it
 (``facts.py``: what a card states; ``usage.py``: how to load it; ``render.py``: the README.md).
+
+``hub.py`` sends a directory with its card to the Hugging Face Hub (``neobert push``, and in the background
+during pretraining); it imports nothing of neobert and is not imported here.
 """
 
 from .facts import CARD, CardError, CardInfo, DataSource, Result, hub_model_id, wall_time

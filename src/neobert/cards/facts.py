@@ -15,10 +15,10 @@ from typing import Any
 import torch
 from huggingface_hub import EvalResult
 
-from ..directories import card_heads
-from ..encoders import is_preset
-from ..hardware import cpu_info
-from ..hardware import versions as hardware_versions
+from ..inference.directories import card_heads
+from ..inference.encoders import is_preset
+from ..runtime.hardware import cpu_info
+from ..runtime.hardware import versions as hardware_versions
 
 CARD = "README.md"
 HASH_LIMIT = 2**31  # files larger than 2 GiB are described by name and size only (hashing would take minutes)

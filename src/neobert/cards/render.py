@@ -9,10 +9,10 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..directories import describe_directory, pipeline_tag
-from ..io import write_text
-from ..model_info import model_info
-from ..tables import MISSING, fmt, markdown_table
+from ..common.io import write_text
+from ..common.tables import MISSING, fmt, markdown_table
+from ..inference.directories import describe_directory, pipeline_tag
+from ..inference.model_info import model_info
 from .facts import CARD, CardError, CardInfo, Result, directory_config, flatten, machine, versions
 from .usage import other_ways, usage
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from ..registration import HEADS
+from ..inference.registration import HEADS
 from .facts import CardInfo, directory_config
 
 EXAMPLE_TEXTS = ("NeoBERT is a next-generation encoder.", "A second, longer example sentence for the batch.")
@@ -104,10 +104,10 @@ def other_ways(info: CardInfo) -> str:
     if info.head == "sparse-embedding":
         return ("The root of this directory is also a transformers masked-LM model (`AutoModelForMaskedLM`, after "
                 "`import neobert`): the vector is the max over real tokens of log(1 + ReLU(logits)), which "
-                "`neobert.sparse.encode_sparse` computes.\n")  # fmt: skip
+                "`neobert.inference.sparse.encode_sparse` computes.\n")  # fmt: skip
     if info.head == "late-interaction":
         return ("The root of this directory is also a transformers model (`AutoModel`, after `import neobert`); "
-                "`1_Dense` holds the token projection. `neobert.late_interaction.load_late_interaction` and "
+                "`1_Dense` holds the token projection. `neobert.inference.late_interaction.load_late_interaction` and "
                 "`token_vectors` give the same token vectors as `MultiVectorEncoder` and PyLate.\n")  # fmt: skip
     if info.library == "sentence-transformers":
         return ("The root of this directory is also a transformers model (`AutoModel.from_pretrained(\".\")` after "

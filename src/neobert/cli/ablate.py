@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ..ablation import AblateConfig, run_ladder
-from ..hardware import oversubscription_note
+from ..runtime.hardware import oversubscription_note
 from .common import add_command, make_console, note, quiet_transformers, say, wrote
 from .options import config_from_args
 

@@ -22,7 +22,7 @@ from typing import Any
 from rich.console import Console
 
 from ..benchmarks import attention, encode, jobs, onnx, precision, report, serve, throughput, training
-from ..config import PRECISIONS
+from ..common.config import PRECISIONS
 from .common import add_command, make_console, quiet_transformers, say
 from .options import config_from_args
 

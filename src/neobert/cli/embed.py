@@ -1,4 +1,4 @@
-"""``neobert embed``, ``classify`` and ``tag``: a model over a file of texts (:mod:`neobert.predict`), one
+"""``neobert embed``, ``classify`` and ``tag``: a model over a file of texts (:mod:`neobert.jobs.predict`), one
 result per row; options from the task's config, the description from its docstring."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..jobs.embed import embed
-from ..predict import ClassifyFileConfig, EmbedConfig, TagConfig, classify_file, tag_file
+from ..jobs.predict import ClassifyFileConfig, EmbedConfig, TagConfig, classify_file, tag_file
 from .common import add_command, quiet_transformers, show
 from .options import config_from_args
 

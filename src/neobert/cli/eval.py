@@ -17,7 +17,7 @@ from ..evaluation import embedding_files as files
 from ..evaluation import mteb_adapter, pppl
 from ..evaluation.instructions import read_instruction_file
 from ..evaluation.report import update_cards
-from ..hardware import default_device
+from ..runtime.hardware import default_device
 from .common import add_command, make_console, note, quiet_transformers, say, wrote
 from .options import add_signature_options, given
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..predict import fill_mask_text
+from ..jobs.predict import fill_mask_text
 from .common import add_command, quiet_transformers, show
 from .options import add_signature_options, given
 

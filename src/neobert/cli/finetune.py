@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..config import PRECISIONS
+from ..common.config import PRECISIONS
 from ..finetuning import ClassifyConfig, GlueConfig, run_classify, run_glue
 from ..finetuning.config import TASK_TYPES, TokensConfig, settings
 from ..finetuning.tagging_task import run_tokens

@@ -1,11 +1,11 @@
 """``neobert index`` and ``neobert search``: a late-interaction index over multi-vector shards
-(:mod:`neobert.indexing`); options from the configs, the descriptions from their docstrings."""
+(:mod:`neobert.jobs.index`); options from the configs, the descriptions from their docstrings."""
 
 from __future__ import annotations
 
 import argparse
 
-from ..indexing import IndexConfig, SearchConfig, build_index, search
+from ..jobs.index import IndexConfig, SearchConfig, build_index, search
 from .common import add_command, quiet_transformers, show
 from .options import config_from_args
 

@@ -1,11 +1,11 @@
-"""``neobert info``: architecture summary and exact parameter counts (:mod:`neobert.model_info`)."""
+"""``neobert info``: architecture summary and exact parameter counts (:mod:`neobert.inference.model_info`)."""
 
 from __future__ import annotations
 
 import argparse
 
-from ..config import PRESETS
-from ..model_info import model_info
+from ..common.config import PRESETS
+from ..inference.model_info import model_info
 from .common import add_command, say
 
 DESCRIPTION = (

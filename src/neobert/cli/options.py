@@ -32,8 +32,8 @@ from typing import Any
 
 import yaml
 
-from .. import config as neobert_config
-from ..config import Rename
+from ..common import config as neobert_config
+from ..common.config import Rename
 
 
 def ints(text: str) -> list[int]:
@@ -273,7 +273,7 @@ def add_signature_options(
 
 # --- renamed options ----------------------------------------------------------------------------------------
 
-# (command, old option) -> its rename, from the one table of renames (neobert.config.RENAMES, which settings
+# (command, old option) -> its rename, from the one table of renames (neobert.common.config.RENAMES, which settings
 # files read too). The old name keeps working for a while with a deprecation note naming the new one
 # (:func:`renamed_options`); tests/test_cli_option_sets.py keeps the record (a rename not listed fails it).
 def option_renames() -> dict[tuple[str, str], Rename]:

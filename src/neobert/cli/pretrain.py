@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..config import PRECISIONS, ConfigError
+from ..common.config import PRECISIONS, ConfigError
 from ..recipes.default_run import run_default
 from ..recipes.named import RECIPES, recipe_config
 from ..training.config import PretrainConfig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..hub import HubError, push
+from ..cards.hub import HubError, push
 from .common import CLIError, add_command, say
 from .options import add_signature_options, given
 

@@ -7,8 +7,8 @@ import argparse
 
 from rich.markup import escape
 
-from ..config import PRECISIONS
-from ..long_documents import EXTEND_METHODS, POLICIES
+from ..common.config import PRECISIONS
+from ..inference.long_documents import EXTEND_METHODS, POLICIES
 from ..serving.config import ServeConfig, ServeConfigError, head_choices
 from .common import CLIError, add_command, make_console, quiet_transformers
 from .options import config_from_args

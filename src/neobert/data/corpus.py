@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..io import atomic_file
+from ..common.io import atomic_file
 
 _TEST_DIRS = {"test", "tests", "idle_test"}
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)

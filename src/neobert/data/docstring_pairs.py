@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..io import write_json, write_text
+from ..common.io import write_json, write_text
 from .corpus import _parse, stdlib_files, stdlib_root
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)

@@ -27,12 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ConfigError, check_known_keys, load_mapping
-from ..io import write_dir
+from ..common.config import ConfigError, check_known_keys, load_mapping
+from ..common.io import write_dir
+from ..common.progress import progress_bar
+from ..common.tables import markdown_table
 from ..jobs.output import JobOutput
 from ..jobs.settings import EngineSettings
-from ..progress import progress_bar
-from ..tables import markdown_table
 from .readers import ON_ERROR, TXT_MODES, DataError, ReadStats, expand_inputs, iter_documents
 from .shards import (
     FORMAT,

@@ -11,7 +11,7 @@ Layout of an output directory::
                              tokenizer adds them
     validation-00000.bin/.idx   the same for the held-out documents
 
-Every file is written under a temporary name (``.tmp-...``, :mod:`neobert.io`) and renamed when complete; a shard is recorded in the
+Every file is written under a temporary name (``.tmp-...``, :mod:`neobert.common.io`) and renamed when complete; a shard is recorded in the
 manifest, itself replaced atomically, only after its files are in place. Readers trust only recorded shards,
 so an interrupted run never exposes a partial one.
 """
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..io import atomic_file, clean_temporaries
+from ..common.io import atomic_file, clean_temporaries
 from .readers import DataError
 
 MANIFEST = "manifest.json"

@@ -18,7 +18,7 @@ from typing import Any
 
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from ..tables import markdown_table
+from ..common.tables import markdown_table
 from .readers import DataError, ReadStats, iter_documents
 
 # NeoBERT has no token types; only these inputs reach the model (and are written to saved tokenizers).

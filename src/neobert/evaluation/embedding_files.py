@@ -11,10 +11,10 @@ Task files (UTF-8 JSONL, one object per line; a task's name is its file or direc
     DIR/retrieval/NAME/qrels.tsv         query-id <TAB> corpus-id <TAB> score (header optional; BEIR layout)
                       or qrels.jsonl     {"query-id", "corpus-id", "score"}
 
-Late-interaction models (a ColBERT directory: :func:`neobert.late_interaction.is_late_interaction_dir`) are
+Late-interaction models (a ColBERT directory: :func:`neobert.inference.late_interaction.is_late_interaction_dir`) are
 scored on the retrieval tasks by MaxSim over their token vectors.
 Sparse models (a SPLADE ``SparseEncoder`` directory, or any masked-LM model with ``sparse=True``) are scored
-on the retrieval tasks by the dot product of their SPLADE vectors (:func:`neobert.sparse.encode_sparse`),
+on the retrieval tasks by the dot product of their SPLADE vectors (:func:`neobert.inference.sparse.encode_sparse`),
 with the average non-zeros per query and per document beside nDCG@10 and MRR@10; the other families are
 left out for them (a note says so).
 """
@@ -32,13 +32,13 @@ from typing import Any
 import numpy as np
 
 from ..cards import Result
+from ..common.io import write_text
+from ..common.tables import fmt, markdown_table
 from ..data.readers import json_objects
-from ..encoders import Encoder, load_encoder
-from ..inference import encode
-from ..io import write_text
-from ..late_interaction import is_late_interaction_dir, load_late_interaction, token_vectors
-from ..sparse import encode_sparse, is_sparse_model
-from ..tables import fmt, markdown_table
+from ..inference.encoders import Encoder, load_encoder
+from ..inference.late_interaction import is_late_interaction_dir, load_late_interaction, token_vectors
+from ..inference.run import encode
+from ..inference.sparse import encode_sparse, is_sparse_model
 from . import embeddings as E
 from .instructions import TaskInstruction, apply_instruction
 from .report import FAMILY_TASK_TYPES, defined, nan_mean, write_json

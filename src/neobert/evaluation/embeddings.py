@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ..late_interaction import maxsim_scores
+from ..inference.late_interaction import maxsim_scores
 from .instructions import TaskInstruction
 from .metrics import pearson, spearman
 

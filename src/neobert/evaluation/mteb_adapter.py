@@ -28,11 +28,11 @@ import numpy as np
 import torch
 
 from ..cards import Result
-from ..encoders import Encoder, load_encoder
-from ..inference import encode
-from ..io import write_text
-from ..sparse import is_sparse_model
-from ..tables import markdown_table
+from ..common.io import write_text
+from ..common.tables import markdown_table
+from ..inference.encoders import Encoder, load_encoder
+from ..inference.run import encode
+from ..inference.sparse import is_sparse_model
 from .instructions import TaskInstruction, apply_instruction, task_instruction
 from .report import defined, nan_mean, write_json
 
@@ -50,7 +50,7 @@ DEFAULT_BENCHMARK = "MTEB(eng, v1)"  # the 56 English tasks of the paper's Table
 
 
 class MTEBEncoder:
-    """An :class:`~neobert.encoders.Encoder` seen through mteb's ``EncoderProtocol``."""
+    """An :class:`~neobert.inference.encoders.Encoder` seen through mteb's ``EncoderProtocol``."""
 
     def __init__(
         self,

@@ -27,13 +27,13 @@ import torch
 import torch.nn.functional as F
 
 from ..cards import Result
-from ..config import ROPE_SCALINGS, ModelConfig
+from ..common.config import ROPE_SCALINGS, ModelConfig
+from ..common.io import atomic_file
+from ..common.progress import progress_bar
+from ..common.tables import markdown_table
 from ..data.readers import json_objects
-from ..encoders import Encoder, is_preset, load_encoder
-from ..io import atomic_file
+from ..inference.encoders import Encoder, is_preset, load_encoder
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
-from ..progress import progress_bar
-from ..tables import markdown_table
 
 DEFAULT_BINS = (128, 256, 512, 1024, 2048, 4096)
 ROPE_METHODS = ROPE_SCALINGS  # config.ROPE_SCALINGS: none | linear | ntk | yarn

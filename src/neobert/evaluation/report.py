@@ -1,5 +1,5 @@
 """Evaluation results for programs: means over defined scores, JSON with undefined scores as null.
-(Tables for people: :mod:`neobert.tables`.)"""
+(Tables for people: :mod:`neobert.common.tables`.)"""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import io
 from ..cards import Result, update_card
+from ..common import io
 
 
 def nan_mean(values: Sequence[float]) -> float:

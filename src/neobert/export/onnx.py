@@ -39,12 +39,12 @@ import torch
 import torch.nn.functional as F
 
 from ..cards import CARD, CardInfo, write_card
-from ..encoders import EmbeddingSpec, embedding_spec, is_neobert, load_encoder
-from ..inference import label_names
-from ..io import atomic_dir, write_json
+from ..common.io import atomic_dir, write_json
+from ..inference.encoders import EmbeddingSpec, embedding_spec, is_neobert, load_encoder
+from ..inference.registration import HEADS, declared_head
+from ..inference.run import label_names
 from ..model import set_runtime
 from ..model.pooling import ONNX_POOLINGS, get_pooling, pool
-from ..registration import HEADS, declared_head
 from .runtime import CONFIG_FILE, FORMAT_VERSION, OnnxEncoder
 
 # Encoders whose transformers implementation exports and matches PyTorch (tests/test_onnx_export.py).
@@ -124,7 +124,7 @@ class Source:
 
 def inspect_source(model_dir: str | os.PathLike) -> Source:
     """Read ``model_dir``'s config.json and what it declares about its embeddings (a sentence-transformers
-    ``modules.json``, through :func:`neobert.encoders.embedding_spec`). Raises a clear error for a missing
+    ``modules.json``, through :func:`neobert.inference.encoders.embedding_spec`). Raises a clear error for a missing
     directory, an unsupported model type, or a sentence-transformers pipeline with other modules."""
     path = Path(model_dir).expanduser()
     if not path.exists():

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..directories import ONNX_CONFIG_FILE as CONFIG_FILE
+from ..inference.directories import ONNX_CONFIG_FILE as CONFIG_FILE
 
 FORMAT_VERSION = 1
 

@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from ..encoders import save_pretrained
 from ..evaluation.metrics import MetricResult, compute_metrics
+from ..inference.encoders import save_pretrained
 from ..model.losses import sequence_loss
 from ..model.runtime import eval_mode
 from ..training.engine import Engine, EngineSettings, LossTerms, model_widths

@@ -18,11 +18,11 @@ from typing import Any, ClassVar
 import torch
 
 from ..cards import CardInfo, DataSource, write_card
+from ..common.io import atomic_file, write_json
+from ..common.tables import fmt
 from ..data.text_files import read_table, require_columns, text_column
-from ..encoders import check_vocab, max_positions, resolve_tokenizer
 from ..evaluation.metrics import MetricResult
-from ..io import atomic_file, write_json
-from ..tables import fmt
+from ..inference.encoders import check_vocab, max_positions, resolve_tokenizer
 from ..training.engine import is_main_process, wait_for_everyone
 from .card import FinetuneFacts, finetune_card, fit_run
 from .classification_task import EvalSpec, fit

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import check_known_keys, check_precision, load_mapping, renamed_settings
+from ..common.config import check_known_keys, check_precision, load_mapping, renamed_settings
 from ..model.pooling import CLASSIFIER_POOLINGS
 
 
@@ -67,7 +67,7 @@ class TrainSettings:
 
 def config_from_dict(cls: type, data: dict[str, Any]) -> Any:
     """The fine-tuning config ``cls`` from a settings mapping: old setting names load with a FutureWarning
-    (:func:`neobert.config.renamed_settings`); unknown keys and missing required settings raise."""
+    (:func:`neobert.common.config.renamed_settings`); unknown keys and missing required settings raise."""
     data = renamed_settings(data, cls.__name__)
     check_known_keys(cls, data, cls.__name__, FinetuneConfigError)
     required = [

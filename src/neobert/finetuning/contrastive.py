@@ -33,11 +33,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ..cards import CardInfo, DataSource, wall_time, write_card
-from ..config import PRECISIONS, check_precision, load_mapping
-from ..encoders import MATRYOSHKA_KEY, Encoder, embed_batch, load_encoder, tokenize
+from ..common.config import PRECISIONS, check_precision, load_mapping
+from ..common.io import write_dir, write_json
+from ..common.tables import fmt
 from ..evaluation.instructions import TEMPLATE, apply_instruction
-from ..io import write_dir, write_json
-from ..tables import fmt
+from ..inference.encoders import MATRYOSHKA_KEY, Encoder, embed_batch, load_encoder, tokenize
 from ..training.engine import Engine, EngineSettings, LossTerms, model_widths
 from ..training.schedule import make_scheduler
 from .card import FinetuneFacts, finetune_card
@@ -86,7 +86,7 @@ class ContrastiveConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ContrastiveConfig:
         """A config from a settings mapping: unknown keys raise; old names (``bf16: true|false``) load with a
-        FutureWarning (:func:`neobert.config.renamed_settings`)."""
+        FutureWarning (:func:`neobert.common.config.renamed_settings`)."""
         return config_from_dict(cls, data)
 
     @classmethod
@@ -405,7 +405,7 @@ def save_embedding_model(encoder: Encoder, output: str | os.PathLike, matryoshka
     """One directory that is both a sentence-transformers model (mean pooling, no normalization) and a
     transformers model: ``SentenceTransformer(output)`` (after ``import neobert`` for NeoBERT) and
     ``AutoModel.from_pretrained(output)`` both load it. ``matryoshka_dims``, the widths the model was trained
-    for, go into ``config_sentence_transformers.json`` (read by :func:`neobert.encoders.embedding_spec`)."""
+    for, go into ``config_sentence_transformers.json`` (read by :func:`neobert.inference.encoders.embedding_spec`)."""
     output = Path(output)
     if encoder.is_neobert:
         from ..integrations.sentence_transformers import save_sentence_transformer

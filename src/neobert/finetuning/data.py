@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..common.progress import progress_bar
 from ..data.readers import DataError
-from ..progress import progress_bar
 
 
 @dataclass

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..io import write_json, write_text
-from ..tables import MISSING, fmt, markdown_table
+from ..common.io import write_json, write_text
+from ..common.tables import MISSING, fmt, markdown_table
 from .config import GlueConfig
 from .glue_tasks import GLUE_TASKS, TABLE3_TASKS, GlueTask
 from .sweep import SweepRow, best_index

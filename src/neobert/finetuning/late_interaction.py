@@ -1,6 +1,6 @@
 """Late-interaction (ColBERT) fine-tuning of any encoder, as a task of the training core.
 
-The encoder and a bias-free projection to ``dim`` (128) dimensions per token (:class:`neobert.late_interaction.
+The encoder and a bias-free projection to ``dim`` (128) dimensions per token (:class:`neobert.inference.late_interaction.
 LateInteractionModel`) are trained together; queries and documents get their marker tokens (added to the
 tokenizer), queries are expanded with mask tokens to ``query_length`` tokens, documents lose their punctuation
 and are truncated to ``max_length`` tokens (up to the encoder's window). The loss is the in-batch contrastive
@@ -10,7 +10,7 @@ token vectors gathered, differentiably, as the SPLADE regulariser's). Data, inst
 several processes and precision are ``finetune contrastive``'s (:func:`.contrastive.train`).
 
 The result is PyLate's directory layout, which sentence-transformers' ``MultiVectorEncoder`` loads
-(:func:`neobert.late_interaction.save_late_interaction`).
+(:func:`neobert.inference.late_interaction.save_late_interaction`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 
 from ..cards import write_card
-from ..encoders import Encoder, max_positions
-from ..io import write_json
-from ..late_interaction import (
+from ..common.io import write_json
+from ..inference.encoders import Encoder, max_positions
+from ..inference.late_interaction import (
     LateInteractionModel,
     LateInteractionSpec,
     add_markers,

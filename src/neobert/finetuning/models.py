@@ -1,6 +1,6 @@
 """Any encoder as a sequence classifier: a head of the task's size on a preset, a directory or a hub id.
 
-Loading, tokenizers, limits and saving are :mod:`neobert.encoders`'; here is only what fine-tuning adds:
+Loading, tokenizers, limits and saving are :mod:`neobert.inference.encoders`'; here is only what fine-tuning adds:
 the head's label fields, and a checkpoint whose head has another label count keeping just its encoder.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from transformers import AutoConfig
 
-from ..encoders import is_preset, load_model, model_dir
+from ..inference.encoders import is_preset, load_model, model_dir
 
 
 def head_config(num_labels: int, id2label: dict[int, str] | None) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """SPLADE fine-tuning of any masked-LM model into a learned sparse retriever, as a task of the training core.
 
-Each text becomes a vocabulary-wide vector (:func:`neobert.sparse.splade_pool`: max over tokens of
+Each text becomes a vocabulary-wide vector (:func:`neobert.inference.sparse.splade_pool`: max over tokens of
 log(1 + ReLU(MLM logit))). The loss is the in-batch contrastive loss of ``finetune contrastive`` on *dot
 products* of those vectors (scale 1 / ``temperature``, 1 by default, as sentence-transformers'
 ``SparseMultipleNegativesRankingLoss``), plus the FLOPS regulariser (Paria et al. 2020: the squared mean
@@ -15,7 +15,7 @@ regulariser's strength depend on the number of devices).
 
 The result is a sentence-transformers ``SparseEncoder`` directory (a ``fill-mask`` Transformer at the root,
 then ``SpladePooling("max")``): ``SparseEncoder(OUTPUT)`` (after ``import neobert`` for NeoBERT) and
-:func:`neobert.sparse.encode_sparse` give the same vectors.
+:func:`neobert.inference.sparse.encode_sparse` give the same vectors.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import Any
 import torch
 
 from ..cards import write_card
-from ..encoders import Encoder, tokenize, write_model_files
-from ..io import replace_dir, write_json
-from ..sparse import splade_pool
+from ..common.io import replace_dir, write_json
+from ..inference.encoders import Encoder, tokenize, write_model_files
+from ..inference.sparse import splade_pool
 from ..training.engine import LossTerms
 from .config import FinetuneConfigError, config_from_dict
 from .contrastive import (

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import renamed_settings
+from ..common.config import renamed_settings
 from .classification_task import FitResult, is_better
 from .config import FinetuneConfigError, TrainSettings
 

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 
 from ..cards import DataSource, write_card
-from ..encoders import check_vocab, max_positions, resolve_tokenizer
+from ..common.io import write_json, write_text
 from ..evaluation.metrics import MetricResult
-from ..io import write_json, write_text
+from ..inference.encoders import check_vocab, max_positions, resolve_tokenizer
 from ..model.losses import token_loss
 from ..model.runtime import eval_mode
 from ..token_classification.entities import entity_scores, spans

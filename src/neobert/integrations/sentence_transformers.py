@@ -29,7 +29,7 @@ import neobert  # registers model_type "neobert" with transformers' Auto classes
 
 from ..cards import CardInfo, hub_model_id, write_card
 from ..data import load_tokenizer
-from ..encoders import load_model, save_pretrained
+from ..inference.encoders import load_model, save_pretrained
 from ..model.pooling import get_pooling
 
 

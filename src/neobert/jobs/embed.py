@@ -4,7 +4,7 @@ The inputs (files, directories, globs of .txt, .jsonl, .csv, .parquet; local or 
 first (:func:`neobert.data.pieces.plan_file`: every row read once, bad rows found before the model loads),
 then cut into pieces of ``shard_rows`` texts, one file's rows each. A piece is embedded by
 :class:`PieceEmbedder` (the model loaded once per worker; the long-document policy, token-budget batching and
-length grouping of :func:`neobert.long_documents.embed`) and written as one parquet shard under an atomic
+length grouping of :func:`neobert.inference.long_documents.embed`) and written as one parquet shard under an atomic
 name, ``part-FFFFF-PPPPP.parquet``::
 
     id          string        the id column's value, or FILE:ROW (the input as expanded, the 1-based row or line)
@@ -40,7 +40,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..capabilities import load_for_inference
+from ..common.io import atomic_file, clean_temporaries, output_lock
+from ..common.tables import MISSING, markdown_table
 from ..data.pieces import (
     ON_DUPLICATE,
     FilePlan,
@@ -53,20 +54,19 @@ from ..data.pieces import (
     read_piece,
 )
 from ..data.readers import ON_ERROR, DataError, expand_inputs
-from ..encoders import (
+from ..inference.capabilities import load_for_inference
+from ..inference.encoders import (
     apply_precision,
     is_preset,
     model_dir,
     resolve_model_precision,
 )
-from ..hardware import versions
-from ..io import atomic_file, clean_temporaries, output_lock
-from ..late_interaction import is_late_interaction_dir, load_late_interaction, token_vectors
-from ..long_documents import LongDocuments, LongReport, model_window
-from ..long_documents import embed as embed_long
+from ..inference.late_interaction import is_late_interaction_dir, load_late_interaction, token_vectors
+from ..inference.long_documents import LongDocuments, LongReport, model_window
+from ..inference.long_documents import embed as embed_long
+from ..inference.quantization import CALIBRATED, TYPES, calibration_ranges, quantize
 from ..model.pooling import POOLING_NAMES
-from ..quantization import CALIBRATED, TYPES, calibration_ranges, quantize
-from ..tables import MISSING, markdown_table
+from ..runtime.hardware import versions
 from .engine import Engine, count_tokens, engine_of, progress, shared_output
 from .file_job import MAX_TOKENS_HELP, FileJob, notes, precision_field
 from .output import JobOutput

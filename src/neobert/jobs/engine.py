@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..common.progress import progress_bar
 from ..data.readers import DataError, is_url
-from ..progress import progress_bar
 from .settings import EngineSettings
 
 

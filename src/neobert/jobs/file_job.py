@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import PRECISIONS, check_precision
-from ..long_documents import EXTEND_METHODS, POLICIES, LongDocuments, LongReport
+from ..common.config import PRECISIONS, check_precision
+from ..inference.long_documents import EXTEND_METHODS, POLICIES, LongDocuments, LongReport
 
 MAX_TOKENS_HELP = "padded tokens per batch at most (default: 4,096 on the CPU, the fastest setting measured; no limit on a GPU)"
 

@@ -2,7 +2,7 @@
 marked complete at the end. The one scaffolding of every job (``neobert embed``'s ``_manifest.json``,
 ``neobert data prepare``'s ``manifest.json``: each job keeps the name its earlier outputs have on disk).
 
-The manifest is replaced atomically (:func:`neobert.io.write_json`) after every change, and a piece is
+The manifest is replaced atomically (:func:`neobert.common.io.write_json`) after every change, and a piece is
 recorded only after its files are in place, so a killed job leaves a manifest that names finished pieces only.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..io import LOCK, clean_temporaries, write_json
+from ..common.io import LOCK, clean_temporaries, write_json
 
 
 class JobOutput:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..common.io import output_lock
 from ..data.pieces import Piece, check_columns, merged_stats, plan_file, read_piece, stream_pieces
 from ..data.prepare import (
     PrepareConfig,
@@ -30,7 +31,6 @@ from ..data.prepare import (
 from ..data.prepare import prepare as prepare_here
 from ..data.readers import DataError, expand_inputs
 from ..data.shards import SPLITS
-from ..io import output_lock
 from .engine import Engine, count_tokens, engine_of, progress, shared_output
 
 PLAN_STEP = 4096  # documents between two noted positions: a shard's reader skips fewer than this many

@@ -1,4 +1,4 @@
-"""The transformers view of :class:`neobert.config.ModelConfig`.
+"""The transformers view of :class:`neobert.common.config.ModelConfig`.
 
 ``NeoBERTConfig`` declares exactly the fields of ``ModelConfig`` (generated from it, so the two cannot
 drift) and validates them with it; besides those it takes only transformers' own generic keys (labels,
@@ -13,7 +13,7 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
-from ..config import ConfigError, ModelConfig
+from ..common.config import ConfigError, ModelConfig
 from .pooling import CLASSIFIER_POOLINGS
 
 MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig))
@@ -63,7 +63,7 @@ class _NeoBERTConfigFields(PretrainedConfig):
 
 
 class NeoBERTConfig(_NeoBERTConfigFields):
-    """transformers configuration of a NeoBERT model; see :class:`neobert.config.ModelConfig` for the fields."""
+    """transformers configuration of a NeoBERT model; see :class:`neobert.common.config.ModelConfig` for the fields."""
 
     model_type = "neobert"
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import ModelConfig
+from ..common.config import ModelConfig
 from .attention import AttentionContext, attend
 from .rope import rotate_pairs
 

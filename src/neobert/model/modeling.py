@@ -19,7 +19,7 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 
-from ..config import ModelConfig
+from ..common.config import ModelConfig
 from .attention import (
     VARLEN_KERNELS,
     AttentionContext,

@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from ..config import ModelConfig
+from ..common.config import ModelConfig
 
 
 def inverse_frequencies(

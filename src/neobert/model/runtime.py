@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..config import ModelConfig
+from ..common.config import ModelConfig
 from .attention import ATTN_BACKENDS, AttentionContext, AttentionRuntime
 from .checks import BackendCheck, run_check
 from .layers import EncoderBlock

@@ -17,11 +17,11 @@ from typing import Any
 
 import yaml
 
+from ..common.io import write_dir, write_text
+from ..common.tables import markdown_table
 from ..data import PrepareConfig, load_tokenizer, prepare, tokenizer_from_vocab, write_stdlib_corpus
-from ..encoders import load_model
-from ..inference import fill_mask
-from ..io import write_dir, write_text
-from ..tables import markdown_table
+from ..inference.encoders import load_model
+from ..inference.run import fill_mask
 from ..training.config import PretrainConfig
 from ..training.mlm_task import PretrainResult, pretrain
 

@@ -20,13 +20,13 @@ import torch
 from safetensors import safe_open
 from transformers import AutoModelForMaskedLM
 
-from ..config import ModelConfig
+from ..common.config import ModelConfig
+from ..common.tables import markdown_table
 from ..data import load_tokenizer
-from ..encoders import save_pretrained
-from ..inference import encode, fill_mask
+from ..inference.encoders import save_pretrained
+from ..inference.run import encode, fill_mask
+from ..jobs.predict import FillMaskResult
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
-from ..predict import FillMaskResult
-from ..tables import markdown_table
 
 PRESET = "small"
 SEED = 0

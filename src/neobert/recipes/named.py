@@ -8,7 +8,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError
+from ..common.config import ConfigError
 from ..training.config import PretrainConfig
 
 RECIPES = ("neobert", "modernbert", "ettin", "mmbert")

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import PRECISIONS, check_known_keys, renamed_settings
-from ..directories import is_kind
-from ..long_documents import EXTEND_METHODS, POLICIES
-from ..registration import HEADS
+from ..common.config import PRECISIONS, check_known_keys, renamed_settings
+from ..inference.directories import is_kind
+from ..inference.long_documents import EXTEND_METHODS, POLICIES
+from ..inference.registration import HEADS
 
 BACKENDS = ("auto", "torch", "onnx")
 ONNX_VARIANTS = ("fp32", "int8")

@@ -30,12 +30,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..capabilities import describe
-from ..directories import is_kind
-from ..encoders import EmbeddingSpec
 from ..export.runtime import CONFIG_FILE, OnnxEncoder
-from ..inference import classifier_rows, label_scores, relevance, token_batches
-from ..long_documents import LongReport
+from ..inference.capabilities import describe
+from ..inference.directories import is_kind
+from ..inference.encoders import EmbeddingSpec
+from ..inference.long_documents import LongReport
+from ..inference.run import classifier_rows, label_scores, relevance, token_batches
 from ..model.pooling import pool
 from .config import ServeConfig
 from .served import ServedModel
@@ -51,7 +51,7 @@ def is_onnx_export(model: str) -> bool:
 @dataclass
 class OnnxBackend(Backend):
     """An exported directory on ONNX Runtime and the one function the queue calls: ``call(model_call, texts)``
-    (:class:`.tasks.Backend`); what it serves is :func:`neobert.capabilities.describe` of its source's
+    (:class:`.tasks.Backend`); what it serves is :func:`neobert.inference.capabilities.describe` of its source's
     config.json, its graph (a classifier graph outputs logits only) and no token types for pairs."""
 
     config: ServeConfig

@@ -240,7 +240,7 @@ class CohereRerankRequest(_Lenient):
     truncate: StrictBool = TRUNCATE
 
 
-EMBEDDING_TYPES = ("float", "int8", "uint8", "binary", "ubinary")  # Cohere's names (neobert.quantization's)
+EMBEDDING_TYPES = ("float", "int8", "uint8", "binary", "ubinary")  # Cohere's names (neobert.inference.quantization's)
 COHERE_INPUT_TYPES = ("search_query", "search_document", "classification", "clustering")
 
 

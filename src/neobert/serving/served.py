@@ -1,5 +1,5 @@
 """What a backend serves, typed (:class:`ServedModel`): made once in the model process from the model's
-:class:`~neobert.capabilities.Capabilities` and the backend's own facts, sent to the HTTP process as it is
+:class:`~neobert.inference.capabilities.Capabilities` and the backend's own facts, sent to the HTTP process as it is
 (it pickles), and read there by attribute: the routes, the service, the schema's bounds and ``/info``."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class ServedModel:
 
     @classmethod
     def of(cls, capabilities: Any, **backend: Any) -> ServedModel:
-        """From a model's capabilities (:meth:`~neobert.capabilities.Capabilities.info`) and the backend's
+        """From a model's capabilities (:meth:`~neobert.inference.capabilities.Capabilities.info`) and the backend's
         fields (``backend``, ``precision``, ``mask_token``, ``vocab_size``, ``threads``)."""
         known = {f.name for f in fields(cls)}
         described = {name: value for name, value in capabilities.info().items() if name in known}

@@ -5,7 +5,7 @@ model serves), with the model in a process of its own (:mod:`.worker`) or in thr
 Every task (:mod:`.tasks`) goes through the library's own functions (``long_documents.embed`` / ``classify``
 over ``inference.encode`` / ``classify``, ``token_classification.tag``, ``inference.fill_mask``), so the
 service computes exactly what the command-line tools compute. What the model can do is
-:mod:`neobert.capabilities`'.
+:mod:`neobert.inference.capabilities`'.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from ..capabilities import Loaded, load_for_inference
-from ..long_documents import LongDocuments
+from ..inference.capabilities import Loaded, load_for_inference
+from ..inference.long_documents import LongDocuments
 from .batcher import Batcher
 from .config import API_KEY_ENV, ServeConfig
 from .metrics import ServiceMetrics
@@ -34,7 +34,7 @@ LATE_TASKS = {"rerank": "maxsim"}
 
 @dataclass
 class TorchBackend(Backend):
-    """The PyTorch backend: a model loaded for inference (:func:`neobert.capabilities.load_for_inference`)
+    """The PyTorch backend: a model loaded for inference (:func:`neobert.inference.capabilities.load_for_inference`)
     and the one function the queue calls, ``call(model_call, texts)`` (:class:`.tasks.Backend`), which runs the
     task's function of :data:`.tasks.TASKS`."""
 

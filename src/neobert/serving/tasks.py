@@ -5,7 +5,7 @@ its texts through the queue; the model
 process answers each text with ``(value, tokens)``: the task's result and the text's length in tokens
 (so the HTTP side never tokenizes: usage counts and the ``truncate: false`` refusals come from here).
 A text the model process refuses is answered with a :class:`Refusal` in place of its value; the rest of its
-batch is answered as usual. Which models offer a task is each head's registry entry (:attr:`neobert.registration.Head.tasks`).
+batch is answered as usual. Which models offer a task is each head's registry entry (:attr:`neobert.inference.registration.Head.tasks`).
 
 Adding an endpoint: one function here registered with ``@task("name")``, one route, and the task in
 the head's ``Head.tasks`` (docs/architecture.md). The ONNX backend (:mod:`.onnx_backend`) implements the tasks its
@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import inference, late_interaction, long_documents, sparse
-from ..inference import TokenIds
-from ..long_documents import LongReport
+from ..inference import late_interaction, long_documents, run, sparse
+from ..inference.long_documents import LongReport
+from ..inference.run import TokenIds
 from ..token_classification.tagging import tag
 
 
@@ -212,7 +212,7 @@ def embed(model: Any, items: list[Any], pooling: str, normalize: bool, side: str
         return Done(list(vectors), report.lengths, report, report.tokens)
     # token ids (OpenAI's and TEI's token inputs) are rows as the model sees them: one window each
     rows, lengths, refusals = token_rows(model, items, side)
-    vectors = inference.encode(model.model, model.tokenizer, rows, pooling=pooling, normalize=normalize,
+    vectors = run.encode(model.model, model.tokenizer, rows, pooling=pooling, normalize=normalize,
                                show_progress=False, **model.budget)  # fmt: skip
     values = [refusal or vector for refusal, vector in zip(refusals, vectors)]
     return Done(values, lengths, tokens=sum(len(row) for row in rows))
@@ -221,7 +221,7 @@ def embed(model: Any, items: list[Any], pooling: str, normalize: bool, side: str
 @task("embed_all")
 def embed_all(model: Any, items: list[Any], side: str = "right") -> Done:
     rows, lengths, refusals = token_rows(model, items, side)
-    states = inference.token_states(model.model, model.tokenizer, rows, **model.budget)
+    states = run.token_states(model.model, model.tokenizer, rows, **model.budget)
     values = [refusal or state for refusal, state in zip(refusals, states)]
     return Done(values, lengths, tokens=sum(len(row) for row in rows))
 
@@ -229,7 +229,7 @@ def embed_all(model: Any, items: list[Any], side: str = "right") -> Done:
 @task("embed_sparse")
 def embed_sparse(model: Any, items: list[Any], side: str = "right", top_k: int | None = None,
                  tokens: bool = False) -> Done:  # fmt: skip
-    """SPLADE vectors (:func:`neobert.sparse.encode_sparse` over the model's MLM logits) of texts or token
+    """SPLADE vectors (:func:`neobert.inference.sparse.encode_sparse` over the model's MLM logits) of texts or token
     ids, each cut to the window from ``side`` (whatever the long-document policy, as SparseEncoder cuts):
     per text its non-zeros ``{index, value[, token]}``, highest value first (ties: the lower index),
     the ``top_k`` largest where given."""
@@ -246,7 +246,7 @@ def classify(model: Any, texts: list[str]) -> Done:
     logits, report = long_documents.classifier_logits(
         model.model, model.tokenizer, texts, model.long_policy, **model.budget
     )
-    return Done(inference.classifier_rows(logits, model.model.config), report.lengths, report, report.tokens)
+    return Done(run.classifier_rows(logits, model.model.config), report.lengths, report, report.tokens)
 
 
 def pair_logits(model: Any, items: list[Any], side: str) -> np.ndarray:
@@ -263,7 +263,7 @@ def pair_logits(model: Any, items: list[Any], side: str) -> np.ndarray:
     if pairs:
         with truncation_side(model.tokenizer, side):
             firsts, seconds = [items[i][0] for i in pairs], [items[i][1] for i in pairs]
-            out[pairs] = inference.classifier_logits(
+            out[pairs] = run.classifier_logits(
                 model.model, model.tokenizer, firsts, seconds, show_progress=False, **model.budget
             )
     return out
@@ -272,14 +272,14 @@ def pair_logits(model: Any, items: list[Any], side: str) -> np.ndarray:
 @task("predict")
 def predict(model: Any, items: list[Any], function: str = "auto", side: str = "right") -> Done:
     logits = pair_logits(model, items, side)
-    scores = inference.label_scores(logits, model.model.config, function)
+    scores = run.label_scores(logits, model.model.config, function)
     return Done(scores, pair_lengths(model.tokenizer, items, True))
 
 
 @task("rerank")
 def rerank(model: Any, pairs: list[tuple[str, str]], raw: bool = False, side: str = "right") -> Done:
     logits = pair_logits(model, pairs, side)
-    return Done([inference.relevance(row, raw) for row in logits], pair_lengths(model.tokenizer, pairs, True))
+    return Done([run.relevance(row, raw) for row in logits], pair_lengths(model.tokenizer, pairs, True))
 
 
 def late_lengths(model: Any, items: list[Any]) -> list[int]:
@@ -292,7 +292,7 @@ def late_lengths(model: Any, items: list[Any]) -> list[int]:
 
 @task("token_vectors")
 def token_vectors(model: Any, texts: list[str], kind: str = "document") -> Done:
-    """A late-interaction model's token vectors (:func:`neobert.late_interaction.token_vectors`): per text a
+    """A late-interaction model's token vectors (:func:`neobert.inference.late_interaction.token_vectors`): per text a
     (tokens, dim) float32 array, queries expanded to ``query_length``, documents cut to ``document_length``
     without their skiplist tokens."""
     query = kind == "query"
@@ -306,7 +306,7 @@ def token_vectors(model: Any, texts: list[str], kind: str = "document") -> Done:
 @task("maxsim")
 def maxsim_rerank(model: Any, pairs: list[tuple[str, str]], raw: bool = False, side: str = "right") -> Done:
     """A late-interaction model's rerank: MaxSim of each (query, document) pair
-    (:func:`neobert.late_interaction.maxsim`), each distinct query encoded once. The score is MaxSim itself
+    (:func:`neobert.inference.late_interaction.maxsim`), each distinct query encoded once. The score is MaxSim itself
     (``raw`` changes nothing: it is no probability); documents are cut from the right, as ColBERT cuts."""
     spec, batch = model.spec, model.budget["batch_size"]
     queries = sorted({q for q, _ in pairs})
@@ -334,7 +334,7 @@ def fill_mask(model: Any, texts: list[str], top_k: int) -> Done:
             values.append(Refusal(422, f"{{noun}} {{i}} holds no {mask} token to fill"))
             continue
         try:
-            filled = inference.fill_mask(model.model, model.tokenizer, text, top_k)
+            filled = run.fill_mask(model.model, model.tokenizer, text, top_k)
             ids = [model.tokenizer.convert_tokens_to_ids([t for t, _ in mask]) for mask in filled]
             values.append([[(t, p, i) for (t, p), i in zip(mask, row)] for mask, row in zip(filled, ids)])
         except ValueError as err:

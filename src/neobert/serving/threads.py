@@ -1,5 +1,5 @@
 """The model process's thread count, measured at start for the model and machine at hand (as precision
-``auto`` is, :mod:`neobert.hardware`), instead of assumed.
+``auto`` is, :mod:`neobert.runtime.hardware`), instead of assumed.
 
 Why measured: the best count depends on both. The ``small`` preset in fp32 on a 2-core AVX2 CPU is fastest
 behind the service with one model thread (the HTTP process needs the other core, and a second OpenMP thread

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..long_documents import TRUNCATE, LongDocuments, LongReport, TokenLogits, token_logits
-from ..registration import require_head
+from ..inference.long_documents import TRUNCATE, LongDocuments, LongReport, TokenLogits, token_logits
+from ..inference.registration import require_head
 from .entities import spans
 
 OUTSIDE = "O"

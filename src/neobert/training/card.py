@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from ..cards import CardInfo, DataSource, Result, wall_time
+from ..common.tables import fmt
 from ..data.shards import MANIFEST, read_manifest
-from ..tables import fmt
 from .config import PretrainConfig
 
 

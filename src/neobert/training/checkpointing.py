@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..io import TMP_PREFIX, clean_temporaries, fsync_dir, replace_dir, write_json
+from ..common.io import TMP_PREFIX, clean_temporaries, fsync_dir, replace_dir, write_json
 
 CHECKPOINT_RE = re.compile(r"^step-(\d{8})$")
 STATE_FILE = "trainer_state.json"

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import PRESETS, ConfigError, ModelConfig, check_precision, load_mapping
+from ..common.config import PRESETS, ConfigError, ModelConfig, check_precision, load_mapping
 from .batching import LONG_DOCS
 from .phases import PhaseConfig, check_phases, check_sources, plan
 

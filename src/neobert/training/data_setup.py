@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ConfigError, ModelConfig
+from ..common.config import ConfigError, ModelConfig
 from ..data import default_tokenizer_dir, load_tokenizer
 from ..data.dataset import TokenDataset
 from ..data.prepare import MANIFEST, PrepareConfig, prepare
-from ..encoders import EXAMPLES_HINT
+from ..inference.encoders import EXAMPLES_HINT
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
 from .config import PretrainConfig
 

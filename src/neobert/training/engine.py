@@ -27,10 +27,10 @@ from typing import Any, Protocol
 
 import torch
 
-from ..hardware import resolve_precision
-from ..io import write_dir, write_text
+from ..common.io import write_dir, write_text
+from ..common.progress import progress_bar
 from ..model import compile_blocks
-from ..progress import progress_bar
+from ..runtime.hardware import resolve_precision
 from .checkpointing import latest_checkpoint, load_checkpoint, save_checkpoint
 from .loss import normalize_loss
 from .monitor import RunLogger

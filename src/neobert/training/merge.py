@@ -24,8 +24,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..cards import CardInfo, write_card
-from ..io import write_dir
-from ..tables import markdown_table
+from ..common.io import write_dir
+from ..common.tables import markdown_table
 from .checkpointing import list_checkpoints
 
 METHODS = ("mean", "ema", "ties")

@@ -25,11 +25,11 @@ from typing import Any
 import torch
 
 from ..cards import write_card
-from ..encoders import write_model_files
-from ..hub import BackgroundPusher, PushReport
-from ..io import write_json
+from ..cards.hub import BackgroundPusher, PushReport
+from ..common.io import write_json
+from ..common.tables import fmt, markdown_table
+from ..inference.encoders import write_model_files
 from ..model.runtime import eval_mode
-from ..tables import fmt, markdown_table
 from .batching import collate_packed, micro_batches_for
 from .card import RunFacts, pretrain_card
 from .checkpointing import STATE_FILE

@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import ConfigError
+from ..common.config import ConfigError
 
 # PretrainConfig (training/config.py) imports this module, so it is not imported here: annotations name it
 PretrainConfig = Any

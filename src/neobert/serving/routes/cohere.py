@@ -1,5 +1,5 @@
 """Cohere's dialect (which Jina's rerank API shares): ``/v1/rerank``, ``/v2/rerank`` and ``/v2/embed`` (with
-``embedding_types``: float, int8, uint8, binary, ubinary, through :func:`neobert.quantization.quantize`)."""
+``embedding_types``: float, int8, uint8, binary, ubinary, through :func:`neobert.inference.quantization.quantize`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from fastapi.responses import JSONResponse, Response
 
-from ...quantization import CALIBRATED, calibration_ranges, quantize
+from ...inference.quantization import CALIBRATED, calibration_ranges, quantize
 from ..errors import ServiceError
 from ..schemas import CohereEmbedRequest, CohereEmbedResponse, CohereRerankRequest, CohereRerankResponse
 from .core import Routes, rerank_results

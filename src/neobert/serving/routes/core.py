@@ -23,7 +23,7 @@ from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 
-from ...capabilities import heads_offering
+from ...inference.capabilities import heads_offering
 from ..errors import MODEL_ERRORS, ServiceError, unicode_problem
 from ..tasks import COUNT, ModelCall, Refusal
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse, Response
 
-from ...registration import HEADS
+from ...inference.registration import HEADS
 from ..errors import ServiceError
 from ..schemas import (
     BYTES_PER_NUMBER,

@@ -1,7 +1,7 @@
 """Inference: embed or classify texts, fill masks, with few-padding token-budget batches.
 
 These are the functions behind ``neobert embed`` / ``classify`` / ``fill-mask``, the demo and every
-embedding evaluation; load the model and tokenizer with :mod:`neobert.encoders`. :func:`encode` works with
+embedding evaluation; load the model and tokenizer with :mod:`neobert.inference.encoders`. :func:`encode` works with
 any transformers encoder (NeoBERT, BERT, RoBERTa, ModernBERT ...).
 """
 
@@ -16,13 +16,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..common.progress import progress_bar
+from ..model.pooling import get_pooling
+from ..model.runtime import eval_mode
 from .encoders import MODEL_INPUT_NAMES, check_vocab, max_positions
-from .model.pooling import get_pooling
-from .model.runtime import eval_mode
-from .progress import progress_bar
 from .registration import require_head
 
-__all__ = [  # loading and saving: neobert.encoders; tokenizer files: neobert.data
+__all__ = [  # loading and saving: neobert.inference.encoders; tokenizer files: neobert.data
     "CPU_MAX_TOKENS",
     "TOKENIZE_CHUNK",
     "classifier_logits",
@@ -145,7 +145,7 @@ def encode(
     Texts are batched longest first so each batch pads little: at most ``batch_size`` texts per batch and
     at most ``max_tokens`` padded tokens (default: :data:`CPU_MAX_TOKENS` on the CPU, where that is fastest,
     no limit elsewhere). Inputs longer than ``max_length`` tokens (default: what the model and tokenizer
-    accept, :func:`~neobert.encoders.max_positions`) are truncated. ``pooling`` is a name of the registry
+    accept, :func:`~neobert.inference.encoders.max_positions`) are truncated. ``pooling`` is a name of the registry
     (:data:`neobert.model.pooling.POOLINGS`); ``normalize`` scales rows to unit L2.
     ``desc`` labels the progress bar.
     """

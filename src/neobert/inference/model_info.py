@@ -9,10 +9,10 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from .config import PRESETS, ModelConfig
+from ..common.config import PRESETS, ModelConfig
+from ..common.tables import markdown_table
+from ..model import NeoBERTConfig, NeoBERTForMaskedLM
 from .encoders import is_preset, model_dir
-from .model import NeoBERTConfig, NeoBERTForMaskedLM
-from .tables import markdown_table
 
 
 @dataclass

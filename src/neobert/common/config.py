@@ -21,7 +21,7 @@ FFN_TYPES = ("swiglu", "gelu")
 NORM_TYPES = ("rmsnorm", "layernorm")
 ROPE_SCALINGS = ("none", "linear", "ntk", "yarn")
 # Numeric precision of a run, training or inference: "auto" is whichever of fp32 and bf16 runs faster for
-# the model's shapes on this device, measured once per process (neobert.hardware.resolve_precision).
+# the model's shapes on this device, measured once per process (neobert.runtime.hardware.resolve_precision).
 # Training: bf16 autocast over fp32 weights; inference: bf16 weights (the NeoBERT fast path).
 PRECISIONS = ("auto", "fp32", "bf16")
 

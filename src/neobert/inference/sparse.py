@@ -25,12 +25,12 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from ..common.progress import progress_bar
+from ..model.runtime import eval_mode
 from .directories import MODULES_FILE, is_kind, module_types, modules
 from .encoders import check_vocab, max_positions
-from .inference import batched_inputs
-from .model.runtime import eval_mode
-from .progress import progress_bar
 from .registration import require_head
+from .run import batched_inputs
 
 __all__ = ["encode_sparse", "is_sparse_dir", "is_sparse_model", "prune_top_k", "sparse_rows", "splade_pool"]
 
@@ -121,7 +121,7 @@ def sparse_rows(matrix: sp.csr_matrix, tokenizer: Any = None) -> list[list[dict[
 
 
 def is_sparse_dir(source: str | os.PathLike) -> bool:
-    """Whether ``source`` is a SPLADE ``SparseEncoder`` directory (:func:`neobert.directories.describe_directory`
+    """Whether ``source`` is a SPLADE ``SparseEncoder`` directory (:func:`neobert.inference.directories.describe_directory`
     says so: a ``SpladePooling`` module) with the settings :func:`encode_sparse` reproduces: a transformer at
     the root, then ``SpladePooling`` with max pooling and ReLU. Other SPLADE settings (sum pooling, the
     ``log1p_relu`` activation) raise."""

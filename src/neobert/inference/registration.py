@@ -21,14 +21,14 @@ from transformers import (
     AutoModelForTokenClassification,
 )
 
-from .model import (
+from ..model import (
     NeoBERTConfig,
     NeoBERTForMaskedLM,
     NeoBERTForSequenceClassification,
     NeoBERTForTokenClassification,
     NeoBERTModel,
 )
-from .model.losses import mlm_loss, sequence_loss, token_loss
+from ..model.losses import mlm_loss, sequence_loss, token_loss
 
 
 @dataclass(frozen=True)

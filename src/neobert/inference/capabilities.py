@@ -2,7 +2,7 @@
 and the tasks (endpoints) it offers.
 
 Every caller that asks "what is this model" asks here: the service's two backends and its ``/info``, and
-(through :func:`neobert.registration.head_of`, the one head detection) inference, tagging, the file tasks
+(through :func:`neobert.inference.registration.head_of`, the one head detection) inference, tagging, the file tasks
 and the ONNX export. :func:`load_for_inference` is the one call that loads a model for inference: head,
 embedding settings, tokenizer (held to the directory's declared input length), vocabulary check, precision.
 """
@@ -29,10 +29,10 @@ from .encoders import (
     model_dir,
     resolve_tokenizer,
 )
-from .inference import label_names
 from .late_interaction import is_late_interaction_dir, load_late_interaction
 from .registration import HEADS, declared_head
 from .registration import head as registered_head
+from .run import label_names
 from .sparse import is_sparse_dir
 
 # The tasks (service endpoints) each head offers are its registry entry's (``registration.Head.tasks``): the
@@ -172,7 +172,7 @@ SPLADE_NO_DENSE = ("a SPLADE SparseEncoder directory: its vectors are sparse (em
 
 
 def splade_dir(source: str | os.PathLike, sparse: bool = False) -> bool:
-    """Whether ``source`` is a SPLADE ``SparseEncoder`` directory :func:`neobert.sparse.encode_sparse`
+    """Whether ``source`` is a SPLADE ``SparseEncoder`` directory :func:`neobert.inference.sparse.encode_sparse`
     reproduces. One with other SPLADE settings raises where ``sparse`` (``--sparse``) is asked for, and is
     served as a plain model (no ``embed_sparse``) otherwise."""
     if not Path(source).is_dir():
@@ -195,7 +195,7 @@ def _declared_max_length(source: str | os.PathLike) -> int | None:
 
 
 def source_embedding(source: str | os.PathLike) -> EmbeddingSpec | str:
-    """How ``source`` declares its embeddings (:func:`neobert.encoders.embedding_spec`), or why they cannot
+    """How ``source`` declares its embeddings (:func:`neobert.inference.encoders.embedding_spec`), or why they cannot
     be reproduced (the error's message), so a model with another head can still serve that head."""
     if not Path(source).is_dir():
         return EmbeddingSpec()
@@ -215,7 +215,7 @@ def load_for_inference(
     """Load ``source`` for inference in one call: its head (``auto``: :func:`detect_head`), how it embeds,
     its tokenizer (held to the input length the directory declares, e.g. sentence-transformers'
     ``max_seq_length``, as ``SentenceTransformer`` holds it), the vocabulary check and ``precision``
-    (:func:`neobert.encoders.apply_precision`; None: the weights as loaded, float32, on the padded path).
+    (:func:`neobert.inference.encoders.apply_precision`; None: the weights as loaded, float32, on the padded path).
     ``sparse``: serve the model's SPLADE vectors (``embed_sparse``) though it is not a SPLADE directory (one
     is served so without asking); it needs a masked-LM head."""
     if Path(source).is_dir() and is_late_interaction_dir(source):
@@ -258,8 +258,8 @@ LATE_NO_DENSE = ("a late-interaction (ColBERT) directory: it serves token vector
 
 
 def load_late_for_inference(source: str | os.PathLike, precision: str | None = "auto") -> Encoder:
-    """A late-interaction directory for inference (:func:`neobert.late_interaction.load_late_interaction`):
-    an :class:`Encoder` whose model is the :class:`~neobert.late_interaction.LateInteractionModel`, with the
+    """A late-interaction directory for inference (:func:`neobert.inference.late_interaction.load_late_interaction`):
+    an :class:`Encoder` whose model is the :class:`~neobert.inference.late_interaction.LateInteractionModel`, with the
     spec as ``encoder.spec`` and capabilities offering :data:`LATE_TASKS` and the tokenizer's tasks; its
     input limit is the spec's ``document_length``. It runs on the padded path, in float32 unless
     ``precision`` is ``bf16`` (``auto`` keeps float32): the unpadded fast path drops the positions the encoder

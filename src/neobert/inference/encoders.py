@@ -22,16 +22,16 @@ from typing import Any
 import torch
 from transformers import AutoConfig
 
-from .config import PRESETS, ModelConfig, check_precision
-from .data import tokenizer as tokenizer_files
-from .data.tokenizer import EXAMPLES_HINT as EXAMPLES_HINT  # the tokenizer loader lives in the data layer
-from .data.tokenizer import MODEL_INPUT_NAMES
+from ..common.config import PRESETS, ModelConfig, check_precision
+from ..common.io import atomic_dir
+from ..data import tokenizer as tokenizer_files
+from ..data.tokenizer import EXAMPLES_HINT as EXAMPLES_HINT  # the tokenizer loader lives in the data layer
+from ..data.tokenizer import MODEL_INPUT_NAMES
+from ..model import NeoBERTConfig
+from ..model.pooling import POOLINGS, from_sentence_transformers, mean_pool
+from ..runtime.fastpath import fast_inference
+from ..runtime.hardware import resolve_precision
 from .directories import MODULES_FILE, modules
-from .fastpath import fast_inference
-from .hardware import resolve_precision
-from .io import atomic_dir
-from .model import NeoBERTConfig
-from .model.pooling import POOLINGS, from_sentence_transformers, mean_pool
 from .registration import head as registered_head
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
@@ -109,7 +109,7 @@ def _renamed_task(head: str, kw: dict[str, Any], where: str) -> str:
 
 
 def load_model(source: str | os.PathLike, head: str = "base", **kw: Any) -> torch.nn.Module:
-    """A model in eval mode with ``head`` (a :data:`neobert.registration.HEADS` key: base | mlm |
+    """A model in eval mode with ``head`` (a :data:`neobert.inference.registration.HEADS` key: base | mlm |
     sequence-classification | token-classification). The model alone: :func:`load_encoder` is the loader
     every caller uses (its tokenizer with it); this is the step inside it.
 
@@ -171,7 +171,7 @@ def check_vocab(model: torch.nn.Module, tokenizer: Any) -> None:
 def apply_precision(model: torch.nn.Module, precision: str = "auto") -> torch.nn.Module:
     """The model's inference precision: bf16 weights for ``bf16``, float32 for ``fp32`` (exact); ``auto`` is
     whichever of the two runs this model's shapes faster on its device (measured once per process:
-    :func:`neobert.hardware.resolve_precision`). NeoBERT models (any head) also go on the fast path
+    :func:`neobert.runtime.hardware.resolve_precision`). NeoBERT models (any head) also go on the fast path
     (unpadded attention, fused epilogues); other encoders are cast, their code unchanged."""
     check_precision(precision, ValueError)
     device = next(model.parameters()).device

@@ -5,7 +5,7 @@ export (``neobert export onnx``), a late-interaction (ColBERT) directory (PyLate
 ``MultiVectorEncoder`` loads too), a SPLADE ``SparseEncoder`` directory, a sentence-transformers directory
 (``modules.json``), or a plain transformers directory (``config.json``). Each kind says which library loads
 it and what its model card calls it; the head inside is the one ``config.json`` declares
-(:func:`neobert.registration.declared_head`). Cards, the service's backend choice, SPLADE detection and the
+(:func:`neobert.inference.registration.declared_head`). Cards, the service's backend choice, SPLADE detection and the
 evaluations ask here; a new kind is one :func:`register_directory_kind` call.
 """
 

@@ -30,14 +30,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import inference
-from .config import ROPE_SCALINGS
+from ..common.config import ROPE_SCALINGS
+from ..model import set_runtime
+from ..model.pooling import get_pooling
+from ..model.runtime import eval_mode
+from ..runtime.fastpath import FusedEncoderBlock, fuse_cpu_epilogues
+from . import run
 from .encoders import max_positions
-from .fastpath import FusedEncoderBlock, fuse_cpu_epilogues
-from .inference import TokenIds
-from .model import set_runtime
-from .model.pooling import get_pooling
-from .model.runtime import eval_mode
+from .run import TokenIds
 
 POLICIES = ("truncate", "chunk", "extend")
 EXTEND_METHODS = tuple(m for m in ROPE_SCALINGS if m != "none")
@@ -283,8 +283,8 @@ def embed(
     rows of at most that many tokens (special ones included) instead of the model's window."""
 
     def vectors(scale: int, scaled: torch.nn.Module, ids: TokenIds) -> np.ndarray:
-        return inference.encode(scaled, tokenizer, ids, batch_size=batch_size, pooling=pooling, normalize=False,
-                                show_progress=show_progress, max_tokens=max_tokens)  # fmt: skip
+        return run.encode(scaled, tokenizer, ids, batch_size=batch_size, pooling=pooling, normalize=False,
+                          show_progress=show_progress, max_tokens=max_tokens)  # fmt: skip
 
     hidden = model.base_model.config.hidden_size
     by_tokens = get_pooling(pooling).by_tokens  # mean: windows weighted by their token counts
@@ -300,16 +300,16 @@ def _per_text(
     texts: Sequence[str],
     settings: LongDocuments,
     width: int,
-    run: Callable[[int, torch.nn.Module, TokenIds], np.ndarray],
+    compute: Callable[[int, torch.nn.Module, TokenIds], np.ndarray],
     by_length: bool = False,
     window: int | None = None,
 ) -> tuple[np.ndarray, LongReport]:
-    """Per text (N, width), the mean over its windows of ``run(scale, model at that scale, windows' ids)``
+    """Per text (N, width), the mean over its windows of ``compute(scale, model at that scale, windows' ids)``
     (weighted by window length with ``by_length``: a mean over tokens), and what the policy did."""
     rows, _ = tokenize_rows(model, tokenizer, texts, settings, window)
     values = np.zeros((len(rows.ids), width), dtype=np.float32)
     for scale, scaled, members, ids in _by_scale(model, rows, settings.method):
-        values[members] = run(scale, scaled, ids)
+        values[members] = compute(scale, scaled, ids)
     weights = np.asarray([len(row) if by_length else 1 for row in rows.ids], dtype=np.float64)[:, None]
     sums = np.zeros((len(texts), width), dtype=np.float64)
     totals = np.zeros((len(texts), 1), dtype=np.float64)
@@ -330,7 +330,7 @@ def classifier_logits(
     """Sequence-classification logits (N, num_labels) under the policy (windows' logits averaged)."""
 
     def logits(scale: int, scaled: torch.nn.Module, ids: TokenIds) -> np.ndarray:
-        return inference.classifier_logits(
+        return run.classifier_logits(
             scaled, tokenizer, ids, batch_size=batch_size, show_progress=show_progress,
             max_length=model_window(model, tokenizer) * scale, max_tokens=max_tokens)  # fmt: skip
 
@@ -383,7 +383,7 @@ def _row_logits(model, tokenizer, subset: TokenIds, batch_size, max_tokens) -> l
     device = next(model.parameters()).device
     width = max(len(row) for row in subset)
     out: list[np.ndarray | None] = [None] * len(subset)
-    batches = inference.batched_inputs(tokenizer, subset, None, batch_size, max_tokens, width, device)
+    batches = run.batched_inputs(tokenizer, subset, None, batch_size, max_tokens, width, device)
     with eval_mode(model), torch.inference_mode():
         for index, inputs in batches:
             logits = model(**inputs).logits.float().cpu().numpy()  # (B, L, num_labels)

@@ -2,7 +2,7 @@
 
 Machines of one project differ: an AVX2-only CPU emulates bf16 (a bf16 matmul there runs several to 60x
 slower than fp32), a CPU with AVX-512 + AMX runs it natively, a GPU runs it on tensor cores. So the
-precision ``auto`` (:data:`neobert.config.PRECISIONS`) is decided by timing the model's own matmul shapes
+precision ``auto`` (:data:`neobert.common.config.PRECISIONS`) is decided by timing the model's own matmul shapes
 in fp32 and in bf16 on this device, once per process and shape (:func:`choose_precision`); bf16 must win
 by :data:`BF16_MARGIN` to be taken over exact fp32.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from .config import check_precision
+from ..common.config import check_precision
 
 # The libraries whose versions a report names (`neobert doctor`, job manifests)
 PACKAGES = ("neobert", "transformers", "huggingface_hub", "tokenizers", "accelerate", "sentence-transformers",

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .io import atomic_file, write_dir, write_json, write_text
-from .late_interaction import load_late_interaction, maxsim_scores, token_vectors
-from .tables import markdown_table
+from ..common.io import atomic_file, write_dir, write_json, write_text
+from ..common.tables import markdown_table
+from ..inference.late_interaction import load_late_interaction, maxsim_scores, token_vectors
 
 __all__ = ["IndexConfig", "SearchConfig", "build_index", "exhaustive_search", "load_index", "search"]
 

@@ -16,20 +16,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .capabilities import load_for_inference
-from .data.text_files import read_texts
-from .encoders import is_preset, load_model, resolve_tokenizer
-from .inference import classifier_logits, classifier_rows, fill_mask, is_regression, label_names
-from .io import write_text
+from ..common.io import write_text
+from ..common.tables import markdown_table
+from ..data.text_files import read_texts
+from ..inference.capabilities import load_for_inference
+from ..inference.encoders import is_preset, load_model, resolve_tokenizer
+from ..inference.long_documents import LongReport
+from ..inference.long_documents import classifier_logits as classifier_logits_long
+from ..inference.registration import declared_head
+from ..inference.run import classifier_logits, classifier_rows, fill_mask, is_regression, label_names
+from ..token_classification.tagging import Entity, tag
 
-# neobert.predict.EmbedConfig and embed_file as before: the embed job's config and its .npy writer live in jobs.embed
-from .jobs.embed import EmbedConfig, EmbedResult, embed_file  # noqa: F401
-from .jobs.file_job import MAX_TOKENS_HELP, FileJob, empty_rows, notes, precision_field
-from .long_documents import LongReport
-from .long_documents import classifier_logits as classifier_logits_long
-from .registration import declared_head
-from .tables import markdown_table
-from .token_classification.tagging import Entity, tag
+# neobert.jobs.predict.EmbedConfig and embed_file as before: the embed job's config and its .npy writer live in jobs.embed
+from .embed import EmbedConfig, EmbedResult, embed_file  # noqa: F401
+from .file_job import MAX_TOKENS_HELP, FileJob, empty_rows, notes, precision_field
 
 # -- embed: the job lives in neobert.jobs.embed (one pipeline, a directory of shards or a .npy array) ----------
 

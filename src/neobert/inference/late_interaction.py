@@ -34,11 +34,11 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
+from ..common.io import replace_dir, write_json
+from ..common.progress import progress_bar
+from ..model.runtime import eval_mode
 from .directories import is_kind
 from .encoders import Encoder, load_encoder, max_positions, write_model_files
-from .io import replace_dir, write_json
-from .model.runtime import eval_mode
-from .progress import progress_bar
 
 __all__ = [
     "LateInteractionModel",
@@ -216,7 +216,7 @@ def _write(path: Path, data: Any) -> None:
 
 def is_late_interaction_dir(source: str | os.PathLike) -> bool:
     """Whether ``source`` is a late-interaction directory (PyLate's ``ColBERT`` model type, or a
-    ``MultiVectorEncoder``): :func:`neobert.directories.describe_directory` decides it."""
+    ``MultiVectorEncoder``): :func:`neobert.inference.directories.describe_directory` decides it."""
     return is_kind(source, "late-interaction")
 
 

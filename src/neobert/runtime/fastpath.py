@@ -21,10 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .model.attention import AttentionContext
-from .model.checks import BackendCheck, run_check, warn_fallback
-from .model.layers import EncoderBlock, SwiGLU
-from .model.runtime import compile_blocks, neobert_encoder, set_runtime
+from ..model.attention import AttentionContext
+from ..model.checks import BackendCheck, run_check, warn_fallback
+from ..model.layers import EncoderBlock, SwiGLU
+from ..model.runtime import compile_blocks, neobert_encoder, set_runtime
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 
