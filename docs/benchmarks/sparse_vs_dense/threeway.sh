@@ -35,3 +35,32 @@ for name, key, value in (("config_sentence_transformers.json", "document_length"
                          ("sentence_bert_config.json", "max_seq_length", 511)):
     s = json.loads((d / name).read_text()); s[key] = value; (d / name).write_text(json.dumps(s, indent=2))
 PY
+
+# 4. the long-document task: the same held-out queries against whole module documentation (rewrites the same pairs)
+[ -f "$R/pairs/long/retrieval/modules/qrels.tsv" ] || t neobert data docstring-pairs --output "$R/pairs" \
+    --heldout-share 0.3 --module-documents
+
+# 5. nDCG@10 (eval embeddings: dense by cosine, SPLADE by dot product, late interaction by MaxSim)
+[ -f "$R/eval_short/embedding_results.json" ] || t neobert eval embeddings --model "$M" --model "$R/dense" \
+    --model "$R/sparse" --model "$R/late" --tasks-dir "$R/pairs/heldout" --output "$R/eval_short" --device cpu
+for policy in truncate chunk; do
+    [ -f "$R/eval_long_$policy/embedding_results.json" ] || t neobert eval embeddings --model "$R/dense" \
+        --model "$R/sparse" --model "$R/late" --tasks-dir "$R/pairs/long" --long-documents $policy \
+        --output "$R/eval_long_$policy" --device cpu
+done
+
+# 6. index bytes, exhaustive search time, the late-interaction index as int8 / binary
+[ -f "$R/index_short.json" ] || t python $B/index_search.py "$R/dense" "$R/sparse" "$R/late" \
+    "$R/pairs/heldout/retrieval/docstrings" --output "$R/index_short.json"
+[ -f "$R/index_long_chunk.json" ] || t python $B/index_search.py "$R/dense" "$R/sparse" "$R/late" \
+    "$R/pairs/long/retrieval/modules" --long-documents chunk --output "$R/index_long_chunk.json"
+
+# 7. query latency through the service, last (one model at a time, one client, 467 queries after 10 warm-ups)
+Q="$R/pairs/heldout/retrieval/docstrings/queries.jsonl"
+for run in "dense embed" "sparse embed_sparse" "late multivector"; do
+    set -- $run
+    [ -f "$R/serve_$1.json" ] || t python $B/serve_latency.py "$R/$1" $2 "$Q" --output "$R/serve_$1.json"
+done
+
+# 8. the tables (results.md's) and the plot
+python $B/threeway_report.py "$R" --plot $B/threeway.png
