@@ -13,7 +13,10 @@ the types of ``neobert.quantization`` (``neobert embed --dtype``'s; calibrated o
 vectors). A quantized index is scored against float query vectors: int8 dequantized to its bucket centres,
 binary as +-1 per dimension (asymmetric), both by MaxSim. Search time: one query (already encoded) scored
 against every document on one thread (dense: a matrix product; SPLADE: a sparse one; MaxSim: padded blocks of
-256 documents, ``neobert.late_interaction.maxsim_scores``), median over the first 100 queries.
+all token vectors in one matrix, each document's maximum by ``np.maximum.reduceat``: :func:`flat_maxsim`, equal
+to ``neobert.late_interaction.maxsim_scores`` without its padding to the longest document of a block), median
+over the first 100 queries. Late-interaction rankings use the same function (the float32 nDCG@10 equals the
+evaluation's).
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ from neobert.encoders import load_encoder
 from neobert.evaluation import embedding_files as files
 from neobert.evaluation.embeddings import ndcg_at_k, rank_documents
 from neobert.io import write_json
-from neobert.late_interaction import maxsim_scores
 from neobert.quantization import bytes_per_vector, calibration_ranges, quantize
 from neobert.tables import markdown_table
 
@@ -45,9 +47,37 @@ def read_task(task: Path) -> tuple[dict, dict, dict]:
     return {r["_id"]: r["text"] for r in rows("queries.jsonl")}, {r["_id"]: r["text"] for r in rows("corpus.jsonl")}, qrels
 
 
-def ndcg(query_vectors, doc_vectors, doc_ids, query_ids, qrels) -> float:
-    rankings = rank_documents(query_vectors, doc_vectors, doc_ids, 10)
-    return 100 * float(np.mean([ndcg_at_k(r, qrels[q], 10) for q, r in zip(query_ids, rankings)]))
+def flat_maxsim(queries, documents) -> np.ndarray:
+    """(Q, N) MaxSim, equal to ``maxsim_scores``: every document's vectors in one matrix, each document's best
+    match per query vector by ``np.maximum.reduceat`` over its rows (no padding to the longest document)."""
+    flat = torch.cat(documents).float()
+    starts = np.cumsum([0] + [len(d) for d in documents[:-1]])
+    out = np.empty((len(queries), len(documents)), dtype=np.float32)
+    for i, q in enumerate(queries):
+        out[i] = np.maximum.reduceat((q.float() @ flat.T).numpy(), starts, axis=1).sum(0)
+    return out
+
+
+def ndcg(query_vectors, doc_vectors, doc_ids, query_ids, qrels, per_query: bool = False):
+    if isinstance(doc_vectors, list):  # late interaction
+        order = np.argsort(-flat_maxsim(query_vectors, doc_vectors), axis=1, kind="stable")[:, :10]
+        rankings = [[doc_ids[j] for j in row] for row in order]
+    else:
+        rankings = rank_documents(query_vectors, doc_vectors, doc_ids, 10)
+    values = [100 * ndcg_at_k(r, qrels[q], 10) for q, r in zip(query_ids, rankings)]
+    return values if per_query else float(np.mean(values))
+
+
+BUCKETS = ((0, 512, "<= 512"), (513, 4096, "513-4,096"), (4097, 10**9, "> 4,096"))
+
+
+def by_length(values: list[float], query_ids, qrels, lengths: dict[str, int]) -> dict[str, list]:
+    """nDCG@10 x 100 of the queries grouped by their relevant document's length in tokens: bucket -> [n, mean]."""
+    out = {}
+    for low, high, name in BUCKETS:
+        kept = [v for v, q in zip(values, query_ids) if low <= max(lengths[d] for d in qrels[q]) <= high]
+        out[name] = [len(kept), float(np.mean(kept)) if kept else float("nan")]
+    return out
 
 
 def search_ms(score_one, queries) -> float:
@@ -77,6 +107,9 @@ def late_budget(query_vectors, doc_vectors, doc_ids, query_ids, qrels) -> list[l
     }
     rows = []
     for dtype, vectors in stored.items():
+        if dtype == "float32":  # the float32 index is the one already scored
+            rows.append([dtype, float("nan"), len(flat) * bytes_per_vector(flat.shape[1], dtype)])
+            continue
         docs = list(torch.split(torch.from_numpy(np.ascontiguousarray(vectors)), counts))
         extra = ranges.nbytes if dtype == "int8" else 0
         size = len(flat) * bytes_per_vector(flat.shape[1], dtype) + extra
@@ -100,6 +133,9 @@ def main() -> None:
         "late interaction": files.make_late_embed(args.late, "cpu", show_progress=False, chunk=chunk),
     }
     rows, result = [], {"task": args.task, "long_documents": args.long_documents, "documents": len(doc_ids)}
+    tokenizer = load_encoder(args.dense).tokenizer
+    lengths = {d: len(tokenizer(corpus[d], verbose=False)["input_ids"]) for d in doc_ids}
+    result["by_length"] = {}
     for name, embed in embeds.items():
         start = time.perf_counter()
         docs = embed([corpus[d] for d in doc_ids], "")
@@ -111,17 +147,22 @@ def main() -> None:
             size, entries, one = docs.nnz * 8, docs.nnz, lambda v, d=docs: (v @ d.T).toarray()
         else:
             entries = sum(v.numel() for v in docs)
-            size, one = entries * 4, lambda v, d=docs: maxsim_scores([v], d)
+            size, one = entries * 4, lambda v, d=docs: flat_maxsim([v], d)
         per_query = [q[i] for i in range(q.shape[0] if name != "late interaction" else len(q))]
-        row = [name, ndcg(q, docs, doc_ids, query_ids, qrels), entries, size, search_ms(one, per_query), encode_s]
+        values = ndcg(q, docs, doc_ids, query_ids, qrels, per_query=True)
+        result["by_length"][name] = by_length(values, query_ids, qrels, lengths)
+        row = [name, float(np.mean(values)), entries, size, search_ms(one, per_query), encode_s]
         rows.append(row)
         if name == "late interaction":
             result["late_budget"] = late_budget(q, docs, doc_ids, query_ids, qrels)
+            result["late_budget"][0][1] = row[1]
     header = ["model", "nDCG@10 x 100", "index entries", "index bytes", "search ms / query (1 thread)",
               "corpus encode s"]  # fmt: skip
     result["rows"], result["header"] = rows, header
     print(markdown_table(header, rows))
     print(markdown_table(["late-interaction index", "nDCG@10 x 100", "bytes"], result["late_budget"]))
+    print(markdown_table(["model"] + [f"relevant document {b[2]} tokens: n, nDCG@10" for b in BUCKETS],
+                         [[m] + [f"{n}, {v:.2f}" for n, v in groups.values()] for m, groups in result["by_length"].items()]))
     if args.output:
         write_json(args.output, result, indent=2)
 

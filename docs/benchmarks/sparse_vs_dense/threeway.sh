@@ -54,6 +54,8 @@ done
     "$R/pairs/heldout/retrieval/docstrings" --output "$R/index_short.json"
 [ -f "$R/index_long_chunk.json" ] || t python $B/index_search.py "$R/dense" "$R/sparse" "$R/late" \
     "$R/pairs/long/retrieval/modules" --long-documents chunk --output "$R/index_long_chunk.json"
+[ -f "$R/index_long_truncate.json" ] || t python $B/index_search.py "$R/dense" "$R/sparse" "$R/late" \
+    "$R/pairs/long/retrieval/modules" --long-documents truncate --output "$R/index_long_truncate.json"
 
 # 7. query latency through the service, last (one model at a time, one client, 467 queries after 10 warm-ups)
 Q="$R/pairs/heldout/retrieval/docstrings/queries.jsonl"

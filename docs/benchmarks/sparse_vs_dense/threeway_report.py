@@ -46,7 +46,7 @@ def index_bytes(kind: str, scores: dict, documents: int) -> float:
 
 def retrieval_table(rows: dict[str, dict], documents: int, label: str = "") -> tuple[str, list]:
     header = ["model", "nDCG@10 x 100", "MRR@10 x 100", "recall@10 x 100", "recall@100 x 100",
-              "entries / document", "index MB"]  # fmt: skip
+              "numbers stored / document", "index MB"]  # fmt: skip
     table, points = [], []
     for kind in ("untuned", "dense", "sparse", "late"):
         if kind not in rows:
@@ -108,6 +108,18 @@ def index_table(run: Path, name: str) -> tuple[str, list]:
     return text, [(r[0], r[2] * 1e6, r[1]) for r in budget]
 
 
+def length_table(run: Path) -> str:
+    rows, header = [], None
+    for policy in ("truncate", "chunk"):
+        data = load(run / f"index_long_{policy}.json")
+        if not data:
+            continue
+        for model, groups in data["by_length"].items():
+            header = header or ["model", *(f"relevant document {b} tokens ({n} queries)" for b, (n, _) in groups.items())]
+            rows.append([f"{model}, {policy}", *(v for _, v in groups.values())])
+    return markdown_table(header, rows) if rows else ""
+
+
 def plot(groups: dict[str, list], path: Path) -> None:
     import matplotlib
 
@@ -148,11 +160,14 @@ def main() -> None:
         groups["long documents (modules)"] += points
         print(f"\n## Long documents, {policy}\n\n" + text)
     print("\n## Long-document lengths\n\n" + long_lengths(run))
-    for name, title in (("index_short.json", "short"), ("index_long_chunk.json", "long, chunk")):
+    for name, title in (("index_short.json", "short"), ("index_long_truncate.json", "long, truncate"),
+                        ("index_long_chunk.json", "long, chunk")):  # fmt: skip
         text, points = index_table(run, name)
         if text:
-            groups[f"late interaction quantized ({title})"] = points[1:]
+            if title != "long, truncate":
+                groups[f"late interaction quantized ({title})"] = points[1:]
             print(f"\n## Index and search ({title})\n\n" + text)
+    print("\n## Long documents by the relevant document's length\n\n" + length_table(run))
     print("\n## Service latency\n\n" + serve_table(run))
     if (run / "times.log").exists():
         print("\n## Wall times\n\n```\n" + (run / "times.log").read_text() + "```")
