@@ -19,6 +19,7 @@ from neobert.tables import markdown_table
 
 KINDS = {"dense": "dense", "sparse": "SPLADE", "late": "late interaction"}
 WIDTH = {"dense": 384, "late": 128}
+COLORS = {"untuned": "grey", "dense": "tab:blue", "SPLADE": "tab:green", "late": "tab:red"}
 
 
 def load(path: Path) -> dict | None:
@@ -129,7 +130,8 @@ def plot(groups: dict[str, list], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 5.5))
     for (title, points), marker in zip(groups.items(), "osD^"):
         for label, size, score in points:
-            ax.scatter(size, score, marker=marker, s=50)
+            color = next((c for key, c in COLORS.items() if label.startswith(key)), "black")
+            ax.scatter(size, score, marker=marker, s=50, color=color)
             ax.annotate(label, (size, score), textcoords="offset points", xytext=(5, 4), fontsize=7)
         ax.scatter([], [], marker=marker, color="grey", label=title)
     ax.set_xscale("log")
