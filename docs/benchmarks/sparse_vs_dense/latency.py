@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from neobert.encoders import load_encoder
+from neobert.common.tables import markdown_table
 from neobert.inference import encode
-from neobert.sparse import encode_sparse
-from neobert.tables import markdown_table
+from neobert.inference.encoders import load_encoder
+from neobert.inference.sparse import encode_sparse
 
 
 def texts(path: Path) -> list[str]:

@@ -1,8 +1,11 @@
 """Query latency through the service: start `neobert serve` on 127.0.0.1 for one model, send the held-out
 queries one per request from one client (keep-alive), and print p50 / p90 / p99 milliseconds.
 
-    PYTHONPATH=src python docs/benchmarks/sparse_vs_dense/serve_latency.py MODEL_DIR {embed,embed_sparse} \
+    PYTHONPATH=src python docs/benchmarks/sparse_vs_dense/serve_latency.py MODEL_DIR {embed,embed_sparse,multivector} \
         QUERIES_JSONL [--precision fp32] [--threads 1]
+
+``multivector`` asks a late-interaction model for a query's token vectors: ``POST /v1/embeddings`` with Jina's
+``return_multivector: true`` and ``task: retrieval.query`` (the ``[Q]`` marker, expanded to ``query_length``).
 
 The server runs with its defaults (a model process of its own, batching on) except for the precision (fp32
 by default: the vectors `neobert eval embeddings` scored) and the model threads (pinned to 1 by default, the
@@ -42,13 +45,23 @@ def request(conn: http.client.HTTPConnection, method: str, path: str, body: dict
     return json.loads(text)
 
 
+# endpoint -> (path, request body of one query, entries of the answer: numbers a search reads)
+ROUTES = {
+    "embed": ("/embed", lambda q: {"inputs": q}, lambda a: len(a[0])),
+    "embed_sparse": ("/embed_sparse", lambda q: {"inputs": q}, lambda a: len(a[0])),
+    "multivector": ("/v1/embeddings", lambda q: {"input": [q], "return_multivector": True, "task": "retrieval.query"},
+                    lambda a: sum(len(v) for v in a["data"][0]["embeddings"])),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
-    parser.add_argument("endpoint", choices=["embed", "embed_sparse"])
+    parser.add_argument("endpoint", choices=list(ROUTES))
     parser.add_argument("queries", type=Path)
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--threads", default="1")
+    parser.add_argument("--output", type=Path, help="also write the numbers (and the server's start-up lines) here")
     args = parser.parse_args()
     queries = [json.loads(line)["text"] for line in args.queries.read_text(encoding="utf-8").splitlines()]
     port = free_port()
@@ -71,14 +84,15 @@ def main() -> None:
         else:
             raise SystemExit("the server did not answer /health in 300 s")
         info = request(conn, "GET", "/info")
+        path, body, entries = ROUTES[args.endpoint]
         for q in queries[:10]:
-            request(conn, "POST", f"/{args.endpoint}", {"inputs": q})
+            request(conn, "POST", path, body(q))
         times, nonzeros = [], []
         for q in queries:
             start = time.perf_counter()
-            answer = request(conn, "POST", f"/{args.endpoint}", {"inputs": q})
+            answer = request(conn, "POST", path, body(q))
             times.append(1000 * (time.perf_counter() - start))
-            nonzeros.append(len(answer[0]))
+            nonzeros.append(entries(answer))
         conn.close()
     finally:
         server.terminate()
@@ -94,10 +108,13 @@ def main() -> None:
     fields = {
         k: v for k, v in info.items() if "thread" in k or k in ("precision", "model_id", "max_input_length")
     }
-    print(json.dumps({"model": args.model, "endpoint": f"/{args.endpoint}", "requests": len(times), "p50_ms": p50,
-                      "p90_ms": p90, "p99_ms": p99, "mean_ms": float(np.mean(times)),
-                      "vector_entries_mean": float(np.mean(nonzeros)), "info": fields}, indent=2))  # fmt: skip
+    result = {"model": args.model, "endpoint": ROUTES[args.endpoint][0], "requests": len(times), "p50_ms": p50,
+              "p90_ms": p90, "p99_ms": p99, "mean_ms": float(np.mean(times)),
+              "vector_entries_mean": float(np.mean(nonzeros)), "info": fields}  # fmt: skip
+    print(json.dumps(result, indent=2))
     print("server:", startup)
+    if args.output:
+        args.output.write_text(json.dumps({**result, "server": startup, "load_average_at_end": os.getloadavg()}, indent=2))
 
 
 if __name__ == "__main__":

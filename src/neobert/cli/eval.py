@@ -115,7 +115,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     select = add_signature_options(mteb, mteb_adapter.select_tasks, metadata=many)
     mteb.set_defaults(select=select)
     help = "STS, retrieval, classification, clustering, pair classification on local files"
-    emb = _command(commands, "embeddings", _embeddings, files.run, help, "results/embeddings")
+    emb = _command(commands, "embeddings", _embeddings, files.run, help, "results/embeddings",
+                   long_documents={"choices": files.LONG_POLICIES})  # fmt: skip
     what = "directory of task files, one subdirectory per family (see docs/evaluation.md)"
     emb.add_argument("--tasks-dir", help=what)
     for family, what in FAMILY_OPTIONS.items():

@@ -11,6 +11,11 @@ so no held-out query or document shares a module with the training data: the tra
 ``train.jsonl`` (``finetune contrastive|sparse`` files) and the held-out modules' to a BEIR-layout retrieval
 task ``heldout/retrieval/docstrings`` (``eval embeddings --tasks-dir OUTPUT/heldout``); ``split.json``
 names both module lists, so ``neobert data corpus --modules`` can pretrain on the training modules only.
+
+With ``module_documents`` a second held-out task, ``long/retrieval/modules``, asks the same queries of *long*
+documents: one per held-out source file, its whole documentation (the module docstring, then every documented
+object's qualified name and docstring, a queried object's summary left out), each query's relevant document
+the file it comes from (often thousands of tokens: past a small encoder's window).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..common.io import write_json, write_text
-from .corpus import _parse, stdlib_files, stdlib_root
+from .corpus import _clean, _entry, _parse, stdlib_files, stdlib_root
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
@@ -34,6 +39,7 @@ class DocstringPair:
     name: str  # qualified name of the documented object
     query: str  # the summary paragraph
     document: str  # the rest of the docstring
+    source: str = ""  # the dotted module of its file, e.g. "email.message"
 
 
 @dataclass
@@ -78,7 +84,7 @@ def iter_docstring_pairs(modules: Sequence[str] | None = None, min_document_char
             if split is None or split[0] in seen or split[1] in seen:
                 continue
             seen.update(split)
-            yield DocstringPair(parts[0], name, *split)
+            yield DocstringPair(parts[0], name, *split, source=module)
 
 
 def _documented(node: ast.AST, prefix: str) -> Iterator[tuple[str, ast.AST]]:
@@ -97,7 +103,7 @@ def is_heldout(module: str, heldout_share: float, seed: int = 0) -> bool:
 
 def write_docstring_retrieval(output: str | Path, heldout_share: float = 0.2, seed: int = 0,
                               min_document_chars: int = 100, modules: Sequence[str] | None = None,
-                              ) -> DocstringRetrieval:  # fmt: skip
+                              module_documents: bool = False) -> DocstringRetrieval:  # fmt: skip
     """Write training pairs and a held-out retrieval task, split by top-level module (see the module doc).
 
     Args:
@@ -106,6 +112,8 @@ def write_docstring_retrieval(output: str | Path, heldout_share: float = 0.2, se
         seed: changes which modules are held out
         min_document_chars: the shortest document (the docstring after its summary) kept
         modules: only these top-level stdlib modules (default: all)
+        module_documents: also write long/retrieval/modules: the held-out queries against whole module
+            documentation (one document per held-out source file; see the module doc)
     """
     if not 0 < heldout_share < 1:
         raise ValueError(f"heldout_share must be between 0 and 1, got {heldout_share}")
@@ -124,6 +132,45 @@ def write_docstring_retrieval(output: str | Path, heldout_share: float = 0.2, se
     write_text(task / "corpus.jsonl", "".join(
         json.dumps({"_id": f"d:{i}", "text": p.document}, ensure_ascii=False) + "\n" for i, p in zip(ids, heldout)))  # fmt: skip
     write_text(task / "qrels.tsv", "query-id\tcorpus-id\tscore\n" + "".join(f"q:{i}\td:{i}\t1\n" for i in ids))
+    if module_documents:
+        write_module_retrieval(output / "long" / "retrieval" / "modules", heldout, ids)
     modules = {"train": sorted({p.module for p in train}), "heldout": sorted({p.module for p in heldout})}
     write_json(output / "split.json", {**modules, "heldout_share": heldout_share, "seed": seed})
     return DocstringRetrieval(output, len(train), len(heldout), modules["train"], modules["heldout"])
+
+
+def iter_module_documents(modules: Sequence[str], queries: set[str]) -> Iterator[tuple[str, str]]:
+    """(dotted module, its documentation) of every stdlib source file of the top-level ``modules``: the module
+    docstring, then each documented object's qualified name and docstring; an object whose summary is in
+    ``queries`` gives only the rest of its docstring (the query is not copied into its document)."""
+    root = stdlib_root()
+    for path in stdlib_files(modules):
+        tree = _parse(path)
+        parts = path.relative_to(root).with_suffix("").parts
+        if tree is None or parts[0] == "pydoc_data":
+            continue
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        entries = [_entry(module, tree)]
+        for name, node in _documented(tree, module):
+            split = split_docstring(ast.get_docstring(node, clean=True) or "", 0)
+            queried = split is not None and split[0] in queries
+            entries.append(f"{name}\n{_clean(split[1])}" if queried else _entry(name, node))
+        text = "\n".join(e for e in entries if e)
+        if text:
+            yield module, text
+
+
+def write_module_retrieval(task: Path, pairs: Sequence[DocstringPair], ids: Sequence[str]) -> None:
+    """A BEIR-layout task: the ``pairs``' queries (ids ``q:<id>``) against their modules' whole documentation
+    (ids ``m:<module>``, every source file of the pairs' top-level modules), one relevant document each."""
+    top = sorted({p.module for p in pairs})
+    documents = dict(iter_module_documents(top, {p.query for p in pairs}))
+    missing = sorted({p.source for p in pairs} - set(documents))
+    if missing:
+        raise ValueError(f"no documentation found for the modules of some pairs: {', '.join(missing[:5])}")
+    write_text(task / "queries.jsonl", "".join(
+        json.dumps({"_id": f"q:{i}", "text": p.query}, ensure_ascii=False) + "\n" for i, p in zip(ids, pairs)))  # fmt: skip
+    write_text(task / "corpus.jsonl", "".join(
+        json.dumps({"_id": f"m:{m}", "text": text}, ensure_ascii=False) + "\n" for m, text in documents.items()))  # fmt: skip
+    write_text(task / "qrels.tsv", "query-id\tcorpus-id\tscore\n" + "".join(
+        f"q:{i}\tm:{p.source}\t1\n" for i, p in zip(ids, pairs)))  # fmt: skip

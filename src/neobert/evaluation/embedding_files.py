@@ -17,6 +17,12 @@ Sparse models (a SPLADE ``SparseEncoder`` directory, or any masked-LM model with
 on the retrieval tasks by the dot product of their SPLADE vectors (:func:`neobert.inference.sparse.encode_sparse`),
 with the average non-zeros per query and per document beside nDCG@10 and MRR@10; the other families are
 left out for them (a note says so).
+
+Retrieval documents longer than the model's window are cut there (``long_documents="truncate"``) or read
+whole in windows of the model's length overlapping by a quarter (``"chunk"``): a dense model's vector is the
+mean over its windows (:mod:`neobert.inference.long_documents`' chunk policy), a SPLADE vector the entry-wise maximum
+over its windows' (SPLADE's own max pooling, over all the document's tokens), a late-interaction document
+keeps the token vectors of every window (MaxSim over the whole document). Queries are never chunked.
 """
 
 from __future__ import annotations
@@ -30,13 +36,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
+import torch
 
 from ..cards import Result
 from ..common.io import write_text
 from ..common.tables import fmt, markdown_table
 from ..data.readers import json_objects
-from ..inference.encoders import Encoder, load_encoder
+from ..inference.encoders import Encoder, load_encoder, max_positions
 from ..inference.late_interaction import is_late_interaction_dir, load_late_interaction, token_vectors
+from ..inference.long_documents import LongDocuments, tokenize_rows
+from ..inference.long_documents import embed as embed_long
 from ..inference.run import encode
 from ..inference.sparse import encode_sparse, is_sparse_model
 from . import embeddings as E
@@ -183,30 +193,46 @@ def evaluate_task(spec: TaskSpec, embed: E.Embed, instruction: TaskInstruction, 
     return E.evaluate_retrieval(embed, spec.name, queries, corpus, read_qrels(path), instruction)
 
 
-def make_embed(encoder: Encoder, batch_size: int = 32, show_progress: bool = True) -> E.Embed:
+def make_embed(encoder: Encoder, batch_size: int = 32, show_progress: bool = True, chunk: bool = False) -> E.Embed:
+    """Unit vectors of a dense encoder; with ``chunk``, retrieval documents are read whole (the module doc)."""
+
     def embed(texts: list[str], instruction: str) -> np.ndarray:
         texts = [apply_instruction(instruction, t) for t in texts]
         return encode(
             encoder.model, encoder.tokenizer, texts, batch_size, max_length=encoder.max_length, show_progress=show_progress
         )
 
-    return embed
+    def documents(texts: list[str], instruction: str) -> np.ndarray:
+        texts = [apply_instruction(instruction, t) for t in texts]
+        return embed_long(encoder.model, encoder.tokenizer, texts, LongDocuments("chunk"), batch_size=batch_size,
+                          show_progress=show_progress, window=encoder.max_length)[0]  # fmt: skip
+
+    return _with_queries(documents, embed) if chunk else embed
 
 
-def make_sparse_embed(encoder: Encoder, batch_size: int = 32, show_progress: bool = True) -> E.Embed:
-    """SPLADE rows (a SciPy CSR matrix) of a masked-LM encoder, instructions applied as for dense models."""
+def make_sparse_embed(encoder: Encoder, batch_size: int = 32, show_progress: bool = True, chunk: bool = False) -> E.Embed:
+    """SPLADE rows (a SciPy CSR matrix) of a masked-LM encoder, instructions applied as for dense models;
+    with ``chunk``, a document's row is the entry-wise maximum over its windows' rows."""
 
     def embed(texts: list[str], instruction: str) -> Any:
         texts = [apply_instruction(instruction, t) for t in texts]
         return encode_sparse(encoder.model, encoder.tokenizer, texts, batch_size, max_length=encoder.max_length,
                              show_progress=show_progress)  # fmt: skip
 
-    return embed
+    def documents(texts: list[str], instruction: str) -> Any:
+        window = encoder.max_length or max_positions(encoder.model, encoder.tokenizer)
+        pieces, owners = window_texts(encoder.model, encoder.tokenizer, texts, window)
+        rows = embed(pieces, instruction)
+        return sp.vstack([rows[owners == i].max(axis=0) for i in range(len(texts))], format="csr")
+
+    return _with_queries(documents, embed) if chunk else embed
 
 
-def make_late_embed(source: str, device: str | None, batch_size: int = 32, show_progress: bool = True) -> E.Embed:
+def make_late_embed(source: str, device: str | None, batch_size: int = 32, show_progress: bool = True,
+                    chunk: bool = False) -> E.Embed:  # fmt: skip
     """Token vectors of a late-interaction directory: documents by the returned function, queries by its
-    ``.query`` (each with its marker; queries expanded), scored by MaxSim in :func:`E.rank_documents`."""
+    ``.query`` (each with its marker; queries expanded), scored by MaxSim in :func:`E.rank_documents`; with
+    ``chunk``, a document's vectors are those of all its windows (of ``document_length`` tokens)."""
     model, tokenizer, spec = load_late_interaction(source, device=device)
 
     def side(is_query: bool) -> E.Embed:
@@ -216,11 +242,34 @@ def make_late_embed(source: str, device: str | None, batch_size: int = 32, show_
 
         return embed
 
-    documents = side(False)
-    documents.query = side(True)
+    def documents(texts: list[str], instruction: str) -> list:
+        # the window less the document marker, which token_vectors adds to every piece
+        pieces, owners = window_texts(model.encoder, tokenizer, texts, spec.document_length - 1)
+        vectors = side(False)(pieces, instruction)
+        return [torch.cat([vectors[j] for j in np.flatnonzero(owners == i)]) for i in range(len(texts))]
+
+    return _with_queries(documents if chunk else side(False), side(True))
+
+
+def _with_queries(documents: E.Embed, queries: E.Embed) -> E.Embed:
+    documents.query = queries  # evaluate_retrieval encodes queries by .query where there is one
     return documents
 
 
+def window_texts(model: Any, tokenizer: Any, texts: list[str], window: int) -> tuple[list[str], np.ndarray]:
+    """Each text cut into windows of at most ``window`` tokens, special ones included, overlapping by a
+    quarter (:func:`neobert.inference.long_documents.plan_rows`), as the text each window's tokens span; and, per
+    window, the index of its text."""
+    rows, encoding = tokenize_rows(model, tokenizer, texts, LongDocuments("chunk"), window)
+    pieces = []
+    for owner, start, size in zip(rows.owner, rows.start, rows.size):
+        offsets = encoding["offset_mapping"][owner]
+        span = (offsets[start][0], offsets[start + size - 1][1]) if size else (0, 0)
+        pieces.append(texts[owner][span[0] : span[1]])
+    return pieces, np.asarray(rows.owner)
+
+
+LONG_POLICIES = ("truncate", "chunk")  # what eval embeddings does with a retrieval document past the window
 SPARSE_FAMILIES = ("retrieval",)  # what sparse and late-interaction vectors are scored on
 
 
@@ -235,6 +284,7 @@ def run(
     device: str | None = None,
     show_progress: bool = True,
     sparse: bool = False,
+    long_documents: str = "truncate",
 ) -> EmbeddingReport:
     """Score every model on every task (zero-shot: no instruction unless given per task).
 
@@ -244,17 +294,22 @@ def run(
         tokenizer: tokenizer directory (default: the model's own)
         batch_size: texts per batch
         sparse: score every model as SPLADE from its masked-LM head (a SparseEncoder directory always is)
+        long_documents: retrieval documents past the window: truncate | chunk (read whole in windows: dense
+            vectors averaged, SPLADE vectors max-pooled, late-interaction token vectors all kept)
     """
+    if long_documents not in LONG_POLICIES:
+        raise ValueError(f"long_documents must be one of {', '.join(LONG_POLICIES)}; got {long_documents!r}")
+    chunk = long_documents == "chunk"
     start = time.perf_counter()
     report = EmbeddingReport()
     for model in models:
         is_late = Path(model).is_dir() and is_late_interaction_dir(model)
         is_sparse = not is_late and is_sparse_model(model, sparse)
         if is_late:
-            embed = make_late_embed(model, device, batch_size, show_progress)
+            embed = make_late_embed(model, device, batch_size, show_progress, chunk)
         else:
             encoder = load_encoder(model, tokenizer, head="mlm" if is_sparse else "base", device=device)
-            embed = (make_sparse_embed if is_sparse else make_embed)(encoder, batch_size, show_progress)
+            embed = (make_sparse_embed if is_sparse else make_embed)(encoder, batch_size, show_progress, chunk)
         report.models[model] = [
             evaluate_task(spec, embed, (instructions or {}).get(spec.name, NO_INSTRUCTION), seed)
             if not (is_sparse or is_late) or spec.family in SPARSE_FAMILIES
