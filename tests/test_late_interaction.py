@@ -39,7 +39,9 @@ def test_maxsim_matches_a_naive_loop():
     documents = [torch.randn(5, 8), torch.randn(1, 8), torch.randn(7, 8)]
     expected = [[sum(max(float(q[i] @ d[j]) for j in range(d.shape[0])) for i in range(q.shape[0]))
                  for d in documents] for q in queries]  # fmt: skip
+    # block=2 over lengths 5, 1, 7: blocks are taken by length ([1, 5], then [7]) and scattered back in order
     torch.testing.assert_close(maxsim_scores(queries, documents, block=2), torch.tensor(expected), atol=1e-5, rtol=1e-5)
+    assert maxsim_scores(queries, []).shape == (2, 0)
     assert float(maxsim(queries[0], documents[2])) == pytest.approx(expected[0][2], abs=1e-5)
 
 

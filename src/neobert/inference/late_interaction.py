@@ -158,19 +158,23 @@ def maxsim(query: torch.Tensor, document: torch.Tensor) -> torch.Tensor:
 
 def maxsim_scores(queries: Sequence[torch.Tensor], documents: Sequence[torch.Tensor],
                   block: int = 256) -> torch.Tensor:  # fmt: skip
-    """(Q, N) MaxSim of every query against every document: documents padded per block, padding at -inf."""
+    """(Q, N) MaxSim of every query against every document. Documents are taken in blocks of similar length
+    (sorted by token count), each padded to its longest at -inf: a 23k-token module in a block of 200-token
+    docstrings would otherwise pad every one of them to 23k."""
     scores = torch.empty(len(queries), len(documents))
-    for start in range(0, len(documents), block):
-        docs = documents[start : start + block]
-        width = max((d.shape[0] for d in docs), default=1)
-        padded = torch.zeros(len(docs), width, docs[0].shape[1]) if docs else None
+    order = sorted(range(len(documents)), key=lambda i: documents[i].shape[0])
+    for start in range(0, len(order), block):
+        ids = order[start : start + block]
+        docs = [documents[i] for i in ids]
+        width = max(d.shape[0] for d in docs)
+        padded = torch.zeros(len(docs), width, docs[0].shape[1])
         valid = torch.zeros(len(docs), width, dtype=torch.bool)
         for i, d in enumerate(docs):
             padded[i, : d.shape[0]], valid[i, : d.shape[0]] = d.float(), True
         for qi, q in enumerate(queries):
             sims = torch.einsum("qd,nld->nql", q.float(), padded)  # (N, Lq, Ld)
             sims = sims.masked_fill(~valid[:, None, :], float("-inf"))
-            scores[qi, start : start + len(docs)] = sims.amax(dim=2).sum(dim=1)
+            scores[qi, ids] = sims.amax(dim=2).sum(dim=1)
     return scores
 
 
