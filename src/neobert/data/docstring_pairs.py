@@ -70,21 +70,27 @@ def split_docstring(doc: str, min_document_chars: int = 100) -> tuple[str, str] 
     return summary, rest
 
 
-def iter_docstring_pairs(modules: Sequence[str] | None = None, min_document_chars: int = 100) -> Iterator[DocstringPair]:
-    """Every pair of the standard library (or of ``modules``), in a fixed order, duplicates removed."""
-    root, seen = stdlib_root(), set()
+def _parsed_modules(modules: Sequence[str] | None) -> Iterator[tuple[str, ast.Module]]:
+    """(dotted module name, parsed source) of every stdlib source file of ``modules`` (all when None) that
+    parses, ``pydoc_data`` left out (its topics are prose, not docstrings)."""
+    root = stdlib_root()
     for path in stdlib_files(modules):
         tree = _parse(path)
         parts = path.relative_to(root).with_suffix("").parts
-        if tree is None or parts[0] == "pydoc_data":
-            continue
-        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if tree is not None and parts[0] != "pydoc_data":
+            yield ".".join(parts[:-1] if parts[-1] == "__init__" else parts), tree
+
+
+def iter_docstring_pairs(modules: Sequence[str] | None = None, min_document_chars: int = 100) -> Iterator[DocstringPair]:
+    """Every pair of the standard library (or of ``modules``), in a fixed order, duplicates removed."""
+    seen = set()
+    for module, tree in _parsed_modules(modules):
         for name, node in _documented(tree, module):
             split = split_docstring(ast.get_docstring(node, clean=True) or "", min_document_chars)
             if split is None or split[0] in seen or split[1] in seen:
                 continue
             seen.update(split)
-            yield DocstringPair(parts[0], name, *split, source=module)
+            yield DocstringPair(module.split(".")[0], name, *split, source=module)
 
 
 def _documented(node: ast.AST, prefix: str) -> Iterator[tuple[str, ast.AST]]:
@@ -143,13 +149,7 @@ def iter_module_documents(modules: Sequence[str], queries: set[str]) -> Iterator
     """(dotted module, its documentation) of every stdlib source file of the top-level ``modules``: the module
     docstring, then each documented object's qualified name and docstring; an object whose summary is in
     ``queries`` gives only the rest of its docstring (the query is not copied into its document)."""
-    root = stdlib_root()
-    for path in stdlib_files(modules):
-        tree = _parse(path)
-        parts = path.relative_to(root).with_suffix("").parts
-        if tree is None or parts[0] == "pydoc_data":
-            continue
-        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    for module, tree in _parsed_modules(modules):
         entries = [_entry(module, tree)]
         for name, node in _documented(tree, module):
             split = split_docstring(ast.get_docstring(node, clean=True) or "", 0)
