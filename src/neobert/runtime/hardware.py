@@ -176,7 +176,7 @@ def _time_block(
     weights = [(torch.randn(*s, generator=g) / s[1] ** 0.5).to(device, weight_dtype) for s in shapes]
     for w in weights:
         w.requires_grad_(training)
-    x = torch.randn(PROBE_TOKENS.get(device.type, 64), hidden, generator=g).to(device, weight_dtype)
+    x = torch.randn(PROBE_TOKENS.get(device.type, PROBE_TOKENS["cpu"]), hidden, generator=g).to(device, weight_dtype)
 
     def step(backward: bool) -> None:
         with torch.autocast(device.type, dtype=dtype, enabled=training and dtype != torch.float32):
