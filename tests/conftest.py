@@ -30,14 +30,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     write(f"hardware: {hardware.machine_summary()}")
     epilogues = fastpath.check_cpu_epilogues()
     real = "ran on the real op" if epilogues.ok else f"op unavailable here ({(epilogues.error or '')[:60]})"
-    write(f"  fused CPU bf16 epilogues (oneDNN): {real}; the unavailable and disagreeing sides forced, the fused blocks run through an unfused stand-in where the op is missing")
+    write(
+        f"  fused CPU bf16 epilogues (oneDNN): {real}; the unavailable and disagreeing sides forced, the fused blocks run through an unfused stand-in where the op is missing"
+    )
     cuda = torch.cuda.is_available()
     write(
         "  CUDA kernels (varlen, flash-attn, flex backward, compiled blocks, fused AdamW on GPU): "
         + ("ran (tests/test_gpu.py)" if cuda else "no GPU: their checks and fallbacks forced on the CPU")
     )
-    write(f"  flash-attn installed: {attention.flash_attn_available()}; precision auto pinned to fp32 "
-          "(both measured answers forced in tests/test_hardware.py)")  # fmt: skip
+    write(
+        f"  flash-attn installed: {attention.flash_attn_available()}; precision auto pinned to fp32 "
+        "(both measured answers forced in tests/test_hardware.py)"
+    )
 
 
 @pytest.fixture(scope="module")

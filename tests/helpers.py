@@ -303,8 +303,11 @@ class FakeHub:
             repo_id = f"{request['organization']}/{request['name']}"
             if repo_id in self.repos:
                 return 409, {"error": "You already created this model repo", "url": f"{self.url}/{repo_id}"}
-            self.repos[repo_id] = {"private": request.get("visibility") == "private", "branches": {"main": {}},
-                                   "commits": []}  # fmt: skip
+            self.repos[repo_id] = {
+                "private": request.get("visibility") == "private",
+                "branches": {"main": {}},
+                "commits": [],
+            }
             return 200, {"url": f"{self.url}/{repo_id}"}
         if path == "/api/validate-yaml":  # upload_folder checks README.md's front matter first
             import yaml
@@ -331,8 +334,12 @@ class FakeHub:
             return 404, {"error": f"Invalid rev id: {revision}"}
         if action == "preupload":
             files = json.loads(body)["files"]
-            return 200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None}
-                                   for f in files]}  # fmt: skip
+            return 200, {
+                "files": [
+                    {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None}
+                    for f in files
+                ]
+            }
         if action == "commit":
             if self.fail_commits > 0:
                 self.fail_commits -= 1
@@ -340,7 +347,9 @@ class FakeHub:
             lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
             for line in lines:
                 if line["key"] == "file":
-                    repo["branches"][revision][line["value"]["path"]] = base64.b64decode(line["value"]["content"])
+                    repo["branches"][revision][line["value"]["path"]] = base64.b64decode(
+                        line["value"]["content"]
+                    )
             oid = hashlib.sha1(body).hexdigest()
             repo["commits"].append((revision, lines[0]["value"]["summary"], oid))
             return 200, {"commitUrl": f"{self.url}/{repo_id}/commit/{oid}", "commitOid": oid}
@@ -375,9 +384,15 @@ def run_card_snippet(directory: Path, timeout: int = 240) -> tuple[str, str]:
     text = (Path(directory) / "README.md").read_text(encoding="utf-8")
     code = re.search(r"```python\n(.*?)\n```", text, re.DOTALL).group(1)
     documented = re.search(r"```\n\nprints `([^`]*)`", text).group(1)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"),
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", code], cwd=directory, env=env, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=directory, env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.strip().splitlines()[-1], documented

@@ -1,6 +1,5 @@
 """Packing with per-document attention, and accumulation arithmetic."""
 
-
 import numpy as np
 import pytest
 import torch

@@ -68,12 +68,20 @@ def test_run_cell_stops_on_time(model_dir):
 def test_report_arithmetic():
     assert percentile_ms([0.001 * i for i in range(1, 101)], 50) == pytest.approx(50.5)
     assert percentile_ms([], 99) is None
-    cells = [Cell(False, 8, 10, 0, 0, 1.0, 10.0, 1, 2, 3, 1.0), Cell(True, 8, 40, 0, 0, 1.0, 40.0, 1, 2, 3, 4.0),
-             Cell(False, 1, 5, 0, 0, 1.0, 5.0, 1, 2, 3, 1.0)]  # fmt: skip
+    cells = [
+        Cell(False, 8, 10, 0, 0, 1.0, 10.0, 1, 2, 3, 1.0),
+        Cell(True, 8, 40, 0, 0, 1.0, 40.0, 1, 2, 3, 4.0),
+        Cell(False, 1, 5, 0, 0, 1.0, 5.0, 1, 2, 3, 1.0),
+    ]
     assert speedups(cells) == {"1": None, "8": 4.0}
-    text = markdown({"config": {"model": "m", "precision": "bf16", "words": 3, "duration": 1, "max_requests": 9},
-                     "machine": {"cpus": 2, "platform": "p"}, "cells": [c.__dict__ for c in cells],
-                     "speedup": speedups(cells)})  # fmt: skip
+    text = markdown(
+        {
+            "config": {"model": "m", "precision": "bf16", "words": 3, "duration": 1, "max_requests": 9},
+            "machine": {"cpus": 2, "platform": "p"},
+            "cells": [c.__dict__ for c in cells],
+            "speedup": speedups(cells),
+        }
+    )
     assert "| on | 8 | 40 | 40.0 |" in text and "concurrency 8: 4.0x" in text
     with pytest.raises(ValueError, match="concurrency"):
         ServeBenchConfig(concurrency=[0])
@@ -95,7 +103,9 @@ def test_a_retry_storm_loses_nothing_and_its_refusals_are_paced(model_dir):
     assert refused <= 12 * result["seconds"] / 0.2 + 12
     assert f'neobert_requests_total{{endpoint="/embed",status="200"}} {float(accepted)}' in metrics
     # a refusal still waiting out its delay when the clients stop is counted by the server, not the clients
-    served_503 = float(re.search(r'neobert_requests_total\{endpoint="/embed",status="503"\} (\S+)', metrics)[1])
+    served_503 = float(
+        re.search(r'neobert_requests_total\{endpoint="/embed",status="503"\} (\S+)', metrics)[1]
+    )
     assert refused <= served_503 <= refused + 12
     assert result["client_cpu"] > 0
 
@@ -104,8 +114,12 @@ def test_overload_goals_and_report():
     def cell(label, concurrency, rate, p99, failed=0):
         return Cell(True, concurrency, int(rate * 10), failed, 5, 10.0, rate, 1, 2, p99, 4.0, label, 0.5, 1.5)
 
-    cells = [cell("capacity", 1, 10, 100), cell("capacity", 32, 50, 800), cell("storm", 64, 41, 1500),
-             cell("polite", 64, 48, 900)]  # fmt: skip
+    cells = [
+        cell("capacity", 1, 10, 100),
+        cell("capacity", 32, 50, 800),
+        cell("storm", 64, 41, 1500),
+        cell("polite", 64, 48, 900),
+    ]
     goals = overload_goals(cells)
     assert (goals["goodput_ratio"], goals["goodput_ok"], goals["p99_ok"], goals["lost_ok"]) == (
         0.82,
@@ -115,9 +129,22 @@ def test_overload_goals_and_report():
     )
     assert not overload_goals([*cells[:2], cell("storm", 64, 39, 1700, failed=1)])["goodput_ok"]
     assert overload_goals([*cells[:2], cell("storm", 64, 45, 1601)])["p99_ok"] is False
-    results = {"config": {"model": "m", "precision": "fp32", "words": 3, "duration": 10, "max_requests": 9,
-                          "overload": True, "max_queue": 64, "storm_queue": 16, "storm_factor": 4},
-               "machine": {"cpus": 2, "platform": "p"}, "cells": [c.__dict__ for c in cells], "goals": goals}  # fmt: skip
+    results = {
+        "config": {
+            "model": "m",
+            "precision": "fp32",
+            "words": 3,
+            "duration": 10,
+            "max_requests": 9,
+            "overload": True,
+            "max_queue": 64,
+            "storm_queue": 16,
+            "storm_factor": 4,
+        },
+        "machine": {"cpus": 2, "platform": "p"},
+        "cells": [c.__dict__ for c in cells],
+        "goals": goals,
+    }
     text = markdown(results)
     assert "| storm | 64 | 410 | 41.0 |" in text and "0.82 (>= 0.8: met)" in text
 
@@ -127,26 +154,67 @@ def test_thread_comparison_report():
 
     def cell(label, concurrency, requests, seconds, p99, threads):
         rate = requests / seconds
-        return Cell(True, concurrency, requests, 0, 0, seconds, rate, 1, 2, p99, 2.0, label, 0.1, 1.0,
-                    rate * 4, str(threads))  # fmt: skip
+        return Cell(
+            True,
+            concurrency,
+            requests,
+            0,
+            0,
+            seconds,
+            rate,
+            1,
+            2,
+            p99,
+            2.0,
+            label,
+            0.1,
+            1.0,
+            rate * 4,
+            str(threads),
+        )
 
     rounds = [cell("default", 8, 100, 2.0, 30, 2), cell("default", 8, 140, 2.0, 50, 1)]
     merged = pooled(rounds)
-    assert (merged.requests, merged.seconds, merged.requests_per_s, merged.texts_per_s) == (240, 4.0, 60.0, 240.0)
+    assert (merged.requests, merged.seconds, merged.requests_per_s, merged.texts_per_s) == (
+        240,
+        4.0,
+        60.0,
+        240.0,
+    )
     assert merged.p99_ms == 40.0 and merged.threads == "2/1"
-    cells = [merged, cell("--threads 1", 8, 100, 4.0, 90, 1), cell("--threads 2", 8, 250, 4.0, 35, 2),
-             cell("default", 1, 50, 1.0, 5, 2), cell("--threads 1", 1, 40, 1.0, 6, 1)]  # fmt: skip
+    cells = [
+        merged,
+        cell("--threads 1", 8, 100, 4.0, 90, 1),
+        cell("--threads 2", 8, 250, 4.0, 35, 2),
+        cell("default", 1, 50, 1.0, 5, 2),
+        cell("--threads 1", 1, 40, 1.0, 6, 1),
+    ]
     ratios = thread_ratios(cells)
     assert ratios == {"1": 1.25, "8": 0.96}  # 240 / 250 texts/s at 8 clients
-    results = {"config": {"model": "m", "precision": "auto", "words": 16, "duration": 2, "max_requests": 9,
-                          "compare_threads": [1, 2], "texts_per_request": 4, "rounds": 2},
-               "machine": {"cpus": 2, "platform": "p"}, "cells": [c.__dict__ for c in cells],
-               "threads": {"chosen": {"default": ["2 thread(s): measured", "1 thread(s): measured"]},
-                           "default_over_best_pinned": ratios}}  # fmt: skip
+    results = {
+        "config": {
+            "model": "m",
+            "precision": "auto",
+            "words": 16,
+            "duration": 2,
+            "max_requests": 9,
+            "compare_threads": [1, 2],
+            "texts_per_request": 4,
+            "rounds": 2,
+        },
+        "machine": {"cpus": 2, "platform": "p"},
+        "cells": [c.__dict__ for c in cells],
+        "threads": {
+            "chosen": {"default": ["2 thread(s): measured", "1 thread(s): measured"]},
+            "default_over_best_pinned": ratios,
+        },
+    }
     text = markdown(results)
     assert "| default | 2/1 | 8 | 240 | 60.00 | 240.00 | 1.00 | 40.00 | 0 | 1.00 | 0.96 |" in text
     assert "| --threads 1 | 1 | 8 | 100 | 25.00 | 100.00 | 1 | 90 | 0 | 1.00 | n/a |" in text
-    assert "default: 2 thread(s): measured | 1 thread(s): measured" in text and "4 text(s) per request" in text
+    assert (
+        "default: 2 thread(s): measured | 1 thread(s): measured" in text and "4 text(s) per request" in text
+    )
     with pytest.raises(ValueError, match="compare_threads"):
         ServeBenchConfig(compare_threads=[0])
 
@@ -162,12 +230,16 @@ def test_each_variant_holds_each_place_in_a_round_once():
 
 def test_threads_used_per_cell_from_the_servers_metric():
     """A cell's ``threads``: the counts its model calls ran on, from ``neobert_model_calls{threads}``."""
-    text = ("# HELP neobert_model_calls_total Model calls by the torch threads they ran on\n"
-            'neobert_model_calls_total{threads="1"} 93.0\nneobert_model_calls_total{threads="2"} 12.0\n'
-            'neobert_model_calls_total{threads="unknown"} 4.0\nneobert_model_calls_created{threads="1"} 1.7e9\n')  # fmt: skip
+    text = (
+        "# HELP neobert_model_calls_total Model calls by the torch threads they ran on\n"
+        'neobert_model_calls_total{threads="1"} 93.0\nneobert_model_calls_total{threads="2"} 12.0\n'
+        'neobert_model_calls_total{threads="unknown"} 4.0\nneobert_model_calls_created{threads="1"} 1.7e9\n'
+    )
     before = calls_by_threads(text)
     assert before == {1: 93.0, 2: 12.0}
-    assert calls_by_threads("neobert_batch_requests_count 3.0") == {}  # an older server: /info's count instead
+    assert (
+        calls_by_threads("neobert_batch_requests_count 3.0") == {}
+    )  # an older server: /info's count instead
     assert threads_used(before, {1: 186.0, 2: 19.0}) == "1: 93%, 2: 7%"
     assert threads_used(before, {1: 93.0, 2: 40.0}) == "2"
     assert threads_used({}, {1: 5.0}) == "1" and threads_used(before, before) is None
@@ -175,12 +247,23 @@ def test_threads_used_per_cell_from_the_servers_metric():
 
 @pytest.mark.slow  # two server processes (each imports torch, transformers and FastAPI)
 def test_bench_serve_compares_thread_counts_end_to_end(model_dir, tmp_path):
-    results = run_serve_bench({"model": str(model_dir), "precision": "fp32", "concurrency": [2], "duration": 0.5,
-                               "max_requests": 40, "compare_threads": [1], "texts_per_request": 3,
-                               "output": str(tmp_path)})  # fmt: skip
+    results = run_serve_bench(
+        {
+            "model": str(model_dir),
+            "precision": "fp32",
+            "concurrency": [2],
+            "duration": 0.5,
+            "max_requests": 40,
+            "compare_threads": [1],
+            "texts_per_request": 3,
+            "output": str(tmp_path),
+        }
+    )
     assert [(c["label"], c["threads"]) for c in results["cells"]] == [("default", "1"), ("--threads 1", "1")]
     assert all(c["failed"] == 0 and c["requests"] > 0 for c in results["cells"])
-    assert results["cells"][0]["texts_per_s"] == pytest.approx(3 * results["cells"][0]["requests_per_s"], 0.01)
+    assert results["cells"][0]["texts_per_s"] == pytest.approx(
+        3 * results["cells"][0]["requests_per_s"], 0.01
+    )
     assert "pinned by NEOBERT_SERVE_THREADS" in results["threads"]["chosen"]["default"][0]  # the suite's pin
 
 

@@ -58,32 +58,73 @@ def test_a_preset_is_an_mlm():
 
 
 def _config(num_labels=2, **kw):
-    return BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                      num_labels=num_labels, **kw)  # fmt: skip
+    return BertConfig(
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=num_labels,
+        **kw,
+    )
 
 
 def test_what_each_head_offers():
     spec = EmbeddingSpec()
     assert describe(_config(), "base", spec, 128).tasks == ("embed", "embed_all", "tokenize", "decode")
-    assert describe(_config(), "mlm", spec, 128).tasks == ("embed", "embed_all", "fill-mask", "tokenize", "decode")
-    assert describe(_config(), "token-classification", spec, 128).tasks == ("embed", "embed_all", "tokens", "tokenize", "decode")
-    assert describe(_config(3), "sequence-classification", spec, 128).tasks == ("embed", "embed_all", "classify", "predict", "tokenize", "decode")
+    assert describe(_config(), "mlm", spec, 128).tasks == (
+        "embed",
+        "embed_all",
+        "fill-mask",
+        "tokenize",
+        "decode",
+    )
+    assert describe(_config(), "token-classification", spec, 128).tasks == (
+        "embed",
+        "embed_all",
+        "tokens",
+        "tokenize",
+        "decode",
+    )
+    assert describe(_config(3), "sequence-classification", spec, 128).tasks == (
+        "embed",
+        "embed_all",
+        "classify",
+        "predict",
+        "tokenize",
+        "decode",
+    )
     for labels in (1, 2):  # a cross-encoder reranks
         got = describe(_config(labels), "sequence-classification", spec, 128)
         assert got.tasks == ("embed", "embed_all", "classify", "predict", "rerank", "tokenize", "decode")
     assert set(HEADS) == {"base", "mlm", "sequence-classification", "token-classification"}
     # SPLADE vectors: an MLM used as a sparse model (a SPLADE directory, or --sparse); no other head
     sparse = describe(_config(), "mlm", spec, 128, sparse=True)
-    assert sparse.tasks == ("embed", "embed_all", "fill-mask", "embed_sparse", "tokenize", "decode") and sparse.sparse
+    assert (
+        sparse.tasks == ("embed", "embed_all", "fill-mask", "embed_sparse", "tokenize", "decode")
+        and sparse.sparse
+    )
     assert "--sparse" in describe(_config(), "mlm", spec, 128).info()["not_served"]["embed_sparse"]
-    assert describe(_config(), "base", spec, 128, sparse=True).tasks == ("embed", "embed_all", "tokenize", "decode")
-    assert describe(_config(), "mlm", spec, 128, runtime=("embed", "fill-mask"), sparse=True).tasks == ("embed", "fill-mask")
+    assert describe(_config(), "base", spec, 128, sparse=True).tasks == (
+        "embed",
+        "embed_all",
+        "tokenize",
+        "decode",
+    )
+    assert describe(_config(), "mlm", spec, 128, runtime=("embed", "fill-mask"), sparse=True).tasks == (
+        "embed",
+        "fill-mask",
+    )
 
 
 def test_rerank_needs_the_pairs_token_types_where_the_model_reads_them():
     bert = _config(1, type_vocab_size=2)  # reads the second text's type
     assert "rerank" in describe(bert, "sequence-classification", None, 128).tasks
-    assert describe(bert, "sequence-classification", None, 128, pair_token_types=False).tasks == ("classify", "predict", "tokenize", "decode")
+    assert describe(bert, "sequence-classification", None, 128, pair_token_types=False).tasks == (
+        "classify",
+        "predict",
+        "tokenize",
+        "decode",
+    )
     one_type = _config(1, type_vocab_size=1)  # NeoBERT-like: no token types
     assert "rerank" in describe(one_type, "sequence-classification", None, 128, pair_token_types=False).tasks
 
@@ -94,24 +135,48 @@ def test_labels_and_info_and_refusals():
     assert got.labels == ("neg", "neu", "pos") and got.tasks == ("classify", "predict", "tokenize", "decode")
     assert got.refused == "a Dense module is not supported"
     info = got.info()
-    assert info == {"head": "sequence-classification", "serves": ["classify", "predict", "tokenize", "decode"],
-                    "model_type": "bert", "dimensions": 32, "max_input_tokens": 77, "pooling": None,
-                    "normalize": None, "embedding_settings_from": None, "labels": ["neg", "neu", "pos"],
-                    "prompts": {}, "default_prompt_name": None, "matryoshka_dims": [],
-                    "not_served": {"embed": "a Dense module is not supported"}, "late_interaction": None}  # fmt: skip
+    assert info == {
+        "head": "sequence-classification",
+        "serves": ["classify", "predict", "tokenize", "decode"],
+        "model_type": "bert",
+        "dimensions": 32,
+        "max_input_tokens": 77,
+        "pooling": None,
+        "normalize": None,
+        "embedding_settings_from": None,
+        "labels": ["neg", "neu", "pos"],
+        "prompts": {},
+        "default_prompt_name": None,
+        "matryoshka_dims": [],
+        "not_served": {"embed": "a Dense module is not supported"},
+        "late_interaction": None,
+    }
     with pytest.raises(ValueError, match=r"would serve nothing.*Dense"):
         describe(_config(), "base", "a Dense module is not supported", 77)
     assert describe(_config(), "base", EmbeddingSpec("cls", False), 8).info()["pooling"] == "cls"
 
 
 def test_load_for_inference_decides_head_tokenizer_and_limits(tmp_path, tokenizer):
-    classifier = load_model("tiny", head="sequence-classification", vocab_size=len(tokenizer), num_labels=2,
-                            id2label={0: "no", 1: "yes"})  # fmt: skip
+    classifier = load_model(
+        "tiny",
+        head="sequence-classification",
+        vocab_size=len(tokenizer),
+        num_labels=2,
+        id2label={0: "no", 1: "yes"},
+    )
     path = save_pretrained(classifier, tokenizer, tmp_path / "cls")
     loaded = load_for_inference(path, precision="fp32")
     assert loaded.capabilities.head == "sequence-classification"
     assert loaded.capabilities.labels == ("no", "yes")
-    assert loaded.capabilities.tasks == ("embed", "embed_all", "classify", "predict", "rerank", "tokenize", "decode")
+    assert loaded.capabilities.tasks == (
+        "embed",
+        "embed_all",
+        "classify",
+        "predict",
+        "rerank",
+        "tokenize",
+        "decode",
+    )
     assert loaded.capabilities.max_input_tokens == classifier.config.max_length
     assert head_of(loaded.model) == "sequence-classification" and not loaded.model.training
     with pytest.raises(ValueError, match="unknown head 'decoder'"):

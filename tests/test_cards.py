@@ -50,10 +50,18 @@ def run(tmp_path_factory):
     corpus = root / "corpus.txt"
     write_stdlib_corpus(corpus, modules=["json", "argparse", "textwrap", "functools"])
     tokenizer = train_tokenizer([corpus], "wordpiece", 400, root / "tokenizer").output_dir
-    prepare(PrepareConfig(inputs=[str(corpus)], tokenizer=str(tokenizer), output=str(root / "data"),
-                          validation_fraction=0.2, progress=False))  # fmt: skip
-    config = tiny_pretrain_config(root / "data", root / "run", push_every=3, push_to="me/tiny-run",
-                                  license="apache-2.0")  # fmt: skip
+    prepare(
+        PrepareConfig(
+            inputs=[str(corpus)],
+            tokenizer=str(tokenizer),
+            output=str(root / "data"),
+            validation_fraction=0.2,
+            progress=False,
+        )
+    )
+    config = tiny_pretrain_config(
+        root / "data", root / "run", push_every=3, push_to="me/tiny-run", license="apache-2.0"
+    )
     with FakeHub(TOKEN, fail_commits=1) as hub, pytest.MonkeyPatch.context() as patch:
         patch.setattr(constants, "HF_HUB_OFFLINE", False)  # the suite runs offline; this endpoint is local
         patch.setenv("HF_ENDPOINT", hub.url)
@@ -93,7 +101,9 @@ def test_an_exported_checkpoint_has_its_own_card_with_its_own_numbers(run):
     card = check_card(step3, "fill-mask")
     logged = metrics_at(result.output, 3)  # eval_every 3: measured at this step
     assert {e.metric_type: e.metric_value for e in card.data.eval_results} == {
-        "loss": logged["val/loss"], "accuracy": logged["val/accuracy"]}  # fmt: skip
+        "loss": logged["val/loss"],
+        "accuracy": logged["val/accuracy"],
+    }
     assert "the checkpoint at step 3" in card.text and body_row(card, "steps") == "3"
     assert "loss_curve.png" not in card.text  # no curve claimed for a checkpoint
 
@@ -101,7 +111,10 @@ def test_an_exported_checkpoint_has_its_own_card_with_its_own_numbers(run):
 def test_push_every_publishes_checkpoints_as_revisions_and_retries_a_failure(run):
     result, hub, _ = run
     branches = hub.repos["me/tiny-run"]["branches"]
-    for revision, directory in (("step-3", result.output / "exports" / "step-3"), ("main", result.output / "final")):
+    for revision, directory in (
+        ("step-3", result.output / "exports" / "step-3"),
+        ("main", result.output / "final"),
+    ):
         local = {str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*") if p.is_file()}
         assert branches[revision] == local
     commits = [revision for revision, _, _ in hub.repos["me/tiny-run"]["commits"]]
@@ -122,10 +135,21 @@ def classifier(tmp_path_factory):
     root = tmp_path_factory.mktemp("cards-classify")
     pd.DataFrame(sentiment_rows(64, 0)).to_csv(root / "train.csv", index=False)
     pd.DataFrame(sentiment_rows(24, 1)).to_csv(root / "val.csv", index=False)
-    result = run_classify({"model": "tiny", "preset_overrides": {"vocab_size": 30522}, "train": str(root / "train.csv"),
-                           "validation": str(root / "val.csv"), "output": str(root / "run"), "epochs": 2,
-                           "batch_size": 16, "lr": 1e-3, "show_progress": False, "tensorboard": False,
-                           "device": "cpu"})  # fmt: skip
+    result = run_classify(
+        {
+            "model": "tiny",
+            "preset_overrides": {"vocab_size": 30522},
+            "train": str(root / "train.csv"),
+            "validation": str(root / "val.csv"),
+            "output": str(root / "run"),
+            "epochs": 2,
+            "batch_size": 16,
+            "lr": 1e-3,
+            "show_progress": False,
+            "tensorboard": False,
+            "device": "cpu",
+        }
+    )
     return result, root
 
 
@@ -136,7 +160,10 @@ def test_a_fine_tuned_classifier_card_has_its_accuracy_in_the_model_index(classi
     report = json.loads(result.metrics_file.read_text())
     entries = {e.metric_type: e for e in card.data.eval_results}
     assert {k: e.metric_value for k, e in entries.items()} == report["metrics"]  # accuracy and macro-F1
-    assert entries["accuracy"].dataset_name == "val.csv" and entries["accuracy"].task_type == "text-classification"
+    assert (
+        entries["accuracy"].dataset_name == "val.csv"
+        and entries["accuracy"].task_type == "text-classification"
+    )
     assert card.data.license is None and "license" not in card.content.split("---")[1]  # none given
     assert card.data.base_model is None  # a preset with random weights: no hub model to name
     assert "the `tiny` preset with random weights" in card.text
@@ -159,17 +186,24 @@ def test_update_card_replaces_the_same_task_and_keeps_the_others(classifier, tmp
     import shutil
 
     directory = shutil.copytree(classifier[0].model_dir, tmp_path / "model")
-    before = {(e.task_name, e.metric_type): e.metric_value for e in ModelCard.load(directory / "README.md").data.eval_results}
+    before = {
+        (e.task_name, e.metric_type): e.metric_value
+        for e in ModelCard.load(directory / "README.md").data.eval_results
+    }
 
     def sts(value: float) -> list[Result]:
-        return [Result("STS", "my-sts", "my-sts", "my-sts", "spearman", value, None, "neobert eval embeddings")]
+        return [
+            Result("STS", "my-sts", "my-sts", "my-sts", "spearman", value, None, "neobert eval embeddings")
+        ]
 
     update_card(directory, sts(0.25))
     update_card(directory, sts(0.5))  # the same task again: replaces, does not append
     card = check_card(directory, "text-classification")
     after = {(e.task_name, e.metric_type): e.metric_value for e in card.data.eval_results}
     assert after == {**before, ("my-sts", "spearman"): 0.5}
-    assert "0.2500" not in card.text.split("<!-- /neobert:results -->")[0].split("<!-- neobert:results -->")[1]
+    assert (
+        "0.2500" not in card.text.split("<!-- /neobert:results -->")[0].split("<!-- neobert:results -->")[1]
+    )
 
 
 def test_eval_update_card_from_the_command_line(run, tmp_path, capsys):
@@ -177,25 +211,44 @@ def test_eval_update_card_from_the_command_line(run, tmp_path, capsys):
 
     directory = shutil.copytree(run[0].output / "final", tmp_path / "final")
     sts = tmp_path / "sts.jsonl"
-    rows = [{"sentence1": f"a {w} thing", "sentence2": f"the {w} object", "score": float(i)} for i, w in
-            enumerate(["json", "parser", "file", "text", "wrap", "list", "dict", "error"])]  # fmt: skip
+    rows = [
+        {"sentence1": f"a {w} thing", "sentence2": f"the {w} object", "score": float(i)}
+        for i, w in enumerate(["json", "parser", "file", "text", "wrap", "list", "dict", "error"])
+    ]
     sts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     for _ in range(2):
-        code = main(["eval", "embeddings", "--model", str(directory), "--sts", str(sts), "--output",
-                     str(tmp_path / "results"), "--device", "cpu", "--update-card"])  # fmt: skip
+        code = main(
+            [
+                "eval",
+                "embeddings",
+                "--model",
+                str(directory),
+                "--sts",
+                str(sts),
+                "--output",
+                str(tmp_path / "results"),
+                "--device",
+                "cpu",
+                "--update-card",
+            ]
+        )
         assert code == 0
     assert "updated the model card" in capsys.readouterr().out
-    written = json.loads((tmp_path / "results" / "embedding_results.json").read_text())[str(directory)]["tasks"][0]
+    written = json.loads((tmp_path / "results" / "embedding_results.json").read_text())[str(directory)][
+        "tasks"
+    ][0]
     card = check_card(directory, "fill-mask")
     sts_entries = [e for e in card.data.eval_results if e.task_type == "STS"]
     assert {e.metric_type: e.metric_value for e in sts_entries} == {
-        k: v for k, v in written["scores"].items() if v is not None}  # fmt: skip
+        k: v for k, v in written["scores"].items() if v is not None
+    }
     assert len([e for e in card.data.eval_results if e.task_type == "fill-mask"]) == 2  # pretraining's kept
 
 
 def test_update_card_of_a_directory_without_one_writes_a_minimal_card(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertModel"],
-                                                      "hidden_size": 8}))  # fmt: skip
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": "bert", "architectures": ["BertModel"], "hidden_size": 8})
+    )
     update_card(tmp_path, [Result("STS", "t", "t", "t", "spearman", 0.1)])
     card = check_card(tmp_path, "feature-extraction")
     assert "not recorded by `neobert`" in card.text
@@ -212,7 +265,9 @@ def test_card_inputs_are_checked(tmp_path):
     assert DataSource.from_spec(tmp_path / "gone.txt").note == "not found when this card was written"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None, reason="needs sentence-transformers")
+@pytest.mark.skipif(
+    importlib.util.find_spec("sentence_transformers") is None, reason="needs sentence-transformers"
+)
 @needs_tokenizer
 def test_sentence_transformers_export_card(model_dir, tmp_path):
     from neobert.integrations.sentence_transformers import save_sentence_transformer
@@ -224,8 +279,10 @@ def test_sentence_transformers_export_card(model_dir, tmp_path):
     assert printed == documented == "(2, 64)"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("onnxscript") is None or importlib.util.find_spec("onnxruntime") is None,
-                    reason="needs the onnx extra")  # fmt: skip
+@pytest.mark.skipif(
+    importlib.util.find_spec("onnxscript") is None or importlib.util.find_spec("onnxruntime") is None,
+    reason="needs the onnx extra",
+)
 @needs_tokenizer
 def test_onnx_export_card(model_dir, tmp_path):
     from neobert.export.onnx import export_onnx
@@ -262,14 +319,21 @@ def test_an_uncased_tokenizer_is_named_as_a_limit(run, tmp_path):
 def test_mteb_results_go_on_the_card_as_the_report_holds_them(tmp_path):
     from neobert.evaluation.mteb_adapter import MTEBReport, TaskRow, card_results
 
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "neobert", "architectures": ["NeoBERTModel"]}))
-    report = MTEBReport({str(tmp_path): [TaskRow("STS12", "STS", 61.5), TaskRow("Banking77", "Classification",
-                                                                                 float("nan"))]})  # fmt: skip
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": "neobert", "architectures": ["NeoBERTModel"]})
+    )
+    report = MTEBReport(
+        {str(tmp_path): [TaskRow("STS12", "STS", 61.5), TaskRow("Banking77", "Classification", float("nan"))]}
+    )
     results = card_results(report)
-    assert [(r.task_name, r.metric_type, r.value) for r in results[str(tmp_path)]] == [("STS12", "main_score", 61.5)]
+    assert [(r.task_name, r.metric_type, r.value) for r in results[str(tmp_path)]] == [
+        ("STS12", "main_score", 61.5)
+    ]
     update_card(tmp_path, results[str(tmp_path)])
     card = check_card(tmp_path, "feature-extraction")
-    assert [(e.task_type, e.task_name, e.metric_value) for e in card.data.eval_results] == [("STS", "STS12", 61.5)]
+    assert [(e.task_type, e.task_name, e.metric_value) for e in card.data.eval_results] == [
+        ("STS", "STS12", 61.5)
+    ]
 
 
 def test_the_embedded_default_run_leaves_a_card(tmp_path):

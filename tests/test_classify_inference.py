@@ -175,9 +175,12 @@ def test_classify_tiny_bert_with_token_types(tokenizer, tmp_path):
     table = tmp_path / "pairs.tsv"
     pd.DataFrame({"text": texts, "second": pairs}).to_csv(table, sep="\t", index=False)
     config = ClassifyFileConfig(
-        model=str(tmp_path / "bert"), input=str(table), output=str(tmp_path / "o.jsonl"), pair_column="second",
+        model=str(tmp_path / "bert"),
+        input=str(table),
+        output=str(tmp_path / "o.jsonl"),
+        pair_column="second",
         show_progress=False,
-    )  # fmt: skip
+    )
     result = classify_file(config)
     rows = read_jsonl(result.output)
     probs = softmax(reference(bert, own, texts, pairs))
@@ -225,7 +228,9 @@ def test_classifier_rows_one_format_for_every_head():
     from types import SimpleNamespace
 
     def config(num_labels, problem_type=None):
-        return SimpleNamespace(num_labels=num_labels, problem_type=problem_type, id2label={0: "neg", 1: "pos"})
+        return SimpleNamespace(
+            num_labels=num_labels, problem_type=problem_type, id2label={0: "neg", 1: "pos"}
+        )
 
     logits = np.array([[0.0, np.log(3.0)], [2.0, -1.0]], dtype=np.float32)
     rows = classifier_rows(logits, config(2))
@@ -235,7 +240,9 @@ def test_classifier_rows_one_format_for_every_head():
     multi = classifier_rows(logits, config(2, "multi_label_classification"))  # independent sigmoids
     assert multi[1]["probabilities"] == pytest.approx({"neg": 1 / (1 + np.exp(-2.0)), "pos": 1 / (1 + np.e)})
     assert classifier_rows(np.array([[1.5], [-2.0]]), config(1)) == [{"value": 1.5}, {"value": -2.0}]
-    assert classifier_rows(logits[:1], config(2, "regression")) == [{"value": [0.0, pytest.approx(np.log(3.0))]}]
+    assert classifier_rows(logits[:1], config(2, "regression")) == [
+        {"value": [0.0, pytest.approx(np.log(3.0))]}
+    ]
 
 
 def test_cli_text_file(classifier_dir, tmp_path, capsys):
@@ -270,16 +277,18 @@ def test_cli_csv_with_pairs(classifier_dir, tmp_path):
     table = tmp_path / "pairs.csv"
     pd.DataFrame({"id": range(len(texts)), "question": texts, "answer": pairs}).to_csv(table, index=False)
     out = tmp_path / "pairs.jsonl"
-    result = classify_file(ClassifyFileConfig(
-        model=str(classifier_dir),
-        input=str(table),
-        output=str(out),
-        text_column="question",
-        pair_column="answer",
-        batch_size=2,
-        show_progress=False,
-        precision="fp32",
-    ))  # fmt: skip
+    result = classify_file(
+        ClassifyFileConfig(
+            model=str(classifier_dir),
+            input=str(table),
+            output=str(out),
+            text_column="question",
+            pair_column="answer",
+            batch_size=2,
+            show_progress=False,
+            precision="fp32",
+        )
+    )
     model = load_model(classifier_dir, head="sequence-classification")
     expected = classifier_logits(model, load_tokenizer(classifier_dir), texts, pairs, show_progress=False)
     rows = read_jsonl(out)
@@ -308,8 +317,9 @@ def test_cli_regression_writes_values(regression_dir, tmp_path, capsys):
     np.testing.assert_allclose([row["value"] for row in rows], expected[:, 0], atol=1e-5, rtol=0)
     printed = capsys.readouterr().out
     assert "predicted values" in printed and "mean" in printed
-    config = ClassifyFileConfig(model=str(regression_dir), input=str(table), output=str(out), show_progress=False,
-                                precision="fp32")  # fmt: skip
+    config = ClassifyFileConfig(
+        model=str(regression_dir), input=str(table), output=str(out), show_progress=False, precision="fp32"
+    )
     result = classify_file(config)
     low, mean, high = result.value_range
     assert result.regression and result.label_counts == {}
@@ -366,4 +376,6 @@ def test_cli_refuses_a_model_without_a_classification_head(tmp_path, tokenizer, 
     code, err = run_main(base, lines, tmp_path, capsys)
     assert code == 1 and "NeoBERTForMaskedLM checkpoint without a trained classification head" in err
     with pytest.raises(ValueError, match="finetune classify"):
-        classify_file(ClassifyFileConfig(model=str(base), input=str(lines), output=str(tmp_path / "out.jsonl")))
+        classify_file(
+            ClassifyFileConfig(model=str(base), input=str(lines), output=str(tmp_path / "out.jsonl"))
+        )

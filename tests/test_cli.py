@@ -117,8 +117,15 @@ def test_embed_options(model_dir, texts_file, tmp_path):
     from neobert.inference.encoders import load_model
 
     options = {"pooling": "cls", "normalize": False, "max_length": 4, "show_progress": False}
-    config = EmbedConfig(model=str(model_dir), input=str(texts_file), output=str(tmp_path / "v.npy"), batch_size=2,
-                         tokenizer=str(model_dir), precision="fp32", **options)  # fmt: skip
+    config = EmbedConfig(
+        model=str(model_dir),
+        input=str(texts_file),
+        output=str(tmp_path / "v.npy"),
+        batch_size=2,
+        tokenizer=str(model_dir),
+        precision="fp32",
+        **options,
+    )
     result = embed_file(config)
     assert result.shape == (len(TEXTS), 64)
     assert result.empty_rows == [i + 1 for i, text in enumerate(TEXTS) if not text.strip()]

@@ -60,7 +60,9 @@ def test_no_option_is_lost():
 
 def test_renamed_options_have_their_new_name_only():
     current = option_sets(build_parser())
-    assert [(c, old) for (c, old), new in RENAMED_OPTIONS.items() if old in current[c] or new not in current[c]] == []
+    assert [
+        (c, old) for (c, old), new in RENAMED_OPTIONS.items() if old in current[c] or new not in current[c]
+    ] == []
 
 
 def test_every_current_option_is_recorded():

@@ -87,7 +87,9 @@ def test_a_field_without_default_is_a_required_option_unless_given_only():
 def test_every_train_setting_is_a_finetune_option():
     """A new TrainSettings field reaches `neobert finetune glue` without touching the CLI."""
     parser = build_parser()
-    glue = parser.parse_args(["finetune", "glue", "--clip-grad-norm", "0.5", "--seed", "7", "--no-mnli-transfer"])
+    glue = parser.parse_args(
+        ["finetune", "glue", "--clip-grad-norm", "0.5", "--seed", "7", "--no-mnli-transfer"]
+    )
     assert given(GlueConfig, glue) == {"clip_grad_norm": 0.5, "seed": 7, "transfer_from_mnli": False}
     text = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     glue_help = text.choices["finetune"]._subparsers._group_actions[0].choices["glue"].format_help()

@@ -272,7 +272,10 @@ def test_every_renamed_option_is_rewritten_with_a_note_naming_the_new_one():
         assert len(notes) == 1 and f"{old} was renamed {new}" in notes[0] and f"write {new}" in notes[0]
     argv, _ = renamed_options(["finetune", "glue", "--learning-rate=5e-5"], paths)
     assert argv == ["finetune", "glue", "--lr=5e-5"]
-    assert renamed_options(["serve", "--learning-rate", "1"], paths) == (["serve", "--learning-rate", "1"], [])
+    assert renamed_options(["serve", "--learning-rate", "1"], paths) == (
+        ["serve", "--learning-rate", "1"],
+        [],
+    )
 
 
 def test_old_option_parses_to_the_new_setting_and_says_so(capsys):
@@ -286,7 +289,9 @@ def test_old_option_parses_to_the_new_setting_and_says_so(capsys):
     from neobert.cli.options import renamed_options
 
     parser = build_parser()
-    argv, _ = renamed_options(["finetune", "contrastive", "--bf16", "--gradient-checkpointing"], command_paths(parser))
+    argv, _ = renamed_options(
+        ["finetune", "contrastive", "--bf16", "--gradient-checkpointing"], command_paths(parser)
+    )
     assert argv == ["finetune", "contrastive", "--precision", "bf16", "--activation-checkpointing"]
 
 

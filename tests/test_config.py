@@ -344,8 +344,14 @@ def test_old_training_setting_names_load_with_a_deprecation_message():
     from neobert.common.config import ConfigError, renamed_settings
     from neobert.finetuning import ClassifyConfig
 
-    old = {"model": "tiny", "train": "t.csv", "validation": "v.csv", "output": "o", "learning_rate": 1e-4,
-           "grad_clip": 0.5}  # fmt: skip
+    old = {
+        "model": "tiny",
+        "train": "t.csv",
+        "validation": "v.csv",
+        "output": "o",
+        "learning_rate": 1e-4,
+        "grad_clip": 0.5,
+    }
     with pytest.warns(FutureWarning) as caught:
         config = ClassifyConfig.from_dict(old)
     assert (config.lr, config.clip_grad_norm) == (1e-4, 0.5)
@@ -358,7 +364,9 @@ def test_old_training_setting_names_load_with_a_deprecation_message():
     with pytest.raises(ConfigError, match="give only 'lr'"):
         renamed_settings({"lr": 1e-4, "learning_rate": 1e-4}, "x")
     # bf16: true|false (contrastive training's old switch) is precision: bf16|fp32; a grid's list element-wise
-    with pytest.warns(FutureWarning, match=r"'bf16' is deprecated, use 'precision' \(bf16: False is precision: 'fp32'\)"):
+    with pytest.warns(
+        FutureWarning, match=r"'bf16' is deprecated, use 'precision' \(bf16: False is precision: 'fp32'\)"
+    ):
         assert renamed_settings({"bf16": False}, "x") == {"precision": "fp32"}
     with pytest.warns(FutureWarning):
         assert renamed_settings({"bf16": [True, False]}, "grid") == {"precision": ["bf16", "fp32"]}
@@ -372,11 +380,17 @@ def test_one_rename_table_serves_settings_files_and_the_command_line(monkeypatch
     assert {(r.old, r.new) for r in config_module.RENAMES} >= {("bf16", "precision"), ("task", "head")}
     # bf16 -> precision is one translation: the switch on the command line means what `bf16: true` means
     bf16 = next(r for r in config_module.RENAMES if r.old == "bf16")
-    assert options.renamed_options(["finetune", "contrastive", "--bf16"], {"finetune contrastive"})[0][-2:] == [
-        "--precision", bf16.value(True)]  # fmt: skip
-    with pytest.warns(FutureWarning, match=r"'bf16' is deprecated, use 'precision' \(bf16: True is precision: 'bf16'"):
-        assert config_module.renamed_settings({"bf16": True}, "x") == {"precision": bf16.value(True)} == {
-            "precision": "bf16"}  # fmt: skip
+    assert options.renamed_options(["finetune", "contrastive", "--bf16"], {"finetune contrastive"})[0][
+        -2:
+    ] == ["--precision", bf16.value(True)]
+    with pytest.warns(
+        FutureWarning, match=r"'bf16' is deprecated, use 'precision' \(bf16: True is precision: 'bf16'"
+    ):
+        assert (
+            config_module.renamed_settings({"bf16": True}, "x")
+            == {"precision": bf16.value(True)}
+            == {"precision": "bf16"}
+        )
     # a new entry reaches a settings file (only of its own kind) and the command it names
     toy = config_module.Rename("warmup", "warmup_steps", "training", ("finetune glue",))
     monkeypatch.setattr(config_module, "RENAMES", (*config_module.RENAMES, toy))
@@ -384,6 +398,8 @@ def test_one_rename_table_serves_settings_files_and_the_command_line(monkeypatch
         assert config_module.renamed_settings({"warmup": 3}, "x") == {"warmup_steps": 3}
     assert config_module.renamed_settings({"warmup": 3}, "serve config", "serve") == {"warmup": 3}
     argv, notes = options.renamed_options(["finetune", "glue", "--warmup=3"], {"finetune glue"})
-    assert argv == ["finetune", "glue", "--warmup-steps=3"] and "--warmup was renamed --warmup-steps" in notes[0]
+    assert (
+        argv == ["finetune", "glue", "--warmup-steps=3"] and "--warmup was renamed --warmup-steps" in notes[0]
+    )
     with pytest.raises(ValueError, match="give the value it meant"):
         config_module.Rename("fp16", "precision", "training", switch=True)

@@ -43,10 +43,13 @@ def dataset_loss(encoder, dataset, config) -> float:
     encoder.model.eval()
     total, count = 0.0, 0
     for start in range(0, len(dataset), config.batch_size):
-        texts, n_queries, _ = batch_texts(dataset.examples[start : start + config.batch_size], dataset, config)
+        texts, n_queries, _ = batch_texts(
+            dataset.examples[start : start + config.batch_size], dataset, config
+        )
         total += float(step_loss(encoder, texts, n_queries, config))
         count += n_queries
     return total / count
+
 
 def naive_info_nce(q, p, n, temperature):
     """Per query: -log(exp(cos(q_i, p_i)/t) / sum over every positive and negative of exp(cos/t))."""
@@ -274,9 +277,7 @@ def test_any_transformers_encoder_through_the_cli(tmp_path):
     assert code == 0
     texts = ["paint it red", "a dog makes a noise"]
     st_vectors = SentenceTransformer(str(out), device="cpu").encode(texts)
-    np.testing.assert_allclose(
-        st_vectors, _encode_loaded(load_encoder(out), texts), atol=1e-5
-    )
+    np.testing.assert_allclose(st_vectors, _encode_loaded(load_encoder(out), texts), atol=1e-5)
     assert (
         main(
             [
@@ -330,9 +331,17 @@ def test_precision_is_the_dtype_of_the_training_forward(tmp_path, precision, dty
             seen.add(output.dtype)
             assert module.weight.dtype == torch.float32
 
-    config = ContrastiveConfig(model=str(model_dir), data=[str(animals)], output=str(tmp_path / "out"),
-                               steps=1, batch_size=2, warmup_steps=0, device="cpu", precision=precision,
-                               show_progress=False)  # fmt: skip
+    config = ContrastiveConfig(
+        model=str(model_dir),
+        data=[str(animals)],
+        output=str(tmp_path / "out"),
+        steps=1,
+        batch_size=2,
+        warmup_steps=0,
+        device="cpu",
+        precision=precision,
+        show_progress=False,
+    )
     hook = torch.nn.modules.module.register_module_forward_hook(record)
     try:
         result = run(config)

@@ -174,8 +174,22 @@ def test_bad_rows_are_named_or_skipped_and_counted(model_dir, tmp_path):
 def test_the_command_writes_shards_and_keeps_the_npy_output(model_dir, corpus, tmp_path, capsys):
     root, _ = corpus
     out = tmp_path / "out"
-    args = ["embed", "--model", str(model_dir), "--input", str(root / "sub"), str(root / "c.csv"), "--output", str(out),
-            "--id-column", "doc", "--precision", "fp32", "--shard-rows", "8"]  # fmt: skip
+    args = [
+        "embed",
+        "--model",
+        str(model_dir),
+        "--input",
+        str(root / "sub"),
+        str(root / "c.csv"),
+        "--output",
+        str(out),
+        "--id-column",
+        "doc",
+        "--precision",
+        "fp32",
+        "--shard-rows",
+        "8",
+    ]
     assert main(args) == 0
     assert "| texts / shards | 40 / 6 |" in capsys.readouterr().out
     lines = tmp_path / "l.txt"

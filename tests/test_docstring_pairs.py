@@ -17,7 +17,10 @@ MODULES = ["json", "shutil", "textwrap", "fnmatch", "copy", "glob", "calendar", 
 
 
 def test_the_summary_is_the_query_and_the_rest_the_document():
-    doc = "Return the thing you asked for.\n\nThe thing is computed from the arguments,\nlong enough " + "x" * 100
+    doc = (
+        "Return the thing you asked for.\n\nThe thing is computed from the arguments,\nlong enough "
+        + "x" * 100
+    )
     query, document = split_docstring(doc)
     assert query == "Return the thing you asked for." and document.startswith("The thing is computed")
     assert split_docstring("Too short.\n\n" + "x" * 200) is None
@@ -50,7 +53,16 @@ def test_the_command_writes_what_eval_embeddings_reads(tmp_path):
     from neobert.cli.main import main
     from neobert.evaluation.embedding_files import discover_tasks
 
-    args = ["data", "docstring-pairs", "--output", str(tmp_path), "--heldout-share", "0.5", "--modules", *MODULES]
+    args = [
+        "data",
+        "docstring-pairs",
+        "--output",
+        str(tmp_path),
+        "--heldout-share",
+        "0.5",
+        "--modules",
+        *MODULES,
+    ]
     assert main(args) == 0
     [task] = discover_tasks(tmp_path / "heldout")
     assert (task.family, task.name) == ("retrieval", "docstrings")

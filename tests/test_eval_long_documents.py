@@ -12,9 +12,16 @@ import torch
 
 from embedding_fixtures import NEEDS_TOKENIZER, save_tiny_bert
 
-MODULES = ["json", "pathlib", "optparse", "argparse"]  # the first three held out at 0.3 (seed 0), argparse not
+MODULES = [
+    "json",
+    "pathlib",
+    "optparse",
+    "argparse",
+]  # the first three held out at 0.3 (seed 0), argparse not
 SENTENCE = "the cat sat on a mat and then went to see the dog who was in the house with his friend"
-LONG = " ".join(SENTENCE.split()[i % 21] for i in range(300))  # one token a word; 300 tokens > the tiny window
+LONG = " ".join(
+    SENTENCE.split()[i % 21] for i in range(300)
+)  # one token a word; 300 tokens > the tiny window
 
 
 def _jsonl(path):
@@ -29,7 +36,10 @@ def test_module_documents_ask_the_held_out_queries_of_whole_modules(tmp_path):
 
     result = write_docstring_retrieval(tmp_path, heldout_share=0.3, modules=MODULES, module_documents=True)
     assert result.heldout_modules == ["json", "optparse", "pathlib"]
-    short, long = tmp_path / "heldout" / "retrieval" / "docstrings", tmp_path / "long" / "retrieval" / "modules"
+    short, long = (
+        tmp_path / "heldout" / "retrieval" / "docstrings",
+        tmp_path / "long" / "retrieval" / "modules",
+    )
     assert _jsonl(long / "queries.jsonl") == _jsonl(short / "queries.jsonl")
     corpus = {row["_id"]: row["text"] for row in _jsonl(long / "corpus.jsonl")}
     assert all(d.split(":")[1].split(".")[0] in result.heldout_modules for d in corpus)  # no training module
@@ -115,14 +125,29 @@ def test_eval_embeddings_long_documents_option(tmp_path):
     task = tmp_path / "retrieval"
     task.mkdir()
     (task / "queries.jsonl").write_text(json.dumps({"_id": "q", "text": "the dog"}) + "\n")
-    (task / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "text": t}) + "\n" for d, t in
-                                               (("long", LONG), ("short", "a cat on a mat"))))  # fmt: skip
+    (task / "corpus.jsonl").write_text(
+        "".join(
+            json.dumps({"_id": d, "text": t}) + "\n" for d, t in (("long", LONG), ("short", "a cat on a mat"))
+        )
+    )
     (task / "qrels.tsv").write_text("q\tlong\t1\n")
     vectors = {}
     for policy in ("truncate", "chunk"):
         out = tmp_path / policy
-        args = ["eval", "embeddings", "--model", str(directory), "--retrieval", str(task), "--output", str(out),
-                "--device", "cpu", "--long-documents", policy]  # fmt: skip
+        args = [
+            "eval",
+            "embeddings",
+            "--model",
+            str(directory),
+            "--retrieval",
+            str(task),
+            "--output",
+            str(out),
+            "--device",
+            "cpu",
+            "--long-documents",
+            policy,
+        ]
         assert main(args) == 0
         [score] = json.loads((out / "embedding_results.json").read_text())[str(directory)]["tasks"]
         vectors[policy] = score["scores"]["vectors_document"]
@@ -132,4 +157,15 @@ def test_eval_embeddings_long_documents_option(tmp_path):
     windows = _naive_windows(tokenizer, LONG, spec.document_length - 1)
     assert vectors == {"truncate": (64 + 8) / 2, "chunk": (sum(len(w) + 3 for w in windows) + 8) / 2}
     with pytest.raises(SystemExit):
-        main(["eval", "embeddings", "--model", str(directory), "--retrieval", str(task), "--long-documents", "max"])
+        main(
+            [
+                "eval",
+                "embeddings",
+                "--model",
+                str(directory),
+                "--retrieval",
+                str(task),
+                "--long-documents",
+                "max",
+            ]
+        )

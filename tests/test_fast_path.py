@@ -297,8 +297,17 @@ def test_without_the_fused_op_blocks_stay_plain_and_compute_the_same(monkeypatch
 
 
 def test_a_fused_op_that_disagrees_is_not_used_and_says_so(monkeypatch, epilogue_probe):
-    wrong = BackendCheck("cpu_epilogues", "cpu", "bfloat16", available=True, checked=True, ok=False,
-                         max_error=0.5, tolerance=3e-2, error="disagrees with the reference path")  # fmt: skip
+    wrong = BackendCheck(
+        "cpu_epilogues",
+        "cpu",
+        "bfloat16",
+        available=True,
+        checked=True,
+        ok=False,
+        max_error=0.5,
+        tolerance=3e-2,
+        error="disagrees with the reference path",
+    )
     monkeypatch.setattr(fastpath, "check_cpu_epilogues", lambda: wrong)
     with pytest.warns(RuntimeWarning, match=r"cpu_epilogues .*failed its first-use check.*plain"):
         assert fastpath._linear_pointwise() is None

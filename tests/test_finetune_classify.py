@@ -247,10 +247,31 @@ def test_collapsed_model_and_undefined_scores_are_reported(files, tmp_path):
 
 def test_cli_classify(files, tmp_path, capsys):
     out = tmp_path / "cli"
-    args = ["finetune", "classify", "--model", "tiny", "--preset-override", "vocab_size=30522",
-            "--train", str(files / "train.csv"), "--validation", str(files / "val.csv"),
-            "--text-column", "text", "--label-column", "label", "--output", str(out),
-            "--epochs", "2", "--lr", "1e-3", "--batch-size", "16", "--quiet"]  # fmt: skip
+    args = [
+        "finetune",
+        "classify",
+        "--model",
+        "tiny",
+        "--preset-override",
+        "vocab_size=30522",
+        "--train",
+        str(files / "train.csv"),
+        "--validation",
+        str(files / "val.csv"),
+        "--text-column",
+        "text",
+        "--label-column",
+        "label",
+        "--output",
+        str(out),
+        "--epochs",
+        "2",
+        "--lr",
+        "1e-3",
+        "--batch-size",
+        "16",
+        "--quiet",
+    ]
     assert main(args) == 0
     assert "accuracy" in capsys.readouterr().out
     assert (out / "metrics.json").is_file() and (out / "model" / "config.json").is_file()

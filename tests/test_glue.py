@@ -102,8 +102,14 @@ def bert_dir(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("bert") / "tiny-bert"
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64)  # fmt: skip
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     BertModel(config).save_pretrained(path)  # a bare encoder, as on the hub
     AutoTokenizer.from_pretrained(default_tokenizer_dir()).save_pretrained(path)
     return path
@@ -166,8 +172,18 @@ def test_grid_expansion(tmp_path):
 
 def test_local_files_two_tasks_and_report(glue_dir, tmp_path):
     out = tmp_path / "glue"
-    results = run_glue({**NEOBERT, **FAST, "tasks": ["sst2", "stsb"], "data_dir": str(glue_dir),
-                        "output": str(out), "epochs": 6, "eval_every": 6, "patience": None})  # fmt: skip
+    results = run_glue(
+        {
+            **NEOBERT,
+            **FAST,
+            "tasks": ["sst2", "stsb"],
+            "data_dir": str(glue_dir),
+            "output": str(out),
+            "epochs": 6,
+            "eval_every": 6,
+            "patience": None,
+        }
+    )
     assert results.tasks["sst2"].score >= 0.9
     stsb_result = results.tasks["stsb"]
     assert set(stsb_result.metrics["validation"]) == {"pearson", "spearman"}
@@ -216,16 +232,24 @@ def test_local_files_two_tasks_and_report(glue_dir, tmp_path):
 def test_sweep_picks_the_best_config(glue_dir, tmp_path):
     out = tmp_path / "sweep"
     grid = {"lr": [1e-7, 1e-3, 2e-7]}  # only the middle one can learn in 2 epochs
-    results = run_glue({**NEOBERT, **FAST, "tasks": "sst2", "data_dir": str(glue_dir), "output": str(out),
-                        "grid": grid, "epochs": 4, "patience": None})  # fmt: skip
+    results = run_glue(
+        {
+            **NEOBERT,
+            **FAST,
+            "tasks": "sst2",
+            "data_dir": str(glue_dir),
+            "output": str(out),
+            "grid": grid,
+            "epochs": 4,
+            "patience": None,
+        }
+    )
     result = results.tasks["sst2"]
     scores = [row.score for row in result.sweep]
     assert len(scores) == 3 and result.score == max(scores)
     assert result.best_config == {"lr": 1e-3} and result.score >= 0.9
     sweep = json.loads((out / "sst2" / "sweep.json").read_text())
-    assert (
-        sweep["best"] == 1 and [r["config"]["lr"] for r in sweep["runs"]] == grid["lr"]
-    )
+    assert sweep["best"] == 1 and [r["config"]["lr"] for r in sweep["runs"]] == grid["lr"]
     assert "| **best** | lr=0.001 |" in (out / "sst2" / "sweep.md").read_text()
     kept = json.loads((out / "sst2" / "best" / "eval_results.json").read_text())
     assert kept["score"] == pytest.approx(result.score) and kept["step"] == result.best_step
@@ -255,8 +279,16 @@ def test_rte_starts_from_the_best_mnli_checkpoint(kind, glue_dir, bert_dir, tmp_
     calls = _record_inits(monkeypatch)
     out = tmp_path / kind
     model = NEOBERT if kind == "neobert" else {"model": str(bert_dir)}
-    results = run_glue({**model, **FAST, "tasks": ["rte", "mnli"], "data_dir": str(glue_dir),
-                        "output": str(out), "epochs": 2})  # fmt: skip
+    results = run_glue(
+        {
+            **model,
+            **FAST,
+            "tasks": ["rte", "mnli"],
+            "data_dir": str(glue_dir),
+            "output": str(out),
+            "epochs": 2,
+        }
+    )
     mnli_best = out / "mnli" / "best"
     assert [(c[0], c[1]) for c in calls] == [(model["model"], 3), (str(mnli_best), 2)]  # MNLI runs first
     assert results.tasks["rte"].init_from == str(mnli_best)
@@ -282,15 +314,34 @@ def test_explicit_from_mnli_and_no_transfer(glue_dir, tmp_path, monkeypatch):
     mnli_like = load_model("tiny", "sequence-classification", vocab_size=30522, num_labels=3)
     source = save_pretrained(mnli_like, load_tokenizer(), tmp_path / "my-mnli")
     calls = _record_inits(monkeypatch)
-    run_glue({**FAST, "model": str(source), "tasks": "rte", "from_mnli": str(source),
-              "data_dir": str(glue_dir), "output": str(tmp_path / "a"), "epochs": 1})  # fmt: skip
+    run_glue(
+        {
+            **FAST,
+            "model": str(source),
+            "tasks": "rte",
+            "from_mnli": str(source),
+            "data_dir": str(glue_dir),
+            "output": str(tmp_path / "a"),
+            "epochs": 1,
+        }
+    )
     assert calls[0][:2] == (str(source), 2)
     for key, value in mnli_like.state_dict().items():
         if not _is_head(key):
             torch.testing.assert_close(calls[0][2][key], value, rtol=0, atol=0)
     calls.clear()
-    run_glue({**NEOBERT, **FAST, "tasks": ["mnli", "rte"], "transfer_from_mnli": False, "epochs": 1,
-              "data_dir": str(glue_dir), "output": str(tmp_path / "b"), "max_train_samples": 16})  # fmt: skip
+    run_glue(
+        {
+            **NEOBERT,
+            **FAST,
+            "tasks": ["mnli", "rte"],
+            "transfer_from_mnli": False,
+            "epochs": 1,
+            "data_dir": str(glue_dir),
+            "output": str(tmp_path / "b"),
+            "max_train_samples": 16,
+        }
+    )
     assert [c[:2] for c in calls] == [("tiny", 3), ("tiny", 2)]
 
 
@@ -329,8 +380,19 @@ def test_cli_glue_with_a_config_file(glue_dir, tmp_path, capsys):
     out = tmp_path / "cli"
     settings = {"data_dir": str(glue_dir), "tasks": "sst2", "epochs": 1, "tensorboard": False}
     (tmp_path / "glue.yaml").write_text(yaml.safe_dump(settings))
-    argv = ["finetune", "glue", "--model", "tiny", "--preset-override", "vocab_size=30522", "--quiet",
-            "--config", str(tmp_path / "glue.yaml"), "--output", str(out)]  # fmt: skip
+    argv = [
+        "finetune",
+        "glue",
+        "--model",
+        "tiny",
+        "--preset-override",
+        "vocab_size=30522",
+        "--quiet",
+        "--config",
+        str(tmp_path / "glue.yaml"),
+        "--output",
+        str(out),
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "SST-2" in printed and "results.md" in printed
@@ -354,12 +416,32 @@ def test_update_card_puts_the_dev_scores_into_the_base_models_card(glue_dir, ber
 
     base = shutil.copytree(bert_dir, tmp_path / "base")  # a BERT directory without a card yet
     for run_name in ("a", "b"):  # twice: the second run's entries replace the first's
-        run_glue({"model": str(base), **FAST, "tasks": "sst2", "data_dir": str(glue_dir), "epochs": 1,
-                  "output": str(tmp_path / run_name), "update_card": True, "seed": len(run_name)})  # fmt: skip
+        run_glue(
+            {
+                "model": str(base),
+                **FAST,
+                "tasks": "sst2",
+                "data_dir": str(glue_dir),
+                "epochs": 1,
+                "output": str(tmp_path / run_name),
+                "update_card": True,
+                "seed": len(run_name),
+            }
+        )
     card = check_card(base, "feature-extraction")  # the base encoder: GLUE scores it by fine-tuning
     written = json.loads((tmp_path / "b" / "results.json").read_text())["tasks"]["sst2"]["metrics"]
-    assert [(e.task_name, e.dataset_split, e.metric_type, e.metric_value) for e in card.data.eval_results] == [
-        ("GLUE SST-2", split, metric, value) for split, m in written.items() for metric, value in m.items()]
+    assert [
+        (e.task_name, e.dataset_split, e.metric_type, e.metric_value) for e in card.data.eval_results
+    ] == [("GLUE SST-2", split, metric, value) for split, m in written.items() for metric, value in m.items()]
     with pytest.raises(ValueError, match="not a local model directory"):
-        run_glue({**NEOBERT, **FAST, "tasks": "sst2", "data_dir": str(glue_dir), "epochs": 1,
-                  "output": str(tmp_path / "c"), "update_card": True})  # fmt: skip
+        run_glue(
+            {
+                **NEOBERT,
+                **FAST,
+                "tasks": "sst2",
+                "data_dir": str(glue_dir),
+                "epochs": 1,
+                "output": str(tmp_path / "c"),
+                "update_card": True,
+            }
+        )

@@ -83,7 +83,9 @@ def test_inference_auto_follows_the_measurement(monkeypatch, measured, fp32, bf1
     # any other encoder follows the same measurement (at its own widths), cast rather than on the fast path
     from transformers import BertConfig, BertModel
 
-    bert = BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64))
+    bert = BertModel(
+        BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    )
     assert next(apply_precision(bert, "auto").parameters()).dtype == dtype
 
 
@@ -273,14 +275,17 @@ def test_throughput_auto_dtype_follows_the_measurement(monkeypatch, measured):
     from neobert.benchmarks.throughput import BenchConfig, run
 
     force_timings(monkeypatch, fp32=1.0, bf16=5.0)
-    config = BenchConfig(models=["neobert-tiny"], lengths=[16], batch_tokens=[32], repeats=1, peak_sizes=(64,),
-                         progress=False)  # fmt: skip
+    config = BenchConfig(
+        models=["neobert-tiny"], lengths=[16], batch_tokens=[32], repeats=1, peak_sizes=(64,), progress=False
+    )
     results = run(config)
     assert results["config"]["dtype"] == "fp32" and results["config"]["requested_dtype"] == "auto"
 
 
 @pytest.mark.parametrize(("fp32", "bf16", "mixed"), [(1.0, 0.5, "bf16"), (1.0, 5.0, "no")])
-def test_fine_tuning_auto_is_the_engines_measured_at_the_model_widths(monkeypatch, measured, fp32, bf16, mixed):
+def test_fine_tuning_auto_is_the_engines_measured_at_the_model_widths(
+    monkeypatch, measured, fp32, bf16, mixed
+):
     """fit() hands its precision to the engine with the model's widths (inside DDP / compile wrappers too)."""
     from types import SimpleNamespace
 
@@ -299,8 +304,17 @@ def test_fine_tuning_auto_is_the_engines_measured_at_the_model_widths(monkeypatc
 
     monkeypatch.setattr(classification_task, "Engine", engine)
     with pytest.raises(KeyboardInterrupt):
-        classification_task.fit(model, SimpleNamespace(pad_token_id=0), None, {}, None, TrainSettings(), "unused",
-                                device="cpu", precision="auto")  # fmt: skip
+        classification_task.fit(
+            model,
+            SimpleNamespace(pad_token_id=0),
+            None,
+            {},
+            None,
+            TrainSettings(),
+            "unused",
+            device="cpu",
+            precision="auto",
+        )
     (settings,) = given
     assert (settings.precision, settings.probe_shape) == ("auto", widths)
     assert engine_module.make_accelerator(settings).mixed_precision == mixed

@@ -31,9 +31,18 @@ class AutoModelForToyScoring(_BaseAutoModelClass):
 
 @pytest.fixture
 def toy_head():
-    entry = Head("toy-scoring", AutoModelForToyScoring, NeoBERTForToyScoring, "ForToyScoring",
-                 ("embed", "embed_all"), "embed", "feature-extraction", "toy scorer", output="last_hidden_state",
-                 width="hidden")  # fmt: skip
+    entry = Head(
+        "toy-scoring",
+        AutoModelForToyScoring,
+        NeoBERTForToyScoring,
+        "ForToyScoring",
+        ("embed", "embed_all"),
+        "embed",
+        "feature-extraction",
+        "toy scorer",
+        output="last_hidden_state",
+        width="hidden",
+    )
     register_head(entry)
     yield entry
     del HEADS[entry.name]
@@ -75,7 +84,11 @@ def test_a_registered_head_loads_is_decided_and_is_served(toy_dir, toy_head):
 def test_a_registered_head_gets_its_card(toy_dir, toy_head):
     found = describe_directory(toy_dir)
     assert (found.kind.name, found.head, found.card_head, found.library) == (
-        "transformers", "toy-scoring", "toy-scoring", "transformers")  # fmt: skip
+        "transformers",
+        "toy-scoring",
+        "toy-scoring",
+        "transformers",
+    )
     write_card(toy_dir, CardInfo(head=found.card_head, description="A toy head.", command="test"))
     card = check_card(toy_dir, "feature-extraction")
     assert "AutoModelForToyScoring.from_pretrained(path)" in card.text and ".last_hidden_state" in card.text
@@ -99,11 +112,20 @@ def test_a_registered_head_is_exported_as_its_entry_says(toy_dir, toy_head, tmp_
 def test_directory_kinds_are_decided_in_one_place(tmp_path, toy_dir):
     (tmp_path / "st").mkdir()
     (tmp_path / "st" / "config.json").write_text(json.dumps({"architectures": ["BertForMaskedLM"]}))
-    (tmp_path / "st" / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))  # fmt: skip
+    (tmp_path / "st" / "modules.json").write_text(
+        json.dumps(
+            [
+                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            ]
+        )
+    )
     found = describe_directory(tmp_path / "st")
-    assert (found.kind.name, found.head, found.card_head) == ("sentence-transformers", "mlm", "sentence-embedding")
+    assert (found.kind.name, found.head, found.card_head) == (
+        "sentence-transformers",
+        "mlm",
+        "sentence-embedding",
+    )
     modules = json.loads((tmp_path / "st" / "modules.json").read_text())
     modules[1]["type"] = "sentence_transformers.sparse_encoder.models.SpladePooling"
     (tmp_path / "st" / "modules.json").write_text(json.dumps(modules))

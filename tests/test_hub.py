@@ -34,8 +34,13 @@ def model_dir(tmp_path):
 def run_push(directory: Path, *args: str, endpoint: str, token: str | None = TOKEN, offline: str = "0"):
     """``neobert push`` in a fresh process, as a user runs it: the client reads HF_ENDPOINT and HF_TOKEN."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING_FACE", "TRANSFORMERS_"))}
-    env.update(HF_ENDPOINT=endpoint, HF_HUB_OFFLINE=offline, HF_HOME=str(directory.parent / "hf-home"),
-               PYTHONPATH=SRC, HF_HUB_DISABLE_TELEMETRY="1")  # fmt: skip
+    env.update(
+        HF_ENDPOINT=endpoint,
+        HF_HUB_OFFLINE=offline,
+        HF_HOME=str(directory.parent / "hf-home"),
+        PYTHONPATH=SRC,
+        HF_HUB_DISABLE_TELEMETRY="1",
+    )
     if token is not None:
         env["HF_TOKEN"] = token
     command = [sys.executable, "-m", "neobert.cli.main", "push", str(directory), *args]
@@ -44,8 +49,9 @@ def run_push(directory: Path, *args: str, endpoint: str, token: str | None = TOK
 
 def test_push_creates_the_repo_a_branch_and_uploads_every_file(model_dir):
     with FakeHub(TOKEN) as hub:
-        done = run_push(model_dir, "--repo-id", "me/tiny", "--revision", "step-3", "--private",
-                        endpoint=hub.url)  # fmt: skip
+        done = run_push(
+            model_dir, "--repo-id", "me/tiny", "--revision", "step-3", "--private", endpoint=hub.url
+        )
         assert done.returncode == 0, done.stderr
         again = run_push(model_dir, "--repo-id", "me/tiny", "--commit-message", "final", endpoint=hub.url)
         assert again.returncode == 0, again.stderr
@@ -55,7 +61,9 @@ def test_push_creates_the_repo_a_branch_and_uploads_every_file(model_dir):
     assert repo["branches"]["step-3"] == expected  # every file, byte for byte, on the revision's branch
     assert repo["branches"]["main"] == expected
     assert [(rev, message) for rev, message, _ in repo["commits"]] == [
-        ("step-3", "Upload model with neobert"), ("main", "final")]  # fmt: skip
+        ("step-3", "Upload model with neobert"),
+        ("main", "final"),
+    ]
     assert "me/tiny@step-3" in done.stdout and "revision='step-3'" in done.stdout
     assert all(auth == f"Bearer {TOKEN}" for _, _, auth in hub.requests)  # the token was sent ...
     for output in (done.stdout, done.stderr, again.stdout, again.stderr):
@@ -68,11 +76,16 @@ def test_a_refused_token_an_unreachable_endpoint_and_offline_mode_each_say_so(mo
         offline = run_push(model_dir, "--repo-id", "me/tiny", endpoint=hub.url, offline="1")
         url = hub.url
     unreachable = run_push(model_dir, "--repo-id", "me/tiny", endpoint=url)  # the server has stopped
-    for done, cause in ((refused, "not authorised (HTTP 401)"), (offline, "offline mode is on"),
-                        (unreachable, f"cannot reach {url}")):  # fmt: skip
+    for done, cause in (
+        (refused, "not authorised (HTTP 401)"),
+        (offline, "offline mode is on"),
+        (unreachable, f"cannot reach {url}"),
+    ):
         assert done.returncode == 1
         lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: push to me/tiny") and cause in lines[0], done.stderr
+        assert len(lines) == 1 and lines[0].startswith("error: push to me/tiny") and cause in lines[0], (
+            done.stderr
+        )
         assert "hf_wrong_token_value" not in done.stderr + done.stdout and TOKEN not in done.stderr
     assert hub.repos == {}
 

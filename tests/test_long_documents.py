@@ -26,8 +26,24 @@ from neobert.model import NeoBERTConfig, NeoBERTForTokenClassification, NeoBERTM
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 WINDOW = 32  # tokens per row, [CLS] and [SEP] included: 30 content tokens
-WORDS = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "red", "blue", "green",
-         "cat", "dog", "sun"]  # fmt: skip
+WORDS = [
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "red",
+    "blue",
+    "green",
+    "cat",
+    "dog",
+    "sun",
+]
 
 
 def document(tokens: int) -> str:
@@ -108,8 +124,9 @@ def test_chunk_embedding_equals_the_reference_over_its_windows(encoder, tokenize
     vectors, report = embed(encoder, tokenizer, [text, "short"], settings)
     np.testing.assert_allclose(vectors[0], reference.numpy(), atol=1e-5)
     assert (report.over_window, report.truncated, report.rows) == (1, 0, 4)
-    np.testing.assert_allclose(vectors[1], inference.encode(encoder, tokenizer, ["short"], show_progress=False)[0],
-                               atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        vectors[1], inference.encode(encoder, tokenizer, ["short"], show_progress=False)[0], atol=1e-6
+    )
     # cls pooling: the windows' [CLS] vectors averaged equally
     with torch.no_grad():
         cls = torch.stack([encoder(torch.tensor([w])).last_hidden_state[0, 0] for w in windows]).mean(0)
@@ -118,8 +135,12 @@ def test_chunk_embedding_equals_the_reference_over_its_windows(encoder, tokenize
 
 
 def test_chunk_classification_averages_window_logits(tokenizer):
-    model = spread(encoders.load_model("tiny", "sequence-classification", vocab_size=30522, max_length=WINDOW,
-                                        num_labels=3), seed=1)  # fmt: skip
+    model = spread(
+        encoders.load_model(
+            "tiny", "sequence-classification", vocab_size=30522, max_length=WINDOW, num_labels=3
+        ),
+        seed=1,
+    )
     text = document(86)
     windows = windows_by_hand(tokenizer, text, stride=2)
     with torch.no_grad():
@@ -130,8 +151,9 @@ def test_chunk_classification_averages_window_logits(tokenizer):
 
 
 def test_chunk_token_predictions_come_from_the_most_central_window(tokenizer):
-    config = NeoBERTConfig.from_model_config(ModelConfig.from_name("tiny", vocab_size=30522, max_length=WINDOW),
-                                             num_labels=4)  # fmt: skip
+    config = NeoBERTConfig.from_model_config(
+        ModelConfig.from_name("tiny", vocab_size=30522, max_length=WINDOW), num_labels=4
+    )
     model = spread(NeoBERTForTokenClassification(config), seed=2)
     text = document(86)
     stride, width = 10, WINDOW - 2  # wide overlaps, so the choice of window matters
@@ -170,8 +192,9 @@ def test_extend_equals_the_scaled_models_direct_forward(encoder, tokenizer, meth
     vectors, report = embed(encoder, tokenizer, [text, "short"], LongDocuments("extend", method=method))
     np.testing.assert_allclose(vectors[0], reference.numpy(), atol=1e-5)
     # a text that fits runs on the original model, untouched by the scaling
-    np.testing.assert_allclose(vectors[1], inference.encode(encoder, tokenizer, ["short"], show_progress=False)[0],
-                               atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        vectors[1], inference.encode(encoder, tokenizer, ["short"], show_progress=False)[0], atol=1e-6
+    )
     assert (report.over_window, report.truncated, report.rows) == (1, 0, 2)
     # the scaled copy shares the weights instead of copying them
     copy = extended_model(encoder, 3, method)
@@ -181,9 +204,16 @@ def test_extend_equals_the_scaled_models_direct_forward(encoder, tokenizer, meth
 
 
 def test_extend_needs_rope(tokenizer):
-    learned = encoders.load_model("bert-baseline", "base", vocab_size=30522, max_length=WINDOW,
-                                   num_hidden_layers=1, hidden_size=64, num_attention_heads=4,
-                                   intermediate_size=128)  # fmt: skip
+    learned = encoders.load_model(
+        "bert-baseline",
+        "base",
+        vocab_size=30522,
+        max_length=WINDOW,
+        num_hidden_layers=1,
+        hidden_size=64,
+        num_attention_heads=4,
+        intermediate_size=128,
+    )
     with pytest.raises(ValueError, match="needs a NeoBERT model with RoPE"):
         embed(learned, tokenizer, [document(80)], LongDocuments("extend"))
 
@@ -193,11 +223,43 @@ def test_cli_embed_and_classify_follow_the_policy(model_dir, mlm, tokenizer, tmp
 
     long_text = document(300)  # the tiny model's window is 128 tokens
     (tmp_path / "in.txt").write_text(f"{long_text}\nshort line\n")
-    assert main(["embed", "--model", str(model_dir), "--input", str(tmp_path / "in.txt"), "--output",
-                 str(tmp_path / "t.npy"), "--precision", "fp32"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "embed",
+                "--model",
+                str(model_dir),
+                "--input",
+                str(tmp_path / "in.txt"),
+                "--output",
+                str(tmp_path / "t.npy"),
+                "--precision",
+                "fp32",
+            ]
+        )
+        == 0
+    )
     assert "1 line(s) longer than the model window: truncated" in capsys.readouterr().out
-    assert main(["embed", "--model", str(model_dir), "--input", str(tmp_path / "in.txt"), "--output",
-                 str(tmp_path / "c.npy"), "--precision", "fp32", "--long-documents", "chunk", "--stride", "8"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "embed",
+                "--model",
+                str(model_dir),
+                "--input",
+                str(tmp_path / "in.txt"),
+                "--output",
+                str(tmp_path / "c.npy"),
+                "--precision",
+                "fp32",
+                "--long-documents",
+                "chunk",
+                "--stride",
+                "8",
+            ]
+        )
+        == 0
+    )
     assert "handled by 'chunk'" in capsys.readouterr().out
     expected, _ = embed(mlm, tokenizer, [long_text, "short line"], LongDocuments("chunk", stride=8))
     np.testing.assert_allclose(np.load(tmp_path / "c.npy"), expected, atol=1e-5)

@@ -172,6 +172,12 @@ def test_the_pretraining_step_computes_its_loss_once(monkeypatch):
     assert len(calls) == 1 and calls[0]["reduction"] == "sum"
     assert count == (labels != -100).sum()
     monkeypatch.undo()
-    out = model(batch["input_ids"], labels=labels, cu_seqlens=batch["cu_seqlens"], max_seqlen=batch["max_seqlen"],
-                position_ids=batch["position_ids"], masked_positions=labels != -100)  # fmt: skip
+    out = model(
+        batch["input_ids"],
+        labels=labels,
+        cu_seqlens=batch["cu_seqlens"],
+        max_seqlen=batch["max_seqlen"],
+        position_ids=batch["position_ids"],
+        masked_positions=labels != -100,
+    )
     torch.testing.assert_close(loss_sum / count, out.loss)

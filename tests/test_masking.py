@@ -133,7 +133,9 @@ def test_mask_rate_schedule_moves_from_start_to_end():
     assert mask_rate_at(0, 11, 0.3, 0.15) == pytest.approx(0.3)
     assert mask_rate_at(5, 11, 0.3, 0.15) == pytest.approx(0.225)
     assert mask_rate_at(10, 11, 0.3, 0.15) == pytest.approx(0.15)
-    assert mask_rate_at(3, 11, 0.3, 0.15, "cosine") == pytest.approx(0.3 - 0.15 * (1 - math.cos(math.pi * 0.3)) / 2)
+    assert mask_rate_at(3, 11, 0.3, 0.15, "cosine") == pytest.approx(
+        0.3 - 0.15 * (1 - math.cos(math.pi * 0.3)) / 2
+    )
     assert mask_rate_at(7, 11, 0.2, None) == 0.2
     with pytest.raises(ValueError, match="shape"):
         mask_rate_at(1, 11, 0.3, 0.15, "step")

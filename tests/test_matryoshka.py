@@ -35,7 +35,8 @@ def test_the_loss_is_the_sum_of_the_loss_at_each_width(tmp_path):
         assert float(step_loss(encoder, texts, 3, config)) == pytest.approx(expected, rel=1e-5)
         plain = ContrastiveConfig(model="x", data=["x"], output="o")
         assert float(step_loss(encoder, texts, 3, plain)) == pytest.approx(
-            float(info_nce(vectors[:3], vectors[3:], torch.arange(3), reduction="sum")), rel=1e-5)  # fmt: skip
+            float(info_nce(vectors[:3], vectors[3:], torch.arange(3), reduction="sum")), rel=1e-5
+        )
 
 
 def test_the_saved_model_records_its_widths_and_bad_widths_are_refused(tmp_path):
@@ -48,11 +49,29 @@ def test_the_saved_model_records_its_widths_and_bad_widths_are_refused(tmp_path)
     model_dir = save_tiny_neobert(tmp_path / "m")
     animals, _ = write_pairs(tmp_path)
     out = tmp_path / "out"
-    args = ["finetune", "contrastive", "--model", str(model_dir), "--data", str(animals), "--output", str(out),
-            "--steps", "2", "--batch-size", "4", "--device", "cpu"]  # fmt: skip
+    args = [
+        "finetune",
+        "contrastive",
+        "--model",
+        str(model_dir),
+        "--data",
+        str(animals),
+        "--output",
+        str(out),
+        "--steps",
+        "2",
+        "--batch-size",
+        "4",
+        "--device",
+        "cpu",
+    ]
     assert main([*args, "--matryoshka-dims", "16,64,8"]) == 0
     assert embedding_spec(out).matryoshka_dims == (64, 16, 8)
-    assert json.loads((out / "contrastive_training.json").read_text())["config"]["matryoshka_dims"] == [64, 16, 8]
+    assert json.loads((out / "contrastive_training.json").read_text())["config"]["matryoshka_dims"] == [
+        64,
+        16,
+        8,
+    ]
     assert SentenceTransformer(str(out), device="cpu").encode(["a text"]).shape == (1, 64)  # still loads
     assert embedding_spec(model_dir).matryoshka_dims == ()
     assert main([*args, "--matryoshka-dims", "128,8"]) == 1  # wider than the model
@@ -68,8 +87,10 @@ def _mrr_at_width(directory: Path, pairs, width: int) -> float:
     from neobert.inference.encoders import load_encoder
 
     encoder = load_encoder(directory)
-    q, d = (encode(encoder.model, encoder.tokenizer, texts, normalize=False, show_progress=False, max_length=48)
-            for texts in ([p.query for p in pairs], [p.document for p in pairs]))  # fmt: skip
+    q, d = (
+        encode(encoder.model, encoder.tokenizer, texts, normalize=False, show_progress=False, max_length=48)
+        for texts in ([p.query for p in pairs], [p.document for p in pairs])
+    )
     q, d = q[:, :width], d[:, :width]
     scores = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (d / np.linalg.norm(d, axis=1, keepdims=True)).T
     ranks = (scores > np.diag(scores)[:, None]).sum(axis=1) + 1
@@ -86,15 +107,41 @@ def test_matryoshka_training_ranks_held_out_pairs_better_at_a_truncated_width(tm
     from neobert.data.docstring_pairs import iter_docstring_pairs
 
     train = list(iter_docstring_pairs(["argparse", "asyncio", "email", "logging", "collections"]))
-    held_out = list(iter_docstring_pairs(["json", "pathlib", "functools", "shutil", "zipfile", "tarfile", "os",
-                                          "ftplib", "imaplib", "smtplib", "optparse"]))  # fmt: skip
+    held_out = list(
+        iter_docstring_pairs(
+            [
+                "json",
+                "pathlib",
+                "functools",
+                "shutil",
+                "zipfile",
+                "tarfile",
+                "os",
+                "ftplib",
+                "imaplib",
+                "smtplib",
+                "optparse",
+            ]
+        )
+    )
     assert not {p.document for p in train} & {p.document for p in held_out} and len(held_out) > 100
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps({"query": p.query, "positive": p.document}) + "\n" for p in train))
-    settings = dict(model=str(Path(gt.__file__).parent / "model"), data=[str(data)], steps=20, batch_size=16,
-                    lr=1e-4, warmup_steps=2, max_length=48, show_progress=False, seed=0)  # fmt: skip
+    settings = dict(
+        model=str(Path(gt.__file__).parent / "model"),
+        data=[str(data)],
+        steps=20,
+        batch_size=16,
+        lr=1e-4,
+        warmup_steps=2,
+        max_length=48,
+        show_progress=False,
+        seed=0,
+    )
     plain = run(ContrastiveConfig(**settings, output=str(tmp_path / "plain"))).output
-    nested = run(ContrastiveConfig(**settings, output=str(tmp_path / "nested"), matryoshka_dims=[384, 16])).output
+    nested = run(
+        ContrastiveConfig(**settings, output=str(tmp_path / "nested"), matryoshka_dims=[384, 16])
+    ).output
     small_plain, small_nested = _mrr_at_width(plain, held_out, 16), _mrr_at_width(nested, held_out, 16)
     assert small_nested > small_plain + 0.015, (small_plain, small_nested)
     # the full width is still trained: it does not collapse to the truncated one's quality

@@ -28,7 +28,9 @@ OLD = re.compile(r"\bneobert\.(" + "|".join(old.split(".")[1] for old in MOVED) 
 
 def fresh(code: str) -> dict:
     """The JSON a fresh interpreter prints after running ``code`` (nothing of neobert imported before)."""
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -117,9 +119,17 @@ print(json.dumps({{"early": early, "hidden": config.hidden_size,
     out = fresh(code)
     assert out["same"] == [True] * 8 and out["hidden"] == config.hidden_size
     # importing the package loads the model, the config and the head registry, and no other moved module
-    assert out["early"] == sorted({"neobert", "neobert._moved", "neobert.common", "neobert.common.config",
-                                   "neobert.inference", "neobert.inference.registration"}
-                                  | {m for m in out["early"] if m.startswith("neobert.model")})  # fmt: skip
+    assert out["early"] == sorted(
+        {
+            "neobert",
+            "neobert._moved",
+            "neobert.common",
+            "neobert.common.config",
+            "neobert.inference",
+            "neobert.inference.registration",
+        }
+        | {m for m in out["early"] if m.startswith("neobert.model")}
+    )
 
 
 def _imports(path: Path) -> list[tuple[int, str, list[str]]]:
@@ -145,7 +155,9 @@ def test_nothing_in_src_or_tests_uses_an_old_name():
         if path.name in ("_moved.py", "test_moved.py"):
             continue
         text = path.read_text(encoding="utf-8")
-        used += [f"{path.name}:{text[: m.start()].count(chr(10)) + 1}: {m.group()}" for m in OLD.finditer(text)]
+        used += [
+            f"{path.name}:{text[: m.start()].count(chr(10)) + 1}: {m.group()}" for m in OLD.finditer(text)
+        ]
         for line, module, names in _imports(path) if path.is_relative_to(ROOT) else []:
             old = [f"{module}.{n}" for n in names if f"{module}.{n}" in MOVED]
             used += [f"{path.name}:{line}: {module} import {n}" for n in old]

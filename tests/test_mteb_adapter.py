@@ -115,7 +115,9 @@ def test_encode_equals_encoding_the_instructed_texts(adapter):
     )
     instruction = adapter.instruction(metadata, PromptType.query)
     texts = [TEMPLATE.format(instruction=instruction, text=t) for t in ["a cat", "two dogs", "rain"]]
-    np.testing.assert_allclose(got, encode(adapter.encoder.model, adapter.encoder.tokenizer, texts, show_progress=False), atol=1e-6)
+    np.testing.assert_allclose(
+        got, encode(adapter.encoder.model, adapter.encoder.tokenizer, texts, show_progress=False), atol=1e-6
+    )
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
     sims = adapter.similarity(got, got)
     torch.testing.assert_close(torch.diagonal(sims), torch.ones(3), atol=1e-5, rtol=0)
@@ -142,7 +144,9 @@ def test_a_sparse_encoder_directory_goes_through_mteb_sparse_path(tmp_path, monk
     from neobert.finetuning.sparse import save_sparse_encoder
     from neobert.inference.encoders import load_encoder
 
-    directory = save_sparse_encoder(load_encoder(save_tiny_neobert(tmp_path / "m"), task="mlm"), tmp_path / "sparse")
+    directory = save_sparse_encoder(
+        load_encoder(save_tiny_neobert(tmp_path / "m"), task="mlm"), tmp_path / "sparse"
+    )
     task = mock_tasks.MockRetrievalTask()
 
     def dense_adapter(*args, **kwargs):
@@ -151,6 +155,11 @@ def test_a_sparse_encoder_directory_goes_through_mteb_sparse_path(tmp_path, monk
     monkeypatch.setattr(mteb_adapter, "MTEBEncoder", dense_adapter)
     report = mteb_adapter.run([str(directory)], [task], show_progress=False, device="cpu")
     [row] = report.models[str(directory)]
-    direct = mteb.evaluate(SparseEncoderWrapper(str(directory), device="cpu"), [mock_tasks.MockRetrievalTask()],
-                           cache=None, show_progress_bar=False, raise_error=True)  # fmt: skip
+    direct = mteb.evaluate(
+        SparseEncoderWrapper(str(directory), device="cpu"),
+        [mock_tasks.MockRetrievalTask()],
+        cache=None,
+        show_progress_bar=False,
+        raise_error=True,
+    )
     assert row.main_score == pytest.approx(100 * direct.task_results[0].get_score())

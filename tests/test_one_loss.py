@@ -29,7 +29,9 @@ def test_losses_against_numpy():
     logits = torch.randn(4, 3, generator=g)
     ids = torch.tensor([0, 2, 1, 2])
     ce = -_log_softmax(logits.numpy())[np.arange(4), ids.numpy()]
-    assert float(sequence_loss(logits, ids, "single_label_classification", "sum")) == pytest.approx(ce.sum(), 1e-5)
+    assert float(sequence_loss(logits, ids, "single_label_classification", "sum")) == pytest.approx(
+        ce.sum(), 1e-5
+    )
     targets = torch.tensor([[1.0, 0, 1], [0, 0, 0], [1, 1, 1], [0, 1, 0]])
     p = 1 / (1 + np.exp(-logits.numpy()))
     bce = -(targets.numpy() * np.log(p) + (1 - targets.numpy()) * np.log(1 - p)).mean()
@@ -52,13 +54,21 @@ def test_training_validation_and_head_loss_agree(tokenizer, regression):
     predict() and the head's own loss are one number."""
     torch.manual_seed(0)
     labels = [0.5, -1.0, 2.0, 0.0, 1.5] if regression else [0, 2, 1, 2, 0]
-    model = load_model("tiny", "sequence-classification", vocab_size=len(tokenizer), num_labels=1 if regression else 3,
-                       problem_type="regression" if regression else "single_label_classification").eval()  # fmt: skip
+    model = load_model(
+        "tiny",
+        "sequence-classification",
+        vocab_size=len(tokenizer),
+        num_labels=1 if regression else 3,
+        problem_type="regression" if regression else "single_label_classification",
+    ).eval()
     data = EncodedDataset(tokenizer, TEXTS, None, labels, 32, show_progress=False)
     pad = tokenizer.pad_token_id
     _, validation = predict(model, data, regression, batch_size=2, pad_token_id=pad)
     task = ClassificationTask.__new__(ClassificationTask)  # only what loss() reads
-    task.engine, task.spec = SimpleNamespace(device=torch.device("cpu")), SimpleNamespace(regression=regression)
+    task.engine, task.spec = (
+        SimpleNamespace(device=torch.device("cpu")),
+        SimpleNamespace(regression=regression),
+    )
     batch = collate([data[i] for i in range(len(data))], pad)
     with torch.no_grad():
         training = float(task.loss(model, dict(batch)).loss_sum) / len(data)

@@ -307,9 +307,15 @@ def test_bench_onnx_puts_runtimes_side_by_side(tmp_path):
     from neobert.benchmarks.onnx import OnnxBenchConfig, run
 
     config = OnnxBenchConfig(
-        model="tiny", texts=6, max_length=40, batch_size=3, repeats=1, output=str(tmp_path), progress=False,
+        model="tiny",
+        texts=6,
+        max_length=40,
+        batch_size=3,
+        repeats=1,
+        output=str(tmp_path),
+        progress=False,
         serve_concurrency=0,
-    )  # fmt: skip
+    )
     results = run(config)
     assert "service" not in results
     rows = {r["variant"]: r for r in results["rows"]}
@@ -327,9 +333,17 @@ def test_bench_onnx_through_the_service(tmp_path):
     from neobert.benchmarks.onnx import OnnxBenchConfig, run
 
     config = OnnxBenchConfig(
-        model="tiny", texts=4, max_length=24, batch_size=2, repeats=1, bf16=True, output=str(tmp_path),
-        progress=False, serve_concurrency=4, serve_duration=1.0,
-    )  # fmt: skip
+        model="tiny",
+        texts=4,
+        max_length=24,
+        batch_size=2,
+        repeats=1,
+        bf16=True,
+        output=str(tmp_path),
+        progress=False,
+        serve_concurrency=4,
+        serve_duration=1.0,
+    )
     rows = {r["label"]: r for r in run(config)["service"]}
     assert list(rows) == ["pytorch-fp32", "pytorch-bf16", "onnx-fp32", "onnx-int8"]
     for row in rows.values():

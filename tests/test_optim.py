@@ -100,7 +100,9 @@ def test_muon_takes_the_hidden_matrices_and_adamw_the_rest(mlm):
     assert isinstance(opt, MuonWithAdamW)
     muon_names = set(opt.muon.param_groups[0]["param_names"])
     assert muon_names == {
-        f"model.transformer_encoder.{i}.{n}.weight" for i in (0, 1) for n in ("qkv", "wo", "ffn.w12", "ffn.w3")
+        f"model.transformer_encoder.{i}.{n}.weight"
+        for i in (0, 1)
+        for n in ("qkv", "wo", "ffn.w12", "ffn.w3")
     }
     adamw_names = {n for g in opt.adamw.param_groups for n in g["param_names"]}
     assert {"model.encoder.weight", "decoder.weight", "decoder.bias"} <= adamw_names
@@ -113,13 +115,24 @@ def _muon_reference_step(model, lr, grads):
     """The same update from torch's Muon and AdamW built by hand over explicitly listed parameters."""
     named = dict(model.named_parameters())
     hidden = [n for n in named if ".transformer_encoder." in n and named[n].ndim == 2]
-    exempt = [n for n in named if n not in hidden and (n.endswith("bias") or "norm" in n or n == "model.encoder.weight")]
+    exempt = [
+        n
+        for n in named
+        if n not in hidden and (n.endswith("bias") or "norm" in n or n == "model.encoder.weight")
+    ]
     decayed = [n for n in named if n not in hidden and n not in exempt]
-    muon = torch.optim.Muon([named[n] for n in hidden], lr=lr, weight_decay=0.1, adjust_lr_fn="match_rms_adamw")
+    muon = torch.optim.Muon(
+        [named[n] for n in hidden], lr=lr, weight_decay=0.1, adjust_lr_fn="match_rms_adamw"
+    )
     adamw = torch.optim.AdamW(
-        [{"params": [named[n] for n in decayed], "weight_decay": 0.1},
-         {"params": [named[n] for n in exempt], "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95), eps=1e-8,
-    )  # fmt: skip
+        [
+            {"params": [named[n] for n in decayed], "weight_decay": 0.1},
+            {"params": [named[n] for n in exempt], "weight_decay": 0.0},
+        ],
+        lr=lr,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+    )
     for step_grads in grads:
         for n, p in named.items():
             p.grad = step_grads[n].clone()

@@ -140,14 +140,37 @@ def test_update_card_adds_each_bin_once(short_model, tmp_path):
     docs = tmp_path / "docs.txt"
     docs.write_text("\n".join([_doc(8), _doc(20, 3), _doc(40, 5)]) + "\n", encoding="utf-8")
     for _ in range(2):  # the second run replaces the first's entries
-        assert main(["eval", "pppl", "--model", str(model), "--model", f"{model}@yarn:64", "--input", str(docs),
-                     "--bins", "16,32,64", "--output", str(tmp_path / "out"), "--copies", "16", "--device", "cpu",
-                     "--update-card"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "eval",
+                    "pppl",
+                    "--model",
+                    str(model),
+                    "--model",
+                    f"{model}@yarn:64",
+                    "--input",
+                    str(docs),
+                    "--bins",
+                    "16,32,64",
+                    "--output",
+                    str(tmp_path / "out"),
+                    "--copies",
+                    "16",
+                    "--device",
+                    "cpu",
+                    "--update-card",
+                ]
+            )
+            == 0
+        )
     rows = [r for r in csv.DictReader((tmp_path / "out" / "pppl.csv").open(encoding="utf-8")) if r["pppl"]]
     card = ModelCard.load(model / "README.md")
     entries = [(e.task_name, e.metric_value) for e in card.data.eval_results]
     assert [name for name, _ in entries] == [
-        f"Pseudo-perplexity, {r['bin_low']}-{r['bin_high']} tokens" + (", yarn 64" if "yarn" in r["model"] else "")
-        for r in rows]  # fmt: skip
+        f"Pseudo-perplexity, {r['bin_low']}-{r['bin_high']} tokens"
+        + (", yarn 64" if "yarn" in r["model"] else "")
+        for r in rows
+    ]
     assert [v for _, v in entries] == pytest.approx([float(r["pppl"]) for r in rows], rel=1e-5)
     assert {e.dataset_name for e in card.data.eval_results} == {"docs.txt"}

@@ -150,7 +150,9 @@ def run_multiprocess_and_compare(prepared, tmp_path, launcher: list[str]) -> Non
     script.write_text(textwrap.dedent(DDP_SCRIPT))
     pretrain(tiny_pretrain_config(prepared, tmp_path / "one", max_steps=4), progress_bar=False)
     config_file = tmp_path / "multi.json"
-    config_file.write_text(json.dumps(tiny_pretrain_config(prepared, tmp_path / "multi", max_steps=4).to_dict()))
+    config_file.write_text(
+        json.dumps(tiny_pretrain_config(prepared, tmp_path / "multi", max_steps=4).to_dict())
+    )
     env = {
         k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")
     }
@@ -246,7 +248,9 @@ def test_resume_from_a_checkpoint_older_than_a_new_setting(prepared, tmp_path):
         state = json.loads(state_file.read_text())
         del state["config"]["data"]["long_docs"]  # as written by the version before the setting
         state_file.write_text(json.dumps(state))
-    assert pretrain(tiny_pretrain_config(prepared, run, max_steps=6), resume=True, progress_bar=False).steps == 6
+    assert (
+        pretrain(tiny_pretrain_config(prepared, run, max_steps=6), resume=True, progress_bar=False).steps == 6
+    )
     split = tiny_pretrain_config(prepared, run, max_steps=8, **{"data.long_docs": "split"})
     with pytest.raises(ValueError, match="'data' changed"):
         pretrain(split, resume=True, progress_bar=False)

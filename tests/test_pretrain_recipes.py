@@ -22,11 +22,34 @@ def prepared(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("recipes")
     corpus = root / "corpus.txt"
-    words = ["parse", "the", "json", "file", "and", "write", "paths", "to", "the", "log", "of", "each", "module"]
-    corpus.write_text("\n\n".join(" ".join(words[i % 7 :] + words[: i % 7] * (1 + i % 3)) for i in range(200)))
+    words = [
+        "parse",
+        "the",
+        "json",
+        "file",
+        "and",
+        "write",
+        "paths",
+        "to",
+        "the",
+        "log",
+        "of",
+        "each",
+        "module",
+    ]
+    corpus.write_text(
+        "\n\n".join(" ".join(words[i % 7 :] + words[: i % 7] * (1 + i % 3)) for i in range(200))
+    )
     tokenizer = train_tokenizer([corpus], "wordpiece", 400, root / "tokenizer").output_dir
-    prepare(PrepareConfig(inputs=[str(corpus)], tokenizer=str(tokenizer), output=str(root / "data"),
-                          validation_fraction=0.2, progress=False))  # fmt: skip
+    prepare(
+        PrepareConfig(
+            inputs=[str(corpus)],
+            tokenizer=str(tokenizer),
+            output=str(root / "data"),
+            validation_fraction=0.2,
+            progress=False,
+        )
+    )
     return root / "data"
 
 
@@ -41,13 +64,20 @@ def _logged(output: Path, key: str) -> dict[int, float]:
 
 def test_a_decay_branched_from_a_stable_checkpoint_equals_a_run_planned_with_that_decay(prepared, tmp_path):
     wsd = {"schedule.kind": "wsd", "schedule.warmup_steps": 2, "schedule.final_ratio": 0.0}
-    stable = tiny_pretrain_config(prepared, tmp_path / "stable", max_steps=8, **wsd, **{"schedule.decay_steps": 0})
+    stable = tiny_pretrain_config(
+        prepared, tmp_path / "stable", max_steps=8, **wsd, **{"schedule.decay_steps": 0}
+    )
     pretrain(stable, progress_bar=False)
-    planned = tiny_pretrain_config(prepared, tmp_path / "planned", max_steps=7, **wsd, **{"schedule.decay_steps": 3})
+    planned = tiny_pretrain_config(
+        prepared, tmp_path / "planned", max_steps=7, **wsd, **{"schedule.decay_steps": 3}
+    )
     pretrain(planned, progress_bar=False)
-    branch = stable.override(output=str(tmp_path / "branch"), max_steps=1,  # max_steps: set from the branch
-                             decay_from=str(tmp_path / "stable" / "checkpoints" / "step-00000004"),
-                             **{"schedule.decay_steps": 3})  # fmt: skip
+    branch = stable.override(
+        output=str(tmp_path / "branch"),
+        max_steps=1,  # max_steps: set from the branch
+        decay_from=str(tmp_path / "stable" / "checkpoints" / "step-00000004"),
+        **{"schedule.decay_steps": 3},
+    )
     result = pretrain(branch, progress_bar=False)
     assert result.steps == 7
     assert_same_weights(_weights(tmp_path / "planned"), _weights(tmp_path / "branch"), tol=0)
@@ -61,8 +91,9 @@ def test_a_decay_branched_from_a_stable_checkpoint_equals_a_run_planned_with_tha
 
 
 def test_mask_rate_schedule_is_used_and_logged(prepared, tmp_path):
-    config = tiny_pretrain_config(prepared, tmp_path / "run", max_steps=6,
-                                  **{"data.mask_rate": 0.4, "data.mask_rate_end": 0.1})  # fmt: skip
+    config = tiny_pretrain_config(
+        prepared, tmp_path / "run", max_steps=6, **{"data.mask_rate": 0.4, "data.mask_rate_end": 0.1}
+    )
     pretrain(config, progress_bar=False)
     rates = _logged(tmp_path / "run", "train/mask_rate")
     assert sorted(rates) == list(range(1, 7))
@@ -93,12 +124,25 @@ def test_muon_pretraining_resumes_exactly_and_names_itself_in_the_card(prepared,
 # -- phases ---------------------------------------------------------------------------------------------------
 
 TWO_PHASES = [
-    {"name": "short", "steps": 3, "seq_len": 32, "mask_rate": 0.3, "mask_rate_end": 0.2,
-     "schedule": {"kind": "wsd", "warmup_steps": 1, "decay_steps": 0}},
-    {"name": "long", "steps": 3, "seq_len": 64, "mask_rate": 0.15, "lr": 1e-3, "micro_batch_size": 2,
-     "model": {"max_length": 64, "rope_theta": 40000.0},
-     "schedule": {"kind": "1-sqrt", "warmup_steps": 0, "decay_fraction": 1.0, "final_ratio": 0.0}},
-]  # fmt: skip
+    {
+        "name": "short",
+        "steps": 3,
+        "seq_len": 32,
+        "mask_rate": 0.3,
+        "mask_rate_end": 0.2,
+        "schedule": {"kind": "wsd", "warmup_steps": 1, "decay_steps": 0},
+    },
+    {
+        "name": "long",
+        "steps": 3,
+        "seq_len": 64,
+        "mask_rate": 0.15,
+        "lr": 1e-3,
+        "micro_batch_size": 2,
+        "model": {"max_length": 64, "rope_theta": 40000.0},
+        "schedule": {"kind": "1-sqrt", "warmup_steps": 0, "decay_fraction": 1.0, "final_ratio": 0.0},
+    },
+]
 
 
 def _phased(prepared: Path, output: Path, **changes):
@@ -125,8 +169,10 @@ def test_phases_change_rows_masking_lr_and_rope_and_are_recorded(prepared, tmp_p
     assert result.steps == 6
     lrs, rates = _logged(tmp_path / "run", "train/lr"), _logged(tmp_path / "run", "train/mask_rate")
     # the lr logged after step s is the one step s + 1 uses: phase 1 (wsd, warmup 1, peak 3e-3) then phase 2
-    expected = [3e-3, 3e-3, 1e-3] + [lr_at(s, peak=1e-3, warmup_steps=0, total_steps=3, kind="1-sqrt",
-                                            decay_fraction=1.0, final_ratio=0.0) for s in (1, 2, 3)]  # fmt: skip
+    expected = [3e-3, 3e-3, 1e-3] + [
+        lr_at(s, peak=1e-3, warmup_steps=0, total_steps=3, kind="1-sqrt", decay_fraction=1.0, final_ratio=0.0)
+        for s in (1, 2, 3)
+    ]
     assert [lrs[s] for s in range(1, 7)] == pytest.approx(expected)
     assert [rates[s] for s in range(1, 7)] == pytest.approx([0.3, 0.25, 0.2, 0.15, 0.15, 0.15])
     final = json.loads((tmp_path / "run" / "final" / "config.json").read_text())
@@ -134,7 +180,12 @@ def test_phases_change_rows_masking_lr_and_rope_and_are_recorded(prepared, tmp_p
     manifest = json.loads((tmp_path / "run" / "phases.json").read_text())
     short, long = manifest["phases"]
     assert (short["first_step"], short["steps_trained"], short["seq_len"]) == (0, 3, 32)
-    assert (long["first_step"], long["steps_trained"], long["seq_len"], long["tokens_trained"]) == (3, 3, 64, 768)
+    assert (long["first_step"], long["steps_trained"], long["seq_len"], long["tokens_trained"]) == (
+        3,
+        3,
+        64,
+        768,
+    )
     assert long["model"] == {"max_length": 64, "rope_theta": 40000.0}
     card = (tmp_path / "run" / "final" / "README.md").read_text()
     assert "phase 1: short" in card and "phase 2: long" in card and "rows of 64" in card
@@ -147,7 +198,9 @@ def test_phase_errors_name_the_key(prepared, tmp_path):
     with pytest.raises(ConfigError, match=r"phases\[0\].seq_len 128 exceeds the model's max_length 32"):
         _phased(prepared, tmp_path / "x").override(phases=bad)
     with pytest.raises(ConfigError, match=r"phases\[1\].sources.wiki: no data source"):
-        _phased(prepared, tmp_path / "x").override(phases=[TWO_PHASES[0], {"steps": 1, "sources": {"wiki": 1.0}}])
+        _phased(prepared, tmp_path / "x").override(
+            phases=[TWO_PHASES[0], {"steps": 1, "sources": {"wiki": 1.0}}]
+        )
     with pytest.raises(ConfigError, match=r"unknown config key\(s\): phases\[0\].mask"):
         _phased(prepared, tmp_path / "x").override(phases=[{"steps": 1, "mask": 0.1}])
     with pytest.raises(ConfigError, match=r"phases\[0\]: give the phase's length as steps or as tokens"):
@@ -163,14 +216,27 @@ def test_temperature_sampling_over_sources_matches_numpy(tmp_path):
     sizes = {}
     for name, docs in (("big", 300), ("small", 30)):
         corpus = tmp_path / f"{name}.txt"
-        corpus.write_text("\n\n".join(f"{name} document number {i} about json paths and logs" for i in range(docs)))
+        corpus.write_text(
+            "\n\n".join(f"{name} document number {i} about json paths and logs" for i in range(docs))
+        )
         if name == "big":
             tokenizer = train_tokenizer([corpus], "wordpiece", 400, tmp_path / "tokenizer").output_dir
-        prepared = prepare(PrepareConfig(inputs=[str(corpus)], tokenizer=str(tokenizer), output=str(tmp_path / name),
-                                         validation_fraction=0.1, progress=False))  # fmt: skip
+        prepared = prepare(
+            PrepareConfig(
+                inputs=[str(corpus)],
+                tokenizer=str(tokenizer),
+                output=str(tmp_path / name),
+                validation_fraction=0.1,
+                progress=False,
+            )
+        )
         sizes[name] = prepared
-    config = tiny_pretrain_config(tmp_path / "big", tmp_path / "run", max_steps=4,
-                                  **{"data.paths": [str(tmp_path / "big"), str(tmp_path / "small")]})  # fmt: skip
+    config = tiny_pretrain_config(
+        tmp_path / "big",
+        tmp_path / "run",
+        max_steps=4,
+        **{"data.paths": [str(tmp_path / "big"), str(tmp_path / "small")]},
+    )
     config = config.override(phases=[{"steps": 4, "temperature": 0.5}])
     pretrain(config, progress_bar=False)
     manifest = json.loads((tmp_path / "run" / "phases.json").read_text())["phases"][0]
@@ -218,10 +284,40 @@ def test_the_mmbert_recipe_runs_at_laptop_scale_from_the_command_line(prepared, 
     from neobert.cli.main import main
 
     out = tmp_path / "mmbert"
-    code = main(["pretrain", "--recipe", "mmbert", "--preset", "tiny", "--scale", "3e-9", "--context-scale",
-                 "0.0078125", "--data", str(prepared), "--output", str(out), "--precision", "fp32", "--device",
-                 "cpu", "--set", "model.vocab_size=400", "--set", "tokens_per_step=256", "--log-every", "1",
-                 "--eval-every", "100", "--eval-batches", "1", "--no-progress", "--report-to", "none"])  # fmt: skip
+    code = main(
+        [
+            "pretrain",
+            "--recipe",
+            "mmbert",
+            "--preset",
+            "tiny",
+            "--scale",
+            "3e-9",
+            "--context-scale",
+            "0.0078125",
+            "--data",
+            str(prepared),
+            "--output",
+            str(out),
+            "--precision",
+            "fp32",
+            "--device",
+            "cpu",
+            "--set",
+            "model.vocab_size=400",
+            "--set",
+            "tokens_per_step=256",
+            "--log-every",
+            "1",
+            "--eval-every",
+            "100",
+            "--eval-batches",
+            "1",
+            "--no-progress",
+            "--report-to",
+            "none",
+        ]
+    )
     assert code == 0
     manifest = json.loads((out / "phases.json").read_text())
     assert [p["name"] for p in manifest["phases"]] == ["pretraining", "mid-training", "decay"]
@@ -273,7 +369,9 @@ def test_merge_mean_of_the_last_k_and_ema_match_numpy(run_dir, tmp_path):
     got, a, b = _arrays(tmp_path / "mean"), _arrays(steps[1]), _arrays(steps[2])
     for key in got:
         np.testing.assert_allclose(got[key], (a[key] + b[key]) / 2, rtol=1e-6, atol=1e-7)
-    merge(MergeConfig(inputs=[str(p) for p in steps], output=str(tmp_path / "ema"), method="ema", ema_decay=0.7))
+    merge(
+        MergeConfig(inputs=[str(p) for p in steps], output=str(tmp_path / "ema"), method="ema", ema_decay=0.7)
+    )
     got, first = _arrays(tmp_path / "ema"), _arrays(steps[0])
     for key in got:
         expected = 0.7 * (0.7 * first[key] + 0.3 * a[key]) + 0.3 * b[key]
@@ -291,8 +389,23 @@ def test_merge_ties_matches_numpy_and_names_its_inputs(run_dir, tmp_path):
 
     steps = [run_dir / "checkpoints" / f"step-{s:08d}" for s in (2, 4, 6)]
     runs = [steps[1], steps[2], run_dir / "final"]
-    code = main(["merge", "--inputs", *map(str, runs), "--method", "ties", "--base", str(steps[0]),
-                 "--density", "0.3", "--scale", "0.9", "--output", str(tmp_path / "ties")])  # fmt: skip
+    code = main(
+        [
+            "merge",
+            "--inputs",
+            *map(str, runs),
+            "--method",
+            "ties",
+            "--base",
+            str(steps[0]),
+            "--density",
+            "0.3",
+            "--scale",
+            "0.9",
+            "--output",
+            str(tmp_path / "ties"),
+        ]
+    )
     assert code == 0
     got, base, arrays = _arrays(tmp_path / "ties"), _arrays(steps[0]), [_arrays(p) for p in runs]
     for key in got:

@@ -26,8 +26,15 @@ def test_quantize_equals_sentence_transformers(dtype):
     from sentence_transformers.util.quantization import quantize_embeddings
 
     rng = np.random.default_rng(0)
-    calibration, embeddings = rng.normal(size=(200, 20)).astype(np.float32), rng.normal(size=(9, 20)).astype(np.float32)
-    embeddings[0, :3] = [5.0, -5.0, 0.0]  # beyond the calibration range: clipped; exactly 0: the sign bit is 0
+    calibration, embeddings = (
+        rng.normal(size=(200, 20)).astype(np.float32),
+        rng.normal(size=(9, 20)).astype(np.float32),
+    )
+    embeddings[0, :3] = [
+        5.0,
+        -5.0,
+        0.0,
+    ]  # beyond the calibration range: clipped; exactly 0: the sign bit is 0
     ranges = calibration_ranges(calibration)
     ours = quantize(embeddings, dtype, ranges)
     theirs = quantize_embeddings(embeddings, precision=dtype, calibration_embeddings=calibration)
@@ -54,8 +61,9 @@ def test_hamming_scores_and_rescoring():
         np.testing.assert_array_equal(scores, naive)
     candidates = np.array([[0, 4], [1, 2], [3, 3]])
     exact = rescore(queries, documents, candidates, "float32")
-    np.testing.assert_allclose(exact, [[queries[i] @ documents[j] for j in row] for i, row in enumerate(candidates)],
-                               rtol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        exact, [[queries[i] @ documents[j] for j in row] for i, row in enumerate(candidates)], rtol=1e-5
+    )
     ranges = calibration_ranges(documents)
     approx = rescore(queries, quantize(documents, "int8", ranges), candidates, "int8", ranges)
     step = (ranges[1] - ranges[0]) / 255  # bucket centres are at most half a step from the value
@@ -67,21 +75,51 @@ def test_embed_writes_quantized_npy_and_shards(model_dir, tmp_path):
     from neobert.cli.main import main
 
     lines = tmp_path / "lines.txt"
-    lines.write_text("".join(f"text number {i} about {w}\n" for i, w in enumerate(["cats", "dogs", "rain", "sun"] * 5)))
+    lines.write_text(
+        "".join(f"text number {i} about {w}\n" for i, w in enumerate(["cats", "dogs", "rain", "sun"] * 5))
+    )
     base = ["embed", "--model", str(model_dir), "--input", str(lines), "--precision", "fp32"]
     assert main([*base, "--output", str(tmp_path / "float.npy")]) == 0
     floats = np.load(tmp_path / "float.npy")
-    assert main([*base, "--output", str(tmp_path / "q.npy"), "--dtype", "int8"]) == 1  # no calibration: refused
-    assert main([*base, "--output", str(tmp_path / "q.npy"), "--dtype", "int8", "--calibration",
-                 str(tmp_path / "float.npy")]) == 0  # fmt: skip
+    assert (
+        main([*base, "--output", str(tmp_path / "q.npy"), "--dtype", "int8"]) == 1
+    )  # no calibration: refused
+    assert (
+        main(
+            [
+                *base,
+                "--output",
+                str(tmp_path / "q.npy"),
+                "--dtype",
+                "int8",
+                "--calibration",
+                str(tmp_path / "float.npy"),
+            ]
+        )
+        == 0
+    )
     ranges = calibration_ranges(floats)
     np.testing.assert_array_equal(np.load(tmp_path / "q.ranges.npy"), ranges)
     np.testing.assert_array_equal(np.load(tmp_path / "q.npy"), quantize(floats, "int8", ranges))
 
     for dtype in ("ubinary", "int8"):
         out = tmp_path / f"shards-{dtype}"
-        assert main([*base, "--output", str(out), "--dtype", dtype, "--calibration", str(tmp_path / "float.npy"),
-                     "--shard-rows", "8"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    *base,
+                    "--output",
+                    str(out),
+                    "--dtype",
+                    dtype,
+                    "--calibration",
+                    str(tmp_path / "float.npy"),
+                    "--shard-rows",
+                    "8",
+                ]
+            )
+            == 0
+        )
         table = pq.read_table(out)
         stored = np.stack(table.column("embedding").to_numpy(zero_copy_only=False))
         expected = quantize(floats, dtype, ranges)

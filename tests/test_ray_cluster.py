@@ -110,9 +110,28 @@ def test_a_worker_killed_mid_job_is_replaced_and_every_id_comes_once(model_dir, 
 def test_a_driver_killed_mid_job_is_resumed_by_the_same_command(model_dir, tmp_path, two_nodes):
     write_corpus(tmp_path / "in", n=1200)
     out, whole = tmp_path / "out", tmp_path / "whole"
-    command = [sys.executable, "-m", "neobert.cli.main", "embed", "--model", str(model_dir), "--input", str(tmp_path / "in"),
-               "--output", str(out), "--id-column", "doc", "--precision", "fp32", "--shard-rows", "20",
-               "--engine", "ray", "--address", two_nodes]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "neobert.cli.main",
+        "embed",
+        "--model",
+        str(model_dir),
+        "--input",
+        str(tmp_path / "in"),
+        "--output",
+        str(out),
+        "--id-column",
+        "doc",
+        "--precision",
+        "fp32",
+        "--shard-rows",
+        "20",
+        "--engine",
+        "ray",
+        "--address",
+        two_nodes,
+    ]
     driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     kill_when(out, 4, lambda: driver.pid).join(timeout=150)
     assert driver.wait(timeout=30) == -signal.SIGKILL

@@ -65,7 +65,9 @@ def test_errors_under_ray_read_as_the_local_engines_one_line(model_dir, tmp_path
         job = neobert(*common, "--input", *inputs, "--output", "o", "--engine", "ray", cwd=tmp_path)
         names, _, err = watch(job)
         remote = [line for line in err.splitlines() if line.startswith("error:")]
-        assert job.returncode == 1 and remote == [local] and "Traceback" not in err and "\x1b[" not in err, err[-3000:]
+        assert job.returncode == 1 and remote == [local] and "Traceback" not in err and "\x1b[" not in err, (
+            err[-3000:]
+        )
         if inputs != ["rows.jsonl"]:  # found before Ray starts
             assert not names & {"gcs_server", "raylet"}, (inputs, names)
         lines.append(local)
@@ -76,7 +78,9 @@ def test_errors_under_ray_read_as_the_local_engines_one_line(model_dir, tmp_path
     lines.write_text("alpha\nbeta\ngamma\n")
     pieces = stream_pieces([plan_file(str(lines), 2, txt_mode="line")], 10)
     lines.write_bytes(b"alpha\nbe\xfftta\ngamma\n")
-    config = PrepareConfig(inputs=[str(lines)], tokenizer=str(BERT_DIR), output=str(tmp_path / "p"), txt_mode="line")
+    config = PrepareConfig(
+        inputs=[str(lines)], tokenizer=str(BERT_DIR), output=str(tmp_path / "p"), txt_mode="line"
+    )
     errors = []
     for engine in (EngineSettings(), EngineSettings(engine="ray", workers=1)):
         with pytest.raises(DataError) as caught:
@@ -93,7 +97,9 @@ def listening(process: psutil.Process) -> set[tuple[str, str]]:
         try:
             name = p.name()
             for c in p.net_connections(kind="inet"):
-                if c.status == psutil.CONN_LISTEN or (c.type == 2 and not c.raddr):  # TCP listening, UDP bound
+                if c.status == psutil.CONN_LISTEN or (
+                    c.type == 2 and not c.raddr
+                ):  # TCP listening, UDP bound
                     found.add((name, c.laddr.ip))
         except psutil.Error:  # ended meanwhile
             continue
@@ -110,9 +116,28 @@ def test_a_jobs_own_cluster_listens_on_loopback_only(model_dir, tmp_path):
     rows = [{"text": f"text number {i} " * (1 + i % 7), "doc": f"d{i}"} for i in range(400)]
     rows.append({"text": "a second row for d7", "doc": "d7"})
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    job = neobert("embed", "--model", str(model_dir), "--input", "rows.jsonl", "--output", "out", "--precision", "fp32",
-                  "--id-column", "doc", "--on-duplicate", "keep-first", "--shard-rows", "8", "--engine", "ray",
-                  "--workers", "2", cwd=tmp_path)  # fmt: skip
+    job = neobert(
+        "embed",
+        "--model",
+        str(model_dir),
+        "--input",
+        "rows.jsonl",
+        "--output",
+        "out",
+        "--precision",
+        "fp32",
+        "--id-column",
+        "doc",
+        "--on-duplicate",
+        "keep-first",
+        "--shard-rows",
+        "8",
+        "--engine",
+        "ray",
+        "--workers",
+        "2",
+        cwd=tmp_path,
+    )
     names, seen, err = watch(job)
     assert job.returncode == 0, err[-3000:]
     assert {"gcs_server", "raylet"} <= names and sum("ray::" in n for n in names) >= 2  # the cluster was seen
@@ -121,4 +146,6 @@ def test_a_jobs_own_cluster_listens_on_loopback_only(model_dir, tmp_path):
     assert not outside, f"listening beyond loopback: {outside}"
     manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
     assert manifest["totals"]["duplicate_ids"] == 1 and manifest["totals"]["texts"] == 400  # planned on Ray
-    assert manifest["duplicate_ids"]["messages"] == [f"{Path('rows.jsonl')}:401: id 'd7' already at rows.jsonl:8"]
+    assert manifest["duplicate_ids"]["messages"] == [
+        f"{Path('rows.jsonl')}:401: id 'd7' already at rows.jsonl:8"
+    ]

@@ -61,8 +61,13 @@ def test_embed_on_ray_equals_the_local_engine_and_encode(model_dir, tmp_path, lo
 def test_prepare_on_ray_writes_the_local_engines_shards(tmp_path, local_cluster):
     write_corpus(tmp_path / "in", n=300)
     (tmp_path / "in" / "c.txt").write_text("\n\n".join(texts(50, 3)) + "\n")
-    common = {"inputs": [str(tmp_path / "in")], "tokenizer": str(BERT_DIR), "progress": False, "shard_size": 70,
-              "validation_fraction": 0.2}  # fmt: skip
+    common = {
+        "inputs": [str(tmp_path / "in")],
+        "tokenizer": str(BERT_DIR),
+        "progress": False,
+        "shard_size": 70,
+        "validation_fraction": 0.2,
+    }
     local = prepare(PrepareConfig(output=str(tmp_path / "local"), **common))
     remote = prepare(PrepareConfig(output=str(tmp_path / "ray"), **common, engine="ray", workers=2))
     assert remote.shards_written == local.shards_written == 8  # 500 documents, cut every 70

@@ -98,8 +98,15 @@ def _naive_shape(shape: str, p: float, r: float) -> float:
 
 @pytest.mark.parametrize("shape", ["linear", "cosine", "1-sqrt", "inverse-sqrt"])
 def test_wsd_warms_up_holds_then_decays_with_its_shape(shape):
-    kw = {"peak": 1.0, "warmup_steps": 10, "total_steps": 110, "kind": "wsd", "decay_steps": 40,
-          "decay_shape": shape, "final_ratio": 0.05}  # fmt: skip
+    kw = {
+        "peak": 1.0,
+        "warmup_steps": 10,
+        "total_steps": 110,
+        "kind": "wsd",
+        "decay_steps": 40,
+        "decay_shape": shape,
+        "final_ratio": 0.05,
+    }
     assert lr_at(5, **kw) == pytest.approx(0.5)
     assert [lr_at(s, **kw) for s in (10, 40, 70)] == [1.0, 1.0, 1.0]  # stable until 110 - 40
     for step in range(70, 111):

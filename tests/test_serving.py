@@ -370,7 +370,13 @@ def test_embed_options_and_fill_mask(server, reference_model, tokenizer):
     assert [g["token"] for g in got] == [t for t, _ in expected[0]]
     np.testing.assert_allclose([g["score"] for g in got], [p for _, p in expected[0]], rtol=1e-4)
     status, health = get(server.url, "/health")
-    assert status == 200 and json.loads(health)["serves"] == ["embed", "embed_all", "fill-mask", "tokenize", "decode"]
+    assert status == 200 and json.loads(health)["serves"] == [
+        "embed",
+        "embed_all",
+        "fill-mask",
+        "tokenize",
+        "decode",
+    ]
 
 
 def test_classify_and_tokens_endpoints(tmp_path, tokenizer):
@@ -396,7 +402,9 @@ def test_classify_and_tokens_endpoints(tmp_path, tokenizer):
     probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     for row, p in zip(body["results"], probs):
         assert row["label"] == labels[int(p.argmax())]
-        np.testing.assert_allclose([row["probabilities"]["negative"], row["probabilities"]["positive"]], p, atol=1e-5)
+        np.testing.assert_allclose(
+            [row["probabilities"]["negative"], row["probabilities"]["positive"]], p, atol=1e-5
+        )
 
     tags = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
     config = NeoBERTConfig.from_model_config(
@@ -544,10 +552,14 @@ def test_a_preset_serves_any_head_with_the_default_tokenizer():
     with serve("tiny", head="sequence-classification") as srv:
         status, info, _ = call(srv.url, "GET", "/info", key=None)
         assert status == 200 and info["head"] == "sequence-classification" and info["vocab_size"] == 30522
-        status, body, _ = call(srv.url, "POST", "/classify", {"texts": ["a fine day", "rain again"]}, key=None)
+        status, body, _ = call(
+            srv.url, "POST", "/classify", {"texts": ["a fine day", "rain again"]}, key=None
+        )
         assert status == 200 and len(body["results"]) == 2
         for row in body["results"]:
-            assert row["label"] in info["labels"] and sum(row["probabilities"].values()) == pytest.approx(1, abs=1e-5)
+            assert row["label"] in info["labels"] and sum(row["probabilities"].values()) == pytest.approx(
+                1, abs=1e-5
+            )
             assert row["score"] == max(row["probabilities"].values())
 
 

@@ -76,7 +76,11 @@ def test_info_describes_the_model_and_limits(minilm_server):
     status, info, _ = call(minilm_server.url, "GET", "/info")
     assert status == 200
     assert info["model"] == str(minilm.get_model_path())
-    assert (info["model_type"], info["head"], info["serves"]) == ("bert", "base", ["embed", "embed_all", "tokenize", "decode"])
+    assert (info["model_type"], info["head"], info["serves"]) == (
+        "bert",
+        "base",
+        ["embed", "embed_all", "tokenize", "decode"],
+    )
     assert info["dimensions"] == config["hidden_size"] == 384
     assert info["max_input_tokens"] == 256  # sentence_bert_config.json, below the 512 positions
     assert (info["pooling"], info["normalize"], info["embedding_settings_from"]) == (
@@ -138,11 +142,13 @@ def save_encoder(kind: str, path: Path, task: str = "base") -> Path:
     sizes = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
     config = {
         "bert": lambda: tiny_bert_config(),
-        "roberta": lambda: transformers.RobertaConfig(vocab_size=30522, max_position_embeddings=130,
-                                                      pad_token_id=0, **sizes),
-        "modernbert": lambda: transformers.ModernBertConfig(vocab_size=30522, max_position_embeddings=128,
-                                                            pad_token_id=0, **sizes),
-    }[kind]()  # fmt: skip
+        "roberta": lambda: transformers.RobertaConfig(
+            vocab_size=30522, max_position_embeddings=130, pad_token_id=0, **sizes
+        ),
+        "modernbert": lambda: transformers.ModernBertConfig(
+            vocab_size=30522, max_position_embeddings=128, pad_token_id=0, **sizes
+        ),
+    }[kind]()
     HEADS[task].auto_class.from_config(config).eval().save_pretrained(path)
     load_tokenizer().save_pretrained(path)
     return path
@@ -154,7 +160,11 @@ def test_transformers_encoders_serve_mean_pooled_unit_vectors(tmp_path, kind):
     with serve(directory) as srv:
         status, body, _ = call(srv.url, "POST", "/embed", {"texts": TEXTS}, key=None)
         _, info, _ = call(srv.url, "GET", "/info", key=None)
-    assert status == 200 and info["serves"] == ["embed", "embed_all", "tokenize", "decode"] and info["embedding_settings_from"] == "default"
+    assert (
+        status == 200
+        and info["serves"] == ["embed", "embed_all", "tokenize", "decode"]
+        and info["embedding_settings_from"] == "default"
+    )
     # SentenceTransformer wraps a plain transformers directory in mean pooling
     np.testing.assert_allclose(body["embeddings"], st_encode(directory, TEXTS, normalize=True), atol=1e-5)
 
@@ -191,11 +201,18 @@ def test_api_key(ce_server):
 def test_the_bearer_scheme_in_any_case(ce_server):
     """issue 31: auth schemes are case-insensitive (RFC 9110 11.1), so ``bearer KEY`` is the key too; the
     key itself is not, and another scheme is refused."""
-    for header, expected in ((f"bearer {KEY}", 200), (f"BEARER {KEY}", 200), (f"Bearer  {KEY} ", 200),
-                             (f"bearer {KEY.upper()}", 401), (f"Basic {KEY}", 401), (f"bearer{KEY}", 401),
-                             ("bearer", 401)):  # fmt: skip
-        status, _, _ = call(ce_server.url, "POST", "/embed", {"texts": ["a"]}, key=None,
-                            headers={"Authorization": header})  # fmt: skip
+    for header, expected in (
+        (f"bearer {KEY}", 200),
+        (f"BEARER {KEY}", 200),
+        (f"Bearer  {KEY} ", 200),
+        (f"bearer {KEY.upper()}", 401),
+        (f"Basic {KEY}", 401),
+        (f"bearer{KEY}", 401),
+        ("bearer", 401),
+    ):
+        status, _, _ = call(
+            ce_server.url, "POST", "/embed", {"texts": ["a"]}, key=None, headers={"Authorization": header}
+        )
         assert status == expected, header
 
 
@@ -274,8 +291,13 @@ def test_openapi_schema_holds_against_the_running_server(ce_server):
     from schemathesis import GenerationMode, checks
 
     schema = schemathesis.openapi.from_url(f"{ce_server.url}/openapi.json")
-    chosen = [checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
-              checks.response_schema_conformance, checks.response_headers_conformance]  # fmt: skip
+    chosen = [
+        checks.not_a_server_error,
+        checks.status_code_conformance,
+        checks.content_type_conformance,
+        checks.response_schema_conformance,
+        checks.response_headers_conformance,
+    ]
     operations = [result.ok() for result in schema.get_all_operations()]
     assert {op.path for op in operations} >= {"/embed", "/v1/embeddings", "/rerank", "/info", "/health"}
     for operation in operations:

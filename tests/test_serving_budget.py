@@ -48,7 +48,10 @@ def states(model, tokenizer, text: str) -> np.ndarray:
 
 def test_an_answer_over_the_budget_is_refused_before_the_model_runs(budgeted, tokenizer):
     srv, model, ran = budgeted
-    texts = ["the quick brown fox jumps over the lazy dog " * 3, "seven wizards quietly hex many jolly boxers " * 3]
+    texts = [
+        "the quick brown fox jumps over the lazy dog " * 3,
+        "seven wizards quietly hex many jolly boxers " * 3,
+    ]
     tokens = sum(len(ids) for ids in tokenizer(texts)["input_ids"])
     assert 40 < tokens <= 2 * WINDOW
     ran.clear()
@@ -60,8 +63,9 @@ def test_an_answer_over_the_budget_is_refused_before_the_model_runs(budgeted, to
     assert ran == ["count"]  # the tokenizer counted; the model never ran
     # the same texts fit as base64 float16 (8/3 bytes a number), and come back as the model's states
     ran.clear()
-    status, answer, _ = call(srv.url, "POST", "/embed_all", {"inputs": texts, "encoding_format": "base64_float16"},
-                             key=None)  # fmt: skip
+    status, answer, _ = call(
+        srv.url, "POST", "/embed_all", {"inputs": texts, "encoding_format": "base64_float16"}, key=None
+    )
     assert status == 200 and ran == ["embed_all"]  # under the window bound: nothing to count
     for text, encoded in zip(texts, answer):
         got = np.frombuffer(base64.b64decode(encoded), "<f2").reshape(-1, HIDDEN)
@@ -78,14 +82,19 @@ def test_short_texts_are_counted_and_served(budgeted, tokenizer):
     # the count ran no model: only the states' tokens count as run through it
     assert srv.service.metrics.tokens._value.get() - tokens_before == len(tokenizer(text)["input_ids"])
     np.testing.assert_allclose(rows[0], states(model, tokenizer, text), atol=1e-4)
-    status, encoded, _ = call(srv.url, "POST", "/embed_all", {"inputs": [text], "encoding_format": "base64"},
-                              key=None)  # fmt: skip
+    status, encoded, _ = call(
+        srv.url, "POST", "/embed_all", {"inputs": [text], "encoding_format": "base64"}, key=None
+    )
     assert status == 200
-    np.testing.assert_array_equal(np.frombuffer(base64.b64decode(encoded[0]), "<f4").reshape(-1, HIDDEN),
-                                  np.asarray(rows[0], dtype=np.float32))  # fmt: skip
+    np.testing.assert_array_equal(
+        np.frombuffer(base64.b64decode(encoded[0]), "<f4").reshape(-1, HIDDEN),
+        np.asarray(rows[0], dtype=np.float32),
+    )
     # token ids count as given, cut to the window: no count call; 41 ids are one token over
     ran.clear()
-    status, answer, _ = call(srv.url, "POST", "/embed_all", {"inputs": [[101] + [2003] * 39 + [102]]}, key=None)
+    status, answer, _ = call(
+        srv.url, "POST", "/embed_all", {"inputs": [[101] + [2003] * 39 + [102]]}, key=None
+    )
     assert status == 413 and "41 tokens" in answer["error"]["message"] and ran == []
 
 

@@ -49,9 +49,13 @@ def classifier(tmp_path_factory, tokenizer):
 
     torch.manual_seed(0)
     model = encoders.load_model(
-        "tiny", "sequence-classification", vocab_size=30522, num_labels=3, id2label=LABELS,
+        "tiny",
+        "sequence-classification",
+        vocab_size=30522,
+        num_labels=3,
+        id2label=LABELS,
         label2id={v: k for k, v in LABELS.items()},
-    )  # fmt: skip
+    )
     with torch.no_grad():
         model.classifier.weight.normal_(0, 3.0)
     directory = encoders.save_pretrained(model, tokenizer, tmp_path_factory.mktemp("clf") / "model")
@@ -262,9 +266,13 @@ def test_langchain_openai_embeddings(embedder, model_id):
     """
     langchain_openai = pytest.importorskip("langchain_openai")
     embeddings = langchain_openai.OpenAIEmbeddings(
-        base_url=embedder.url + "/v1", api_key=KEY, model=model_id, check_embedding_ctx_length=False,
-        timeout=TIMEOUT, max_retries=0,
-    )  # fmt: skip
+        base_url=embedder.url + "/v1",
+        api_key=KEY,
+        model=model_id,
+        check_embedding_ctx_length=False,
+        timeout=TIMEOUT,
+        max_retries=0,
+    )
     expected = embed(embedder.url, TEXTS)
     np.testing.assert_allclose(embeddings.embed_documents(TEXTS), expected, atol=1e-5, rtol=0)
     np.testing.assert_allclose(embeddings.embed_query(TEXTS[1]), expected[1], atol=1e-5, rtol=0)

@@ -37,32 +37,46 @@ def test_cohere_embed_types_equal_sentence_transformers(model_dir, tmp_path):
         sample = _floats(plain.url, ["one sample text", "another, longer sample text here", "x y z"])
         np.save(calibration, sample)
         client = cohere.ClientV2(api_key=KEY, base_url=plain.url, timeout=30)
-        got = client.embed(texts=TEXTS, model="m", input_type="search_document",
-                           embedding_types=["float", "binary", "ubinary"]).embeddings  # fmt: skip
+        got = client.embed(
+            texts=TEXTS,
+            model="m",
+            input_type="search_document",
+            embedding_types=["float", "binary", "ubinary"],
+        ).embeddings
         np.testing.assert_allclose(np.array(got.float_), floats, atol=1e-6)
         for kind in ("binary", "ubinary"):
-            np.testing.assert_array_equal(np.array(getattr(got, kind)), quantize_embeddings(floats, precision=kind))
+            np.testing.assert_array_equal(
+                np.array(getattr(got, kind)), quantize_embeddings(floats, precision=kind)
+            )
         status, body, _ = call(plain.url, "POST", "/v2/embed", {"texts": TEXTS, "embedding_types": ["int8"]})
         assert status == 422 and "--calibration" in body["error"]["message"]
         _, schema, _ = call(plain.url, "GET", "/openapi.json")
-        types = schema["components"]["schemas"]["CohereEmbedRequest"]["properties"]["embedding_types"]["items"]
+        types = schema["components"]["schemas"]["CohereEmbedRequest"]["properties"]["embedding_types"][
+            "items"
+        ]
         assert types["enum"] == ["float", "binary", "ubinary"]
         status, body, _ = call(plain.url, "POST", "/v2/embed", {"texts": ["x " * 900], "truncate": "NONE"})
         assert status == 413 and body["error"]["param"] == "texts[0]"
     with serve(model_dir, calibration=str(calibration)) as calibrated:
         client = cohere.ClientV2(api_key=KEY, base_url=calibrated.url, timeout=30)
-        whole = client.embed(texts=TEXTS, model="m", input_type="search_document", embedding_types=TYPES).embeddings
+        whole = client.embed(
+            texts=TEXTS, model="m", input_type="search_document", embedding_types=TYPES
+        ).embeddings
         for kind in TYPES[1:]:
             expected = quantize_embeddings(floats, precision=kind, calibration_embeddings=sample)
             np.testing.assert_array_equal(np.array(getattr(whole, kind)), expected.astype(np.int64))
-        status, body, _ = call(calibrated.url, "POST", "/v2/embed", {"texts": TEXTS[2:3], "embedding_types": TYPES})
+        status, body, _ = call(
+            calibrated.url, "POST", "/v2/embed", {"texts": TEXTS[2:3], "embedding_types": TYPES}
+        )
         assert status == 200 and body["response_type"] == "embeddings_by_type" and body["texts"] == TEXTS[2:3]
         for kind in ("int8", "uint8"):  # alone, a text gets the buckets it got among the others
             assert body["embeddings"][kind] == getattr(whole, kind)[2:3]
         assert len(body["embeddings"]["ubinary"][0]) == floats.shape[1] // 8
         assert body["meta"]["billed_units"]["input_tokens"] > 0
         _, schema, _ = call(calibrated.url, "GET", "/openapi.json")
-        types = schema["components"]["schemas"]["CohereEmbedRequest"]["properties"]["embedding_types"]["items"]
+        types = schema["components"]["schemas"]["CohereEmbedRequest"]["properties"]["embedding_types"][
+            "items"
+        ]
         assert types["enum"] == TYPES
 
 
@@ -73,5 +87,8 @@ def test_a_calibration_file_that_does_not_fit_is_refused_at_start(model_dir, tmp
     with pytest.raises(ServeConfigError, match="does not exist"):
         ServeConfig(model=str(model_dir), calibration=str(tmp_path / "missing.npy"))
     np.save(tmp_path / "wide.npy", np.ones((3, 7), dtype=np.float32))
-    with pytest.raises(ValueError, match="7-dimensional"), serve(model_dir, calibration=str(tmp_path / "wide.npy")):
+    with (
+        pytest.raises(ValueError, match="7-dimensional"),
+        serve(model_dir, calibration=str(tmp_path / "wide.npy")),
+    ):
         pass

@@ -44,8 +44,14 @@ def mlm(model_dir):
 def classifier(tmp_path_factory, tokenizer):
     """A tiny NeoBERT 3-label sequence classifier with spread scores: (server, model)."""
     torch.manual_seed(0)
-    model = encoders.load_model("tiny", "sequence-classification", vocab_size=30522, num_labels=3,
-                                id2label=LABELS, label2id={v: k for k, v in LABELS.items()})  # fmt: skip
+    model = encoders.load_model(
+        "tiny",
+        "sequence-classification",
+        vocab_size=30522,
+        num_labels=3,
+        id2label=LABELS,
+        label2id={v: k for k, v in LABELS.items()},
+    )
     with torch.no_grad():
         model.classifier.weight.normal_(0, 3.0)
     directory = encoders.save_pretrained(model, tokenizer, tmp_path_factory.mktemp("clf") / "model")
@@ -129,14 +135,22 @@ def test_tokenize_and_decode(mlm, tokenizer):
     text = "Paris is the capital of France."
     [row] = ok(srv.url, "/tokenize", {"inputs": text})
     assert [t["id"] for t in row] == tokenizer(text)["input_ids"]
-    assert row[0] == {"id": tokenizer.cls_token_id, "text": "[CLS]", "special": True, "start": None, "stop": None}
+    assert row[0] == {
+        "id": tokenizer.cls_token_id,
+        "text": "[CLS]",
+        "special": True,
+        "start": None,
+        "stop": None,
+    }
     assert all(t["text"] == text[t["start"] : t["stop"]] for t in row if not t["special"])
     [bare] = ok(srv.url, "/tokenize", {"inputs": [text], "add_special_tokens": False})
     assert [t["id"] for t in bare] == [t["id"] for t in row[1:-1]]
     ids = [t["id"] for t in row]
     assert ok(srv.url, "/decode", {"ids": ids}) == [text.lower()]  # uncased WordPiece, round trip
     assert ok(srv.url, "/decode", {"ids": [ids, ids[:2]], "skip_special_tokens": False}) == [
-        f"[CLS] {text.lower()} [SEP]", "[CLS] paris"]  # fmt: skip
+        f"[CLS] {text.lower()} [SEP]",
+        "[CLS] paris",
+    ]
     status, answer, _ = call(srv.url, "POST", "/decode", {"ids": [5, 10**7]})
     assert status == 422 and answer["error"]["param"] == "ids[0]"
 
@@ -160,15 +174,18 @@ def test_predict_texts_pairs_and_raw_scores(classifier, tokenizer):
     raw = ok(srv.url, "/predict", {"inputs": a, "raw_scores": True})
     np.testing.assert_allclose([r["score"] for r in raw], sorted(single, reverse=True), atol=1e-4)
     pair = ok(srv.url, "/predict", {"inputs": [a, b]})  # two texts in one list: a pair, as TEI reads them
-    np.testing.assert_allclose([r["score"] for r in pair], sorted(softmax(logits[0]), reverse=True), atol=1e-5)
+    np.testing.assert_allclose(
+        [r["score"] for r in pair], sorted(softmax(logits[0]), reverse=True), atol=1e-5
+    )
     batch = ok(srv.url, "/predict", {"inputs": [[a], [a, b]]})
     assert len(batch) == 2 and batch[0] == got and batch[1] == pair
     # POST / of a classifier: the Inference API's text classification, a list per input, top_k
     assert ok(srv.url, "/", {"inputs": a}) == [got]
     assert ok(srv.url, "/", {"inputs": a, "parameters": {"top_k": 1}}) == [got[:1]]
     sig = ok(srv.url, "/", {"inputs": a, "parameters": {"function_to_apply": "sigmoid"}})[0]
-    np.testing.assert_allclose([r["score"] for r in sig], sorted(1 / (1 + np.exp(-single)), reverse=True),
-                               atol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        [r["score"] for r in sig], sorted(1 / (1 + np.exp(-single)), reverse=True), atol=1e-5
+    )
 
 
 def test_rerank_in_three_dialects(reranker, tokenizer):
@@ -186,11 +203,16 @@ def test_rerank_in_three_dialects(reranker, tokenizer):
     np.testing.assert_allclose([r["score"] for r in raw], logits[order], atol=1e-4)
     for path in ("/v1/rerank", "/v2/rerank"):
         documents = [docs[0], {"text": docs[1]}, docs[2]]
-        body = ok(srv.url, path, {"model": "m", "query": query, "documents": documents, "top_n": 2,
-                                  "return_documents": True})  # fmt: skip
+        body = ok(
+            srv.url,
+            path,
+            {"model": "m", "query": query, "documents": documents, "top_n": 2, "return_documents": True},
+        )
         assert [r["index"] for r in body["results"]] == order[:2]
         assert [r["document"]["text"] for r in body["results"]] == [docs[i] for i in order[:2]]
-        np.testing.assert_allclose([r["relevance_score"] for r in body["results"]], relevance[order[:2]], atol=1e-5)
+        np.testing.assert_allclose(
+            [r["relevance_score"] for r in body["results"]], relevance[order[:2]], atol=1e-5
+        )
         assert body["id"] and body["meta"]["api_version"]["version"] == path[2]
         assert body["usage"]["total_tokens"] == sum(len(r) for r in tokenizer([query] * 3, docs)["input_ids"])
 
@@ -205,7 +227,6 @@ def test_root_fill_mask_in_the_inference_api_shape(mlm, tokenizer):
     assert got[0]["sequence"] == text.replace("[MASK]", got[0]["token_str"])
 
 
-
 def test_root_of_a_masked_lm_embeds_a_text_without_the_mask(mlm, tokenizer):
     """issue 31: InferenceClient.feature_extraction sends ``{"inputs": text}`` to ``POST /``; on a masked LM a
     text without the mask token gets its embedding (TEI's /embed answer), as a server of the checkpoint
@@ -216,8 +237,9 @@ def test_root_of_a_masked_lm_embeds_a_text_without_the_mask(mlm, tokenizer):
     np.testing.assert_allclose(ok(srv.url, "/", {"inputs": TEXTS}), expected, atol=1e-5)
     masked = "paris is the [MASK] of france."
     mixed = ok(srv.url, "/", {"inputs": [masked, TEXTS[0]]})  # not every text is masked: embedded, all
-    np.testing.assert_allclose(mixed, inference.encode(model, tokenizer, [masked, TEXTS[0]], show_progress=False),
-                               atol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        mixed, inference.encode(model, tokenizer, [masked, TEXTS[0]], show_progress=False), atol=1e-5
+    )
     assert isinstance(ok(srv.url, "/", {"inputs": masked})[0]["token_str"], str)  # filled
     raw = inference.encode(model, tokenizer, [masked], normalize=False, show_progress=False)
     np.testing.assert_allclose(ok(srv.url, "/", {"inputs": masked, "normalize": False}), raw, atol=1e-4)
@@ -238,14 +260,18 @@ def test_prompts_as_sentence_transformers_applies_them(tmp_path):
         query = ok(srv.url, "/embed", {"inputs": TEXTS, "prompt_name": "query"})
         default = ok(srv.url, "/embed", {"inputs": TEXTS})
         ours = ok(srv.url, "/embed", {"texts": TEXTS})["embeddings"]
-        status, answer, _ = call(srv.url, "POST", "/embed", {"inputs": TEXTS, "prompt_name": "nope"}, key=None)
+        status, answer, _ = call(
+            srv.url, "POST", "/embed", {"inputs": TEXTS, "prompt_name": "nope"}, key=None
+        )
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(target), device="cpu")
     np.testing.assert_allclose(query, model.encode(TEXTS, prompt_name="query"), atol=1e-5)
     np.testing.assert_allclose(default, model.encode(TEXTS), atol=1e-5)  # its default prompt, as encode()
     np.testing.assert_allclose(ours, model.encode(TEXTS), atol=1e-5)  # our own shape too
-    assert status == 422 and answer["error"]["param"] == "prompt_name" and "query" in answer["error"]["message"]
+    assert (
+        status == 422 and answer["error"]["param"] == "prompt_name" and "query" in answer["error"]["message"]
+    )
 
 
 # --- OpenAI's model list, errors, /info ------------------------------------------------------------------
@@ -261,7 +287,11 @@ def test_models_info_and_error_shapes(mlm, model_dir):
     status, answer, _ = call(srv.url, "GET", "/v1/models", key="wrong")
     assert status == 401 and answer["error"]["code"] == "invalid_api_key"
     info = ok(srv.url, "/info", method="GET")
-    assert (info["model_id"], info["max_input_length"], info["model_dtype"]) == (str(model_dir), 128, "float32")
+    assert (info["model_id"], info["max_input_length"], info["model_dtype"]) == (
+        str(model_dir),
+        128,
+        "float32",
+    )
     assert info["max_client_batch_size"] == info["limits"]["max_texts"] and info["mask_token"] == "[MASK]"
     assert info["vocab_size"] == 30522
 
@@ -273,9 +303,15 @@ def test_schema_states_the_limits_and_the_model(mlm, reranker):
     limits = ok(srv.url, "/info", method="GET")["limits"]
     texts = parts["EmbedRequest"]["properties"]["texts"]
     assert (texts["minItems"], texts["maxItems"], texts["items"]["maxLength"]) == (
-        1, limits["max_texts"], limits["max_chars"])  # fmt: skip
-    ids = next(o for o in parts["TEIEmbedRequest"]["properties"]["inputs"]["anyOf"]
-               if o.get("items", {}).get("type") == "integer")  # fmt: skip
+        1,
+        limits["max_texts"],
+        limits["max_chars"],
+    )
+    ids = next(
+        o
+        for o in parts["TEIEmbedRequest"]["properties"]["inputs"]["anyOf"]
+        if o.get("items", {}).get("type") == "integer"
+    )
     assert ids["items"]["maximum"] == 30521 and ids["items"]["minimum"] == 0
     assert parts["FillMaskRequest"]["properties"]["texts"]["items"]["pattern"] == r"\[MASK\]"
     assert parts["TEIEmbedRequest"]["properties"]["prompt_name"]["anyOf"] == [{"type": "null"}]
@@ -294,14 +330,25 @@ def test_schemathesis_with_every_check_finds_nothing(mlm, reranker, keyed):
     from schemathesis.config import SchemathesisConfig
 
     srv = mlm[0] if keyed else reranker[0]
-    every = [checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
-             checks.response_schema_conformance, checks.response_headers_conformance,
-             checks.negative_data_rejection, checks.positive_data_acceptance, checks.missing_required_header,
-             checks.ignored_auth, checks.unsupported_method, checks.use_after_free,
-             checks.ensure_resource_availability]  # fmt: skip
+    every = [
+        checks.not_a_server_error,
+        checks.status_code_conformance,
+        checks.content_type_conformance,
+        checks.response_schema_conformance,
+        checks.response_headers_conformance,
+        checks.negative_data_rejection,
+        checks.positive_data_acceptance,
+        checks.missing_required_header,
+        checks.ignored_auth,
+        checks.unsupported_method,
+        checks.use_after_free,
+        checks.ensure_resource_availability,
+    ]
     headers = {"Authorization": f"Bearer {KEY}"} if keyed else {}
     rejections = [400, 401, 403, 404, 405, 406, 409, 413, 415, 422, 428, 429]
-    config = SchemathesisConfig.from_dict({"checks": {"negative_data_rejection": {"expected-statuses": rejections}}})
+    config = SchemathesisConfig.from_dict(
+        {"checks": {"negative_data_rejection": {"expected-statuses": rejections}}}
+    )
     schema = schemathesis.openapi.from_url(f"{srv.url}/openapi.json", config=config)
     for operation in [result.ok() for result in schema.get_all_operations()]:
         post = operation.method.upper() == "POST"  # a GET takes no body: it has no invalid form to send

@@ -16,7 +16,12 @@ from helpers import call, serve
 
 pytestmark = [NEEDS_TOKENIZER, pytest.mark.usefixtures("one_thread")]
 QUERY = "what is a cat?"
-DOCUMENTS = ["A cat, is an animal.", "Dogs; bark! loudly (always).", "cats and kittens " * 30, "a tower in paris"]
+DOCUMENTS = [
+    "A cat, is an animal.",
+    "Dogs; bark! loudly (always).",
+    "cats and kittens " * 30,
+    "a tower in paris",
+]
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +53,9 @@ def reference(late_dir):
 
 @pytest.fixture(scope="module")
 def server(late_dir):
-    with serve(late_dir, api_key=None, model_process=True) as srv:  # the default: the model in its own process
+    with serve(
+        late_dir, api_key=None, model_process=True
+    ) as srv:  # the default: the model in its own process
         yield srv.url
 
 
@@ -59,19 +66,30 @@ def _post(url, path, body):
 
 
 def test_token_vectors_equal_multi_vector_encoder(server, reference):
-    queries = _post(server, "/v1/embeddings", {"input": [QUERY, "dogs"], "return_multivector": True,
-                                               "task": "retrieval.query"})  # fmt: skip
-    documents = _post(server, "/v1/embeddings", {"input": DOCUMENTS, "return_multivector": True,
-                                                 "task": "retrieval.passage"})  # fmt: skip
+    queries = _post(
+        server,
+        "/v1/embeddings",
+        {"input": [QUERY, "dogs"], "return_multivector": True, "task": "retrieval.query"},
+    )
+    documents = _post(
+        server,
+        "/v1/embeddings",
+        {"input": DOCUMENTS, "return_multivector": True, "task": "retrieval.passage"},
+    )
     expected = reference.encode_query([QUERY, "dogs"]) + reference.encode_document(DOCUMENTS)
     got = [np.array(row["embeddings"]) for row in queries["data"] + documents["data"]]
     assert [g.shape for g in got] == [tuple(e.shape) for e in expected]
-    assert got[0].shape == (32, 16) and got[3].shape[0] < 64  # expansion; a long document cut, punctuation dropped
+    assert (
+        got[0].shape == (32, 16) and got[3].shape[0] < 64
+    )  # expansion; a long document cut, punctuation dropped
     for mine, theirs in zip(got, expected):
         np.testing.assert_allclose(mine, theirs.float().numpy(), atol=1e-5)
     assert documents["usage"]["total_tokens"] > 0
-    packed = _post(server, "/v1/embeddings", {"input": DOCUMENTS[:1], "return_multivector": True,
-                                              "encoding_format": "base64"})  # fmt: skip
+    packed = _post(
+        server,
+        "/v1/embeddings",
+        {"input": DOCUMENTS[:1], "return_multivector": True, "encoding_format": "base64"},
+    )
     raw = np.frombuffer(base64.b64decode(packed["data"][0]["embeddings"]), dtype="<f4").reshape(-1, 16)
     np.testing.assert_allclose(raw, got[2], atol=1e-7)
 
@@ -83,7 +101,11 @@ def test_rerank_by_maxsim_in_three_shapes(server, reference):
     tei = _post(server, "/rerank", {"query": QUERY, "texts": DOCUMENTS})
     cohere = _post(server, "/v2/rerank", {"query": QUERY, "documents": DOCUMENTS, "top_n": 2, "model": "m"})
     order = list(np.argsort(-expected))
-    for results, key in ((ours["results"], "relevance_score"), (tei, "score"), (cohere["results"], "relevance_score")):
+    for results, key in (
+        (ours["results"], "relevance_score"),
+        (tei, "score"),
+        (cohere["results"], "relevance_score"),
+    ):
         assert [r["index"] for r in results] == order[: len(results)]
         for r in results:
             assert r[key] == pytest.approx(float(expected[r["index"]]), abs=1e-5)
@@ -94,11 +116,18 @@ def test_info_schema_budget_and_refusals(late_dir, server):
     status, info, _ = call(server, "GET", "/info", key=None)
     assert status == 200 and info["serves"] == ["token_vectors", "rerank", "tokenize", "decode"]
     late = info["late_interaction"]
-    assert (late["dim"], late["query_length"], late["document_length"], late["similarity"]) == (16, 32, 64, "MaxSim")
+    assert (late["dim"], late["query_length"], late["document_length"], late["similarity"]) == (
+        16,
+        32,
+        64,
+        "MaxSim",
+    )
     assert info["dimensions"] == 16 and "late-interaction" in info["not_served"]["embed"]
     status, answer, _ = call(server, "POST", "/v1/embeddings", {"input": ["a cat"]}, key=None)
     assert status == 404 and "return_multivector" in answer["error"]["message"]
-    status, answer, _ = call(server, "POST", "/v1/embeddings", {"input": [5, 6], "return_multivector": True}, key=None)
+    status, answer, _ = call(
+        server, "POST", "/v1/embeddings", {"input": [5, 6], "return_multivector": True}, key=None
+    )
     assert status == 422 and answer["error"]["param"] == "input"
     _, schema, _ = call(server, "GET", "/openapi.json", key=None)
     field = schema["components"]["schemas"]["OpenAIEmbeddingRequest"]["properties"]["return_multivector"]
@@ -123,10 +152,18 @@ def test_schemathesis_finds_nothing_on_a_late_interaction_server(server):
     from schemathesis import GenerationMode, checks
     from schemathesis.config import SchemathesisConfig
 
-    every = [checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
-             checks.response_schema_conformance, checks.negative_data_rejection, checks.positive_data_acceptance]  # fmt: skip
+    every = [
+        checks.not_a_server_error,
+        checks.status_code_conformance,
+        checks.content_type_conformance,
+        checks.response_schema_conformance,
+        checks.negative_data_rejection,
+        checks.positive_data_acceptance,
+    ]
     rejections = [400, 401, 403, 404, 405, 406, 409, 413, 415, 422, 428, 429]
-    config = SchemathesisConfig.from_dict({"checks": {"negative_data_rejection": {"expected-statuses": rejections}}})
+    config = SchemathesisConfig.from_dict(
+        {"checks": {"negative_data_rejection": {"expected-statuses": rejections}}}
+    )
     schema = schemathesis.openapi.from_url(f"{server}/openapi.json", config=config)
     for operation in [result.ok() for result in schema.get_all_operations()]:
         post = operation.method.upper() == "POST"

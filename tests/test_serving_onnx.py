@@ -86,9 +86,15 @@ def test_tei_shapes_on_onnx_tokenize_and_refuse_what_the_graph_cannot(minilm_onn
     status, rows, _ = call(url, "POST", "/tokenize", {"inputs": TEXTS[0]})
     from transformers import AutoTokenizer
 
-    assert [t["id"] for t in rows[0]] == AutoTokenizer.from_pretrained(minilm.get_model_path())(TEXTS[0])["input_ids"]
+    assert [t["id"] for t in rows[0]] == AutoTokenizer.from_pretrained(minilm.get_model_path())(TEXTS[0])[
+        "input_ids"
+    ]
     status, body, _ = call(url, "POST", "/embed", {"inputs": [[101, 2023, 102]]})
-    assert status == 422 and "PyTorch backend" in body["error"]["message"] and body["error"]["param"] == "inputs[0]"
+    assert (
+        status == 422
+        and "PyTorch backend" in body["error"]["message"]
+        and body["error"]["param"] == "inputs[0]"
+    )
     status, body, _ = call(url, "POST", "/embed", {"inputs": TEXTS[:1], "truncation_direction": "Left"})
     assert status == 422 and "Left" in body["error"]["message"]
 
@@ -97,7 +103,11 @@ def test_info_names_the_backend_and_the_graph(minilm_onnx_server):
     status, info, _ = call(minilm_onnx_server.url, "GET", "/info")
     assert status == 200
     assert (info["backend"], info["precision"], info["model_type"]) == ("onnx", "fp32", "bert")
-    assert (info["head"], info["serves"], info["dimensions"]) == ("base", ["embed", "tokenize", "decode"], 384)
+    assert (info["head"], info["serves"], info["dimensions"]) == (
+        "base",
+        ["embed", "tokenize", "decode"],
+        384,
+    )
     assert (info["max_input_tokens"], info["pooling"], info["normalize"]) == (256, "mean", True)
     assert call(minilm_onnx_server.url, "POST", "/embed", {"texts": ["a"]}, key=None)[0] == 401
 
@@ -127,7 +137,13 @@ def test_cross_encoder_export_classifies_and_reranks_as_pytorch(cross_encoder_ex
     documents = ["the eiffel tower is in paris", "bananas are yellow", "paris is in france", "a", "towers"]
     requests = [("/classify", {"texts": TEXTS}), ("/rerank", {"query": query, "documents": documents})]
     with serve(exported, max_batch_texts=2, precision="auto") as onnx_server, serve(source) as torch_server:
-        assert call(onnx_server.url, "GET", "/info")[1]["serves"] == ["classify", "predict", "rerank", "tokenize", "decode"]
+        assert call(onnx_server.url, "GET", "/info")[1]["serves"] == [
+            "classify",
+            "predict",
+            "rerank",
+            "tokenize",
+            "decode",
+        ]
         for path, body in requests:
             status, got, _ = call(onnx_server.url, "POST", path, body)
             assert status == 200, got

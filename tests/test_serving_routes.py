@@ -21,7 +21,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(head: str) -> Service:
-    return Service.load(ServeConfig(model="tiny", head=head, precision="fp32", model_process=False, threads=1))
+    return Service.load(
+        ServeConfig(model="tiny", head=head, precision="fp32", model_process=False, threads=1)
+    )
 
 
 def test_two_apps_in_one_process_keep_their_own_route_tables():
@@ -32,7 +34,9 @@ def test_two_apps_in_one_process_keep_their_own_route_tables():
         second = create_app(classifier)
         # POST / is the head's: filling masks for the MLM, label scores for the classifier
         assert before["/"] == "fill-mask" and second.state.model_routes["/"] == "predict"
-        assert dict(first.state.model_routes) == before  # building the second app changed nothing of the first
+        assert (
+            dict(first.state.model_routes) == before
+        )  # building the second app changed nothing of the first
         assert first.state.model_routes is not second.state.model_routes
         # the same paths on both (every dialect's routes are declared for any model), each with its task
         assert set(before) == set(second.state.model_routes)
@@ -63,11 +67,23 @@ def assigned(module) -> list[str]:
 
 
 def test_the_routes_package_holds_no_mutable_module_state():
-    modules = [routes] + [importlib.import_module(f"{routes.__name__}.{m.name}")
-                          for m in pkgutil.iter_modules(routes.__path__)]  # fmt: skip
-    assert {m.__name__.rsplit(".", 1)[1] for m in modules} >= {"core", "ours", "tei", "openai", "cohere", "status"}
-    mutable = [f"{m.__name__}.{name}" for m in modules for name in assigned(m)
-               if isinstance(getattr(m, name), (dict, list, set, bytearray))]  # fmt: skip
+    modules = [routes] + [
+        importlib.import_module(f"{routes.__name__}.{m.name}") for m in pkgutil.iter_modules(routes.__path__)
+    ]
+    assert {m.__name__.rsplit(".", 1)[1] for m in modules} >= {
+        "core",
+        "ours",
+        "tei",
+        "openai",
+        "cohere",
+        "status",
+    }
+    mutable = [
+        f"{m.__name__}.{name}"
+        for m in modules
+        for name in assigned(m)
+        if isinstance(getattr(m, name), (dict, list, set, bytearray))
+    ]
     assert mutable == []
     assert "SERVICE_ROUTES" in assigned(routes.core)  # the scan reads the modules' own assignments
     assert isinstance(routes.tei.ROOT, MappingProxyType)
@@ -78,7 +94,9 @@ def test_a_model_call_is_typed_named_and_merges_by_value():
 
     a = ModelCall.of("embed", True, pooling="mean", normalize=True, side="right")
     b = ModelCall.of("embed", side="right", normalize=True, pooling="mean")  # the same call, named otherwise
-    assert a == b and hash(a) == hash(b) and a.kwargs == {"pooling": "mean", "normalize": True, "side": "right"}
+    assert (
+        a == b and hash(a) == hash(b) and a.kwargs == {"pooling": "mean", "normalize": True, "side": "right"}
+    )
     assert a != ModelCall.of("embed", False, pooling="mean", normalize=True, side="right")
     assert a != ModelCall.of("embed", pooling="cls", normalize=True, side="right")
     with pytest.raises(TypeError, match="a model call is a ModelCall, got tuple"):

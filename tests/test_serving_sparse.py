@@ -19,8 +19,13 @@ from helpers import KEY, call, serve
 
 pytestmark = [NEEDS_TOKENIZER, pytest.mark.usefixtures("one_thread")]
 
-TEXTS = ["the sound of a cat", "a blue wall", "something else entirely, a rather longer sentence " * 3, "x",
-         "a text longer than the tiny model's 128 tokens " * 30]  # fmt: skip
+TEXTS = [
+    "the sound of a cat",
+    "a blue wall",
+    "something else entirely, a rather longer sentence " * 3,
+    "x",
+    "a text longer than the tiny model's 128 tokens " * 30,
+]
 
 
 def pairs(row: list[dict]) -> dict[int, float]:
@@ -33,7 +38,9 @@ def assert_rows_equal(rows: list[list[dict]], dense: np.ndarray) -> None:
     for row, reference in zip(rows, dense):
         got = pairs(row)
         assert sorted(got) == np.flatnonzero(reference).tolist()
-        np.testing.assert_allclose([got[i] for i in sorted(got)], reference[sorted(got)], atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(
+            [got[i] for i in sorted(got)], reference[sorted(got)], atol=1e-5, rtol=1e-5
+        )
         values = [entry["value"] for entry in row]
         assert values == sorted(values, reverse=True)
 
@@ -86,8 +93,9 @@ def test_top_k_and_return_tokens(splade_server, tokenizer):
         expected = sorted(whole, key=lambda e: (-e["value"], e["index"]))[:5]
         assert [e["index"] for e in pruned] == [e["index"] for e in expected]
         np.testing.assert_allclose([e["value"] for e in pruned], [e["value"] for e in expected], atol=1e-6)
-    status, named, _ = call(splade_server.url, "POST", "/embed_sparse",
-                            {"inputs": TEXTS[:2], "return_tokens": True, "top_k": 20})  # fmt: skip
+    status, named, _ = call(
+        splade_server.url, "POST", "/embed_sparse", {"inputs": TEXTS[:2], "return_tokens": True, "top_k": 20}
+    )
     assert status == 200
     for row in named:
         assert [e["token"] for e in row] == tokenizer.convert_ids_to_tokens([e["index"] for e in row])
@@ -108,7 +116,9 @@ def test_embed_sparse_refusals(splade_server):
     url = splade_server.url
     long = "w " * 200  # 202 tokens with [CLS] and [SEP]; the tiny model takes 128
     status, body, _ = call(url, "POST", "/embed_sparse", {"inputs": ["short", long], "truncate": False})
-    assert status == 413 and body["error"]["param"] == "inputs[1]" and "202 tokens" in body["error"]["message"]
+    assert (
+        status == 413 and body["error"]["param"] == "inputs[1]" and "202 tokens" in body["error"]["message"]
+    )
     assert call(url, "POST", "/embed_sparse", {"inputs": ["short", long]})[0] == 200  # truncate: true
     status, body, _ = call(url, "POST", "/embed_sparse", {"inputs": ["a", ""]})
     assert status == 422, body
@@ -133,7 +143,9 @@ def test_sparse_flag_serves_a_plain_mlm_as_encode_sparse(splade_dir):
     with serve(plain) as srv:  # without --sparse: not offered, and the answer says how to get it
         status, body, _ = call(srv.url, "POST", "/embed_sparse", {"inputs": TEXTS}, key=None)
         _, info, _ = call(srv.url, "GET", "/info", key=None)
-    assert status == 404 and "--sparse" in body["error"]["message"] and "fill-mask" in body["error"]["message"]
+    assert (
+        status == 404 and "--sparse" in body["error"]["message"] and "fill-mask" in body["error"]["message"]
+    )
     assert "embed_sparse" not in info["serves"] and "--sparse" in info["not_served"]["embed_sparse"]
 
 
@@ -148,7 +160,9 @@ def test_a_base_model_does_not_serve_sparse_vectors(tmp_path, tokenizer):
         status, body, _ = call(srv.url, "POST", "/embed_sparse", {"inputs": ["a"]}, key=None)
     assert status == 404
     message = body["error"]["message"]
-    assert "base head" in message and "needs a mlm head" in message and "it serves embed, embed_all" in message
+    assert (
+        "base head" in message and "needs a mlm head" in message and "it serves embed, embed_all" in message
+    )
     with pytest.raises(ValueError, match="masked-LM head"):
         serve(base, sparse=True)
 
@@ -168,12 +182,16 @@ def test_onnx_backend_refuses_sparse():
 def matryoshka_dir(tmp_path_factory):
     """A tiny NeoBERT (64 wide) as a sentence-transformers directory trained for widths 32 and 16."""
     directory = save_tiny_neobert(tmp_path_factory.mktemp("mrl") / "model")
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]  # fmt: skip
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
     (directory / "modules.json").write_text(json.dumps(modules))
     (directory / "1_Pooling").mkdir()
     (directory / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
-    (directory / "config_sentence_transformers.json").write_text(json.dumps({"matryoshka_dims": [64, 32, 16]}))
+    (directory / "config_sentence_transformers.json").write_text(
+        json.dumps({"matryoshka_dims": [64, 32, 16]})
+    )
     return directory
 
 
@@ -187,18 +205,29 @@ def test_dimensions_outside_the_trained_widths_warn(matryoshka_dir, caplog):
                 assert status == 200 and "warning" not in headers, (path, dims)
         with caplog.at_level("WARNING", logger="neobert.serving.routes"):
             for _ in range(2):
-                status, answer, headers = call(srv.url, "POST", "/v1/embeddings", {"input": ["a b"], "dimensions": 24},
-                                               key=None)  # fmt: skip
+                status, answer, headers = call(
+                    srv.url, "POST", "/v1/embeddings", {"input": ["a b"], "dimensions": 24}, key=None
+                )
                 assert status == 200 and len(answer["data"][0]["embedding"]) == 24
-                assert headers["warning"].startswith('299 - "dimensions 24 is not one the model was trained for')
+                assert headers["warning"].startswith(
+                    '299 - "dimensions 24 is not one the model was trained for'
+                )
                 assert "64, 32, 16" in headers["warning"]
-            status, answer, headers = call(srv.url, "POST", "/embed", {"inputs": "a b", "dimensions": 8}, key=None)
+            status, answer, headers = call(
+                srv.url, "POST", "/embed", {"inputs": "a b", "dimensions": 8}, key=None
+            )
             assert status == 200 and len(answer[0]) == 8 and "dimensions 8" in headers["warning"]
         logged = [r.getMessage() for r in caplog.records if "not trained for" in r.getMessage()]
-        assert len(logged) == 2 and "dimensions 24" in logged[0] and "dimensions 8" in logged[1]  # once per width
+        assert (
+            len(logged) == 2 and "dimensions 24" in logged[0] and "dimensions 8" in logged[1]
+        )  # once per width
     with serve(matryoshka_dir, strict_dimensions=True) as srv:
-        status, body, _ = call(srv.url, "POST", "/v1/embeddings", {"input": ["a b"], "dimensions": 24}, key=None)
+        status, body, _ = call(
+            srv.url, "POST", "/v1/embeddings", {"input": ["a b"], "dimensions": 24}, key=None
+        )
         assert status == 422 and body["error"]["param"] == "dimensions"
         assert "64, 32, 16" in body["error"]["message"] and "--strict-dimensions" in body["error"]["message"]
-        status, _, headers = call(srv.url, "POST", "/v1/embeddings", {"input": ["a b"], "dimensions": 32}, key=None)
+        status, _, headers = call(
+            srv.url, "POST", "/v1/embeddings", {"input": ["a b"], "dimensions": 32}, key=None
+        )
         assert status == 200 and "warning" not in headers

@@ -230,7 +230,9 @@ def test_threads_for_call_each_candidate_can_win_and_ties_take_fewer():
     assert threads_for_call(four, 4, backlog=1, http_ms_per_text=50.0) == 1  # every count: max(t, 50) = 50
     tie = ThreadChoice(2, "measured", {1: 8.0, 2: 4.0}, 2)  # 2 and 1 ms a text: h = 1 makes both 2 ms
     assert threads_for_call(tie, 2, backlog=1, http_ms_per_text=1.0) == 1
-    assert threads_for_call(SMALL, 2, backlog=1, http_ms_per_text=-1.0) == 2  # a negative estimate counts as 0
+    assert (
+        threads_for_call(SMALL, 2, backlog=1, http_ms_per_text=-1.0) == 2
+    )  # a negative estimate counts as 0
 
 
 def test_threads_for_call_pinned_shared_and_onnx_do_not_adapt(unpinned, monkeypatch):
@@ -260,12 +262,23 @@ def test_the_choice_crosses_the_process_boundary_inside_the_served_model():
     from neobert.serving.served import ServedModel
 
     for choice in (SMALL, ThreadChoice(1, "pinned by --threads"), None):
-        model = ServedModel(head="base", serves=("embed",), model_type="neobert", dimensions=8, max_input_tokens=16,
-                            backend="torch", precision="fp32", prompts={"query": "query: "}, threads=choice)  # fmt: skip
+        model = ServedModel(
+            head="base",
+            serves=("embed",),
+            model_type="neobert",
+            dimensions=8,
+            max_input_tokens=16,
+            backend="torch",
+            precision="fp32",
+            prompts={"query": "query: "},
+            threads=choice,
+        )
         back = pickle.loads(ForkingPickler.dumps(model))
         assert back == model and back.threads == choice
         info = json.loads(json.dumps(model.info()))  # plain JSON
-        assert info["threads"] == (choice and choice.threads) and info["threads_reason"] == (choice and choice.reason)
+        assert info["threads"] == (choice and choice.threads) and info["threads_reason"] == (
+            choice and choice.reason
+        )
         assert info["serves"] == ["embed"] and info["prompts"] == {"query": "query: "}
         assert set(info) <= set(InfoResponse.model_fields)
     assert pickle.loads(ForkingPickler.dumps(SMALL)).adapts and SMALL.timings_ms
@@ -315,8 +328,16 @@ def fake_service(choice: ThreadChoice, **settings):
         release.wait(10)
         return [[0.0]] * len(texts), len(texts), {"long": 0, "truncated": 0}
 
-    model = ServedModel(head="base", serves=("embed",), model_type="fake", dimensions=1, max_input_tokens=8,
-                        precision="fp32", backend=settings.pop("backend", "torch"), threads=choice)  # fmt: skip
+    model = ServedModel(
+        head="base",
+        serves=("embed",),
+        model_type="fake",
+        dimensions=1,
+        max_input_tokens=8,
+        precision="fp32",
+        backend=settings.pop("backend", "torch"),
+        threads=choice,
+    )
     service = Service(ServeConfig(model="fake", **settings), model, call)
     return service, sent, release, entered
 
@@ -340,8 +361,13 @@ def test_service_sends_each_call_its_count_from_the_backlog():
         assert service.threads.adaptive and service.threads.cores == 2
         burst(service, release, entered)
         assert sent == [(2,), (1,)]  # the three waiting requests merged into one call
-        counts = {s.labels["threads"]: s.value for m in service.metrics.registry.collect()
-                  if m.name == "neobert_model_calls" for s in m.samples if s.name.endswith("_total")}  # fmt: skip
+        counts = {
+            s.labels["threads"]: s.value
+            for m in service.metrics.registry.collect()
+            if m.name == "neobert_model_calls"
+            for s in m.samples
+            if s.name.endswith("_total")
+        }
         assert counts == {"2": 1.0, "1": 1.0}
         assert service.threads.state() == {"threads_under_load": 1, "http_ms_per_text": 1.0}
         assert "while requests wait, per call" in service.startup_line()
@@ -362,10 +388,15 @@ def test_service_measures_its_cpu_per_text():
         service.close(10)
 
 
-@pytest.mark.parametrize("settings, why", [
-    ({"threads": 2}, "pinned"), ({"workers": 2}, "several model processes"), ({"backend": "onnx"}, "onnx"),
-    ({"model_process": False}, "in-process"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "settings, why",
+    [
+        ({"threads": 2}, "pinned"),
+        ({"workers": 2}, "several model processes"),
+        ({"backend": "onnx"}, "onnx"),
+        ({"model_process": False}, "in-process"),
+    ],
+)
 def test_service_does_not_adapt_pinned_shared_onnx_or_in_process(settings, why):
     pinned = settings.get("threads")
     choice = ThreadChoice(2, "pinned by --threads") if pinned else SMALL
@@ -412,10 +443,16 @@ def test_a_real_server_counts_its_calls_by_thread_count(unpinned, model_dir):
         metrics = call(srv.url, "GET", "/metrics", key=None)[1]
         info = call(srv.url, "GET", "/info", key=None)[1]
     assert errors == []
-    counts = {int(line.split('"')[1]): float(line.split()[-1]) for line in metrics.splitlines()
-              if line.startswith('neobert_model_calls_total{threads="')}  # fmt: skip
-    batches = next(float(line.split()[-1]) for line in metrics.splitlines()
-                   if line.startswith("neobert_batch_requests_count "))  # fmt: skip
+    counts = {
+        int(line.split('"')[1]): float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith('neobert_model_calls_total{threads="')
+    }
+    batches = next(
+        float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("neobert_batch_requests_count ")
+    )
     cores = threads.available_cores()
     assert counts and sum(counts.values()) == batches >= 4  # each client's requests follow each other
     assert set(counts) <= set(candidates(cores))
@@ -451,15 +488,20 @@ def test_one_thread_policy_sets_torch_threads_in_one_place(unpinned):
     from neobert.serving.threads import ThreadPolicy
 
     serving = Path(threads.__file__).parent
-    setters = sorted(f"{path.relative_to(serving)}:{node.lineno}" for path in serving.rglob("*.py")
-                     for node in ast.walk(ast.parse(path.read_text()))
-                     if isinstance(node, ast.Attribute) and node.attr == "set_num_threads")  # fmt: skip
+    setters = sorted(
+        f"{path.relative_to(serving)}:{node.lineno}"
+        for path in serving.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr == "set_num_threads"
+    )
     assert len(setters) == 1 and setters[0].startswith("threads.py:")
     before = torch.get_num_threads()
     try:
         config = SimpleNamespace(threads=1, workers=1, model_process=True)
         never = fake_probe({})  # a pinned count never probes
-        assert ThreadPolicy.at_start(config, never) == ThreadChoice(1, "pinned by --threads") and not never.calls
+        assert (
+            ThreadPolicy.at_start(config, never) == ThreadChoice(1, "pinned by --threads") and not never.calls
+        )
         assert torch.get_num_threads() == 1
         unset = SimpleNamespace(threads=0, workers=1, model_process=True)
         fixed = ThreadPolicy.at_start(unset, fixed="a backend's reason")

@@ -16,8 +16,13 @@ from helpers import check_card, run_card_snippet, write_pairs
 from neobert.inference.sparse import encode_sparse, is_sparse_dir, prune_top_k, sparse_rows, splade_pool
 
 pytestmark = [NEEDS_TOKENIZER, pytest.mark.usefixtures("one_thread")]
-TEXTS = ["the sound of a cat", "a blue wall", "something else entirely, a rather longer sentence " * 3, "x",
-         "a text longer than the tiny model's 128 tokens " * 30]
+TEXTS = [
+    "the sound of a cat",
+    "a blue wall",
+    "something else entirely, a rather longer sentence " * 3,
+    "x",
+    "a text longer than the tiny model's 128 tokens " * 30,
+]
 
 
 def naive_splade(logits: torch.Tensor, mask: torch.Tensor) -> list[list[float]]:
@@ -25,7 +30,9 @@ def naive_splade(logits: torch.Tensor, mask: torch.Tensor) -> list[list[float]]:
     out = []
     for b in range(logits.shape[0]):
         real = [t for t in range(logits.shape[1]) if mask[b, t]]
-        out.append([max(math.log1p(max(0.0, float(logits[b, t, v]))) for t in real) for v in range(logits.shape[2])])
+        out.append(
+            [max(math.log1p(max(0.0, float(logits[b, t, v]))) for t in real) for v in range(logits.shape[2])]
+        )
     return out
 
 
@@ -63,7 +70,9 @@ def test_encode_sparse_equals_sparse_encoder_on_the_same_directory(tmp_path, kin
     np.testing.assert_allclose(ours.toarray(), reference.numpy(), atol=1e-5, rtol=1e-5)
     # a plain model directory with an MLM head gives the same vectors: the pooling is all SPLADE adds
     plain = load_encoder(tmp_path / "src", head="mlm")
-    np.testing.assert_allclose(encode_sparse(plain.model, plain.tokenizer, TEXTS).toarray(), ours.toarray(), atol=1e-5)
+    np.testing.assert_allclose(
+        encode_sparse(plain.model, plain.tokenizer, TEXTS).toarray(), ours.toarray(), atol=1e-5
+    )
 
 
 def test_top_k_rows_and_tokens(tmp_path):
@@ -120,7 +129,9 @@ def test_flops_and_its_warmup_equal_sentence_transformers():
     assert float(flops(vectors)) == pytest.approx(reference, rel=1e-6)
     loss = FlopsLoss.__new__(FlopsLoss)  # its computation needs no model
     loss.threshold = None
-    assert float(FlopsLoss.compute_loss_from_embeddings(loss, vectors)) == pytest.approx(float(flops(vectors)))
+    assert float(FlopsLoss.compute_loss_from_embeddings(loss, vectors)) == pytest.approx(
+        float(flops(vectors))
+    )
     callback = SpladeRegularizerWeightSchedulerCallback.__new__(SpladeRegularizerWeightSchedulerCallback)
     callback.warmup_steps, callback.scheduler_type = int(30 / 3), "quadratic"
     for step in (0, 1, 4, 9, 10, 29):
@@ -145,22 +156,48 @@ def test_sparse_run_lowers_the_loss_sparsifies_and_saves_a_sparse_encoder(tmp_pa
     model_dir = save_tiny_neobert(tmp_path / "tiny")
     animals, colors = write_pairs(tmp_path)
     queries = [json.loads(line)["query"] for line in animals.read_text().splitlines()]
-    settings = dict(model=str(model_dir), data=[str(animals), str(colors)], steps=24, batch_size=4, lr=2e-3,
-                    warmup_steps=2, log_every=4, max_length=32, show_progress=False)  # fmt: skip
-    plain = run(SparseConfig(**settings, output=str(tmp_path / "plain"), query_regularizer=0, document_regularizer=0))
-    sparse = run(SparseConfig(**settings, output=str(tmp_path / "sparse"), query_regularizer=0.05,
-                              document_regularizer=0.05, regularizer_warmup=0.25))  # fmt: skip
+    settings = dict(
+        model=str(model_dir),
+        data=[str(animals), str(colors)],
+        steps=24,
+        batch_size=4,
+        lr=2e-3,
+        warmup_steps=2,
+        log_every=4,
+        max_length=32,
+        show_progress=False,
+    )
+    plain = run(
+        SparseConfig(**settings, output=str(tmp_path / "plain"), query_regularizer=0, document_regularizer=0)
+    )
+    sparse = run(
+        SparseConfig(
+            **settings,
+            output=str(tmp_path / "sparse"),
+            query_regularizer=0.05,
+            document_regularizer=0.05,
+            regularizer_warmup=0.25,
+        )
+    )
     assert plain.losses[-1] < 0.5 * plain.losses[0], plain.losses
     before = _average_nonzeros(model_dir, queries)
     # the regulariser is what removes weights: without it the vectors stay about as dense
-    assert _average_nonzeros(sparse.output, queries) < 0.5 * min(before, _average_nonzeros(plain.output, queries))
+    assert _average_nonzeros(sparse.output, queries) < 0.5 * min(
+        before, _average_nonzeros(plain.output, queries)
+    )
 
     # the directory is a SparseEncoder, and our vectors are its vectors
     assert is_sparse_dir(sparse.output)
-    reference = SparseEncoder(str(sparse.output), device="cpu").encode(TEXTS, convert_to_tensor=True).to_dense()
+    reference = (
+        SparseEncoder(str(sparse.output), device="cpu").encode(TEXTS, convert_to_tensor=True).to_dense()
+    )
     encoder = load_encoder(sparse.output, head="mlm")
-    np.testing.assert_allclose(encode_sparse(encoder.model, encoder.tokenizer, TEXTS).toarray(), reference.numpy(),
-                               atol=1e-5, rtol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        encode_sparse(encoder.model, encoder.tokenizer, TEXTS).toarray(),
+        reference.numpy(),
+        atol=1e-5,
+        rtol=1e-5,
+    )
     metrics = [json.loads(line) for line in (sparse.output / "metrics.jsonl").read_text().splitlines()]
     assert any("train/nonzeros_query" in m for m in metrics)  # the training logs stay beside the model
     log = json.loads((sparse.output / "sparse_training.json").read_text())
@@ -193,30 +230,76 @@ def test_any_masked_lm_through_the_cli(tmp_path):
     bert_dir = save_tiny_bert(tmp_path / "bert")
     animals, colors = write_pairs(tmp_path)
     out = tmp_path / "bert-sparse"
-    args = ["finetune", "sparse", "--model", str(bert_dir), "--data", str(animals), "--data", str(colors),
-            "--output", str(out), "--steps", "3", "--batch-size", "4", "--device", "cpu",
-            "--query-regularizer", "1e-3", "--document-regularizer", "1e-3"]  # fmt: skip
+    args = [
+        "finetune",
+        "sparse",
+        "--model",
+        str(bert_dir),
+        "--data",
+        str(animals),
+        "--data",
+        str(colors),
+        "--output",
+        str(out),
+        "--steps",
+        "3",
+        "--batch-size",
+        "4",
+        "--device",
+        "cpu",
+        "--query-regularizer",
+        "1e-3",
+        "--document-regularizer",
+        "1e-3",
+    ]
     assert main(args) == 0
     assert is_sparse_dir(out)
     assert json.loads((out / "sparse_training.json").read_text())["config"]["document_regularizer"] == 1e-3
-    assert main([*args[:2], "--model", str(bert_dir), "--data", str(tmp_path / "nope.jsonl"), "--output", str(out)]) == 1
+    assert (
+        main(
+            [
+                *args[:2],
+                "--model",
+                str(bert_dir),
+                "--data",
+                str(tmp_path / "nope.jsonl"),
+                "--output",
+                str(out),
+            ]
+        )
+        == 1
+    )
     with pytest.raises(SystemExit):  # Matryoshka widths are dense-only: no such option
         main([*args, "--matryoshka-dims", "8"])
 
 
 def _retrieval_task(root):
     """Six queries, each with one relevant document among eight (two distractors), BEIR layout."""
-    topics = ["cats purr on warm laps", "rivers flow to the sea", "bread rises in the oven",
-              "stars shine at night", "trains run on rails", "bees make honey in hives"]  # fmt: skip
+    topics = [
+        "cats purr on warm laps",
+        "rivers flow to the sea",
+        "bread rises in the oven",
+        "stars shine at night",
+        "trains run on rails",
+        "bees make honey in hives",
+    ]
     task = root / "retrieval" / "toy"
     task.mkdir(parents=True)
     docs = [*topics, "a note about nothing", "another unrelated line"]
-    (task / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": t.split()[0] + " " + t.split()[-1]})
-                                                + "\n" for i, t in enumerate(topics)))  # fmt: skip
-    (task / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(docs)))
+    (task / "queries.jsonl").write_text(
+        "".join(
+            json.dumps({"_id": f"q{i}", "text": t.split()[0] + " " + t.split()[-1]}) + "\n"
+            for i, t in enumerate(topics)
+        )
+    )
+    (task / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(docs))
+    )
     (task / "qrels.tsv").write_text("".join(f"q{i}\td{i}\t1\n" for i in range(len(topics))))
     (root / "sts").mkdir()
-    (root / "sts" / "pairs.jsonl").write_text(json.dumps({"sentence1": "a", "sentence2": "b", "score": 1.0}) + "\n")
+    (root / "sts" / "pairs.jsonl").write_text(
+        json.dumps({"sentence1": "a", "sentence2": "b", "score": 1.0}) + "\n"
+    )
     return task
 
 
@@ -234,7 +317,9 @@ def test_eval_embeddings_scores_a_sparse_model_by_dot_product_with_its_sizes(tmp
     st = SparseEncoder(str(directory), device="cpu")
     q, d = (st.encode(t, convert_to_tensor=True).to_dense().numpy() for t in (queries, docs))
     scores = q @ d.T
-    ranks = [1 + int((scores[i] > scores[i, i]).sum()) for i in range(len(queries))]  # no ties in random weights
+    ranks = [
+        1 + int((scores[i] > scores[i, i]).sum()) for i in range(len(queries))
+    ]  # no ties in random weights
     expected_ndcg = np.mean([1 / math.log2(r + 1) if r <= 10 else 0.0 for r in ranks])
     expected_mrr = np.mean([1 / r if r <= 10 else 0.0 for r in ranks])
 
@@ -254,8 +339,23 @@ def test_eval_embeddings_scores_a_sparse_model_by_dot_product_with_its_sizes(tmp
     assert "## Sparse retrieval" in markdown and f"{retrieval.scores['nonzeros_document']:.1f}" in markdown
 
     out = tmp_path / "results"
-    assert main(["eval", "embeddings", "--model", str(directory), "--retrieval", str(task), "--output", str(out),
-                 "--device", "cpu"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "eval",
+                "embeddings",
+                "--model",
+                str(directory),
+                "--retrieval",
+                str(task),
+                "--output",
+                str(out),
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     saved = json.loads((out / "embedding_results.json").read_text())[str(directory)]["tasks"][0]["scores"]
     assert saved["ndcg_at_10"] == pytest.approx(expected_ndcg, abs=1e-6)
 
@@ -269,10 +369,23 @@ def test_sparse_crash_and_resume_continue_exactly(tmp_path):
     animals, colors = write_pairs(tmp_path)
 
     def config(name, **changes):
-        return SparseConfig(model=str(model_dir), data=[str(animals), str(colors)], output=str(tmp_path / name),
-                            steps=6, batch_size=4, lr=1e-3, warmup_steps=1, log_every=1, save_every=2,
-                            query_regularizer=0.05, document_regularizer=0.05, regularizer_warmup=1.0,
-                            max_length=32, show_progress=False, **changes)  # fmt: skip
+        return SparseConfig(
+            model=str(model_dir),
+            data=[str(animals), str(colors)],
+            output=str(tmp_path / name),
+            steps=6,
+            batch_size=4,
+            lr=1e-3,
+            warmup_steps=1,
+            log_every=1,
+            save_every=2,
+            query_regularizer=0.05,
+            document_regularizer=0.05,
+            regularizer_warmup=1.0,
+            max_length=32,
+            show_progress=False,
+            **changes,
+        )
 
     reference = run(config("reference"))
     with pytest.raises(Crash):
@@ -312,10 +425,21 @@ def test_sparse_two_processes_equal_one(tmp_path):
     animals, colors = write_pairs(tmp_path)
 
     def config(name, batch_size):  # a strong regulariser from the first step: the FLOPS term shapes the run
-        return SparseConfig(model=str(model_dir), data=[str(animals), str(colors)], output=str(tmp_path / name),
-                            steps=4, batch_size=batch_size, lr=1e-3, warmup_steps=1, log_every=1,
-                            query_regularizer=0.5, document_regularizer=0.5, regularizer_warmup=0.25,
-                            max_length=32, show_progress=False)  # fmt: skip
+        return SparseConfig(
+            model=str(model_dir),
+            data=[str(animals), str(colors)],
+            output=str(tmp_path / name),
+            steps=4,
+            batch_size=batch_size,
+            lr=1e-3,
+            warmup_steps=1,
+            log_every=1,
+            query_regularizer=0.5,
+            document_regularizer=0.5,
+            regularizer_warmup=0.25,
+            max_length=32,
+            show_progress=False,
+        )
 
     one = run(config("one", batch_size=4))
     settings = tmp_path / "config.json"
@@ -329,8 +453,10 @@ def test_sparse_two_processes_equal_one(tmp_path):
     logs = [json.loads((tmp_path / d / "sparse_training.json").read_text()) for d in ("one", "two")]
     assert logs[1]["losses"] == pytest.approx(logs[0]["losses"], rel=1e-5, abs=1e-6)
     assert logs[1]["dataset_steps"] == logs[0]["dataset_steps"]
-    metrics = [[json.loads(line) for line in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
-               for d in ("one", "two")]  # fmt: skip
+    metrics = [
+        [json.loads(line) for line in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+        for d in ("one", "two")
+    ]
     for key in ("train/flops_query", "train/flops_document", "train/nonzeros_query"):
         got, expected = ([m[key] for m in rows if key in m] for rows in (metrics[1], metrics[0]))
         assert len(got) == 4 and got == pytest.approx(expected, rel=1e-5, abs=1e-7), key

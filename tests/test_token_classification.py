@@ -59,15 +59,26 @@ def test_read_conll_skips_docstart_and_keeps_the_last_column(tmp_path):
         ("a.conll", "John B-PER\nlonely\n", r"a\.conll, line 2: expected a token and its tag"),
         ("b.conll", "John B-PER\n\nParis LOC\n", r"b\.conll, line 3: tag 'LOC' is not BIO"),
         ("c.conll", "John E-PER\n", r"c\.conll, line 1: tag 'E-PER'"),
-        ("d.jsonl", '{"tokens": ["a"], "tags": ["O"]}\n{"tokens": ["a", "b"], "tags": ["O"]}\n',
-         r"d\.jsonl, line 2: 2 tokens but 1 tags"),
+        (
+            "d.jsonl",
+            '{"tokens": ["a"], "tags": ["O"]}\n{"tokens": ["a", "b"], "tags": ["O"]}\n',
+            r"d\.jsonl, line 2: 2 tokens but 1 tags",
+        ),
         ("e.jsonl", '{"tokens": ["a"]}\n', r"e\.jsonl, line 1: no 'tags' field"),
-        ("f.jsonl", '{"tokens": ["a"], "tags": [3]}\n', r"f\.jsonl, line 1: 'tags' must be a list of strings"),
+        (
+            "f.jsonl",
+            '{"tokens": ["a"], "tags": [3]}\n',
+            r"f\.jsonl, line 1: 'tags' must be a list of strings",
+        ),
         ("g.jsonl", "{oops\n", r"g\.jsonl, line 1: not valid JSON"),
-        ("h.jsonl", '{"tokens": ["a", "b"], "ner_tags": ["O", "X-1"]}\n', r"h\.jsonl, line 1, token 1: tag 'X-1'"),
+        (
+            "h.jsonl",
+            '{"tokens": ["a", "b"], "ner_tags": ["O", "X-1"]}\n',
+            r"h\.jsonl, line 1, token 1: tag 'X-1'",
+        ),
         ("i.conll", "\n\n", r"i\.conll holds no sentence"),
     ],
-)  # fmt: skip
+)
 def test_reader_errors_name_file_and_line(tmp_path, name, text, message):
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
@@ -132,8 +143,12 @@ def test_words_and_entities_carry_character_offsets():
         logits[token, label] = 5.0
     rows = TokenLogits(logits, [(0, 3), (4, 7), (8, 11), (12, 14), (14, 15)], [0, 1, 2, 3, 3])
     words = words_of(rows, {0: "O", 1: "B-PER", 2: "I-PER"})
-    assert [(w.start, w.end, w.tag) for w in words] == [(0, 3, "B-PER"), (4, 7, "I-PER"), (8, 11, "O"),
-                                                        (12, 15, "B-PER")]  # fmt: skip
+    assert [(w.start, w.end, w.tag) for w in words] == [
+        (0, 3, "B-PER"),
+        (4, 7, "I-PER"),
+        (8, 11, "O"),
+        (12, 15, "B-PER"),
+    ]
     entities = entities_of(text, words)
     assert [(e.label, e.start, e.end, e.text) for e in entities] == [
         ("PER", 0, 7, "Ann Lee"),
@@ -185,11 +200,34 @@ def test_finetune_tokens_then_tag_end_to_end(tmp_path, tokenizer):
 
     write_conll(tmp_path / "train.conll", synthetic_ner(160, seed=0))
     (tmp_path / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in synthetic_ner(40, seed=1)))
-    code = main(["finetune", "tokens", "--model", "tiny", "--preset-override", "vocab_size=30522",
-                 "--train", str(tmp_path / "train.conll"), "--validation", str(tmp_path / "dev.jsonl"),
-                 "--output", str(tmp_path / "out"), "--epochs", "6", "--batch-size", "16",
-                 "--lr", "2e-3", "--warmup-ratio", "0", "--patience", "0", "--quiet",
-                 "--no-tensorboard"])  # fmt: skip
+    code = main(
+        [
+            "finetune",
+            "tokens",
+            "--model",
+            "tiny",
+            "--preset-override",
+            "vocab_size=30522",
+            "--train",
+            str(tmp_path / "train.conll"),
+            "--validation",
+            str(tmp_path / "dev.jsonl"),
+            "--output",
+            str(tmp_path / "out"),
+            "--epochs",
+            "6",
+            "--batch-size",
+            "16",
+            "--lr",
+            "2e-3",
+            "--warmup-ratio",
+            "0",
+            "--patience",
+            "0",
+            "--quiet",
+            "--no-tensorboard",
+        ]
+    )
     assert code == 0
     report = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert report["labels"] == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
@@ -209,8 +247,20 @@ def test_finetune_tokens_then_tag_end_to_end(tmp_path, tokenizer):
 
     texts = ["john smith visited paris today", "and then mary went to rome with linda"]
     (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
-    assert main(["tag", "--model", str(tmp_path / "out" / "model"), "--input", str(tmp_path / "in.txt"),
-                 "--output", str(tmp_path / "tags.jsonl")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "tag",
+                "--model",
+                str(tmp_path / "out" / "model"),
+                "--input",
+                str(tmp_path / "in.txt"),
+                "--output",
+                str(tmp_path / "tags.jsonl"),
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(line) for line in (tmp_path / "tags.jsonl").read_text().splitlines()]
     assert [r["text"] for r in rows] == texts
     for row in rows:
@@ -228,9 +278,18 @@ def test_finetune_tokens_on_a_tiny_bert(tmp_path, tokenizer):
     tokenizer.save_pretrained(tmp_path / "bert")
     rows = synthetic_ner(24, seed=2)
     (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    result = run_tokens({"model": str(tmp_path / "bert"), "train": str(tmp_path / "t.jsonl"),
-                         "validation": str(tmp_path / "t.jsonl"), "output": str(tmp_path / "out"), "epochs": 1,
-                         "batch_size": 8, "show_progress": False, "tensorboard": False})  # fmt: skip
+    result = run_tokens(
+        {
+            "model": str(tmp_path / "bert"),
+            "train": str(tmp_path / "t.jsonl"),
+            "validation": str(tmp_path / "t.jsonl"),
+            "output": str(tmp_path / "out"),
+            "epochs": 1,
+            "batch_size": 8,
+            "show_progress": False,
+            "tensorboard": False,
+        }
+    )
     model = AutoModelForTokenClassification.from_pretrained(result.model_dir)
     assert model.config.model_type == "bert" and model.config.id2label[3] == "B-PER"
     assert set(result.metrics) == {"precision", "recall", "f1"}
@@ -244,16 +303,29 @@ def test_finetune_tokens_on_a_tiny_bert(tmp_path, tokenizer):
 
     texts = [" ".join(r["tokens"]) for r in rows[:8]]
     (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
-    assert main(["tag", "--model", str(result.model_dir), "--input", str(tmp_path / "in.txt"),
-                 "--output", str(tmp_path / "tags.jsonl")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "tag",
+                "--model",
+                str(result.model_dir),
+                "--input",
+                str(tmp_path / "in.txt"),
+                "--output",
+                str(tmp_path / "tags.jsonl"),
+            ]
+        )
+        == 0
+    )
     tagged = [json.loads(line) for line in (tmp_path / "tags.jsonl").read_text().splitlines()]
     data = TokenLabelDataset(tokenizer, read_sentences(tmp_path / "t.jsonl")[:8], model.config.label2id, 128)
     _, ids, _ = evaluate_tokens(model.eval(), data, 8, 0)
     assert sum(len(row["entities"]) for row in tagged) > 0
     for text, row, tags in zip(texts, tagged, _tag_names(ids, result.labels)):
         starts = np.cumsum([0] + [len(w) + 1 for w in text.split(" ")])
-        expected = [(kind, int(starts[a]), int(starts[b]) + len(text.split(" ")[b]))
-                    for kind, a, b in spans(tags)]  # fmt: skip
+        expected = [
+            (kind, int(starts[a]), int(starts[b]) + len(text.split(" ")[b])) for kind, a, b in spans(tags)
+        ]
         assert [(e["label"], e["start"], e["end"]) for e in row["entities"]] == expected
 
 
@@ -261,15 +333,33 @@ def test_finetune_tokens_rejects_unseen_validation_tags(tmp_path):
     write_conll(tmp_path / "a.conll", [{"tokens": ["john"], "tags": ["B-PER"]}])
     write_conll(tmp_path / "b.conll", [{"tokens": ["rome"], "tags": ["B-LOC"]}])
     with pytest.raises(DataError, match=r"b\.conll: tag\(s\) not seen in training: B-LOC"):
-        run_tokens({"model": "tiny", "preset_overrides": {"vocab_size": 30522}, "train": str(tmp_path / "a.conll"),
-                    "validation": str(tmp_path / "b.conll"), "output": str(tmp_path / "o")})  # fmt: skip
+        run_tokens(
+            {
+                "model": "tiny",
+                "preset_overrides": {"vocab_size": 30522},
+                "train": str(tmp_path / "a.conll"),
+                "validation": str(tmp_path / "b.conll"),
+                "output": str(tmp_path / "o"),
+            }
+        )
 
 
 def tokens_config(root, output, **changes) -> dict:
-    return {"model": "tiny", "preset_overrides": {"vocab_size": 30522, "classifier_dropout": 0.0},
-            "train": str(root / "train.jsonl"), "validation": str(root / "dev.jsonl"), "output": str(output),
-            "batch_size": 8, "lr": 1e-3, "epochs": 2, "eval_every": 2, "patience": None,
-            "show_progress": False, "tensorboard": False, **changes}  # 3 steps an epoch, 6 in all  # fmt: skip
+    return {
+        "model": "tiny",
+        "preset_overrides": {"vocab_size": 30522, "classifier_dropout": 0.0},
+        "train": str(root / "train.jsonl"),
+        "validation": str(root / "dev.jsonl"),
+        "output": str(output),
+        "batch_size": 8,
+        "lr": 1e-3,
+        "epochs": 2,
+        "eval_every": 2,
+        "patience": None,
+        "show_progress": False,
+        "tensorboard": False,
+        **changes,
+    }  # 3 steps an epoch, 6 in all
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,18 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 # the slice and recipe of docs/finetuning.md's measured run (F1 0.233 on 138 held-out entities)
 TRAIN, HELD_OUT, EPOCHS, LR = 600, 200, 4, "3e-4"
-TYPES = {"company", "facility", "geo-loc", "movie", "musicartist", "other", "person", "product", "sportsteam", "tvshow"}
+TYPES = {
+    "company",
+    "facility",
+    "geo-loc",
+    "movie",
+    "musicartist",
+    "other",
+    "person",
+    "product",
+    "sportsteam",
+    "tvshow",
+}
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +93,34 @@ def test_minilm_fine_tuned_on_wnut16_beats_the_baselines(wnut_file, tmp_path):
     train, held_out = sentences[:TRAIN], sentences[-HELD_OUT:]  # the held-out tweets' tags all occur in train
     write_conll(tmp_path / "train.conll", train)
     write_conll(tmp_path / "dev.conll", held_out)
-    code = main(["finetune", "tokens", "--model", str(minilm), "--train", str(tmp_path / "train.conll"),
-                 "--validation", str(tmp_path / "dev.conll"), "--output", str(tmp_path / "out"),
-                 "--epochs", str(EPOCHS), "--batch-size", "32", "--lr", LR, "--warmup-ratio", "0",
-                 "--max-length", "64", "--patience", "0", "--quiet", "--no-tensorboard"])  # fmt: skip
+    code = main(
+        [
+            "finetune",
+            "tokens",
+            "--model",
+            str(minilm),
+            "--train",
+            str(tmp_path / "train.conll"),
+            "--validation",
+            str(tmp_path / "dev.conll"),
+            "--output",
+            str(tmp_path / "out"),
+            "--epochs",
+            str(EPOCHS),
+            "--batch-size",
+            "32",
+            "--lr",
+            LR,
+            "--warmup-ratio",
+            "0",
+            "--max-length",
+            "64",
+            "--patience",
+            "0",
+            "--quiet",
+            "--no-tensorboard",
+        ]
+    )
     assert code == 0
     report = json.loads((tmp_path / "out" / "metrics.json").read_text())
     gold = [s.tags for s in held_out]

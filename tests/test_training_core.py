@@ -86,7 +86,8 @@ def test_pretraining_crash_and_resume_continue_exactly(tmp_path):
     for step in expected:
         assert got[step] == pytest.approx(expected[step], rel=1e-6, abs=1e-6)
     assert_same_weights(
-        tmp_path / "reference" / "final" / "model.safetensors", tmp_path / "crashed" / "final" / "model.safetensors"
+        tmp_path / "reference" / "final" / "model.safetensors",
+        tmp_path / "crashed" / "final" / "model.safetensors",
     )
 
 
@@ -94,7 +95,21 @@ def _pretrain_data(tmp_path: Path) -> Path:
     from neobert.data import PrepareConfig, prepare, train_tokenizer
 
     corpus = tmp_path / "corpus.txt"
-    words = ["parse", "the", "json", "file", "and", "write", "paths", "to", "the", "log", "of", "each", "module"]
+    words = [
+        "parse",
+        "the",
+        "json",
+        "file",
+        "and",
+        "write",
+        "paths",
+        "to",
+        "the",
+        "log",
+        "of",
+        "each",
+        "module",
+    ]
     corpus.write_text("\n\n".join(" ".join(words[i % 7 :] + words[: i % 7]) for i in range(200)))
     tokenizer = train_tokenizer([corpus], "wordpiece", 400, tmp_path / "tokenizer").output_dir
     prepare(

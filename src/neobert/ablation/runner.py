@@ -56,7 +56,9 @@ class AblateConfig:
     each on the ladder's tasks with `finetune classify`, and write DIR/ladder.md and DIR/ladder.png. Finished
     runs are skipped and a killed run resumes: run the same command again."""
 
-    ladder: str = "figure1-laptop"  # figure1-laptop, figure1-gpu, smoke (a shipped ladder's name) or a YAML file
+    ladder: str = (
+        "figure1-laptop"  # figure1-laptop, figure1-gpu, smoke (a shipped ladder's name) or a YAML file
+    )
     output: str = field(default="runs/ladder", metadata={"help": "the ladder's directory", "required": True})
     rungs: list[str] | None = None  # run only these (the report still shows every finished rung)
     seeds: int | None = None  # default: the ladder's

@@ -132,8 +132,17 @@ def markdown(results: dict) -> str:
         "rounds. Cells: TFLOP/s (max abs error against float32).",
         "",
     ]
-    rows = [[name, *(f"{found[name, n]['tflops']:.2f} ({found[name, n]['max_abs_error']:.4f})"
-                     if (name, n) in found else None for n in lengths)]  # a kernel not run at a length: n/a
-            for name in c["kernels"]]  # fmt: skip
+    rows = [
+        [
+            name,
+            *(
+                f"{found[name, n]['tflops']:.2f} ({found[name, n]['max_abs_error']:.4f})"
+                if (name, n) in found
+                else None
+                for n in lengths
+            ),
+        ]  # a kernel not run at a length: n/a
+        for name in c["kernels"]
+    ]
     header = ["kernel", *(str(n) for n in lengths)]
     return "\n".join(lines) + "\n" + markdown_table(header, rows, align="l" + "r" * len(lengths))

@@ -55,12 +55,16 @@ class DoctorReport:
         lines = [
             "versions: " + ", ".join(f"{k} {v}" for k, v in self.versions.items() if v),
             f"cpu: {cpu['model']}, {cpu['cores']} threads, torch capability {cpu['capability']}; {flags}",
-            "gpu: " + (f"{gpu['name']} (sm {gpu['capability']}, {gpu['memory_gb']} GB, bf16 {gpu['bf16']})"
-                       if gpu else "none"),
+            "gpu: "
+            + (
+                f"{gpu['name']} (sm {gpu['capability']}, {gpu['memory_gb']} GB, bf16 {gpu['bf16']})"
+                if gpu
+                else "none"
+            ),
             "",
             "accelerated paths: first-use check against the reference; speed on a small input",
             "",
-        ]  # fmt: skip
+        ]
         rows = []
         for row in self.backends:
             c = row.check
@@ -70,8 +74,18 @@ class DoctorReport:
             note = (c.error or "").splitlines()[0][:60] if c.error else ""
             rows.append([c.name, c.device, c.dtype, status, error, f"{c.seconds:.2f}", speed, note])
         header = ["path", "device", "dtype", "status", "max error / tol.", "check s", "speed", "note"]
-        auto = [[r["use"], r["preset"], r["device"], r["precision"], r["why"], r["attention"],
-                 _yes(r["fused_adamw"]) if r["use"] == "training" else MISSING] for r in self.auto]  # fmt: skip
+        auto = [
+            [
+                r["use"],
+                r["preset"],
+                r["device"],
+                r["precision"],
+                r["why"],
+                r["attention"],
+                _yes(r["fused_adamw"]) if r["use"] == "training" else MISSING,
+            ]
+            for r in self.auto
+        ]
         columns = ["use", "preset", "device", "precision", "why", "attention", "fused AdamW"]
         tables = markdown_table(header, rows) + "\nwhat auto picks here\n\n" + markdown_table(columns, auto)
         return "\n".join(lines) + "\n" + tables
@@ -101,13 +115,21 @@ def devices() -> list[str]:
 def diagnose(compile_on_cpu: bool = False, progress: Callable[[str], None] | None = None) -> DoctorReport:
     """Run every check (and its speed comparison) for this machine's devices."""
     name, _ = cpu_info()
-    cpu = {"model": name, "cores": torch.get_num_threads(), "flags": cpu_flags(),
-           "capability": torch.backends.cpu.get_cpu_capability()}  # fmt: skip
+    cpu = {
+        "model": name,
+        "cores": torch.get_num_threads(),
+        "flags": cpu_flags(),
+        "capability": torch.backends.cpu.get_cpu_capability(),
+    }
     gpu = None
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        gpu = {"name": props.name, "capability": f"{props.major}.{props.minor}",
-               "memory_gb": round(props.total_memory / 2**30, 1), "bf16": torch.cuda.is_bf16_supported()}  # fmt: skip
+        gpu = {
+            "name": props.name,
+            "capability": f"{props.major}.{props.minor}",
+            "memory_gb": round(props.total_memory / 2**30, 1),
+            "bf16": torch.cuda.is_bf16_supported(),
+        }
     report = DoctorReport(versions(), cpu, gpu)
     say = progress or (lambda _: None)
     warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
@@ -214,10 +236,17 @@ def auto_choices() -> list[dict]:
         dtype = torch.bfloat16 if choice.precision == "bf16" else torch.float32
         with torch.set_grad_enabled(training):  # training also checks the kernel's backward
             kernel = attention.resolve_backend("auto", torch.device(device), dtype)
-        rows.append({
-            "use": "training" if training else "inference", "preset": preset, "device": device,
-            "precision": choice.precision, "why": choice.reason, "fp32_ms": choice.fp32_ms,
-            "bf16_ms": choice.bf16_ms, "attention": kernel,
-            "fused_adamw": training and device == "cuda" and check_fused_adamw(device).ok,
-        })  # fmt: skip
+        rows.append(
+            {
+                "use": "training" if training else "inference",
+                "preset": preset,
+                "device": device,
+                "precision": choice.precision,
+                "why": choice.reason,
+                "fp32_ms": choice.fp32_ms,
+                "bf16_ms": choice.bf16_ms,
+                "attention": kernel,
+                "fused_adamw": training and device == "cuda" and check_fused_adamw(device).ok,
+            }
+        )
     return rows

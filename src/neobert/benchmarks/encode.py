@@ -161,7 +161,9 @@ def _load(config: EncodeBenchConfig) -> tuple[Any, Any, str, int]:
     return model, tokenizer, precision, max_positions(model, tokenizer)
 
 
-def _time_settings(model: Any, tokenizer: Any, rows: list[dict], texts: list[str], config: EncodeBenchConfig) -> None:
+def _time_settings(
+    model: Any, tokenizer: Any, rows: list[dict], texts: list[str], config: EncodeBenchConfig
+) -> None:
     """Append to each row's ``seconds`` the time ``encode`` takes over ``texts`` with its setting, once per
     round; the settings run round-robin so a shared machine's drift falls on all of them alike."""
 
@@ -206,7 +208,12 @@ def run(config: EncodeBenchConfig) -> dict:
     results = {
         "config": asdict(config),
         "machine": machine_info("cpu"),
-        "model": {"name": config.model, "parameters": parameters, "max_length": max_length, "precision": precision},
+        "model": {
+            "name": config.model,
+            "parameters": parameters,
+            "max_length": max_length,
+            "precision": precision,
+        },
         "texts": {
             "count": len(texts),
             "target_tokens": sum(targets),
@@ -235,9 +242,29 @@ def markdown(results: dict) -> str:
         f"{machine['cpu']}, {machine['threads']} threads, torch {machine['torch']}.",
         "",
     ]
-    rows = [[r["batch_size"], r["max_tokens"] or "none", r["batches"], f"{r['padded_tokens']:,}", f"{r['padding']:.2f}",
-             f"{r['real_tokens_per_s']:,.0f}", f"{r['ratio']:.2f}x", r["note"]] for r in results["settings"]]  # fmt: skip
-    header = ["batch size", "max tokens", "batches", "padded tokens", "padded / real", "real tokens/s", "vs baseline", ""]
+    rows = [
+        [
+            r["batch_size"],
+            r["max_tokens"] or "none",
+            r["batches"],
+            f"{r['padded_tokens']:,}",
+            f"{r['padding']:.2f}",
+            f"{r['real_tokens_per_s']:,.0f}",
+            f"{r['ratio']:.2f}x",
+            r["note"],
+        ]
+        for r in results["settings"]
+    ]
+    header = [
+        "batch size",
+        "max tokens",
+        "batches",
+        "padded tokens",
+        "padded / real",
+        "real tokens/s",
+        "vs baseline",
+        "",
+    ]
     lines += markdown_table(header, rows, align="r" * 7 + "l").splitlines()
     lines += [
         "",

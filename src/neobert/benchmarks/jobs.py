@@ -110,8 +110,13 @@ def _ray(*args: str, env: dict) -> None:
 def _in_process_cluster(cpus: int) -> Iterator[None]:
     import ray
 
-    ray.init(num_cpus=cpus, include_dashboard=False, _node_ip_address="127.0.0.1", logging_level="warning",
-             log_to_driver=False)  # fmt: skip
+    ray.init(
+        num_cpus=cpus,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        logging_level="warning",
+        log_to_driver=False,
+    )
     try:
         yield
     finally:
@@ -123,24 +128,46 @@ LOCAL_RUN = "local"  # the label of the runs on the local engine, the base of th
 
 def _embed_run(name: str, model: str, inputs: Path, work: Path, c: JobsBenchConfig, **engine) -> dict:
     output = work / f"embed-{len(list(work.iterdir()))}"
-    config = EmbedConfig(model=model, input=[str(inputs)], output=str(output), precision=c.precision,
-                         shard_rows=c.shard_rows, show_progress=False, **engine)  # fmt: skip
+    config = EmbedConfig(
+        model=model,
+        input=[str(inputs)],
+        output=str(output),
+        precision=c.precision,
+        shard_rows=c.shard_rows,
+        show_progress=False,
+        **engine,
+    )
     start = time.perf_counter()
     result = embed_corpus(config)
     wall = time.perf_counter() - start
     shutil.rmtree(output)
     cpus = engine_of(config).worker_threads()
-    return {"model": model, "run": name, "workers": result.workers, "cpus_per_worker": cpus,
-            "texts": result.texts, "tokens": result.tokens, "precision": result.precision,
-            "work_seconds": result.work_seconds, "wall_seconds": wall, "load": load_average(),
-            "texts_per_second": result.texts / result.work_seconds,
-            "tokens_per_second": result.tokens / result.work_seconds}  # fmt: skip
+    return {
+        "model": model,
+        "run": name,
+        "workers": result.workers,
+        "cpus_per_worker": cpus,
+        "texts": result.texts,
+        "tokens": result.tokens,
+        "precision": result.precision,
+        "work_seconds": result.work_seconds,
+        "wall_seconds": wall,
+        "load": load_average(),
+        "texts_per_second": result.texts / result.work_seconds,
+        "tokens_per_second": result.tokens / result.work_seconds,
+    }
 
 
 def _prepare_run(name: str, inputs: Path, work: Path, shard_size: int, engine: EngineSettings) -> dict:
     output = work / f"prepare-{len(list(work.iterdir()))}"
-    config = PrepareConfig(inputs=[str(inputs)], tokenizer=str(default_tokenizer_dir()), output=str(output),
-                           shard_size=shard_size, progress=False, **asdict(engine))  # fmt: skip
+    config = PrepareConfig(
+        inputs=[str(inputs)],
+        tokenizer=str(default_tokenizer_dir()),
+        output=str(output),
+        shard_size=shard_size,
+        progress=False,
+        **asdict(engine),
+    )
     start = time.perf_counter()
     result = prepare(config)
     wall = time.perf_counter() - start
@@ -149,10 +176,17 @@ def _prepare_run(name: str, inputs: Path, work: Path, shard_size: int, engine: E
     work_seconds = result.work_seconds or result.seconds
     workers = engine.workers or 1
     threads = engine_of(engine).worker_threads()
-    return {"run": name, "workers": workers, "cpus_per_worker": threads, "tokens": tokens,
-            "work_seconds": work_seconds, "wall_seconds": wall, "load": load_average(),
-            "tokens_per_second": tokens / work_seconds,
-            "per_worker": tokens / work_seconds / workers}  # fmt: skip
+    return {
+        "run": name,
+        "workers": workers,
+        "cpus_per_worker": threads,
+        "tokens": tokens,
+        "work_seconds": work_seconds,
+        "wall_seconds": wall,
+        "load": load_average(),
+        "tokens_per_second": tokens / work_seconds,
+        "per_worker": tokens / work_seconds / workers,
+    }
 
 
 RUST_RATE = """
@@ -179,24 +213,51 @@ def compare_outputs(c: JobsBenchConfig) -> dict:
     """``neobert embed`` of the same texts into a .npy file and into a directory, alternated ``rounds`` times
     after one untimed job per model: whole jobs (model load, plan, pieces; the .npy's gathering of its shards)
     on the local engine."""
-    results: dict = {"config": asdict(c), "machine": machine_info("cpu"), "cores": os.cpu_count(), "outputs": []}
+    results: dict = {
+        "config": asdict(c),
+        "machine": machine_info("cpu"),
+        "cores": os.cpu_count(),
+        "outputs": [],
+    }
     with tempfile.TemporaryDirectory(prefix="neobert-bench-outputs-") as tmp:
         texts = Path(tmp) / "texts.txt"
         write_text(texts, "".join(t.replace("\n", " ") + "\n" for t in paragraphs(c.texts)))
         for model in c.models:  # untimed: what a first job in a process pays once (imports, auto precision)
-            embed(EmbedConfig(model=model, input=[str(texts)], output=str(Path(tmp) / f"warm-{Path(model).name}"),
-                              precision=c.precision, shard_rows=c.shard_rows, show_progress=False))  # fmt: skip
+            embed(
+                EmbedConfig(
+                    model=model,
+                    input=[str(texts)],
+                    output=str(Path(tmp) / f"warm-{Path(model).name}"),
+                    precision=c.precision,
+                    shard_rows=c.shard_rows,
+                    show_progress=False,
+                )
+            )
         for model, round, kind in itertools.product(c.models, range(c.rounds), ("npy", "directory")):
             output = Path(tmp) / (f"{kind}-{round}.npy" if kind == "npy" else f"{kind}-{round}")
-            config = EmbedConfig(model=model, input=[str(texts)], output=str(output), precision=c.precision,
-                                 shard_rows=c.shard_rows, show_progress=False)  # fmt: skip
+            config = EmbedConfig(
+                model=model,
+                input=[str(texts)],
+                output=str(output),
+                precision=c.precision,
+                shard_rows=c.shard_rows,
+                show_progress=False,
+            )
             start = time.perf_counter()
             embed(config)
             seconds = time.perf_counter() - start
             (output.unlink if kind == "npy" else functools.partial(shutil.rmtree, output))()
-            results["outputs"].append({"model": model, "output": kind, "round": round, "texts": c.texts,
-                                       "seconds": seconds, "texts_per_second": c.texts / seconds,
-                                       "load": load_average()})  # fmt: skip
+            results["outputs"].append(
+                {
+                    "model": model,
+                    "output": kind,
+                    "round": round,
+                    "texts": c.texts,
+                    "seconds": seconds,
+                    "texts_per_second": c.texts / seconds,
+                    "load": load_average(),
+                }
+            )
     return results
 
 
@@ -210,18 +271,33 @@ def outputs_markdown(results: dict) -> str:
     machine = results["machine"]
     rows = []
     for model in results["config"]["models"]:
-        best = {kind: max(r["texts_per_second"] for r in results["outputs"] if (r["model"], r["output"]) == (model, kind))
-                for kind in ("npy", "directory")}  # fmt: skip
+        best = {
+            kind: max(
+                r["texts_per_second"]
+                for r in results["outputs"]
+                if (r["model"], r["output"]) == (model, kind)
+            )
+            for kind in ("npy", "directory")
+        }
         for kind, rate in best.items():
-            runs = [f"{r['texts_per_second']:,.1f}" for r in results["outputs"] if (r["model"], r["output"]) == (model, kind)]
-            rows.append([_model_name(model), kind, ", ".join(runs), f"{rate:,.1f}",
-                         f"{rate / best['directory']:.3f}"])  # fmt: skip
+            runs = [
+                f"{r['texts_per_second']:,.1f}"
+                for r in results["outputs"]
+                if (r["model"], r["output"]) == (model, kind)
+            ]
+            rows.append(
+                [_model_name(model), kind, ", ".join(runs), f"{rate:,.1f}", f"{rate / best['directory']:.3f}"]
+            )
     header = ["model", "output", "texts/s per run (alternated)", "best texts/s", "best / directory"]
-    return (f"# neobert embed: a .npy output beside a directory output ({machine['cpu']}, {results['cores']} cores, "
-            f"torch {machine['torch']})\n\n" + markdown_table(header, rows) + "\n\nLoad average after each run: "
-            + ", ".join(f"{r['load']:.1f}" for r in results["outputs"])
-            + f" ({results['cores']} cores; a load above them means other processes competed for the cores and the "
-            "rates carry their noise).\n")  # fmt: skip
+    return (
+        f"# neobert embed: a .npy output beside a directory output ({machine['cpu']}, {results['cores']} cores, "
+        f"torch {machine['torch']})\n\n"
+        + markdown_table(header, rows)
+        + "\n\nLoad average after each run: "
+        + ", ".join(f"{r['load']:.1f}" for r in results["outputs"])
+        + f" ({results['cores']} cores; a load above them means other processes competed for the cores and the "
+        "rates carry their noise).\n"
+    )
 
 
 def run(config: JobsBenchConfig) -> dict:
@@ -237,40 +313,18 @@ def run(config: JobsBenchConfig) -> dict:
     }
     with tempfile.TemporaryDirectory(prefix="neobert-bench-jobs-") as tmp:
         work = Path(tmp)
-        (work / "texts").mkdir()
-        write_text(
-            work / "texts" / "texts.txt", "".join(t.replace("\n", " ") + "\n" for t in paragraphs(c.texts))
-        )
-        corpus = "\n\n".join(iter_stdlib_documents()) + "\n"
-        (work / "corpus").mkdir()
-        for i in range(c.prepare_copies):
-            write_text(work / "corpus" / f"copy-{i}.txt", corpus)
-        documents = corpus.count("\n\n") * c.prepare_copies
-        shard_size = max(1, documents // (4 * cores))
+        shard_size = _write_inputs(work, c, cores)
         runs = work / "runs"
         runs.mkdir()
         for model in c.models:
             results["embed"].append(_embed_run(LOCAL_RUN, model, work / "texts", runs, c))
-        results["prepare"].append(_prepare_run(LOCAL_RUN, work / "corpus", runs, shard_size, EngineSettings()))
+        results["prepare"].append(
+            _prepare_run(LOCAL_RUN, work / "corpus", runs, shard_size, EngineSettings())
+        )
         # two nodes first: a process that started a cluster of its own does not join another one well
         if c.two_nodes:
-            with nodes_on_this_machine(2, 1) as address:
-                for model in c.models:
-                    results["embed"].append(_embed_run("ray, two nodes", model, work / "texts", runs, c,
-                                                       engine="ray", workers=2, address=address))  # fmt: skip
-                engine = EngineSettings(engine="ray", workers=2, address=address)
-                results["prepare"].append(
-                    _prepare_run("ray, two nodes", work / "corpus", runs, shard_size, engine)
-                )
-        with _in_process_cluster(cores):
-            for model in c.models:
-                for name, workers, cpus in (("ray, one worker, every core", 1, cores),
-                                            ("ray, a worker per core", cores, 1), ("ray, one worker", 1, 1)):  # fmt: skip
-                    results["embed"].append(_embed_run(name, model, work / "texts", runs, c, engine="ray",
-                                                       workers=workers, cpus_per_worker=cpus))  # fmt: skip
-            for name, workers in (("ray, one worker", 1), ("ray, a worker per core", cores)):
-                engine = EngineSettings(engine="ray", workers=workers, cpus_per_worker=1)
-                results["prepare"].append(_prepare_run(name, work / "corpus", runs, shard_size, engine))
+            _two_node_runs(results, work, runs, shard_size, c)
+        _one_node_runs(results, work, runs, shard_size, c, cores)
         rust = work / "corpus" / "copy-0.txt"
         results["rust_tokenizer"] = {
             "1": rust_tokenizer_rate(rust, 1),
@@ -279,12 +333,68 @@ def run(config: JobsBenchConfig) -> dict:
     return publish(results, markdown, c.output)
 
 
+def _write_inputs(work: Path, c: JobsBenchConfig, cores: int) -> int:
+    """The texts to embed and the corpus copies to prepare under ``work``; returns the prepare shard size."""
+    (work / "texts").mkdir()
+    write_text(
+        work / "texts" / "texts.txt", "".join(t.replace("\n", " ") + "\n" for t in paragraphs(c.texts))
+    )
+    corpus = "\n\n".join(iter_stdlib_documents()) + "\n"
+    (work / "corpus").mkdir()
+    for i in range(c.prepare_copies):
+        write_text(work / "corpus" / f"copy-{i}.txt", corpus)
+    documents = corpus.count("\n\n") * c.prepare_copies
+    return max(1, documents // (4 * cores))
+
+
+def _two_node_runs(results: dict, work: Path, runs: Path, shard_size: int, c: JobsBenchConfig) -> None:
+    """Embed and prepare on a two-node Ray cluster started on this machine."""
+    with nodes_on_this_machine(2, 1) as address:
+        for model in c.models:
+            run = _embed_run(
+                "ray, two nodes", model, work / "texts", runs, c, engine="ray", workers=2, address=address
+            )
+            results["embed"].append(run)
+        engine = EngineSettings(engine="ray", workers=2, address=address)
+        results["prepare"].append(_prepare_run("ray, two nodes", work / "corpus", runs, shard_size, engine))
+
+
+def _one_node_runs(
+    results: dict, work: Path, runs: Path, shard_size: int, c: JobsBenchConfig, cores: int
+) -> None:
+    """Embed and prepare on an in-process Ray cluster: one worker, a worker per core, every core."""
+    with _in_process_cluster(cores):
+        for model in c.models:
+            for name, workers, cpus in (
+                ("ray, one worker, every core", 1, cores),
+                ("ray, a worker per core", cores, 1),
+                ("ray, one worker", 1, 1),
+            ):
+                run = _embed_run(
+                    name, model, work / "texts", runs, c, engine="ray", workers=workers, cpus_per_worker=cpus
+                )
+                results["embed"].append(run)
+        for name, workers in (("ray, one worker", 1), ("ray, a worker per core", cores)):
+            engine = EngineSettings(engine="ray", workers=workers, cpus_per_worker=1)
+            results["prepare"].append(_prepare_run(name, work / "corpus", runs, shard_size, engine))
+
+
 def markdown(results: dict) -> str:
     if "outputs" in results:
         return outputs_markdown(results)
     machine = results["machine"]
-    lines = [f"# Batch jobs: local engine and Ray engine ({machine['cpu']}, {results['cores']} cores, torch "
-             f"{machine['torch']})\n", "## Corpus embedding\n"]  # fmt: skip
+    lines = [
+        f"# Batch jobs: local engine and Ray engine ({machine['cpu']}, {results['cores']} cores, torch "
+        f"{machine['torch']})\n",
+        "## Corpus embedding\n",
+        _embed_table(results),
+        "\n## Data preparation\n",
+        _prepare_table(results),
+    ]
+    return "\n".join(lines)
+
+
+def _embed_table(results: dict) -> str:
     rows = []
     for r in results["embed"]:
         local = next(x for x in results["embed"] if x["model"] == r["model"] and x["run"] == LOCAL_RUN)
@@ -293,23 +403,40 @@ def markdown(results: dict) -> str:
         )
         base = single if r["run"] == "ray, two nodes" and single else local
         against = "one worker" if base is single and base is not local else "local"
-        rows.append([r["model"], r["run"], f"{r['workers']} x {r['cpus_per_worker']}", ", ".join(r["precision"]),
-                     f"{r['texts_per_second']:,.1f}", f"{r['tokens_per_second']:,.0f}",
-                     f"{r['texts_per_second'] / base['texts_per_second']:.2f}x {against}", f"{r['wall_seconds']:.1f}",
-                     f"{r['load']:.1f}"])  # fmt: skip
-    header = ["model", "run", "workers x CPUs", "precision", "texts/s", "tokens/s", "ratio", "wall s (all in)",
-              "load after"]  # fmt: skip
-    lines.append(markdown_table(header, rows))
-    lines.append("\n## Data preparation\n")
+        rows.append(
+            [
+                r["model"],
+                r["run"],
+                f"{r['workers']} x {r['cpus_per_worker']}",
+                ", ".join(r["precision"]),
+                f"{r['texts_per_second']:,.1f}",
+                f"{r['tokens_per_second']:,.0f}",
+                f"{r['texts_per_second'] / base['texts_per_second']:.2f}x {against}",
+                f"{r['wall_seconds']:.1f}",
+                f"{r['load']:.1f}",
+            ]
+        )
+    header = ["model", "run", "workers x CPUs", "precision", "texts/s", "tokens/s", "ratio"]
+    return markdown_table([*header, "wall s (all in)", "load after"], rows)
+
+
+def _prepare_table(results: dict) -> str:
     rust = results["rust_tokenizer"]
     rows = []
     for r in results["prepare"]:
         alone = rust.get(str(r["cpus_per_worker"]))
         ratio = f"{r['per_worker'] / alone:.2f}" if alone else None
-        rows.append([r["run"], f"{r['workers']} x {r['cpus_per_worker']}", f"{r['tokens_per_second']:,.0f}",
-                     f"{r['per_worker']:,.0f}", f"{alone:,.0f}" if alone else None, ratio, f"{r['wall_seconds']:.1f}",
-                     f"{r['load']:.1f}"])  # fmt: skip
-    header = ["run", "workers x CPUs", "tokens/s", "per worker", "Rust tokenizer alone, same threads",
-              "per worker / alone", "wall s (all in)", "load after"]  # fmt: skip
-    lines.append(markdown_table(header, rows))
-    return "\n".join(lines)
+        rows.append(
+            [
+                r["run"],
+                f"{r['workers']} x {r['cpus_per_worker']}",
+                f"{r['tokens_per_second']:,.0f}",
+                f"{r['per_worker']:,.0f}",
+                f"{alone:,.0f}" if alone else None,
+                ratio,
+                f"{r['wall_seconds']:.1f}",
+                f"{r['load']:.1f}",
+            ]
+        )
+    header = ["run", "workers x CPUs", "tokens/s", "per worker", "Rust tokenizer alone, same threads"]
+    return markdown_table([*header, "per worker / alone", "wall s (all in)", "load after"], rows)

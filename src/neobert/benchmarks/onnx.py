@@ -136,8 +136,9 @@ def run(config: OnnxBenchConfig) -> dict:
     return publish(results, markdown, config.output)
 
 
-def _forwards(config: OnnxBenchConfig, task: str, fp32: torch.nn.Module, exported: Any,
-              onnx_fp32: OnnxEncoder) -> dict[str, Any]:  # fmt: skip
+def _forwards(
+    config: OnnxBenchConfig, task: str, fp32: torch.nn.Module, exported: Any, onnx_fp32: OnnxEncoder
+) -> dict[str, Any]:
     """variant -> forward(ids, mask) -> outputs: the PyTorch model (fp32, and bf16 if asked) wrapped as the
     export's graph, so both sides compute the same outputs, and the exported fp32 and int8 graphs."""
 
@@ -253,11 +254,19 @@ def measure_service(config: OnnxBenchConfig, source: Path, exported: Path) -> li
             run_cell(servers[name].port, config.serve_concurrency, texts, 2.0, 200)  # warm-up
         before = {name: merged_counts(server.metrics()) for name, server in servers.items()}
         rounds: dict[str, list[dict]] = {name: [] for name in servers}
-        with progress_bar(total=config.repeats * len(servers), desc="service", disable=not config.progress) as bar:
+        with progress_bar(
+            total=config.repeats * len(servers), desc="service", disable=not config.progress
+        ) as bar:
             for _ in range(config.repeats):
                 for name, server in servers.items():
-                    cell = run_cell(server.port, config.serve_concurrency, texts, config.serve_duration,
-                                    max_requests=10**9, server=server)  # fmt: skip
+                    cell = run_cell(
+                        server.port,
+                        config.serve_concurrency,
+                        texts,
+                        config.serve_duration,
+                        max_requests=10**9,
+                        server=server,
+                    )
                     rounds[name].append(cell)
                     bar.update()
         rows = [
@@ -281,9 +290,10 @@ def _pooled_cell(name: str, rounds: list[dict], before: tuple, after: tuple, con
         "failed": sum(r["failed"] for r in rounds),
         "refused": sum(r["refused"] for r in rounds),
         "client_cpu": statistics.mean(r["client_cpu"] for r in rounds),
-        "server_cpu": None if None in [r["server_cpu"] for r in rounds]
+        "server_cpu": None
+        if None in [r["server_cpu"] for r in rounds]
         else statistics.mean(r["server_cpu"] for r in rounds),
-    }  # fmt: skip
+    }
     calls = after[1] - before[1]
     merged = round((after[0] - before[0]) / calls, 2) if calls else None
     return make_cell(pooled, True, config.serve_concurrency, merged, label=name)
@@ -313,10 +323,17 @@ def markdown(results: dict) -> str:
         "file MB",
     ]
     rows = [
-        [r["variant"], f"{r['real_tokens_per_s']:,.0f}", f"{r['vs_pytorch_fp32']:.2f}x", f"{r['max_abs']:.1e}",
-         f"{r['cosine_min']:.5f}", f"{r['cosine_mean']:.5f}", "" if r["file_mb"] is None else f"{r['file_mb']:.1f}"]
+        [
+            r["variant"],
+            f"{r['real_tokens_per_s']:,.0f}",
+            f"{r['vs_pytorch_fp32']:.2f}x",
+            f"{r['max_abs']:.1e}",
+            f"{r['cosine_min']:.5f}",
+            f"{r['cosine_mean']:.5f}",
+            "" if r["file_mb"] is None else f"{r['file_mb']:.1f}",
+        ]
         for r in results["rows"]
-    ]  # fmt: skip
+    ]
     lines.append(markdown_table(header, rows))
     lines += ["Variants:", ""] + [f"- `{r['variant']}`: {r['what']}" for r in results["rows"]]
     if results.get("service"):
@@ -337,8 +354,16 @@ def service_markdown(results: dict) -> list[str]:
     ]
     header = ["variant", "requests", "req/s", "vs PyTorch fp32", "p50 ms", "p99 ms", "failed", "merged/call"]
     rows = [
-        [r["label"], r["requests"], f"{r['requests_per_s']:.1f}", fmt(r["vs_pytorch_fp32"]) + "x",
-         r["p50_ms"], r["p99_ms"], r["failed"], r["mean_merged"]]
+        [
+            r["label"],
+            r["requests"],
+            f"{r['requests_per_s']:.1f}",
+            fmt(r["vs_pytorch_fp32"]) + "x",
+            r["p50_ms"],
+            r["p99_ms"],
+            r["failed"],
+            r["mean_merged"],
+        ]
         for r in results["service"]
-    ]  # fmt: skip
+    ]
     return [*lines, markdown_table(header, rows).rstrip("\n")]

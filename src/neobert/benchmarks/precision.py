@@ -189,7 +189,9 @@ def run(config: PrecisionBenchConfig) -> dict:
             start = time.perf_counter()
             forward = build(variant, fp32, calibration)
             with torch.inference_mode():
-                pooled = mean_pool(forward(ids, mask).float(), mask)  # warm-up (compiles) and the accuracy check
+                pooled = mean_pool(
+                    forward(ids, mask).float(), mask
+                )  # warm-up (compiles) and the accuracy check
             rows[variant]["setup_s"] = time.perf_counter() - start
         except Exception as err:  # a missing library or an unsupported op: reported, not fatal
             rows[variant]["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
@@ -243,8 +245,16 @@ def markdown(results: dict) -> str:
             continue
         kept = "reference" if r["variant"] == "fp32" else _verdict(r)
         vs_bf16 = f"{r['vs_bf16']:.2f}x" if r.get("vs_bf16") is not None else None
-        rows.append([r["variant"], f"{r['tokens_per_s']:,.0f}", vs_bf16, f"{r['cosine_min']:.5f}",
-                     f"{r['cosine_mean']:.5f}", kept])  # fmt: skip
+        rows.append(
+            [
+                r["variant"],
+                f"{r['tokens_per_s']:,.0f}",
+                vs_bf16,
+                f"{r['cosine_min']:.5f}",
+                f"{r['cosine_mean']:.5f}",
+                kept,
+            ]
+        )
     header = ["variant", "tokens/s", "vs bf16", "cosine min", "cosine mean", "kept?"]
     lines += markdown_table(header, rows, align="lrrrrl").splitlines()
     lines += ["", "Variants:", ""] + [f"- `{r['variant']}`: {r['what']}" for r in results["rows"]]

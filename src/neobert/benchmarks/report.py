@@ -118,8 +118,16 @@ def markdown(results: dict) -> str:
             + ".",
             "",
         ]
-        rows = [[r["model"], r["mode"], f"{r['real_tokens_per_s']:,.0f}", f"{100 * r['peak_fraction']:.0f}%",
-                 f"{r['peak_memory_mb']:,.0f}"] for r in results["realistic"]]  # fmt: skip
+        rows = [
+            [
+                r["model"],
+                r["mode"],
+                f"{r['real_tokens_per_s']:,.0f}",
+                f"{100 * r['peak_fraction']:.0f}%",
+                f"{r['peak_memory_mb']:,.0f}",
+            ]
+            for r in results["realistic"]
+        ]
         header = ["model", "path", "real tokens/s", "% of peak (useful FLOPs)", "peak memory MiB"]
         lines += markdown_table(header, rows, align="llrrr").splitlines()
     summary = results.get("summary", {})

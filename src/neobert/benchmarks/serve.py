@@ -35,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -125,8 +126,10 @@ class ServeBenchConfig:
         if self.storm_queue < 1 or self.storm_factor < 1:
             raise ValueError("storm_queue and storm_factor must be positive")
         if any(not isinstance(n, int) or n < 1 for n in self.compare_threads) or self.rounds < 1:
-            raise ValueError(f"compare_threads must be positive integers and rounds >= 1, got "
-                             f"{self.compare_threads!r}, {self.rounds!r}")  # fmt: skip
+            raise ValueError(
+                f"compare_threads must be positive integers and rounds >= 1, got "
+                f"{self.compare_threads!r}, {self.rounds!r}"
+            )
         if self.texts_per_request < 1:
             raise ValueError(f"texts_per_request must be positive, got {self.texts_per_request}")
 
@@ -166,14 +169,27 @@ class ServerProcess:
     """``neobert serve`` in a child process on a free port of 127.0.0.1."""
 
     def __init__(
-        self, config: ServeBenchConfig, batching: bool, max_queue: int | None = None, threads: int | None = None
+        self,
+        config: ServeBenchConfig,
+        batching: bool,
+        max_queue: int | None = None,
+        threads: int | None = None,
     ):
         self.port = _free_port()
         command = [
-            sys.executable, "-m", "neobert.cli.main", "serve", "--model", config.model,
-            "--port", str(self.port), "--precision", config.precision,
-            "--max-queue", str(max_queue or config.max_queue),
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "neobert.cli.main",
+            "serve",
+            "--model",
+            config.model,
+            "--port",
+            str(self.port),
+            "--precision",
+            config.precision,
+            "--max-queue",
+            str(max_queue or config.max_queue),
+        ]
         # only options that differ from the server's defaults, so the command also drives older servers
         if not batching:
             command.append("--no-batching")
@@ -289,7 +305,7 @@ def calls_by_threads(metrics_text: str) -> dict[int, float]:
     prefix = 'neobert_model_calls_total{threads="'
     for line in metrics_text.splitlines():
         if line.startswith(prefix):
-            label, value = line[len(prefix):].split('"', 1)
+            label, value = line[len(prefix) :].split('"', 1)
             if label.isdigit():
                 counts[int(label)] = float(value.split()[-1])
     return counts
@@ -339,7 +355,9 @@ def run_cell(
                     if counts["sent"] >= max_requests:
                         return
                     counts["sent"] += 1
-                body = json.dumps({"texts": [texts[(i + k) % len(texts)] for k in range(per_request)]}).encode()
+                body = json.dumps(
+                    {"texts": [texts[(i + k) % len(texts)] for k in range(per_request)]}
+                ).encode()
                 i += concurrency * per_request
                 start = time.perf_counter()
                 conn, status, retry_after = _post(conn, port, body)
@@ -354,6 +372,12 @@ def run_cell(
         finally:
             conn.close()
 
+    return {"latencies": latencies, **_run_clients(client, concurrency, server), **counts}
+
+
+def _run_clients(client: Callable[[int], None], concurrency: int, server: ServerProcess | None) -> dict:
+    """Run ``concurrency`` client threads to their end; the wall seconds and the CPU share of this process
+    and of ``server`` over them."""
     server_cpu = server.cpu_seconds() if server else None
     cpu, start = _own_cpu(), time.perf_counter()
     threads = [threading.Thread(target=client, args=(c,)) for c in range(concurrency)]
@@ -366,11 +390,12 @@ def run_cell(
     if server_cpu is not None:
         after = server.cpu_seconds()
         server_cpu = (after - server_cpu) / seconds if after is not None else None
-    return {"latencies": latencies, "seconds": seconds, "client_cpu": client_cpu, "server_cpu": server_cpu,
-            **counts}  # fmt: skip
+    return {"seconds": seconds, "client_cpu": client_cpu, "server_cpu": server_cpu}
 
 
-def _post(conn: http.client.HTTPConnection, port: int, body: bytes) -> tuple[http.client.HTTPConnection, int | None, str | None]:
+def _post(
+    conn: http.client.HTTPConnection, port: int, body: bytes
+) -> tuple[http.client.HTTPConnection, int | None, str | None]:
     """One ``POST /embed``: (the connection to use next, the status or None on a failure, Retry-After). A
     failed connection is replaced, so the client goes on."""
     try:
@@ -409,12 +434,25 @@ def make_cell(result: dict, batching: bool, concurrency: int, merged: float | No
 
 
 def measured_cell(
-    server: ServerProcess, config: ServeBenchConfig, texts: list[str], batching: bool, concurrency: int,
-    backoff: bool = True, label: str = "",
-) -> Cell:  # fmt: skip
+    server: ServerProcess,
+    config: ServeBenchConfig,
+    texts: list[str],
+    batching: bool,
+    concurrency: int,
+    backoff: bool = True,
+    label: str = "",
+) -> Cell:
     before = merged_counts(server.metrics())
-    result = run_cell(server.port, concurrency, texts, config.duration, config.max_requests, backoff, server,
-                      config.texts_per_request)  # fmt: skip
+    result = run_cell(
+        server.port,
+        concurrency,
+        texts,
+        config.duration,
+        config.max_requests,
+        backoff,
+        server,
+        config.texts_per_request,
+    )
     after = merged_counts(server.metrics())
     calls = after[1] - before[1]
     merged = round((after[0] - before[0]) / calls, 2) if calls else None
@@ -427,7 +465,9 @@ def measure_mode(config: ServeBenchConfig, batching: bool, texts: list[str], lab
     server = ServerProcess(config, batching)
     try:
         run_cell(server.port, max(config.concurrency), texts, min(2.0, config.duration), 200)  # warm-up
-        time.sleep(HOLD_S)  # the server forgets the warm-up's load: each cell starts in the state its own load makes
+        time.sleep(
+            HOLD_S
+        )  # the server forgets the warm-up's load: each cell starts in the state its own load makes
         return [measured_cell(server, config, texts, batching, c, label=label) for c in config.concurrency]
     finally:
         server.stop()
@@ -460,10 +500,20 @@ def measure_threads(config: ServeBenchConfig, texts: list[str]) -> tuple[list[Ce
             try:
                 info = server.info()
                 label = variant_label(pinned)
-                reasons.setdefault(label, []).append(f"{info.get('threads')} thread(s): {info.get('threads_reason')}")
-                run_cell(server.port, max(config.concurrency), texts, min(2.0, config.duration), 200,
-                         per_request=config.texts_per_request)  # warm-up  # fmt: skip
-                time.sleep(HOLD_S)  # the default forgets the warm-up's load (threads.LoadMemory) before the cells
+                reasons.setdefault(label, []).append(
+                    f"{info.get('threads')} thread(s): {info.get('threads_reason')}"
+                )
+                run_cell(
+                    server.port,
+                    max(config.concurrency),
+                    texts,
+                    min(2.0, config.duration),
+                    200,
+                    per_request=config.texts_per_request,
+                )  # warm-up
+                time.sleep(
+                    HOLD_S
+                )  # the default forgets the warm-up's load (threads.LoadMemory) before the cells
                 for c in config.concurrency:
                     before = calls_by_threads(server.metrics())
                     cell = measured_cell(server, config, texts, True, c, label=label)
@@ -495,13 +545,25 @@ def pooled(cells: list[Cell]) -> Cell:
     requests = sum(c.requests for c in cells)
     first = cells[0]
     rate = round(requests / seconds, 2)
-    per_request = (first.texts_per_s or first.requests_per_s) / first.requests_per_s if first.requests_per_s else 1
-    return Cell(first.batching, first.concurrency, requests, sum(c.failed for c in cells),
-                sum(c.refused for c in cells), round(seconds, 3), rate,
-                *(_median([getattr(c, q) for c in cells]) for q in ("p50_ms", "p95_ms", "p99_ms")),
-                _median([c.mean_merged for c in cells]), first.label, _median([c.client_cpu for c in cells]),
-                _median([c.server_cpu for c in cells]), round(rate * per_request, 2),
-                "/".join(str(c.threads) for c in cells))  # fmt: skip
+    per_request = (
+        (first.texts_per_s or first.requests_per_s) / first.requests_per_s if first.requests_per_s else 1
+    )
+    return Cell(
+        first.batching,
+        first.concurrency,
+        requests,
+        sum(c.failed for c in cells),
+        sum(c.refused for c in cells),
+        round(seconds, 3),
+        rate,
+        *(_median([getattr(c, q) for c in cells]) for q in ("p50_ms", "p95_ms", "p99_ms")),
+        _median([c.mean_merged for c in cells]),
+        first.label,
+        _median([c.client_cpu for c in cells]),
+        _median([c.server_cpu for c in cells]),
+        round(rate * per_request, 2),
+        "/".join(str(c.threads) for c in cells),
+    )
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -542,14 +604,38 @@ def threads_markdown(results: dict) -> list[str]:
     """The default thread count against each pinned one: a row per variant and concurrency."""
     config, threads = results["config"], results["threads"]
     ratios = threads["default_over_best_pinned"]
-    rows = [[c["label"], c["threads"], c["concurrency"], c["requests"], c["requests_per_s"], c["texts_per_s"],
-             c["p50_ms"], c["p99_ms"], c["failed"] + c["refused"], c["server_cpu"],
-             ratios.get(str(c["concurrency"])) if c["label"] == "default" else None]
-            for c in sorted(results["cells"], key=lambda c: (c["concurrency"], c["label"] != "default"))]  # fmt: skip
-    header = ["server", "threads", "clients", "requests", "req/s", "texts/s", "p50 ms", "p99 ms", "failed + 503",
-              "server CPU", "default / best pinned"]  # fmt: skip
-    chosen = "; ".join(f"{label}: {' | '.join(why)}" for label, why in threads["chosen"].items()
-                       if label == "default")  # fmt: skip
+    rows = [
+        [
+            c["label"],
+            c["threads"],
+            c["concurrency"],
+            c["requests"],
+            c["requests_per_s"],
+            c["texts_per_s"],
+            c["p50_ms"],
+            c["p99_ms"],
+            c["failed"] + c["refused"],
+            c["server_cpu"],
+            ratios.get(str(c["concurrency"])) if c["label"] == "default" else None,
+        ]
+        for c in sorted(results["cells"], key=lambda c: (c["concurrency"], c["label"] != "default"))
+    ]
+    header = [
+        "server",
+        "threads",
+        "clients",
+        "requests",
+        "req/s",
+        "texts/s",
+        "p50 ms",
+        "p99 ms",
+        "failed + 503",
+        "server CPU",
+        "default / best pinned",
+    ]
+    chosen = "; ".join(
+        f"{label}: {' | '.join(why)}" for label, why in threads["chosen"].items() if label == "default"
+    )
     return [
         f"Thread counts, batching on, {config['texts_per_request']} text(s) per request, "
         f"{config['rounds']} interleaved round(s) pooled (`threads`: per round, the counts the model calls ran on, "
@@ -632,14 +718,47 @@ def markdown(results: dict) -> str:
         return "\n".join(lines + threads_markdown(results))
     if config.get("overload"):
         return "\n".join(lines + overload_markdown(results))
-    header = ["batching", "concurrency", "requests", "req/s", "p50 ms", "p95 ms", "p99 ms", "failed", "503",
-              "merged/call", "client CPU", "server CPU"]  # fmt: skip
-    rows = [["on" if c["batching"] else "off", c["concurrency"], c["requests"], f"{c['requests_per_s']:.1f}",
-             *_as_given(c, "p50_ms", "p95_ms", "p99_ms", "failed", "refused", "mean_merged", "client_cpu", "server_cpu")]
-            for c in results["cells"]]  # fmt: skip
+    header = [
+        "batching",
+        "concurrency",
+        "requests",
+        "req/s",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "failed",
+        "503",
+        "merged/call",
+        "client CPU",
+        "server CPU",
+    ]
+    rows = [
+        [
+            "on" if c["batching"] else "off",
+            c["concurrency"],
+            c["requests"],
+            f"{c['requests_per_s']:.1f}",
+            *_as_given(
+                c,
+                "p50_ms",
+                "p95_ms",
+                "p99_ms",
+                "failed",
+                "refused",
+                "mean_merged",
+                "client_cpu",
+                "server_cpu",
+            ),
+        ]
+        for c in results["cells"]
+    ]
     lines += markdown_table(header, rows, align="l" + "r" * 11).splitlines()
-    lines += ["", "Speed-up of dynamic batching (requests/s, on / off): "
-              + ", ".join(f"concurrency {k}: {v}x" for k, v in results["speedup"].items()), ""]  # fmt: skip
+    lines += [
+        "",
+        "Speed-up of dynamic batching (requests/s, on / off): "
+        + ", ".join(f"concurrency {k}: {v}x" for k, v in results["speedup"].items()),
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -657,11 +776,33 @@ def overload_markdown(results: dict) -> list[str]:
         "server (HTTP process and model processes).",
         "",
     ]
-    header = ["run", "clients", "accepted", "req/s", "p50 ms", "p95 ms", "p99 ms", "lost", "503", "503/s",
-              "merged/call", "client CPU", "server CPU"]  # fmt: skip
-    rows = [[c["label"], c["concurrency"], c["requests"], f"{c['requests_per_s']:.1f}",
-             *_as_given(c, "p50_ms", "p95_ms", "p99_ms", "failed", "refused"), f"{c['refused'] / c['seconds']:.0f}",
-             *_as_given(c, "mean_merged", "client_cpu", "server_cpu")] for c in results["cells"]]  # fmt: skip
+    header = [
+        "run",
+        "clients",
+        "accepted",
+        "req/s",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "lost",
+        "503",
+        "503/s",
+        "merged/call",
+        "client CPU",
+        "server CPU",
+    ]
+    rows = [
+        [
+            c["label"],
+            c["concurrency"],
+            c["requests"],
+            f"{c['requests_per_s']:.1f}",
+            *_as_given(c, "p50_ms", "p95_ms", "p99_ms", "failed", "refused"),
+            f"{c['refused'] / c['seconds']:.0f}",
+            *_as_given(c, "mean_merged", "client_cpu", "server_cpu"),
+        ]
+        for c in results["cells"]
+    ]
     lines += markdown_table(header, rows, align="l" + "r" * 12).splitlines()
     ok = {True: "met", False: "NOT met"}
     lines += [

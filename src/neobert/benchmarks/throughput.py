@@ -47,7 +47,9 @@ class BenchConfig:
         default_factory=lambda: ["neobert", "modernbert-base", "bert-base", "roberta-base"]
     )
     lengths: list[int] = field(default_factory=lambda: [128, 512, 1024])  # sequence lengths
-    dtype: str = "auto"  # weights and activations dtype: bf16 | fp32 | auto (the faster at the base shapes here)
+    dtype: str = (
+        "auto"  # weights and activations dtype: bf16 | fp32 | auto (the faster at the base shapes here)
+    )
     device: str = "cpu"  # cpu | cuda
     output: str | None = None  # directory for results.json/.csv/.md/.png; None writes nothing
     batch_tokens: list[int] = field(
@@ -106,7 +108,10 @@ def run(config: BenchConfig) -> dict:
     name = resolve_precision(config.dtype, 768, 3072, device) if config.dtype == "auto" else config.dtype
     dtype = DTYPES[name]
     clock = _Clock(config.time_budget)
-    results: dict = {"config": {**dataclasses.asdict(config), "dtype": name, "requested_dtype": config.dtype}, "machine": machine_info(device)}
+    results: dict = {
+        "config": {**dataclasses.asdict(config), "dtype": name, "requested_dtype": config.dtype},
+        "machine": machine_info(device),
+    }
     results["matmul_peak"] = {name: matmul_peak(dt, device, config.peak_sizes) for name, dt in DTYPES.items()}
     peak = results["matmul_peak"][name]["flops"]
 

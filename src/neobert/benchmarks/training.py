@@ -222,9 +222,30 @@ def markdown(results: dict) -> str:
         compiled = None if r["compile_seconds"] is None else f"{r['compile_seconds']:.1f}"
         memory = None if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / 2**30:.2f} GiB"
         flags = " +ckpt" if r["checkpointing"] else ""
-        rows.append([f"{r['preset']}{flags}", r["dtype"], f"{r['seq_len']} x {r['rows']}",
-                     f"{r['parameters'] / 1e6:.1f}M", f"{r['seconds_per_step']:.3f}", f"{r['tokens_per_second']:,.0f}",
-                     f"{r['achieved_flops'] / 1e12:.3f}", f"{100 * r['mfu']:.1f}%", memory, compiled])  # fmt: skip
-    header = ["preset", "dtype", "seq x rows", "params", "s/step", "tokens/s", "TFLOP/s", "MFU", "peak memory",
-              "compile s"]  # fmt: skip
+        rows.append(
+            [
+                f"{r['preset']}{flags}",
+                r["dtype"],
+                f"{r['seq_len']} x {r['rows']}",
+                f"{r['parameters'] / 1e6:.1f}M",
+                f"{r['seconds_per_step']:.3f}",
+                f"{r['tokens_per_second']:,.0f}",
+                f"{r['achieved_flops'] / 1e12:.3f}",
+                f"{100 * r['mfu']:.1f}%",
+                memory,
+                compiled,
+            ]
+        )
+    header = [
+        "preset",
+        "dtype",
+        "seq x rows",
+        "params",
+        "s/step",
+        "tokens/s",
+        "TFLOP/s",
+        "MFU",
+        "peak memory",
+        "compile s",
+    ]
     return "\n".join(lines) + "\n" + markdown_table(header, rows, align="lll" + "r" * 7)

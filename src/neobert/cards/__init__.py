@@ -22,5 +22,17 @@ during pretraining); it imports nothing of neobert and is not imported here.
 from .facts import CARD, CardError, CardInfo, DataSource, Result, hub_model_id, wall_time
 from .render import lowercases, read_card, render, update_card, write_card
 
-__all__ = ["CARD", "CardError", "CardInfo", "DataSource", "Result", "hub_model_id", "lowercases",
-           "read_card", "render", "update_card", "wall_time", "write_card"]  # fmt: skip
+__all__ = [
+    "CARD",
+    "CardError",
+    "CardInfo",
+    "DataSource",
+    "Result",
+    "hub_model_id",
+    "lowercases",
+    "read_card",
+    "render",
+    "update_card",
+    "wall_time",
+    "write_card",
+]

@@ -22,8 +22,16 @@ from ..runtime.hardware import versions as hardware_versions
 
 CARD = "README.md"
 HASH_LIMIT = 2**31  # files larger than 2 GiB are described by name and size only (hashing would take minutes)
-VERSIONED = ("neobert", "torch", "transformers", "huggingface_hub", "tokenizers", "accelerate",
-             "sentence-transformers", "onnxruntime")  # fmt: skip
+VERSIONED = (
+    "neobert",
+    "torch",
+    "transformers",
+    "huggingface_hub",
+    "tokenizers",
+    "accelerate",
+    "sentence-transformers",
+    "onnxruntime",
+)
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
@@ -91,17 +99,26 @@ class Result:
 
     def eval_result(self) -> EvalResult:
         return EvalResult(
-            task_type=self.task_type, task_name=self.task_name, dataset_name=self.dataset_name,
-            dataset_type=self.dataset_type, dataset_config=self.config, dataset_split=self.split,
+            task_type=self.task_type,
+            task_name=self.task_name,
+            dataset_name=self.dataset_name,
+            dataset_type=self.dataset_type,
+            dataset_config=self.config,
+            dataset_split=self.split,
             metric_type=self.metric_type,
-            metric_value=float(self.value), metric_args={"source": self.source} if self.source else None,
-        )  # fmt: skip
+            metric_value=float(self.value),
+            metric_args={"source": self.source} if self.source else None,
+        )
 
     def same_task(self, other: EvalResult) -> bool:
         """Whether ``other`` is an entry of the same task on the same data (so this run's replaces it): the
         identity model-index itself groups by (task type, data set type, config, split)."""
         return (other.task_type, other.dataset_type, other.dataset_config, other.dataset_split) == (
-            self.task_type, self.dataset_type, self.config, self.split)  # fmt: skip
+            self.task_type,
+            self.dataset_type,
+            self.config,
+            self.split,
+        )
 
 
 @dataclass
@@ -114,7 +131,9 @@ class CardInfo:
     library: str = "transformers"  # transformers | sentence-transformers | onnx
     base_model: str | None = None  # a hub id, only when fine-tuned from a model known by one
     data: list[DataSource] = field(default_factory=list)
-    data_stats: list[tuple[str, Any]] = field(default_factory=list)  # (what, number), e.g. ("train documents", n)
+    data_stats: list[tuple[str, Any]] = field(
+        default_factory=list
+    )  # (what, number), e.g. ("train documents", n)
     settings: dict[str, Any] = field(default_factory=dict)  # every training setting, nested sections allowed
     run: list[tuple[str, Any]] = field(default_factory=list)  # precision run, steps, tokens seen, wall time
     results: list[Result] = field(default_factory=list)
@@ -171,9 +190,7 @@ def flatten(settings: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]
     return rows
 
 
-
 def directory_config(directory: Path) -> dict[str, Any]:
     """config.json of a model directory ({} where there is none)."""
     path = Path(directory) / "config.json"
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-

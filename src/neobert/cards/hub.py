@@ -44,8 +44,10 @@ class PushResult:
     @property
     def summary(self) -> str:
         where = f"{self.repo_id}@{self.revision}"
-        return (f"pushed {len(self.files)} files to {where} (commit {self.commit[:12]}) in {self.seconds:.1f}s\n"
-                f"{self.url}\nload with: from_pretrained({self.repo_id!r}, revision={self.revision!r})")  # fmt: skip
+        return (
+            f"pushed {len(self.files)} files to {where} (commit {self.commit[:12]}) in {self.seconds:.1f}s\n"
+            f"{self.url}\nload with: from_pretrained({self.repo_id!r}, revision={self.revision!r})"
+        )
 
 
 def endpoint() -> str:
@@ -105,7 +107,9 @@ def push(
     if not directory.is_dir():
         raise HubError(f"{directory} is not a directory: push takes a model directory")
     if not (directory / "README.md").is_file():
-        raise HubError(f"{directory} has no README.md model card; neobert writes one with every model it saves")
+        raise HubError(
+            f"{directory} has no README.md model card; neobert writes one with every model it saves"
+        )
     if not repo_id or repo_id.count("/") != 1:
         raise HubError(f"--repo-id must be OWNER/NAME, got {repo_id!r}")
     start, where = time.perf_counter(), endpoint()
@@ -166,8 +170,13 @@ class BackgroundPusher:
         job.attempts += 1
         name = job.revision or "main"
         try:
-            done = self.push(job.directory, self.repo_id, revision=job.revision, private=self.private,
-                             commit_message=f"{name}: {job.directory.name} (neobert pretrain)")  # fmt: skip
+            done = self.push(
+                job.directory,
+                self.repo_id,
+                revision=job.revision,
+                private=self.private,
+                commit_message=f"{name}: {job.directory.name} (neobert pretrain)",
+            )
         except Exception as err:  # reported, kept for a retry: never into the training loop
             message = _mask(str(err))
             self.result.failed[name] = message

@@ -31,8 +31,15 @@ def architecture(directory: Path) -> str:
     config = directory_config(directory)
     if config.get("model_type") == "neobert":
         return model_info(str(directory)).summary.split("\n\n", 1)[1]
-    keys = ("model_type", "num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
-            "vocab_size", "max_position_embeddings")  # fmt: skip
+    keys = (
+        "model_type",
+        "num_hidden_layers",
+        "hidden_size",
+        "num_attention_heads",
+        "intermediate_size",
+        "vocab_size",
+        "max_position_embeddings",
+    )
     rows = [(k, config[k]) for k in keys if k in config]
     return markdown_table(["field", "value"], rows) if rows else "Not recorded in this directory.\n"
 
@@ -41,9 +48,17 @@ def results_table(results: list[EvalResult]) -> str:
     """The body's results: one row per ``model-index`` entry, exactly its value."""
     if not results:
         return "No evaluation results recorded yet (`neobert eval ... --update-card` adds them).\n"
-    rows = [(r.task_name or r.task_type, r.dataset_name + (f" ({r.dataset_config})" if r.dataset_config else ""),
-             r.dataset_split or "", r.metric_type,
-             fmt(float(r.metric_value), digits=4), (r.metric_args or {}).get("source", "")) for r in results]  # fmt: skip
+    rows = [
+        (
+            r.task_name or r.task_type,
+            r.dataset_name + (f" ({r.dataset_config})" if r.dataset_config else ""),
+            r.dataset_split or "",
+            r.metric_type,
+            fmt(float(r.metric_value), digits=4),
+            (r.metric_args or {}).get("source", ""),
+        )
+        for r in results
+    ]
     return markdown_table(["task", "data", "split", "metric", "value", "from"], rows)
 
 
@@ -57,19 +72,33 @@ def render(directory: Path, info: CardInfo) -> str:
     name = info.name or directory.name
     data = card_data(info, name)
     code, printed = usage(directory, info)
-    first = {"onnx": "ONNX Runtime", "sentence-transformers": "sentence-transformers"}.get(info.library,
-                                                                                             "transformers")
-    parts = [f"# {name}\n", info.description + "\n", "## How to load it\n", f"With {first}:\n",
-             f"```python\n{code}\n```\n", f"prints `{printed}`.\n", other_ways(info),
-             "## Architecture\n", architecture(directory)]  # fmt: skip
+    first = {"onnx": "ONNX Runtime", "sentence-transformers": "sentence-transformers"}.get(
+        info.library, "transformers"
+    )
+    parts = [
+        f"# {name}\n",
+        info.description + "\n",
+        "## How to load it\n",
+        f"With {first}:\n",
+        f"```python\n{code}\n```\n",
+        f"prints `{printed}`.\n",
+        other_ways(info),
+        "## Architecture\n",
+        architecture(directory),
+    ]
     parts += ["## Training data\n", _data_section(info)]
     if info.settings or info.run:
-        parts += ["## Training\n" if info.settings else "## How it was made\n", f"Written by `{info.command}`.\n"]
+        parts += [
+            "## Training\n" if info.settings else "## How it was made\n",
+            f"Written by `{info.command}`.\n",
+        ]
         if info.run:
             parts.append(markdown_table(["", "value"], [(k, _cell(v)) for k, v in info.run]))
         if info.settings:
-            parts += ["Every setting of the run:\n", markdown_table(["setting", "value"],
-                      [(k, _cell(v)) for k, v in flatten(info.settings)])]  # fmt: skip
+            parts += [
+                "Every setting of the run:\n",
+                markdown_table(["setting", "value"], [(k, _cell(v)) for k, v in flatten(info.settings)]),
+            ]
     env = [("machine", machine()), *versions()]
     parts += ["Environment this card was written in:\n", markdown_table(["", ""], env)]
     parts += ["## Results\n", _results_block(data.eval_results or []) + "\n"]
@@ -111,12 +140,21 @@ def _data_section(info: CardInfo) -> str:
         return "Not recorded by the command that wrote this directory.\n"
     text = ""
     if info.data:
-        rows = [((s.hub_id and f"[{s.hub_id}](https://huggingface.co/datasets/{s.hub_id}) ({s.name})") or s.name,
-                 f"{s.size:,}" if s.size is not None else "", s.sha256 or "", s.note) for s in info.data]  # fmt: skip
+        rows = [
+            (
+                (s.hub_id and f"[{s.hub_id}](https://huggingface.co/datasets/{s.hub_id}) ({s.name})")
+                or s.name,
+                f"{s.size:,}" if s.size is not None else "",
+                s.sha256 or "",
+                s.note,
+            )
+            for s in info.data
+        ]
         text += markdown_table(["source", "bytes", "sha256", "note"], rows)
     if info.data_stats:
-        text += "\n" + markdown_table(["", "count"], [(k, _cell(f"{v:,}" if isinstance(v, int) else v))
-                                                        for k, v in info.data_stats])  # fmt: skip
+        text += "\n" + markdown_table(
+            ["", "count"], [(k, _cell(f"{v:,}" if isinstance(v, int) else v)) for k, v in info.data_stats]
+        )
     return text
 
 
@@ -145,10 +183,14 @@ def _limits(directory: Path, info: CardInfo) -> str:
     if lowercases(directory):
         lines.append("The tokenizer is uncased: it lowercases text, so case carries no information.")
     if directory_config(directory).get("model_type") == "neobert":
-        lines.append("Loading needs `pip install neobert` (its import registers the model type with "
-                     "transformers' Auto classes); no `trust_remote_code` is needed.")  # fmt: skip
-    lines.append("Numbers above are this run's own measurements on the data named; they say nothing about "
-                 "other data or domains.")  # fmt: skip
+        lines.append(
+            "Loading needs `pip install neobert` (its import registers the model type with "
+            "transformers' Auto classes); no `trust_remote_code` is needed."
+        )
+    lines.append(
+        "Numbers above are this run's own measurements on the data named; they say nothing about "
+        "other data or domains."
+    )
     return "".join(f"- {line}\n" for line in lines)
 
 
@@ -176,12 +218,23 @@ def update_card(directory: str | os.PathLike, results: list[Result]) -> Path:
     are replaced, others kept; the body's results table is redrawn from the front matter. A directory
     without a card (e.g. one written by another tool) gets a minimal one first."""
     directory = Path(directory)
-    if not (directory / CARD).is_file() or RESULTS_START not in (directory / CARD).read_text(encoding="utf-8"):
+    if not (directory / CARD).is_file() or RESULTS_START not in (directory / CARD).read_text(
+        encoding="utf-8"
+    ):
         found = describe_directory(directory)
         if found is None:
-            raise CardError(f"{directory} is not a model directory (no config.json, modules.json or onnx_config.json)")
-        write_card(directory, CardInfo(head=found.card_head, library=found.library,
-                                       description=_minimal_description(directory), command="(not recorded)"))  # fmt: skip
+            raise CardError(
+                f"{directory} is not a model directory (no config.json, modules.json or onnx_config.json)"
+            )
+        write_card(
+            directory,
+            CardInfo(
+                head=found.card_head,
+                library=found.library,
+                description=_minimal_description(directory),
+                command="(not recorded)",
+            ),
+        )
     card = read_card(directory)
     kept = [old for old in card.data.eval_results or [] if not any(new.same_task(old) for new in results)]
     entries = kept + [r.eval_result() for r in results]
@@ -198,5 +251,7 @@ def update_card(directory: str | os.PathLike, results: list[Result]) -> Path:
 
 def _minimal_description(directory: Path) -> str:
     model_type = directory_config(directory).get("model_type", "unknown")
-    return (f"A `{model_type}` model directory. Its training was not recorded by `neobert`; this card holds "
-            "the evaluation results `neobert eval ... --update-card` added.")  # fmt: skip
+    return (
+        f"A `{model_type}` model directory. Its training was not recorded by `neobert`; this card holds "
+        "the evaluation results `neobert eval ... --update-card` added."
+    )

@@ -14,7 +14,9 @@ from .options import config_from_args
 def register(subparsers: Any) -> None:
     help = "run an ablation ladder (M0 -> NeoBERT, Figure 1) and write its report"
     parser = add_command(subparsers, "ablate", run_from_args, help, config=AblateConfig)
-    parser.add_argument("--smoke", action="store_true", help="the smoke ladder: tiny shapes, seconds per rung")
+    parser.add_argument(
+        "--smoke", action="store_true", help="the smoke ladder: tiny shapes, seconds per rung"
+    )
 
 
 def run_from_args(args: argparse.Namespace) -> int:

@@ -10,8 +10,11 @@ from ..jobs.predict import ClassifyFileConfig, EmbedConfig, TagConfig, classify_
 from .common import add_command, quiet_transformers, show
 from .options import config_from_args
 
-TASKS = {"embed": (EmbedConfig, embed), "classify": (ClassifyFileConfig, classify_file),
-         "tag": (TagConfig, tag_file)}  # fmt: skip
+TASKS = {
+    "embed": (EmbedConfig, embed),
+    "classify": (ClassifyFileConfig, classify_file),
+    "tag": (TagConfig, tag_file),
+}
 HELP = {
     "embed": "embed texts (files, directories, globs; local or on Ray) into parquet shards, or one file into .npy",
     "classify": "classify texts (a text file or a table) with a sequence classifier, into JSONL",

@@ -75,7 +75,9 @@ def _embeddings(args: argparse.Namespace) -> int:
     quiet_transformers()
     tasks = files.select_tasks(args.tasks_dir, {family: getattr(args, family) for family in FAMILY_OPTIONS})
     report = files.run(tasks=tasks, **_settings(args))
-    return _print(files.to_markdown(report), report, args, files.card_results(report) if args.update_card else None)
+    return _print(
+        files.to_markdown(report), report, args, files.card_results(report) if args.update_card else None
+    )
 
 
 def _pppl(args: argparse.Namespace) -> int:
@@ -85,7 +87,9 @@ def _pppl(args: argparse.Namespace) -> int:
     results = None
     if args.update_card:
         keys = ("rope_scaling", "context")
-        results = pppl.card_results(report, settings["models"], settings["input"], **{k: settings.get(k) for k in keys})
+        results = pppl.card_results(
+            report, settings["models"], settings["input"], **{k: settings.get(k) for k in keys}
+        )
     return _print(pppl.markdown(report.bins), report, args, results)
 
 
@@ -115,8 +119,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     select = add_signature_options(mteb, mteb_adapter.select_tasks, metadata=many)
     mteb.set_defaults(select=select)
     help = "STS, retrieval, classification, clustering, pair classification on local files"
-    emb = _command(commands, "embeddings", _embeddings, files.run, help, "results/embeddings",
-                   long_documents={"choices": files.LONG_POLICIES})  # fmt: skip
+    emb = _command(
+        commands,
+        "embeddings",
+        _embeddings,
+        files.run,
+        help,
+        "results/embeddings",
+        long_documents={"choices": files.LONG_POLICIES},
+    )
     what = "directory of task files, one subdirectory per family (see docs/evaluation.md)"
     emb.add_argument("--tasks-dir", help=what)
     for family, what in FAMILY_OPTIONS.items():
@@ -126,5 +137,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         command.add_argument("--instructions", help=what)
     scaling = {"choices": pppl.ROPE_METHODS}
     help = "pseudo-perplexity per sequence-length bin (Figure 2)"
-    _command(commands, "pppl", _pppl, pppl.run, help, "results/pppl", input={"required": True},
-             rope_scaling=scaling)  # fmt: skip
+    _command(
+        commands,
+        "pppl",
+        _pppl,
+        pppl.run,
+        help,
+        "results/pppl",
+        input={"required": True},
+        rope_scaling=scaling,
+    )

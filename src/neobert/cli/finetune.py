@@ -80,8 +80,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     tasks = parser.add_subparsers(title="fine-tuning commands", metavar="TASK")
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
-    for name, func, config in (("glue", _glue, GlueConfig), ("classify", _classify, ClassifyConfig),
-                               ("tokens", _tokens, TokensConfig)):  # fmt: skip
+    for name, func, config in (
+        ("glue", _glue, GlueConfig),
+        ("classify", _classify, ClassifyConfig),
+        ("tokens", _tokens, TokensConfig),
+    ):
         command = add_command(tasks, name, func, HELP[name], describe(config))
         if name == "glue":
             what = "task name(s), comma-separated or repeated, or 'all' (default)"

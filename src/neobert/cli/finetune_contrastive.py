@@ -33,14 +33,20 @@ def _sparse(args: argparse.Namespace) -> int:
     config = config_from_args(
         sparse.SparseConfig, args, instructions=dataset_instructions(args.instructions, args.instruction)
     )
-    return _report(sparse.run, config, "a sentence-transformers SparseEncoder (and transformers masked-LM) model")
+    return _report(
+        sparse.run, config, "a sentence-transformers SparseEncoder (and transformers masked-LM) model"
+    )
 
 
 def _late(args: argparse.Namespace) -> int:
     config = config_from_args(
-        late_interaction.LateInteractionConfig, args, instructions=dataset_instructions(args.instructions, args.instruction)
+        late_interaction.LateInteractionConfig,
+        args,
+        instructions=dataset_instructions(args.instructions, args.instruction),
     )
-    return _report(late_interaction.run, config, "a late-interaction (PyLate ColBERT / MultiVectorEncoder) model")
+    return _report(
+        late_interaction.run, config, "a late-interaction (PyLate ColBERT / MultiVectorEncoder) model"
+    )
 
 
 def _report(train: Callable[[Any], Any], config: Any, saved: str, steps_by_dataset: bool = False) -> int:
@@ -86,14 +92,35 @@ LATE_DESCRIPTION = (
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     _register(subparsers, "contrastive", _main, HELP, DESCRIPTION, ContrastiveConfig, ())
-    _register(subparsers, "sparse", _sparse, SPARSE_HELP, SPARSE_DESCRIPTION, sparse.SparseConfig,
-              ("matryoshka_dims",))  # fmt: skip
-    _register(subparsers, "late-interaction", _late, LATE_HELP, LATE_DESCRIPTION,
-              late_interaction.LateInteractionConfig, ("matryoshka_dims",))  # fmt: skip
+    _register(
+        subparsers,
+        "sparse",
+        _sparse,
+        SPARSE_HELP,
+        SPARSE_DESCRIPTION,
+        sparse.SparseConfig,
+        ("matryoshka_dims",),
+    )
+    _register(
+        subparsers,
+        "late-interaction",
+        _late,
+        LATE_HELP,
+        LATE_DESCRIPTION,
+        late_interaction.LateInteractionConfig,
+        ("matryoshka_dims",),
+    )
 
 
-def _register(subparsers: argparse._SubParsersAction, name: str, func: Callable[[argparse.Namespace], int],
-              help: str, description: str, config: type, skipped: tuple[str, ...]) -> None:  # fmt: skip
+def _register(
+    subparsers: argparse._SubParsersAction,
+    name: str,
+    func: Callable[[argparse.Namespace], int],
+    help: str,
+    description: str,
+    config: type,
+    skipped: tuple[str, ...],
+) -> None:
     skip = ("data", "template", "show_progress", *skipped)
     parser = add_command(subparsers, name, func, help, description, config=config, skip=skip)
     parser.add_argument(

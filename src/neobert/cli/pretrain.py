@@ -66,10 +66,16 @@ def register(subparsers: Any) -> None:
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     """Dotted key -> value for every setting given: --set first, then the named flags."""
-    paths = {"data.paths": args.data_paths, "data.tokenizer": args.tokenizer,
-             "schedule.decay_steps": args.decay_steps}  # fmt: skip
-    return {**key_values(args.set, "--set"), **given(PretrainConfig, args),
-            **{key: value for key, value in paths.items() if value is not None}}  # fmt: skip
+    paths = {
+        "data.paths": args.data_paths,
+        "data.tokenizer": args.tokenizer,
+        "schedule.decay_steps": args.decay_steps,
+    }
+    return {
+        **key_values(args.set, "--set"),
+        **given(PretrainConfig, args),
+        **{key: value for key, value in paths.items() if value is not None},
+    }
 
 
 def config_from_args(args: argparse.Namespace) -> PretrainConfig:

@@ -26,6 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "HF_ENDPOINT points the client at another Hub."
     )
     parser = add_command(subparsers, "push", _main, help, what)
-    parser.add_argument("directory", metavar="DIR", help="model directory written by neobert (with its README.md)")
+    parser.add_argument(
+        "directory", metavar="DIR", help="model directory written by neobert (with its README.md)"
+    )
     metadata = {"repo_id": {"required": True}}
     parser.set_defaults(options=add_signature_options(parser, push, skip=("directory",), metadata=metadata))

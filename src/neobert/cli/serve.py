@@ -42,7 +42,12 @@ DESCRIPTION = (
     "Serve any encoder, on PyTorch or ONNX Runtime (an export of `neobert export onnx`), over HTTP with dynamic batching, a bounded queue, limits, an optional API key, /info, "
     "/health and /metrics (Prometheus). Needs pip install 'neobert[serve]'. See docs/serving.md."
 )
-CHOICES = {"head": head_choices(), "precision": PRECISIONS, "long_documents": POLICIES, "rope_scaling": EXTEND_METHODS}
+CHOICES = {
+    "head": head_choices(),
+    "precision": PRECISIONS,
+    "long_documents": POLICIES,
+    "rope_scaling": EXTEND_METHODS,
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

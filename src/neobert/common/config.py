@@ -71,7 +71,9 @@ class Rename:
     settings: str  # the settings files it may appear in: "training" (every training task's, grids, ladders) | "serve"
     commands: tuple[str, ...] = ()  # the commands that had it as an option (``finetune glue``)
     value: Callable[[Any], Any] | None = None  # old value -> new value, where the meaning changed too
-    switch: bool = False  # on the command line the old option was a switch: ``--old`` is ``--new value(True)``
+    switch: bool = (
+        False  # on the command line the old option was a switch: ``--old`` is ``--new value(True)``
+    )
 
     def __post_init__(self) -> None:
         if self.switch and self.value is None:

@@ -227,8 +227,12 @@ def output_lock(directory: str | os.PathLike, wait: bool = False, poll: float = 
 
     directory, created = Path(directory), False
     path = directory / LOCK
-    me = {"host": socket.gethostname(), "pid": os.getpid(), "process_start": _process_start(os.getpid()),
-          "since": time.strftime("%Y-%m-%d %H:%M:%S %Z")}  # fmt: skip
+    me = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "process_start": _process_start(os.getpid()),
+        "since": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
     while True:
         if not directory.is_dir():  # missing, or removed by a job that created it and wrote nothing
             directory.mkdir(parents=True, exist_ok=True)

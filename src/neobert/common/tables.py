@@ -24,9 +24,12 @@ def fmt(value: Any, scale: float = 1.0, digits: int = 2) -> str:
 
 
 def markdown_table(
-    header: Sequence[str], rows: Sequence[Sequence[Any]], scale: float = 1.0, digits: int = 2,
+    header: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    scale: float = 1.0,
+    digits: int = 2,
     align: str | None = None,
-) -> str:  # fmt: skip
+) -> str:
     """A Markdown table; float cells (and missing ones) go through :func:`fmt`, other cells as they are.
     ``align``: one letter per column, ``l`` or ``r`` (right-aligned numbers); default all left."""
     marks = {"l": "---", "r": "---:"}

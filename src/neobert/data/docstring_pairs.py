@@ -52,9 +52,11 @@ class DocstringRetrieval:
 
     @property
     def summary(self) -> str:
-        return (f"wrote {self.train_pairs:,} training pairs from {len(self.train_modules)} modules and a held-out "
-                f"retrieval task of {self.heldout_pairs:,} queries and documents from {len(self.heldout_modules)} "
-                f"other modules to {self.output}")  # fmt: skip
+        return (
+            f"wrote {self.train_pairs:,} training pairs from {len(self.train_modules)} modules and a held-out "
+            f"retrieval task of {self.heldout_pairs:,} queries and documents from {len(self.heldout_modules)} "
+            f"other modules to {self.output}"
+        )
 
 
 def _one_line(text: str) -> str:
@@ -81,7 +83,9 @@ def _parsed_modules(modules: Sequence[str] | None) -> Iterator[tuple[str, ast.Mo
             yield ".".join(parts[:-1] if parts[-1] == "__init__" else parts), tree
 
 
-def iter_docstring_pairs(modules: Sequence[str] | None = None, min_document_chars: int = 100) -> Iterator[DocstringPair]:
+def iter_docstring_pairs(
+    modules: Sequence[str] | None = None, min_document_chars: int = 100
+) -> Iterator[DocstringPair]:
     """Every pair of the standard library (or of ``modules``), in a fixed order, duplicates removed."""
     seen = set()
     for module, tree in _parsed_modules(modules):
@@ -107,9 +111,14 @@ def is_heldout(module: str, heldout_share: float, seed: int = 0) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < heldout_share
 
 
-def write_docstring_retrieval(output: str | Path, heldout_share: float = 0.2, seed: int = 0,
-                              min_document_chars: int = 100, modules: Sequence[str] | None = None,
-                              module_documents: bool = False) -> DocstringRetrieval:  # fmt: skip
+def write_docstring_retrieval(
+    output: str | Path,
+    heldout_share: float = 0.2,
+    seed: int = 0,
+    min_document_chars: int = 100,
+    modules: Sequence[str] | None = None,
+    module_documents: bool = False,
+) -> DocstringRetrieval:
     """Write training pairs and a held-out retrieval task, split by top-level module (see the module doc).
 
     Args:
@@ -133,11 +142,23 @@ def write_docstring_retrieval(output: str | Path, heldout_share: float = 0.2, se
     write_text(output / "train.jsonl", "\n".join(lines) + "\n")
     task = output / "heldout" / "retrieval" / "docstrings"
     ids = [f"{k}:{p.name}" for k, p in enumerate(heldout)]  # names may repeat
-    write_text(task / "queries.jsonl", "".join(
-        json.dumps({"_id": f"q:{i}", "text": p.query}, ensure_ascii=False) + "\n" for i, p in zip(ids, heldout)))  # fmt: skip
-    write_text(task / "corpus.jsonl", "".join(
-        json.dumps({"_id": f"d:{i}", "text": p.document}, ensure_ascii=False) + "\n" for i, p in zip(ids, heldout)))  # fmt: skip
-    write_text(task / "qrels.tsv", "query-id\tcorpus-id\tscore\n" + "".join(f"q:{i}\td:{i}\t1\n" for i in ids))
+    write_text(
+        task / "queries.jsonl",
+        "".join(
+            json.dumps({"_id": f"q:{i}", "text": p.query}, ensure_ascii=False) + "\n"
+            for i, p in zip(ids, heldout)
+        ),
+    )
+    write_text(
+        task / "corpus.jsonl",
+        "".join(
+            json.dumps({"_id": f"d:{i}", "text": p.document}, ensure_ascii=False) + "\n"
+            for i, p in zip(ids, heldout)
+        ),
+    )
+    write_text(
+        task / "qrels.tsv", "query-id\tcorpus-id\tscore\n" + "".join(f"q:{i}\td:{i}\t1\n" for i in ids)
+    )
     if module_documents:
         write_module_retrieval(output / "long" / "retrieval" / "modules", heldout, ids)
     modules = {"train": sorted({p.module for p in train}), "heldout": sorted({p.module for p in heldout})}
@@ -168,9 +189,21 @@ def write_module_retrieval(task: Path, pairs: Sequence[DocstringPair], ids: Sequ
     missing = sorted({p.source for p in pairs} - set(documents))
     if missing:
         raise ValueError(f"no documentation found for the modules of some pairs: {', '.join(missing[:5])}")
-    write_text(task / "queries.jsonl", "".join(
-        json.dumps({"_id": f"q:{i}", "text": p.query}, ensure_ascii=False) + "\n" for i, p in zip(ids, pairs)))  # fmt: skip
-    write_text(task / "corpus.jsonl", "".join(
-        json.dumps({"_id": f"m:{m}", "text": text}, ensure_ascii=False) + "\n" for m, text in documents.items()))  # fmt: skip
-    write_text(task / "qrels.tsv", "query-id\tcorpus-id\tscore\n" + "".join(
-        f"q:{i}\tm:{p.source}\t1\n" for i, p in zip(ids, pairs)))  # fmt: skip
+    write_text(
+        task / "queries.jsonl",
+        "".join(
+            json.dumps({"_id": f"q:{i}", "text": p.query}, ensure_ascii=False) + "\n"
+            for i, p in zip(ids, pairs)
+        ),
+    )
+    write_text(
+        task / "corpus.jsonl",
+        "".join(
+            json.dumps({"_id": f"m:{m}", "text": text}, ensure_ascii=False) + "\n"
+            for m, text in documents.items()
+        ),
+    )
+    write_text(
+        task / "qrels.tsv",
+        "query-id\tcorpus-id\tscore\n" + "".join(f"q:{i}\tm:{p.source}\t1\n" for i, p in zip(ids, pairs)),
+    )

@@ -146,9 +146,11 @@ class PrepareResult:
         rows = [
             ["documents", f"{self.train_documents:,}", f"{self.validation_documents:,}"],
             ["tokens", f"{self.train_tokens:,}", f"{self.validation_tokens:,}"],
-            *([f"documents > {threshold} tokens", f"{n['train']:,}", f"{n['validation']:,}"]
-              for threshold, n in self.long_documents.items()),
-        ]  # fmt: skip
+            *(
+                [f"documents > {threshold} tokens", f"{n['train']:,}", f"{n['validation']:,}"]
+                for threshold, n in self.long_documents.items()
+            ),
+        ]
         speed = f"{self.tokens_per_second:,.0f} tok/s" if self.shards_written else "all shards were done"
         run = [
             ["documents read", f"{self.documents:,}"],
@@ -158,14 +160,20 @@ class PrepareResult:
             ["dtype / vocabulary", f"{self.dtype} / {self.vocab_size:,}"],
             ["time / throughput", f"{self.seconds:.1f} s / {speed}"],
         ]
-        return (f"prepared {self.output}\n\n" + markdown_table(["", "train", "validation"], rows) + "\n"
-                + markdown_table(["run", ""], run))  # fmt: skip
+        return (
+            f"prepared {self.output}\n\n"
+            + markdown_table(["", "train", "validation"], rows)
+            + "\n"
+            + markdown_table(["run", ""], run)
+        )
 
 
 def prepare(config: PrepareConfig) -> PrepareResult:
     """Tokenize ``config.inputs`` into shards under ``config.output``, resuming a previous run."""
     config.check_required()
-    files = expand_inputs(config.inputs, exclude=[config.output])  # a missing file fails before anything is written
+    files = expand_inputs(
+        config.inputs, exclude=[config.output]
+    )  # a missing file fails before anything is written
     start = time.perf_counter()
     hf_tokenizer, encoder = tokenizer_backend(config.tokenizer, config.max_tokens)
     out = Path(config.output)

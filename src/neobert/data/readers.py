@@ -180,7 +180,9 @@ class _Outputs:
         return None
 
 
-def expand_inputs(inputs: Iterable[str | os.PathLike], exclude: Iterable[str | os.PathLike] = ()) -> list[str]:
+def expand_inputs(
+    inputs: Iterable[str | os.PathLike], exclude: Iterable[str | os.PathLike] = ()
+) -> list[str]:
     """Resolve directories and globs into their supported files (sorted) and check that every path exists.
 
     Files inside ``exclude`` (the job's own output) or inside any directory holding a neobert job's manifest
@@ -198,11 +200,14 @@ def expand_inputs(inputs: Iterable[str | os.PathLike], exclude: Iterable[str | o
             continue
         found = _expand_local(spec)
         if len(found) == 1 and found[0] == spec and (holder := outputs.holder(spec)) is not None:
-            raise DataError(f"{spec}: inside a neobert job's output ({holder}); outputs are never read as input")
+            raise DataError(
+                f"{spec}: inside a neobert job's output ({holder}); outputs are never read as input"
+            )
         kept = [path for path in found if outputs.holder(path) is None]
         if not kept:
-            raise DataError(f"{spec}: holds only a neobert job's output ({outputs.holder(found[0])}), never read "
-                            "as input")  # fmt: skip
+            raise DataError(
+                f"{spec}: holds only a neobert job's output ({outputs.holder(found[0])}), never read as input"
+            )
         out.extend(kept)
     if not out:
         raise DataError("no inputs given")
@@ -211,13 +216,18 @@ def expand_inputs(inputs: Iterable[str | os.PathLike], exclude: Iterable[str | o
 
 def _expand_local(spec: str) -> list[str]:
     if glob.has_magic(spec):
-        found = sorted(p for p in glob.glob(spec, recursive=True)
-                       if Path(p).is_file() and Path(p).suffix.lower() in FILE_SUFFIXES)  # fmt: skip
+        found = sorted(
+            p
+            for p in glob.glob(spec, recursive=True)
+            if Path(p).is_file() and Path(p).suffix.lower() in FILE_SUFFIXES
+        )
         if not found:
             raise DataError(f"{spec}: the pattern matches no {', '.join(FILE_SUFFIXES)} files")
         return found
     if Path(spec).is_dir():
-        found = sorted(str(p) for p in Path(spec).rglob("*") if p.is_file() and p.suffix.lower() in FILE_SUFFIXES)
+        found = sorted(
+            str(p) for p in Path(spec).rglob("*") if p.is_file() and p.suffix.lower() in FILE_SUFFIXES
+        )
         if not found:
             raise DataError(f"{spec}: directory holds no {', '.join(FILE_SUFFIXES)} files")
         return found

@@ -40,8 +40,11 @@ class TokenizerResult:
     @property
     def summary(self) -> str:
         """Vocabulary, documents and the special tokens' ids, for a person."""
-        rows = [["vocabulary", f"{self.vocab_size:,}"], ["documents", f"{self.documents:,}"],
-                *([token, token_id] for token, token_id in self.special_token_ids.items())]  # fmt: skip
+        rows = [
+            ["vocabulary", f"{self.vocab_size:,}"],
+            ["documents", f"{self.documents:,}"],
+            *([token, token_id] for token, token_id in self.special_token_ids.items()),
+        ]
         title = f"{self.kind} tokenizer saved to {self.output_dir}"
         return f"{title}\n\n" + markdown_table(["", ""], rows)
 

@@ -85,7 +85,9 @@ def read_jsonl(path: str | os.PathLike, required: Sequence[str]) -> list[dict]:
     for number, row in json_objects(path, what="task file"):
         missing = [k for k in required if k not in row]
         if missing:
-            raise ValueError(f"{path}, line {number}: missing {', '.join(missing)}; available: {', '.join(sorted(row))}")
+            raise ValueError(
+                f"{path}, line {number}: missing {', '.join(missing)}; available: {', '.join(sorted(row))}"
+            )
         rows.append(row)
     if not rows:
         raise ValueError(f"task file {path} is empty")
@@ -193,31 +195,53 @@ def evaluate_task(spec: TaskSpec, embed: E.Embed, instruction: TaskInstruction, 
     return E.evaluate_retrieval(embed, spec.name, queries, corpus, read_qrels(path), instruction)
 
 
-def make_embed(encoder: Encoder, batch_size: int = 32, show_progress: bool = True, chunk: bool = False) -> E.Embed:
+def make_embed(
+    encoder: Encoder, batch_size: int = 32, show_progress: bool = True, chunk: bool = False
+) -> E.Embed:
     """Unit vectors of a dense encoder; with ``chunk``, retrieval documents are read whole (the module doc)."""
 
     def embed(texts: list[str], instruction: str) -> np.ndarray:
         texts = [apply_instruction(instruction, t) for t in texts]
         return encode(
-            encoder.model, encoder.tokenizer, texts, batch_size, max_length=encoder.max_length, show_progress=show_progress
+            encoder.model,
+            encoder.tokenizer,
+            texts,
+            batch_size,
+            max_length=encoder.max_length,
+            show_progress=show_progress,
         )
 
     def documents(texts: list[str], instruction: str) -> np.ndarray:
         texts = [apply_instruction(instruction, t) for t in texts]
-        return embed_long(encoder.model, encoder.tokenizer, texts, LongDocuments("chunk"), batch_size=batch_size,
-                          show_progress=show_progress, window=encoder.max_length)[0]  # fmt: skip
+        return embed_long(
+            encoder.model,
+            encoder.tokenizer,
+            texts,
+            LongDocuments("chunk"),
+            batch_size=batch_size,
+            show_progress=show_progress,
+            window=encoder.max_length,
+        )[0]
 
     return _with_queries(documents, embed) if chunk else embed
 
 
-def make_sparse_embed(encoder: Encoder, batch_size: int = 32, show_progress: bool = True, chunk: bool = False) -> E.Embed:
+def make_sparse_embed(
+    encoder: Encoder, batch_size: int = 32, show_progress: bool = True, chunk: bool = False
+) -> E.Embed:
     """SPLADE rows (a SciPy CSR matrix) of a masked-LM encoder, instructions applied as for dense models;
     with ``chunk``, a document's row is the entry-wise maximum over its windows' rows."""
 
     def embed(texts: list[str], instruction: str) -> Any:
         texts = [apply_instruction(instruction, t) for t in texts]
-        return encode_sparse(encoder.model, encoder.tokenizer, texts, batch_size, max_length=encoder.max_length,
-                             show_progress=show_progress)  # fmt: skip
+        return encode_sparse(
+            encoder.model,
+            encoder.tokenizer,
+            texts,
+            batch_size,
+            max_length=encoder.max_length,
+            show_progress=show_progress,
+        )
 
     def documents(texts: list[str], instruction: str) -> Any:
         window = encoder.max_length or max_positions(encoder.model, encoder.tokenizer)
@@ -228,8 +252,9 @@ def make_sparse_embed(encoder: Encoder, batch_size: int = 32, show_progress: boo
     return _with_queries(documents, embed) if chunk else embed
 
 
-def make_late_embed(source: str, device: str | None, batch_size: int = 32, show_progress: bool = True,
-                    chunk: bool = False) -> E.Embed:  # fmt: skip
+def make_late_embed(
+    source: str, device: str | None, batch_size: int = 32, show_progress: bool = True, chunk: bool = False
+) -> E.Embed:
     """Token vectors of a late-interaction directory: documents by the returned function, queries by its
     ``.query`` (each with its marker; queries expanded), scored by MaxSim in :func:`E.rank_documents`; with
     ``chunk``, a document's vectors are those of all its windows (of ``document_length`` tokens)."""
@@ -309,7 +334,9 @@ def run(
             embed = make_late_embed(model, device, batch_size, show_progress, chunk)
         else:
             encoder = load_encoder(model, tokenizer, head="mlm" if is_sparse else "base", device=device)
-            embed = (make_sparse_embed if is_sparse else make_embed)(encoder, batch_size, show_progress, chunk)
+            embed = (make_sparse_embed if is_sparse else make_embed)(
+                encoder, batch_size, show_progress, chunk
+            )
         report.models[model] = [
             evaluate_task(spec, embed, (instructions or {}).get(spec.name, NO_INSTRUCTION), seed)
             if not (is_sparse or is_late) or spec.family in SPARSE_FAMILIES
@@ -323,26 +350,62 @@ def run(
 
 
 def _not_for_sparse(spec: TaskSpec, kind: str = "sparse") -> E.TaskScore:
-    return E.TaskScore(spec.family, spec.name, {E.MAIN_METRIC[spec.family]: math.nan}, 0,
-                       [f"a {kind} model is scored on retrieval only"])  # fmt: skip
+    return E.TaskScore(
+        spec.family,
+        spec.name,
+        {E.MAIN_METRIC[spec.family]: math.nan},
+        0,
+        [f"a {kind} model is scored on retrieval only"],
+    )
 
 
 def sparse_markdown(report: EmbeddingReport) -> str:
     """The sparse models' retrieval scores beside their sizes ('' without a sparse model)."""
-    rows = [[model, s.task, s.scores["ndcg_at_10"] * 100, s.scores["mrr_at_10"] * 100, s.scores["nonzeros_query"],
-             s.scores["nonzeros_document"]]
-            for model, scores in report.models.items() for s in scores if "nonzeros_query" in s.scores]  # fmt: skip
-    late = [[model, s.task, s.scores["ndcg_at_10"] * 100, s.scores["mrr_at_10"] * 100, s.scores["vectors_document"]]
-            for model, scores in report.models.items() for s in scores if "vectors_document" in s.scores]  # fmt: skip
+    rows = [
+        [
+            model,
+            s.task,
+            s.scores["ndcg_at_10"] * 100,
+            s.scores["mrr_at_10"] * 100,
+            s.scores["nonzeros_query"],
+            s.scores["nonzeros_document"],
+        ]
+        for model, scores in report.models.items()
+        for s in scores
+        if "nonzeros_query" in s.scores
+    ]
+    late = [
+        [
+            model,
+            s.task,
+            s.scores["ndcg_at_10"] * 100,
+            s.scores["mrr_at_10"] * 100,
+            s.scores["vectors_document"],
+        ]
+        for model, scores in report.models.items()
+        for s in scores
+        if "vectors_document" in s.scores
+    ]
     out = ""
     if rows:
-        header = ["model", "task", "nDCG@10 x 100", "MRR@10 x 100", "non-zeros / query", "non-zeros / document"]
-        out += ("\n## Sparse retrieval (index size and query cost: average non-zeros per vector)\n\n"
-                + markdown_table(header, rows, digits=1))  # fmt: skip
+        header = [
+            "model",
+            "task",
+            "nDCG@10 x 100",
+            "MRR@10 x 100",
+            "non-zeros / query",
+            "non-zeros / document",
+        ]
+        out += (
+            "\n## Sparse retrieval (index size and query cost: average non-zeros per vector)\n\n"
+            + markdown_table(header, rows, digits=1)
+        )
     if late:
         header = ["model", "task", "nDCG@10 x 100", "MRR@10 x 100", "token vectors / document"]
-        out += ("\n## Late-interaction retrieval (MaxSim; index size: token vectors per document)\n\n"
-                + markdown_table(header, late, digits=1))  # fmt: skip
+        out += (
+            "\n## Late-interaction retrieval (MaxSim; index size: token vectors per document)\n\n"
+            + markdown_table(header, late, digits=1)
+        )
     return out
 
 
@@ -373,8 +436,9 @@ def to_markdown(report: EmbeddingReport) -> str:
     rows = []
     for model, scores in report.models.items():
         for s in scores:
-            others = ", ".join(f"{k} {fmt(v, 100)}" for k, v in s.scores.items()
-                               if k != s.main_metric and k not in COUNTS)  # fmt: skip
+            others = ", ".join(
+                f"{k} {fmt(v, 100)}" for k, v in s.scores.items() if k != s.main_metric and k not in COUNTS
+            )
             rows.append(
                 [model, s.family, s.task, s.main_metric, s.main_score, others, s.size, "; ".join(s.notes)]
             )
@@ -418,8 +482,16 @@ def card_results(report: EmbeddingReport) -> dict[str, list[Result]]:
     """Each model's scores as model-card entries (every defined metric of every task, as in the JSON)."""
     return {
         model: [
-            Result(FAMILY_TASK_TYPES[s.family], s.task, s.task, s.task, metric, value, None,
-                   "neobert eval embeddings")
+            Result(
+                FAMILY_TASK_TYPES[s.family],
+                s.task,
+                s.task,
+                s.task,
+                metric,
+                value,
+                None,
+                "neobert eval embeddings",
+            )
             for s in scores
             for metric, value in s.scores.items()
             if defined(value)

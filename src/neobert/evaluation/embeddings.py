@@ -105,7 +105,10 @@ def average_precision(scores: Sequence[float], labels: Sequence[int]) -> float:
 
 
 def rank_documents(
-    query_vectors: np.ndarray | sp.spmatrix, doc_vectors: np.ndarray | sp.spmatrix, doc_ids: Sequence[str], top_k: int
+    query_vectors: np.ndarray | sp.spmatrix,
+    doc_vectors: np.ndarray | sp.spmatrix,
+    doc_ids: Sequence[str],
+    top_k: int,
 ) -> list[list[str]]:
     """Document ids of each query, best dot product first (the cosine for unit-norm rows; sparse rows as
     SPLADE scores them), ties kept in corpus order."""

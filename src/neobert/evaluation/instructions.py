@@ -159,7 +159,9 @@ def read_instruction_file(path: str | os.PathLike) -> dict[str, TaskInstruction]
     return out
 
 
-def dataset_instructions(path: str | os.PathLike | None = None, pairs: list[str] | None = None) -> dict[str, str]:
+def dataset_instructions(
+    path: str | os.PathLike | None = None, pairs: list[str] | None = None
+) -> dict[str, str]:
     """Data set name -> the instruction prefixed to its queries in contrastive (and SPLADE) training: an
     instruction file read by :func:`read_instruction_file`, then ``NAME=TEXT`` pairs, which win.
 

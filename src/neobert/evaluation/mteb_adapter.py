@@ -285,7 +285,10 @@ def write_report(report: MTEBReport, output: Path) -> list[Path]:
 def card_results(report: MTEBReport) -> dict[str, list[Result]]:
     """Each model's MTEB main scores (x 100, as in the JSON) as model-card entries."""
     return {
-        model: [Result(r.task_type, r.task, r.task, r.task, "main_score", r.main_score, None, "neobert eval mteb")
-                for r in rows if defined(r.main_score)]
+        model: [
+            Result(r.task_type, r.task, r.task, r.task, "main_score", r.main_score, None, "neobert eval mteb")
+            for r in rows
+            if defined(r.main_score)
+        ]
         for model, rows in report.models.items()
     }

@@ -335,9 +335,12 @@ def markdown(bins: Sequence[BinResult]) -> str:
 
 
 def card_results(
-    report: PPPLReport, models: Sequence[str], input: str | os.PathLike,
-    rope_scaling: str | None = None, context: int | None = None,
-) -> dict[str, list[Result]]:  # fmt: skip
+    report: PPPLReport,
+    models: Sequence[str],
+    input: str | os.PathLike,
+    rope_scaling: str | None = None,
+    context: int | None = None,
+) -> dict[str, list[Result]]:
     """Each model directory's pseudo-perplexity per length bin (as in pppl.csv) as model-card entries."""
     name = Path(input).name
     out: dict[str, list[Result]] = {}
@@ -346,8 +349,17 @@ def card_results(
         path, method, length = parse_model_spec(spec, context, rope_scaling)
         how = f", {method} {length}" if method else ""
         out.setdefault(path, []).extend(
-            Result("fill-mask", f"Pseudo-perplexity, {b.low}-{b.high} tokens{how}", name, name,
-                   "pseudo-perplexity", b.pppl, None, "neobert eval pppl", config=f"{b.low}-{b.high} tokens{how}")
+            Result(
+                "fill-mask",
+                f"Pseudo-perplexity, {b.low}-{b.high} tokens{how}",
+                name,
+                name,
+                "pseudo-perplexity",
+                b.pppl,
+                None,
+                "neobert eval pppl",
+                config=f"{b.low}-{b.high} tokens{how}",
+            )
             for b in report.bins
             if b.model == label and b.tokens
         )

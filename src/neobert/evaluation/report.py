@@ -35,8 +35,13 @@ def write_json(path: str | os.PathLike, data: Any) -> Path:
     return io.write_json(path, _json_safe(data))
 
 
-FAMILY_TASK_TYPES = {"sts": "STS", "retrieval": "Retrieval", "classification": "Classification",
-                     "clustering": "Clustering", "pair_classification": "PairClassification"}  # MTEB's names
+FAMILY_TASK_TYPES = {
+    "sts": "STS",
+    "retrieval": "Retrieval",
+    "classification": "Classification",
+    "clustering": "Clustering",
+    "pair_classification": "PairClassification",
+}  # MTEB's names
 
 
 def update_cards(results: dict[str, list[Result]]) -> tuple[list[Path], list[str]]:

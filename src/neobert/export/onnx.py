@@ -82,9 +82,13 @@ class OnnxExportConfig:
 
 def run(config: OnnxExportConfig) -> ExportResult:
     return export_onnx(
-        config.model, config.output, config.quantize, force=config.force, pooling=config.pooling,
+        config.model,
+        config.output,
+        config.quantize,
+        force=config.force,
+        pooling=config.pooling,
         license=config.license,
-    )  # fmt: skip
+    )
 
 
 @dataclass
@@ -228,7 +232,27 @@ def export_onnx(
         set_runtime(model, attn_backend="sdpa", unpad=False)  # the padded path: no data-dependent gathers
     base = source.task == "base"
     graph = EncoderGraph(model, pooling, normalize) if base else ClassifierGraph(model)
-    settings = {
+    settings = _settings(source, encoder, pooling, normalize, quantize)
+    with atomic_dir(output) as tmp, _quiet():
+        files = _write_directory(tmp, graph, encoder, source, settings)
+        write_card(tmp, _card(source, settings, license, output.name))
+        files.append(CARD)
+    return ExportResult(
+        output,
+        source.task,
+        source.model_type,
+        settings["max_length"],
+        settings["pooling"],
+        files,
+        settings["parity"],
+        _notes(model, base, settings["parity"]),
+    )
+
+
+def _settings(source: Source, encoder, pooling: str, normalize: bool, quantize: str | None) -> dict:
+    """What ``onnx_config.json`` states about the graph (parity is added once it is measured)."""
+    base = source.task == "base"
+    return {
         "format_version": FORMAT_VERSION,
         "task": source.task,
         "model_type": source.model_type,
@@ -236,17 +260,9 @@ def export_onnx(
         "outputs": ["last_hidden_state", "sentence_embedding"] if base else ["logits"],
         "max_length": min(encoder.max_length, source.embedding.max_length or encoder.max_length),
         "pooling": {"method": pooling, "normalize": normalize, "source": source.embedding.declared_by},
-        "labels": None if base else label_names(model.config),
+        "labels": None if base else label_names(encoder.model.config),
         "files": {v: FILES[v] for v in ("fp32", quantize) if v},
     }
-    with atomic_dir(output) as tmp, _quiet():
-        files = _write_directory(tmp, graph, encoder, source, settings)
-        write_card(tmp, _card(source, settings, license, output.name))
-        files.append(CARD)
-    return ExportResult(
-        output, source.task, source.model_type, settings["max_length"], settings["pooling"], files,
-        settings["parity"], _notes(model, base, settings["parity"]),
-    )  # fmt: skip
 
 
 def _notes(model: torch.nn.Module, base: bool, parity: dict[str, float]) -> list[str]:
@@ -267,20 +283,35 @@ def _card(source: Source, settings: dict, license: str | None, name: str) -> Car
     """The card of the export: what it computes, from which directory, and the parity measured here."""
     base = settings["task"] == "base"
     pooling = settings["pooling"]
-    what = (f"`sentence_embedding` ({pooling['method']} pooling{', normalized' if pooling['normalize'] else ''}) "
-            "and `last_hidden_state`") if base else "the classifier's `logits`"  # fmt: skip
-    description = (f"An ONNX export (`neobert export onnx`) of the {source.model_type} model directory "
-                   f"`{source.path.name}`: one graph computing {what} from `input_ids` and `attention_mask`, with "
-                   "dynamic batch and length axes. Evaluation results of the model are on the source directory's "
-                   "card; this export was checked against it (below).")  # fmt: skip
+    what = (
+        (
+            f"`sentence_embedding` ({pooling['method']} pooling{', normalized' if pooling['normalize'] else ''}) "
+            "and `last_hidden_state`"
+        )
+        if base
+        else "the classifier's `logits`"
+    )
+    description = (
+        f"An ONNX export (`neobert export onnx`) of the {source.model_type} model directory "
+        f"`{source.path.name}`: one graph computing {what} from `input_ids` and `attention_mask`, with "
+        "dynamic batch and length axes. Evaluation results of the model are on the source directory's "
+        "card; this export was checked against it (below)."
+    )
     run = [("files", ", ".join(settings["files"].values())), ("max length", f"{settings['max_length']:,}")]
     run += [(f"parity with PyTorch: {key}", f"{value:.3g}") for key, value in settings["parity"].items()]
     return CardInfo(
-        head="base" if base else "sequence-classification", library="onnx", description=description,
-        command="neobert export onnx", run=run, license=license, name=name,
-        limits=["`model_int8.onnx` (where present) is dynamically quantized: compare its vectors with fp32 on "
-                "your own texts before choosing it."],
-    )  # fmt: skip
+        head="base" if base else "sequence-classification",
+        library="onnx",
+        description=description,
+        command="neobert export onnx",
+        run=run,
+        license=license,
+        name=name,
+        limits=[
+            "`model_int8.onnx` (where present) is dynamically quantized: compare its vectors with fp32 on "
+            "your own texts before choosing it."
+        ],
+    )
 
 
 def _write_directory(

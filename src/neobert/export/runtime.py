@@ -109,8 +109,12 @@ class OnnxEncoder:
 
     def classify(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """Deprecated: the old name of :meth:`classifier_logits` (it returns logits, not labels)."""
-        warnings.warn("OnnxEncoder.classify is deprecated: use OnnxEncoder.classifier_logits "
-                      "(same arguments, same logits)", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "OnnxEncoder.classify is deprecated: use OnnxEncoder.classifier_logits "
+            "(same arguments, same logits)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self.classifier_logits(texts, batch_size)
 
     def _batched(self, texts: Sequence[str], batch_size: int, output: int) -> np.ndarray:

@@ -39,20 +39,27 @@ def started_from(model: str) -> str:
     return f"the local model directory `{Path(model).name}`"
 
 
-HEAD_TAGS = {"sparse-embedding": ["sparse-encoder", "splade"], "late-interaction": ["ColBERT", "PyLate", "multi-vector"]}
+HEAD_TAGS = {
+    "sparse-embedding": ["sparse-encoder", "splade"],
+    "late-interaction": ["ColBERT", "PyLate", "multi-vector"],
+}
 
 
 def finetune_card(facts: FinetuneFacts) -> CardInfo:
     """The card of a fine-tuned model: its base model, data, settings, run and results."""
-    description = (f"{facts.task[:1].upper()}{facts.task[1:]} model fine-tuned from {started_from(facts.model)} with "
-                   f"`{facts.command}`.")  # fmt: skip
+    description = (
+        f"{facts.task[:1].upper()}{facts.task[1:]} model fine-tuned from {started_from(facts.model)} with "
+        f"`{facts.command}`."
+    )
     results, undefined = [], []
     for (name, kind, split), metrics in facts.results.items():
         for metric, value in metrics.items():
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 undefined.append(f"{metric} on {name} ({split})")
                 continue
-            results.append(Result(pipeline_tag(facts.head), facts.task, name, kind, metric, value, split, facts.command))
+            results.append(
+                Result(pipeline_tag(facts.head), facts.task, name, kind, metric, value, split, facts.command)
+            )
     limits = list(facts.limits)
     if undefined:
         limits.append("Undefined on the validation data (so not reported): " + ", ".join(undefined) + ".")
@@ -60,17 +67,32 @@ def finetune_card(facts: FinetuneFacts) -> CardInfo:
     if facts.labels:
         sections.append(("Labels", ", ".join(f"`{label}`" for label in facts.labels) + "\n"))
     return CardInfo(
-        head=facts.head, description=description, command=facts.command,
-        library="sentence-transformers" if facts.head in ("sentence-embedding", "sparse-embedding", "late-interaction") else "transformers",
-        base_model=hub_model_id(facts.model), data=facts.data, data_stats=facts.data_stats,
-        settings=facts.settings, run=facts.run, results=results, license=facts.license, limits=limits,
-        sections=sections, tags=[facts.command.split()[-1], *HEAD_TAGS.get(facts.head, [])],
-    )  # fmt: skip
+        head=facts.head,
+        description=description,
+        command=facts.command,
+        library="sentence-transformers"
+        if facts.head in ("sentence-embedding", "sparse-embedding", "late-interaction")
+        else "transformers",
+        base_model=hub_model_id(facts.model),
+        data=facts.data,
+        data_stats=facts.data_stats,
+        settings=facts.settings,
+        run=facts.run,
+        results=results,
+        license=facts.license,
+        limits=limits,
+        sections=sections,
+        tags=[facts.command.split()[-1], *HEAD_TAGS.get(facts.head, [])],
+    )
 
 
 def fit_run(fitted: Any, examples: dict[str, int]) -> list[tuple[str, Any]]:
     """The run rows of a :class:`~neobert.finetuning.classification_task.FitResult`."""
-    rows = [("precision run", fitted.precision), ("steps", f"{fitted.steps:,}"),
-            ("best evaluation (the saved model)", f"step {fitted.best.step:,}"),
-            ("stopped early", fitted.stopped_early), ("wall time", wall_time(fitted.seconds))]  # fmt: skip
+    rows = [
+        ("precision run", fitted.precision),
+        ("steps", f"{fitted.steps:,}"),
+        ("best evaluation (the saved model)", f"step {fitted.best.step:,}"),
+        ("stopped early", fitted.stopped_early),
+        ("wall time", wall_time(fitted.seconds)),
+    ]
     return rows + [(f"{split} examples", f"{n:,}") for split, n in examples.items()]

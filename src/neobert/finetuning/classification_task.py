@@ -138,7 +138,9 @@ def evaluate(
     results, predictions, losses = {}, {}, []
     for name, data in splits.items():
         if spec.evaluate_split is not None:
-            results[name], preds, loss = spec.evaluate_split(model, data, settings.eval_batch_size, pad_token_id)
+            results[name], preds, loss = spec.evaluate_split(
+                model, data, settings.eval_batch_size, pad_token_id
+            )
         else:
             preds, loss = predict(model, data, spec.regression, settings.eval_batch_size, pad_token_id)
             results[name] = compute_metrics(spec.metrics, preds, np.asarray(data.labels))
@@ -171,7 +173,12 @@ class BestKeeper:
     and counts the evaluations since it, for early stopping. Its state is part of a resumable checkpoint."""
 
     def __init__(
-        self, model: torch.nn.Module, tokenizer: Any, checkpoint: Path, patience: int | None, write: bool = True
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        checkpoint: Path,
+        patience: int | None,
+        write: bool = True,
     ):
         self.model, self.tokenizer, self.checkpoint, self.patience = model, tokenizer, checkpoint, patience
         self.write = write
@@ -243,8 +250,16 @@ class ClassificationTask:
     Another task over the same data order (token classification) overrides ``collate``, ``count`` and ``loss``
     and is handed to :func:`fit` as ``task_class``."""
 
-    def __init__(self, engine: Engine, train: EncodedDataset, splits, spec: EvalSpec, settings, pad: int,
-                 keeper: BestKeeper):  # fmt: skip
+    def __init__(
+        self,
+        engine: Engine,
+        train: EncodedDataset,
+        splits,
+        spec: EvalSpec,
+        settings,
+        pad: int,
+        keeper: BestKeeper,
+    ):
         self.engine, self.train, self.splits, self.spec = engine, train, splits, spec
         self.settings, self.pad, self.keeper = settings, pad, keeper
         self.per_epoch = steps_per_epoch(len(train), settings.batch_size, engine.world)
@@ -274,8 +289,9 @@ class ClassificationTask:
         if step % self.eval_every and not final:
             return {}, False
         model = self.engine.unwrapped()
-        current = evaluate(model, self.splits, self.spec, self.settings, self.pad, step,
-                           step / self.per_epoch)  # fmt: skip
+        current = evaluate(
+            model, self.splits, self.spec, self.settings, self.pad, step, step / self.per_epoch
+        )
         stop = self.keeper.update(current)
         return _evaluation_metrics(current), stop
 
@@ -316,22 +332,7 @@ def fit(
     start = time.perf_counter()
     torch.manual_seed(settings.seed)  # dropout masks
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    engine = Engine(
-        EngineSettings(
-            max_steps=1,  # set below, once the number of processes is known
-            output=state_dir,
-            log_dir=log_dir,
-            tensorboard_dir=log_dir,
-            precision=precision,
-            probe_shape=model_widths(model),  # precision "auto" is measured at the model's widths
-            device=device,
-            clip_grad_norm=settings.clip_grad_norm,
-            log_every=LOG_EVERY,
-            keep_last=1,
-            progress_bar=show_progress,
-            description=description,
-        )
-    )
+    engine = _engine(model, state_dir, log_dir, precision, device, settings, show_progress, description)
     keeper = BestKeeper(model, tokenizer, Path(checkpoint), settings.patience, write=engine.is_main)
     task = task_class(engine, train, splits, spec, settings, pad, keeper)
     engine.settings.max_steps = task.total
@@ -348,8 +349,44 @@ def fit(
         _remove_resume_state(Path(state_dir))
     model.eval()
     seconds = time.perf_counter() - start
-    return FitResult(keeper.best, keeper.history, engine.state.step, engine.state.stopped, Path(checkpoint),
-                     seconds, engine.precision)  # fmt: skip
+    return FitResult(
+        keeper.best,
+        keeper.history,
+        engine.state.step,
+        engine.state.stopped,
+        Path(checkpoint),
+        seconds,
+        engine.precision,
+    )
+
+
+def _engine(
+    model: torch.nn.Module,
+    state_dir: str | Path | None,
+    log_dir: str | Path | None,
+    precision: str,
+    device: str | None,
+    settings: TrainSettings,
+    show_progress: bool,
+    description: str,
+) -> Engine:
+    """The training engine of one fine-tuning run (its step count is set once the task knows it)."""
+    return Engine(
+        EngineSettings(
+            max_steps=1,  # set below, once the number of processes is known
+            output=state_dir,
+            log_dir=log_dir,
+            tensorboard_dir=log_dir,
+            precision=precision,
+            probe_shape=model_widths(model),  # precision "auto" is measured at the model's widths
+            device=device,
+            clip_grad_norm=settings.clip_grad_norm,
+            log_every=LOG_EVERY,
+            keep_last=1,
+            progress_bar=show_progress,
+            description=description,
+        )
+    )
 
 
 def _remove_resume_state(state_dir: Path) -> None:

@@ -50,8 +50,10 @@ class ClassifyResult:
     def summary(self) -> str:
         """The best scores (x100) and the files written, for a person."""
         scores = ", ".join(f"{self.metric_prefix}{name} {fmt(v, 100, 1)}" for name, v in self.metrics.items())
-        return (f"best step {self.best_step} of {self.steps}: {scores}\nwrote {self.metrics_file}, "
-                f"{self.predictions_file} and the model in {self.model_dir}")  # fmt: skip
+        return (
+            f"best step {self.best_step} of {self.steps}: {scores}\nwrote {self.metrics_file}, "
+            f"{self.predictions_file} and the model in {self.model_dir}"
+        )
 
 
 def selection_score(results: dict[str, MetricResult]) -> float:
@@ -141,8 +143,14 @@ def run_classify(config: ClassifyConfig | dict[str, Any]) -> ClassifyResult:
     )
 
 
-def _fit(config: ClassifyConfig, model: Any, tokenizer: Any, train: EncodedDataset, validation: EncodedDataset,
-         regression: bool) -> Any:  # fmt: skip
+def _fit(
+    config: ClassifyConfig,
+    model: Any,
+    tokenizer: Any,
+    train: EncodedDataset,
+    validation: EncodedDataset,
+    regression: bool,
+) -> Any:
     """The fine-tuning run: the best step's model into OUTPUT/model, resumable state in OUTPUT, selected on
     the validation file by :func:`selection_score`."""
     output = Path(config.output)
@@ -173,14 +181,22 @@ def _card(config: ClassifyConfig, fitted, label_map, num_train: int, num_validat
     if config.text_pair_column:
         task = task.replace("text ", "text-pair ")
     facts = FinetuneFacts(
-        head="sequence-classification", command="neobert finetune classify", task=task, model=config.model,
-        settings=config.to_dict(), data=[DataSource.from_spec(config.train), DataSource.from_spec(config.validation)],
+        head="sequence-classification",
+        command="neobert finetune classify",
+        task=task,
+        model=config.model,
+        settings=config.to_dict(),
+        data=[DataSource.from_spec(config.train), DataSource.from_spec(config.validation)],
         data_stats=[("training examples", num_train), ("validation examples", num_validation)],
-        run=fit_run(fitted, {}), results={(name, name, "validation"): best.values},
-        labels=label_map.names if label_map else None, license=config.license,
-        limits=[f"Inputs are truncated at {config.max_length} tokens (or the model's limit).",
-                "Selected on the validation file above: its scores are optimistic for unseen data."],
-    )  # fmt: skip
+        run=fit_run(fitted, {}),
+        results={(name, name, "validation"): best.values},
+        labels=label_map.names if label_map else None,
+        license=config.license,
+        limits=[
+            f"Inputs are truncated at {config.max_length} tokens (or the model's limit).",
+            "Selected on the validation file above: its scores are optimistic for unseen data.",
+        ],
+    )
     return finetune_card(facts)
 
 

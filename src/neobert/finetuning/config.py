@@ -29,7 +29,9 @@ class TrainSettings:
     weight_decay: float = 0.01  # AdamW weight decay
     warmup_ratio: float = 0.1  # linear warmup over this fraction of the steps, then linear decay to 0
     eval_every: int | None = None  # optimizer steps between evaluations; None: once per epoch
-    patience: int | None = 3  # evaluations without improvement before stopping; None (CLI: 0): never stop early
+    patience: int | None = (
+        3  # evaluations without improvement before stopping; None (CLI: 0): never stop early
+    )
     max_length: int = 512  # tokens per example (pair) after truncation; capped by the model's limit
     eval_batch_size: int = 64  # examples per evaluation forward
     clip_grad_norm: float | None = 1.0  # gradient-norm clipping; None: off
@@ -172,7 +174,9 @@ class ClassifyConfig(TrainSettings, ModelSource):
         TrainSettings.__post_init__(self)
         ModelSource.__post_init__(self)
         if self.pooling is not None and self.pooling not in CLASSIFIER_POOLINGS:
-            raise FinetuneConfigError(f"pooling must be one of {', '.join(CLASSIFIER_POOLINGS)}; got {self.pooling!r}")
+            raise FinetuneConfigError(
+                f"pooling must be one of {', '.join(CLASSIFIER_POOLINGS)}; got {self.pooling!r}"
+            )
         if self.task_type not in TASK_TYPES:
             raise FinetuneConfigError(
                 f"task_type must be one of {', '.join(TASK_TYPES)}; got {self.task_type!r}"

@@ -169,7 +169,10 @@ def gather_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 def contrastive_loss_sum(
-    queries: torch.Tensor, positives: torch.Tensor, negatives: torch.Tensor, temperature: float = 0.07,
+    queries: torch.Tensor,
+    positives: torch.Tensor,
+    negatives: torch.Tensor,
+    temperature: float = 0.07,
     cosine: bool = True,
 ) -> torch.Tensor:
     """Summed InfoNCE of this process's queries against every positive and hard negative of every process.
@@ -207,17 +210,21 @@ def step_loss(encoder: Encoder, texts: list[str], n_queries: int, config: Contra
     if not config.matryoshka_dims:
         return contrastive_loss_sum(q, p, n, config.temperature)
     # Matryoshka (Kusupati et al. 2022): the same loss on the first d dimensions, for each d, summed
-    return sum(contrastive_loss_sum(q[:, :d], p[:, :d], n[:, :d], config.temperature) for d in config.matryoshka_dims)
+    return sum(
+        contrastive_loss_sum(q[:, :d], p[:, :d], n[:, :d], config.temperature) for d in config.matryoshka_dims
+    )
 
 
 class ContrastiveTask:
     """One batch of one data set per step, for the training core; its state is the sampler's position."""
 
-    def __init__(self, encoder: Encoder, datasets: list[ContrastiveDataset], config: ContrastiveConfig,
-                 engine: Engine):  # fmt: skip
+    def __init__(
+        self, encoder: Encoder, datasets: list[ContrastiveDataset], config: ContrastiveConfig, engine: Engine
+    ):
         self.encoder, self.datasets, self.config, self.engine = encoder, datasets, config, engine
-        self.sampler = BatchSampler(datasets, config.batch_size, config.alpha, config.seed, engine.rank,
-                                    engine.world)  # fmt: skip
+        self.sampler = BatchSampler(
+            datasets, config.batch_size, config.alpha, config.seed, engine.rank, engine.world
+        )
         self.dataset_steps = {d.name: 0 for d in datasets}
 
     def batches(self, step: int) -> list[tuple[list[str], int]]:
@@ -259,15 +266,31 @@ def run(
     if engine.is_main:
         save_embedding_model(encoder, config.output, config.matryoshka_dims)
         _write_log(Path(config.output), config, trained.datasets, trained.losses, task.dataset_steps)
-        limits = ["Mean pooling, vectors not normalized: compare them with cosine similarity.",
-                  "No evaluation ran with the training: `neobert eval embeddings|mteb --model DIR --update-card` "
-                  "adds results to this card."]  # fmt: skip
-        card = run_card(config, trained, task.dataset_steps, engine, head="sentence-embedding",
-                        command="neobert finetune contrastive", task="sentence embedding", loss="InfoNCE", limits=limits)  # fmt: skip
+        limits = [
+            "Mean pooling, vectors not normalized: compare them with cosine similarity.",
+            "No evaluation ran with the training: `neobert eval embeddings|mteb --model DIR --update-card` "
+            "adds results to this card.",
+        ]
+        card = run_card(
+            config,
+            trained,
+            task.dataset_steps,
+            engine,
+            head="sentence-embedding",
+            command="neobert finetune contrastive",
+            task="sentence embedding",
+            loss="InfoNCE",
+            limits=limits,
+        )
         write_card(config.output, card)
     engine.accelerator.wait_for_everyone()
-    return ContrastiveResult(Path(config.output), engine.state.step, trained.losses, task.dataset_steps,
-                             time.perf_counter() - trained.start)  # fmt: skip
+    return ContrastiveResult(
+        Path(config.output),
+        engine.state.step,
+        trained.losses,
+        task.dataset_steps,
+        time.perf_counter() - trained.start,
+    )
 
 
 @dataclass
@@ -280,7 +303,9 @@ class Trained:
     datasets: list[ContrastiveDataset]
     losses: list[float]  # mean loss of each logging window (main process only)
     start: float  # time.perf_counter() at the start
-    module: torch.nn.Module | None = None  # what was trained (the encoder, or the task's own module around it)
+    module: torch.nn.Module | None = (
+        None  # what was trained (the encoder, or the task's own module around it)
+    )
 
 
 def train(
@@ -307,8 +332,12 @@ def train(
         raise FinetuneConfigError(
             f"matryoshka_dims {too_wide} exceed the model's {encoder.hidden_size} dimensions ({config.model})"
         )
-    trained_module = module(encoder) if module is not None else encoder.base if head == "base" else encoder.model
-    engine = Engine(_engine_settings(config, model_widths(encoder.base), "contrastive" if head == "base" else "sparse"))
+    trained_module = (
+        module(encoder) if module is not None else encoder.base if head == "base" else encoder.model
+    )
+    engine = Engine(
+        _engine_settings(config, model_widths(encoder.base), "contrastive" if head == "base" else "sparse")
+    )
     task = make_task(encoder, datasets, config, engine)
 
     def optimizer(model: torch.nn.Module, fused: bool) -> torch.optim.Optimizer:
@@ -317,13 +346,19 @@ def train(
 
     warmup = min(config.warmup_steps, config.steps - 1)
     if warmup < config.warmup_steps:
-        engine.print(f"warning: {config.warmup_steps} warmup steps do not fit in {config.steps}; using {warmup}")
+        engine.print(
+            f"warning: {config.warmup_steps} warmup steps do not fit in {config.steps}; using {warmup}"
+        )
 
     def scheduler(optimizer: torch.optim.Optimizer) -> Any:  # linear warmup, then linear decay to 0
         return make_scheduler(
-            optimizer, warmup_steps=warmup, total_steps=config.steps, kind="linear", final_ratio=0.0,
+            optimizer,
+            warmup_steps=warmup,
+            total_steps=config.steps,
+            kind="linear",
+            final_ratio=0.0,
             decay_fraction=1.0,
-        )  # fmt: skip
+        )
 
     engine.prepare(trained_module, optimizer, scheduler)
     fingerprint = {k: v for k, v in asdict(config).items() if k not in _RUN_CONTROLS}
@@ -358,22 +393,46 @@ def _engine_settings(config: ContrastiveConfig, widths: tuple[int, int], descrip
     )
 
 
-def run_card(config: ContrastiveConfig, trained: Any, dataset_steps: dict[str, int], engine: Engine, *, head: str,
-             command: str, task: str, loss: str, limits: list[str]) -> CardInfo:  # fmt: skip
+def run_card(
+    config: ContrastiveConfig,
+    trained: Any,
+    dataset_steps: dict[str, int],
+    engine: Engine,
+    *,
+    head: str,
+    command: str,
+    task: str,
+    loss: str,
+    limits: list[str],
+) -> CardInfo:
     """The card of a model :func:`train` trained (contrastive or sparse): its data sets, settings and run (no
     evaluation ran: see eval)."""
     seconds = time.perf_counter() - trained.start
     losses = trained.losses
-    run = [("precision run", engine.precision), ("steps", f"{engine.state.step:,}"), ("wall time", wall_time(seconds)),
-           (f"last logged training loss ({loss})", fmt(losses[-1] if losses else None, digits=4)),
-           *((f"steps drawn from {name}", f"{n:,}") for name, n in dataset_steps.items())]  # fmt: skip
+    run = [
+        ("precision run", engine.precision),
+        ("steps", f"{engine.state.step:,}"),
+        ("wall time", wall_time(seconds)),
+        (f"last logged training loss ({loss})", fmt(losses[-1] if losses else None, digits=4)),
+        *((f"steps drawn from {name}", f"{n:,}") for name, n in dataset_steps.items()),
+    ]
     data = []
     for d in trained.datasets:
         source = DataSource.from_spec(d.source)
         source.note = f"{d.name}: {len(d):,} examples" + (f"; {source.note}" if source.note else "")
         data.append(source)
-    facts = FinetuneFacts(head=head, command=command, task=task, model=config.model, settings=asdict(config),
-                          data=data, data_stats=[], run=run, license=config.license, limits=limits)  # fmt: skip
+    facts = FinetuneFacts(
+        head=head,
+        command=command,
+        task=task,
+        model=config.model,
+        settings=asdict(config),
+        data=data,
+        data_stats=[],
+        run=run,
+        license=config.license,
+        limits=limits,
+    )
     return finetune_card(facts)
 
 
@@ -401,7 +460,9 @@ def _write_log(
     write_json(output / "contrastive_training.json", info, indent=2)
 
 
-def save_embedding_model(encoder: Encoder, output: str | os.PathLike, matryoshka_dims: list[int] = ()) -> Path:
+def save_embedding_model(
+    encoder: Encoder, output: str | os.PathLike, matryoshka_dims: list[int] = ()
+) -> Path:
     """One directory that is both a sentence-transformers model (mean pooling, no normalization) and a
     transformers model: ``SentenceTransformer(output)`` (after ``import neobert`` for NeoBERT) and
     ``AutoModel.from_pretrained(output)`` both load it. ``matryoshka_dims``, the widths the model was trained
@@ -416,7 +477,9 @@ def save_embedding_model(encoder: Encoder, output: str | os.PathLike, matryoshka
     if matryoshka_dims:
         settings_file = output / "config_sentence_transformers.json"
         settings = json.loads(settings_file.read_text(encoding="utf-8")) if settings_file.is_file() else {}
-        write_json(settings_file, {**settings, MATRYOSHKA_KEY: sorted(matryoshka_dims, reverse=True)}, indent=2)
+        write_json(
+            settings_file, {**settings, MATRYOSHKA_KEY: sorted(matryoshka_dims, reverse=True)}, indent=2
+        )
     return output
 
 

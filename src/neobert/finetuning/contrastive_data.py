@@ -28,7 +28,9 @@ class Example:
     query: str
     positive: str
     negatives: tuple[str, ...] = ()
-    scores: tuple[float, ...] = ()  # a teacher's scores of (positive, *negatives), for distillation; () if none
+    scores: tuple[
+        float, ...
+    ] = ()  # a teacher's scores of (positive, *negatives), for distillation; () if none
 
 
 @dataclass
@@ -63,9 +65,15 @@ def _scores(row: dict, negatives: int, where: str) -> tuple[float, ...]:
     value = row.get("scores")
     if value is None:
         return ()
-    if not isinstance(value, list) or not all(isinstance(v, (int, float)) for v in value) or len(value) != 1 + negatives:
-        raise ValueError(f"{where}: 'scores' must be a list of {1 + negatives} numbers (the positive's, then "
-                         "each negative's)")  # fmt: skip
+    if (
+        not isinstance(value, list)
+        or not all(isinstance(v, (int, float)) for v in value)
+        or len(value) != 1 + negatives
+    ):
+        raise ValueError(
+            f"{where}: 'scores' must be a list of {1 + negatives} numbers (the positive's, then "
+            "each negative's)"
+        )
     return tuple(float(v) for v in value)
 
 
@@ -81,7 +89,9 @@ def read_jsonl_examples(path: str | os.PathLike) -> list[Example]:
                 f"available: {', '.join(sorted(row)) or 'none'}"
             )
         negatives = _negatives(row, where)
-        examples.append(Example(row["query"], row["positive"], negatives, _scores(row, len(negatives), where)))
+        examples.append(
+            Example(row["query"], row["positive"], negatives, _scores(row, len(negatives), where))
+        )
     if not examples:
         raise ValueError(f"contrastive data file {path} is empty: expected JSONL with query and positive")
     return examples

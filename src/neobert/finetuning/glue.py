@@ -53,7 +53,9 @@ def run_glue(config: GlueConfig | dict[str, Any]) -> GlueResults:
     report = write_glue_report(config, results, output) if is_main_process() else None
     if config.update_card and is_main_process():
         if not (Path(config.model) / "config.json").is_file():
-            raise ValueError(f"--update-card: {config.model} is not a local model directory, so it has no card")
+            raise ValueError(
+                f"--update-card: {config.model} is not a local model directory, so it has no card"
+            )
         update_card(config.model, [r for t in results.values() for r in _results(config, t.task, t.metrics)])
     wait_for_everyone()
     return report or GlueResults(
@@ -97,7 +99,9 @@ def _run_task(
             cache[max_length] = _encode(config, task, tokenizer, max_length)
         train, splits = cache[max_length]
         start = time.perf_counter()
-        fitted = _fit_point(config, task, model, tokenizer, (train, splits), spec, settings, task_dir, run_label(point))
+        fitted = _fit_point(
+            config, task, model, tokenizer, (train, splits), spec, settings, task_dir, run_label(point)
+        )
         rows.append(SweepRow.from_fit(point, fitted, time.perf_counter() - start))
         precision = fitted.precision
         if is_main_process():
@@ -109,13 +113,30 @@ def _run_task(
     if is_main_process():
         write_card(task_dir / "best", _card(config, task, source, chosen, rows, precision, train, splits))
     wait_for_everyone()
-    return GlueTaskResult(task, chosen.score, chosen.metrics, chosen.notes, chosen.point, chosen.best_step,
-                          task_dir / "best", source, rows)  # fmt: skip
+    return GlueTaskResult(
+        task,
+        chosen.score,
+        chosen.metrics,
+        chosen.notes,
+        chosen.point,
+        chosen.best_step,
+        task_dir / "best",
+        source,
+        rows,
+    )
 
 
-def _fit_point(config: GlueConfig, task: GlueTask, model: Any, tokenizer: Any,
-               data: tuple[EncodedDataset, dict[str, EncodedDataset]], spec: EvalSpec, settings: TrainSettings,
-               task_dir: Path, label: str) -> Any:  # fmt: skip
+def _fit_point(
+    config: GlueConfig,
+    task: GlueTask,
+    model: Any,
+    tokenizer: Any,
+    data: tuple[EncodedDataset, dict[str, EncodedDataset]],
+    spec: EvalSpec,
+    settings: TrainSettings,
+    task_dir: Path,
+    label: str,
+) -> Any:
     """One grid point's fine-tuning into ``task_dir/.candidate-LABEL`` (the result's ``checkpoint``), its
     resumable state and TensorBoard log under the same label, so the points of a sweep never share a
     directory."""
@@ -138,36 +159,73 @@ def _fit_point(config: GlueConfig, task: GlueTask, model: Any, tokenizer: Any,
     )
 
 
-def _card(config: GlueConfig, task: GlueTask, source: str, chosen: SweepRow, rows: list[SweepRow],
-          precision: str, train: EncodedDataset, splits: dict[str, EncodedDataset]) -> CardInfo:  # fmt: skip
+def _card(
+    config: GlueConfig,
+    task: GlueTask,
+    source: str,
+    chosen: SweepRow,
+    rows: list[SweepRow],
+    precision: str,
+    train: EncodedDataset,
+    splits: dict[str, EncodedDataset],
+) -> CardInfo:
     """The card of OUTPUT/<task>/best: the sweep's chosen run, its numbers as in OUTPUT/<task>/sweep.json."""
     hub = config.data_dir is None
     splits_read = ("train", *task.validation_splits)
-    data = [DataSource(f"hf:{HUB_DATASET}:{task.name}", hub_id=HUB_DATASET)] if hub else [
-        DataSource.from_spec(local_file(task, Path(config.data_dir), split)) for split in splits_read]  # fmt: skip
+    data = (
+        [DataSource(f"hf:{HUB_DATASET}:{task.name}", hub_id=HUB_DATASET)]
+        if hub
+        else [DataSource.from_spec(local_file(task, Path(config.data_dir), split)) for split in splits_read]
+    )
     kind = HUB_DATASET if hub else task.name
-    run = [("precision run", precision), ("runs in the sweep", len(rows)), ("chosen run's steps", f"{chosen.steps:,}"),
-           ("best evaluation (the saved model)", f"step {chosen.best_step:,}"), ("stopped early", chosen.stopped_early),
-           ("wall time of the chosen run", wall_time(chosen.seconds))]  # fmt: skip
+    run = [
+        ("precision run", precision),
+        ("runs in the sweep", len(rows)),
+        ("chosen run's steps", f"{chosen.steps:,}"),
+        ("best evaluation (the saved model)", f"step {chosen.best_step:,}"),
+        ("stopped early", chosen.stopped_early),
+        ("wall time of the chosen run", wall_time(chosen.seconds)),
+    ]
     settings = {**config.to_dict(), "chosen grid point": chosen.point or "(no grid)"}
     facts = FinetuneFacts(
-        head="sequence-classification", command="neobert finetune glue", task=f"GLUE {task.title}", model=source,
-        settings=settings, data=data,
-        data_stats=[("training examples", len(train)), *((f"{s} examples", len(d)) for s, d in splits.items())],
-        run=run, results={(f"GLUE {task.title}", kind, split): m for split, m in chosen.metrics.items()},
-        labels=list(task.label_names) or None, license=config.license,
+        head="sequence-classification",
+        command="neobert finetune glue",
+        task=f"GLUE {task.title}",
+        model=source,
+        settings=settings,
+        data=data,
+        data_stats=[
+            ("training examples", len(train)),
+            *((f"{s} examples", len(d)) for s, d in splits.items()),
+        ],
+        run=run,
+        results={(f"GLUE {task.title}", kind, split): m for split, m in chosen.metrics.items()},
+        labels=list(task.label_names) or None,
+        license=config.license,
         limits=["Scores are on GLUE's validation (dev) split, which also selected the run and the step."],
-    )  # fmt: skip
+    )
     return finetune_card(facts)
 
 
 def _results(config: GlueConfig, task: GlueTask, metrics: dict[str, dict[str, float]]) -> list[Result]:
     """A task's dev scores (split -> metric -> value, as results.json) as entries of the base model's card."""
     kind = HUB_DATASET if config.data_dir is None else task.name
-    return [Result("text-classification", f"GLUE {task.title}", f"GLUE {task.title}", kind, metric, value, split,
-                   "neobert finetune glue", config=task.name)
-            for split, values in metrics.items() for metric, value in values.items()
-            if not math.isnan(value)]
+    return [
+        Result(
+            "text-classification",
+            f"GLUE {task.title}",
+            f"GLUE {task.title}",
+            kind,
+            metric,
+            value,
+            split,
+            "neobert finetune glue",
+            config=task.name,
+        )
+        for split, values in metrics.items()
+        for metric, value in values.items()
+        if not math.isnan(value)
+    ]
 
 
 def _keep_if_best(rows: list[SweepRow], candidate: Path, best_dir: Path) -> None:

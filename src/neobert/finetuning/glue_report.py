@@ -65,7 +65,9 @@ def _metrics_cell(task: GlueTask, metrics: dict[str, dict[str, float]]) -> str:
 
 
 def _point_cell(point: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items()) or MISSING
+    return (
+        ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items()) or MISSING
+    )
 
 
 def write_sweep_report(task: GlueTask, rows: list[SweepRow], task_dir: Path) -> None:

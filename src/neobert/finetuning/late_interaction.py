@@ -80,8 +80,13 @@ class LateInteractionConfig(ContrastiveConfig):
         """The settings of the saved model; ``max_length`` capped at the encoder's ``window``."""
         skip = LateInteractionSpec().skiplist_words if self.skip_punctuation else []
         length = min(self.max_length, window) if window else self.max_length
-        return LateInteractionSpec(dim=self.dim, query_length=self.query_length, document_length=length,
-                                   skiplist_words=skip, attend_to_expansion_tokens=self.attend_to_expansion_tokens)  # fmt: skip
+        return LateInteractionSpec(
+            dim=self.dim,
+            query_length=self.query_length,
+            document_length=length,
+            skiplist_words=skip,
+            attend_to_expansion_tokens=self.attend_to_expansion_tokens,
+        )
 
 
 LateInteractionResult = ContrastiveResult  # what every contrastive.train run gives back
@@ -94,7 +99,9 @@ def padded_maxsim(queries: torch.Tensor, documents: torch.Tensor, valid: torch.T
     return sims.amax(dim=-1).sum(dim=-1)
 
 
-def _gathered(vectors: torch.Tensor, mask: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+def _gathered(
+    vectors: torch.Tensor, mask: torch.Tensor, width: int
+) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Every process's documents (padded to ``width`` tokens under several processes) and where ours start."""
     if _distributed():
         vectors = F.pad(vectors, (0, 0, 0, width - vectors.shape[1]))
@@ -103,7 +110,9 @@ def _gathered(vectors: torch.Tensor, mask: torch.Tensor, width: int) -> tuple[to
     return all_vectors, gather_rows(mask.float())[0] > 0, offset
 
 
-def distillation_kl(scores: torch.Tensor, columns: list[list[int]], teacher: list[list[float]]) -> torch.Tensor:
+def distillation_kl(
+    scores: torch.Tensor, columns: list[list[int]], teacher: list[list[float]]
+) -> torch.Tensor:
     """Summed over queries with teacher scores: KL(softmax(teacher) || softmax(student)) over each query's own
     candidates (``columns[i]``: its positive's and its negatives' columns of ``scores``), as PyLate's
     ``Distillation`` (a KL divergence between the two distributions over a query's candidates)."""
@@ -117,9 +126,16 @@ def distillation_kl(scores: torch.Tensor, columns: list[list[int]], teacher: lis
     return total
 
 
-def late_step_loss(model: torch.nn.Module, tokenizer: Any, texts: list[str], n_queries: int,
-                   spec: LateInteractionSpec, temperature: float, teacher: list[list[float]] | None = None,
-                   distillation: float = 0.0) -> LossTerms:  # fmt: skip
+def late_step_loss(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    texts: list[str],
+    n_queries: int,
+    spec: LateInteractionSpec,
+    temperature: float,
+    teacher: list[list[float]] | None = None,
+    distillation: float = 0.0,
+) -> LossTerms:
     """Summed InfoNCE on MaxSim of this process's queries against every process's positives and negatives,
     plus ``distillation`` x the KL to the ``teacher``'s scores of each query's own candidates."""
     device = next(model.parameters()).device
@@ -131,9 +147,15 @@ def late_step_loss(model: torch.nn.Module, tokenizer: Any, texts: list[str], n_q
     positives, p_mask, offset = _gathered(d[:n_queries], d_mask[:n_queries], spec.document_length)
     negatives, n_mask, n_offset = _gathered(d[n_queries:], d_mask[n_queries:], spec.document_length)
     width = max(positives.shape[1], negatives.shape[1] if negatives.shape[0] else 0)
-    candidates = torch.cat([F.pad(positives, (0, 0, 0, width - positives.shape[1])),
-                            F.pad(negatives, (0, 0, 0, width - negatives.shape[1]))])  # fmt: skip
-    valid = torch.cat([F.pad(p_mask, (0, width - p_mask.shape[1])), F.pad(n_mask, (0, width - n_mask.shape[1]))])
+    candidates = torch.cat(
+        [
+            F.pad(positives, (0, 0, 0, width - positives.shape[1])),
+            F.pad(negatives, (0, 0, 0, width - negatives.shape[1])),
+        ]
+    )
+    valid = torch.cat(
+        [F.pad(p_mask, (0, width - p_mask.shape[1])), F.pad(n_mask, (0, width - n_mask.shape[1]))]
+    )
     scores = padded_maxsim(q, candidates, valid) / temperature  # (B, N)
     targets = offset + torch.arange(n_queries, device=device)
     loss = F.cross_entropy(scores, targets, reduction="sum")
@@ -146,7 +168,9 @@ def late_step_loss(model: torch.nn.Module, tokenizer: Any, texts: list[str], n_q
         loss = loss + distillation * distillation_kl(scores, columns, teacher)
     with torch.no_grad():
         correct = (scores.argmax(dim=1) == targets).sum().float()
-    return LossTerms(loss, {"accuracy": correct}, tokens=int(q_in["attention_mask"].sum() + d_in["attention_mask"].sum()))
+    return LossTerms(
+        loss, {"accuracy": correct}, tokens=int(q_in["attention_mask"].sum() + d_in["attention_mask"].sum())
+    )
 
 
 class LateInteractionTask(ContrastiveTask):
@@ -164,12 +188,21 @@ class LateInteractionTask(ContrastiveTask):
 
     def loss(self, model: torch.nn.Module, batch: tuple[list[str], int, list[list[float]]]) -> LossTerms:
         texts, n_queries, teacher = batch
-        return late_step_loss(model, self.encoder.tokenizer, texts, n_queries, self.spec, self.config.temperature,
-                              teacher, self.config.distillation)  # fmt: skip
+        return late_step_loss(
+            model,
+            self.encoder.tokenizer,
+            texts,
+            n_queries,
+            self.spec,
+            self.config.temperature,
+            teacher,
+            self.config.distillation,
+        )
 
 
-def run(config: LateInteractionConfig,
-        on_step_end: Callable[[int, dict[str, float]], None] | None = None) -> LateInteractionResult:  # fmt: skip
+def run(
+    config: LateInteractionConfig, on_step_end: Callable[[int, dict[str, float]], None] | None = None
+) -> LateInteractionResult:
     """Train ``config.model`` with a token projection as a late-interaction model; save it to ``config.output``."""
     built: dict[str, Any] = {}
 
@@ -189,18 +222,35 @@ def run(config: LateInteractionConfig,
     output = Path(config.output)
     if engine.is_main:
         save_late_interaction(trained.module, trained.encoder.tokenizer, spec, output)
-        write_json(output / "late_interaction_training.json", {
-            "config": asdict(config), "spec": asdict(spec), "dataset_steps": task.dataset_steps,
-            "losses": trained.losses, "datasets": dataset_sizes(trained.datasets),
-        })  # fmt: skip
-        limits = [f"One {spec.dim}-dimensional unit vector per token; score a query against a document with MaxSim "
-                  f"(queries are {spec.query_length} tokens, documents at most {spec.document_length}).",
-                  "No evaluation ran with the training: `neobert eval embeddings --model DIR --retrieval ...` scores "
-                  "it by MaxSim."]  # fmt: skip
-        card = run_card(config, trained, task.dataset_steps, engine, head="late-interaction",
-                        command="neobert finetune late-interaction", task="late-interaction retrieval (ColBERT)",
-                        loss="InfoNCE on MaxSim", limits=limits)  # fmt: skip
+        write_json(
+            output / "late_interaction_training.json",
+            {
+                "config": asdict(config),
+                "spec": asdict(spec),
+                "dataset_steps": task.dataset_steps,
+                "losses": trained.losses,
+                "datasets": dataset_sizes(trained.datasets),
+            },
+        )
+        limits = [
+            f"One {spec.dim}-dimensional unit vector per token; score a query against a document with MaxSim "
+            f"(queries are {spec.query_length} tokens, documents at most {spec.document_length}).",
+            "No evaluation ran with the training: `neobert eval embeddings --model DIR --retrieval ...` scores "
+            "it by MaxSim.",
+        ]
+        card = run_card(
+            config,
+            trained,
+            task.dataset_steps,
+            engine,
+            head="late-interaction",
+            command="neobert finetune late-interaction",
+            task="late-interaction retrieval (ColBERT)",
+            loss="InfoNCE on MaxSim",
+            limits=limits,
+        )
         write_card(output, card)
     engine.accelerator.wait_for_everyone()
-    return LateInteractionResult(output, engine.state.step, trained.losses, task.dataset_steps,
-                                 time.perf_counter() - trained.start)  # fmt: skip
+    return LateInteractionResult(
+        output, engine.state.step, trained.losses, task.dataset_steps, time.perf_counter() - trained.start
+    )

@@ -87,8 +87,14 @@ def regularizer_weight(weight: float, step: int, steps: int, warmup: float) -> f
     return weight * min(1.0, step / warmup_steps) ** 2
 
 
-def sparse_step_loss(model: torch.nn.Module, encoder: Encoder, texts: list[str], n_queries: int,
-                     config: SparseConfig, step: int) -> LossTerms:  # fmt: skip
+def sparse_step_loss(
+    model: torch.nn.Module,
+    encoder: Encoder,
+    texts: list[str],
+    n_queries: int,
+    config: SparseConfig,
+    step: int,
+) -> LossTerms:
     """Summed loss of this process's queries: contrastive on dot products plus ``n_queries`` x the weighted
     FLOPS terms of the global batch (the engine divides the sum over processes by the global query count,
     which leaves the global FLOPS once); sums of non-zeros and FLOPS to log."""
@@ -98,13 +104,19 @@ def sparse_step_loss(model: torch.nn.Module, encoder: Encoder, texts: list[str],
     # FLOPS of the global batch: under several processes, every process's rows (the gather is differentiable)
     all_q, all_documents = gather_rows(q)[0], torch.cat([gather_rows(p)[0], gather_rows(n)[0]])
     w_query = regularizer_weight(config.query_regularizer, step, config.steps, config.regularizer_warmup)
-    w_document = regularizer_weight(config.document_regularizer, step, config.steps, config.regularizer_warmup)
+    w_document = regularizer_weight(
+        config.document_regularizer, step, config.steps, config.regularizer_warmup
+    )
     flops_q, flops_d = flops(all_q), flops(all_documents)
     loss = contrastive_loss_sum(q, p, n, config.temperature, cosine=False)
     loss = loss + n_queries * (w_query * flops_q + w_document * flops_d)
     with torch.no_grad():
-        sums = {"nonzeros_query": (q > 0).sum().float(), "nonzeros_positive": (p > 0).sum().float(),
-                "flops_query": flops_q.detach() * n_queries, "flops_document": flops_d.detach() * n_queries}  # fmt: skip
+        sums = {
+            "nonzeros_query": (q > 0).sum().float(),
+            "nonzeros_positive": (p > 0).sum().float(),
+            "flops_query": flops_q.detach() * n_queries,
+            "flops_document": flops_d.detach() * n_queries,
+        }
     return LossTerms(loss, sums)
 
 
@@ -122,7 +134,9 @@ class SparseTask(ContrastiveTask):
         return sparse_step_loss(model, self.encoder, texts, n_queries, self.config, self.step)
 
 
-def run(config: SparseConfig, on_step_end: Callable[[int, dict[str, float]], None] | None = None) -> SparseResult:
+def run(
+    config: SparseConfig, on_step_end: Callable[[int, dict[str, float]], None] | None = None
+) -> SparseResult:
     """Train ``config.model`` (with its masked-LM head) as a SPLADE model and save a ``SparseEncoder``
     directory to ``config.output`` (see :func:`save_sparse_encoder`)."""
     trained = train(config, SparseTask, head="mlm", on_step_end=on_step_end)
@@ -130,21 +144,37 @@ def run(config: SparseConfig, on_step_end: Callable[[int, dict[str, float]], Non
     output = Path(config.output)
     if engine.is_main:
         save_sparse_encoder(encoder, output)
-        write_json(output / "sparse_training.json", {
-            "config": asdict(config), "dataset_steps": task.dataset_steps, "losses": trained.losses,
-            "datasets": dataset_sizes(trained.datasets),
-        })  # fmt: skip
-        limits = ["SPLADE max pooling over the MLM logits: one weight per vocabulary entry; score with the dot "
-                  "product (an inverted index serves it).",
-                  "No evaluation ran with the training: `neobert eval embeddings --model DIR --retrieval ... "
-                  "--update-card` adds results to this card."]  # fmt: skip
-        card = run_card(config, trained, task.dataset_steps, engine, head="sparse-embedding",
-                        command="neobert finetune sparse", task="sparse retrieval (SPLADE)",
-                        loss="contrastive + FLOPS", limits=limits)  # fmt: skip
+        write_json(
+            output / "sparse_training.json",
+            {
+                "config": asdict(config),
+                "dataset_steps": task.dataset_steps,
+                "losses": trained.losses,
+                "datasets": dataset_sizes(trained.datasets),
+            },
+        )
+        limits = [
+            "SPLADE max pooling over the MLM logits: one weight per vocabulary entry; score with the dot "
+            "product (an inverted index serves it).",
+            "No evaluation ran with the training: `neobert eval embeddings --model DIR --retrieval ... "
+            "--update-card` adds results to this card.",
+        ]
+        card = run_card(
+            config,
+            trained,
+            task.dataset_steps,
+            engine,
+            head="sparse-embedding",
+            command="neobert finetune sparse",
+            task="sparse retrieval (SPLADE)",
+            loss="contrastive + FLOPS",
+            limits=limits,
+        )
         write_card(output, card)
     engine.accelerator.wait_for_everyone()
-    return SparseResult(output, engine.state.step, trained.losses, task.dataset_steps,
-                        time.perf_counter() - trained.start)  # fmt: skip
+    return SparseResult(
+        output, engine.state.step, trained.losses, task.dataset_steps, time.perf_counter() - trained.start
+    )
 
 
 def save_sparse_encoder(encoder: Encoder, output: str | os.PathLike) -> Path:
@@ -161,7 +191,9 @@ def save_sparse_encoder(encoder: Encoder, output: str | os.PathLike) -> Path:
     with tempfile.TemporaryDirectory(prefix=".neobert-sparse-", dir=output) as staging:
         model_dir, built = Path(staging) / "model", Path(staging) / "built"
         write_model_files(encoder.model, encoder.tokenizer, model_dir)
-        transformer = Transformer(str(model_dir), transformer_task="fill-mask", max_seq_length=encoder.max_length)
+        transformer = Transformer(
+            str(model_dir), transformer_task="fill-mask", max_seq_length=encoder.max_length
+        )
         pooling = SpladePooling("max", "relu", embedding_dimension=encoder.vocab_size)
         SparseEncoder(modules=[transformer, pooling], device="cpu").save(str(built))
         for entry in built.iterdir():
@@ -170,6 +202,3 @@ def save_sparse_encoder(encoder: Encoder, output: str | os.PathLike) -> Path:
             else:
                 os.replace(entry, output / entry.name)
     return output
-
-
-

@@ -164,58 +164,97 @@ def run_tokens(config: TokensConfig | dict[str, Any]) -> TokensResult:
     output = Path(config.output)
     spec = EvalSpec(METRICS, _score, evaluate_split=evaluate_tokens)
     fitted = fit(
-        model, tokenizer, train, {"validation": validation}, spec, config.train_settings(), output / "model",
-        log_dir=output / "tensorboard" if config.tensorboard else None, device=config.device,
-        precision=config.precision, show_progress=config.show_progress,
-        description=f"tokens {Path(config.train).name}", state_dir=output, resume=config.resume,
+        model,
+        tokenizer,
+        train,
+        {"validation": validation},
+        spec,
+        config.train_settings(),
+        output / "model",
+        log_dir=output / "tensorboard" if config.tensorboard else None,
+        device=config.device,
+        precision=config.precision,
+        show_progress=config.show_progress,
+        description=f"tokens {Path(config.train).name}",
+        state_dir=output,
+        resume=config.resume,
         task_class=TokenClassificationTask,
-    )  # fmt: skip
+    )
     predicted = _tag_names(fitted.best.predictions["validation"], labels)
     best = fitted.best.results["validation"]
     predictions_file, metrics_file = output / "predictions.jsonl", output / "metrics.json"
     if is_main_process():  # under torchrun every process trained the same model; one writes
         _write_predictions(predictions_file, val_sentences, predicted)
-        report = {
-            "task_type": "token-classification",
-            "metrics": best.to_dict()["values"],
-            "notes": best.notes,
-            "per_type": entity_scores([s.tags for s in val_sentences], predicted)["per_type"],
-            "best_step": fitted.best.step,
-            "steps": fitted.steps,
-            "stopped_early": fitted.stopped_early,
-            "num_train": len(train),
-            "num_validation": len(validation),
-            "truncated_sentences": {"train": train.truncated, "validation": validation.truncated},
-            "labels": labels,
-            "model": config.model,
-            "model_type": model.config.model_type,
-            "seconds": round(fitted.seconds, 2),
-            "config": config.to_dict(),
-            "history": [e.to_dict() for e in fitted.history],
-        }
+        report = _report(config, fitted, best, val_sentences, predicted, (train, validation), labels, model)
         write_json(metrics_file, report)
-        facts = _card_facts(config, fitted, labels, (len(train), len(validation)), max_length, report["metrics"])
+        facts = _card_facts(
+            config, fitted, labels, (len(train), len(validation)), max_length, report["metrics"]
+        )
         write_card(output / "model", finetune_card(facts))
     wait_for_everyone()
-    return TokensResult(best.values, best.notes, output / "model", metrics_file, predictions_file,
-                        fitted.best.step, fitted.steps, labels)  # fmt: skip
+    return TokensResult(
+        best.values,
+        best.notes,
+        output / "model",
+        metrics_file,
+        predictions_file,
+        fitted.best.step,
+        fitted.steps,
+        labels,
+    )
 
 
-def _card_facts(config: TokensConfig, fitted: Any, labels: list[str], sizes: tuple[int, int], max_length: int,
-                metrics: dict[str, float]) -> FinetuneFacts:  # fmt: skip
+def _report(config, fitted, best, val_sentences, predicted, datasets, labels, model) -> dict[str, Any]:
+    """metrics.json: the best validation scores, per entity type, and how the run went."""
+    train, validation = datasets
+    return {
+        "task_type": "token-classification",
+        "metrics": best.to_dict()["values"],
+        "notes": best.notes,
+        "per_type": entity_scores([s.tags for s in val_sentences], predicted)["per_type"],
+        "best_step": fitted.best.step,
+        "steps": fitted.steps,
+        "stopped_early": fitted.stopped_early,
+        "num_train": len(train),
+        "num_validation": len(validation),
+        "truncated_sentences": {"train": train.truncated, "validation": validation.truncated},
+        "labels": labels,
+        "model": config.model,
+        "model_type": model.config.model_type,
+        "seconds": round(fitted.seconds, 2),
+        "config": config.to_dict(),
+        "history": [e.to_dict() for e in fitted.history],
+    }
+
+
+def _card_facts(
+    config: TokensConfig,
+    fitted: Any,
+    labels: list[str],
+    sizes: tuple[int, int],
+    max_length: int,
+    metrics: dict[str, float],
+) -> FinetuneFacts:
     """What the model card states: the run, both files (``sizes``: their sentences), the validation scores."""
     name = Path(config.validation).name
     return FinetuneFacts(
-        head="token-classification", command="neobert finetune tokens",
-        task=f"token classification ({len(labels)} tags)", model=config.model, settings=config.to_dict(),
+        head="token-classification",
+        command="neobert finetune tokens",
+        task=f"token classification ({len(labels)} tags)",
+        model=config.model,
+        settings=config.to_dict(),
         data=[DataSource.from_spec(config.train), DataSource.from_spec(config.validation)],
         data_stats=[("training sentences", sizes[0]), ("validation sentences", sizes[1])],
-        run=fit_run(fitted, {}), results={(name, name, "validation"): metrics}, labels=labels,
+        run=fit_run(fitted, {}),
+        results={(name, name, "validation"): metrics},
+        labels=labels,
         license=config.license,
-        limits=["Entity-level precision, recall and F1 (seqeval's definition) on the validation file, "
-                "which also selected the saved step.",
-                f"Sentences longer than {max_length} tokens are truncated (their tail is not tagged)."],
-    )  # fmt: skip
+        limits=[
+            "Entity-level precision, recall and F1 (seqeval's definition) on the validation file, "
+            "which also selected the saved step.",
+            f"Sentences longer than {max_length} tokens are truncated (their tail is not tagged).",
+        ],
+    )
 
 
 def _write_predictions(path: Path, sentences: list[Sentence], predicted: list[list[str]]) -> Path:

@@ -133,8 +133,14 @@ def word_labels(word_ids: Sequence[int | None], tags: Sequence[int]) -> list[int
 class TokenLabelDataset:
     """Sentences tokenized once (words pre-split), with per-token labels; truncated to ``max_length``."""
 
-    def __init__(self, tokenizer: Any, sentences: Sequence[Sentence], label2id: dict[str, int], max_length: int,
-                 path: str | Path = ""):  # fmt: skip
+    def __init__(
+        self,
+        tokenizer: Any,
+        sentences: Sequence[Sentence],
+        label2id: dict[str, int],
+        max_length: int,
+        path: str | Path = "",
+    ):
         unknown = sorted({t for s in sentences for t in s.tags} - set(label2id))
         if unknown:
             raise DataError(f"{path}: tag(s) not seen in training: {', '.join(unknown)}")

@@ -22,17 +22,53 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-SUBMODULES = frozenset({"capabilities", "directories", "encoders", "late_interaction", "long_documents",
-                        "model_info", "quantization", "registration", "run", "sparse"})  # fmt: skip
+SUBMODULES = frozenset(
+    {
+        "capabilities",
+        "directories",
+        "encoders",
+        "late_interaction",
+        "long_documents",
+        "model_info",
+        "quantization",
+        "registration",
+        "run",
+        "sparse",
+    }
+)
 # The names the single module ``neobert.inference`` defined, served from ``run`` (tests/test_moved.py
 # checks the list against the names ``run`` defines).
-RUN_NAMES = frozenset({"CPU_MAX_TOKENS", "SCORE_FUNCTIONS", "TOKENIZE_CHUNK", "TokenIds", "batched_inputs",
-                       "classifier_logits", "classifier_rows", "classify", "encode", "fill_mask",
-                       "is_regression", "label_names", "label_scores", "relevance", "token_batches",
-                       "token_states"})  # fmt: skip
+RUN_NAMES = frozenset(
+    {
+        "CPU_MAX_TOKENS",
+        "SCORE_FUNCTIONS",
+        "TOKENIZE_CHUNK",
+        "TokenIds",
+        "batched_inputs",
+        "classifier_logits",
+        "classifier_rows",
+        "classify",
+        "encode",
+        "fill_mask",
+        "is_regression",
+        "label_names",
+        "label_scores",
+        "relevance",
+        "token_batches",
+        "token_states",
+    }
+)
 
-__all__ = ["CPU_MAX_TOKENS", "TOKENIZE_CHUNK", "classifier_logits", "classifier_rows", "classify", "encode",
-           "fill_mask", "token_batches"]  # fmt: skip  (the old module's __all__)
+__all__ = [
+    "CPU_MAX_TOKENS",
+    "TOKENIZE_CHUNK",
+    "classifier_logits",
+    "classifier_rows",
+    "classify",
+    "encode",
+    "fill_mask",
+    "token_batches",
+]  # fmt: skip  (the old module's __all__)
 
 
 def __getattr__(name: str) -> Any:

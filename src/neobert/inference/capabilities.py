@@ -95,8 +95,10 @@ class Capabilities:
         if self.late_interaction and "embed_all" in offered:
             out["embed_all"] = self.refused or ""
         if "embed_sparse" in offered and "embed_sparse" not in self.tasks:
-            out["embed_sparse"] = ("not a SPLADE SparseEncoder directory; serve a masked-LM model with --sparse "
-                                   "for its SPLADE vectors")  # fmt: skip
+            out["embed_sparse"] = (
+                "not a SPLADE SparseEncoder directory; serve a masked-LM model with --sparse "
+                "for its SPLADE vectors"
+            )
         return out
 
 
@@ -167,8 +169,10 @@ def detect_head(source: str | os.PathLike) -> str:
     return declared_head(AutoConfig.from_pretrained(str(source)))
 
 
-SPLADE_NO_DENSE = ("a SPLADE SparseEncoder directory: its vectors are sparse (embed_sparse); dense embeddings "
-                   "(embed) would not be what SparseEncoder computes, so they are not offered")
+SPLADE_NO_DENSE = (
+    "a SPLADE SparseEncoder directory: its vectors are sparse (embed_sparse); dense embeddings "
+    "(embed) would not be what SparseEncoder computes, so they are not offered"
+)
 
 
 def splade_dir(source: str | os.PathLike, sparse: bool = False) -> bool:
@@ -209,9 +213,12 @@ Loaded = Encoder  # its old name: load_for_inference returns the one bundle, an 
 
 
 def load_for_inference(
-    source: str | os.PathLike, tokenizer: str | os.PathLike | None = None, head: str = "auto",
-    precision: str | None = "auto", sparse: bool = False,
-) -> Encoder:  # fmt: skip
+    source: str | os.PathLike,
+    tokenizer: str | os.PathLike | None = None,
+    head: str = "auto",
+    precision: str | None = "auto",
+    sparse: bool = False,
+) -> Encoder:
     """Load ``source`` for inference in one call: its head (``auto``: :func:`detect_head`), how it embeds,
     its tokenizer (held to the input length the directory declares, e.g. sentence-transformers'
     ``max_seq_length``, as ``SentenceTransformer`` holds it), the vocabulary check and ``precision``
@@ -220,8 +227,10 @@ def load_for_inference(
     is served so without asking); it needs a masked-LM head."""
     if Path(source).is_dir() and is_late_interaction_dir(source):
         if sparse:
-            raise ValueError(f"{source} is a late-interaction (ColBERT) directory: it has no masked-LM logits "
-                             "for SPLADE vectors (--sparse)")  # fmt: skip
+            raise ValueError(
+                f"{source} is a late-interaction (ColBERT) directory: it has no masked-LM logits "
+                "for SPLADE vectors (--sparse)"
+            )
         return load_late_for_inference(source, precision)
     head = detect_head(source) if head == "auto" else registered_head(head).name
     if head == "token-classification" and not Path(source).is_dir():
@@ -230,8 +239,10 @@ def load_for_inference(
     is_sparse = sparse or splade
     if is_sparse and head != "mlm":
         asked = "--sparse" if sparse else "a SPLADE SparseEncoder directory"
-        raise ValueError(f"{source} is served for SPLADE vectors ({asked}), which need a masked-LM head's "
-                         f"logits; it was loaded with the {head} head")  # fmt: skip
+        raise ValueError(
+            f"{source} is served for SPLADE vectors ({asked}), which need a masked-LM head's "
+            f"logits; it was loaded with the {head} head"
+        )
     # a SPLADE directory: sparse vectors only, held to its own max_seq_length as SparseEncoder holds it
     embedding = SPLADE_NO_DENSE if splade else source_embedding(source)
     tok = resolve_tokenizer(source, tokenizer)
@@ -252,9 +263,11 @@ def load_for_inference(
 # rerank, beside its tokenizer's tasks; a pooled vector or raw hidden states would not be what
 # MultiVectorEncoder computes.
 LATE_TASKS = ("token_vectors", "rerank")
-LATE_NO_DENSE = ("a late-interaction (ColBERT) directory: it serves token vectors (/v1/embeddings with "
-                 "return_multivector) and MaxSim /rerank; one pooled vector or the encoder's hidden states would "
-                 "not be what MultiVectorEncoder computes, so they are not offered")  # fmt: skip
+LATE_NO_DENSE = (
+    "a late-interaction (ColBERT) directory: it serves token vectors (/v1/embeddings with "
+    "return_multivector) and MaxSim /rerank; one pooled vector or the encoder's hidden states would "
+    "not be what MultiVectorEncoder computes, so they are not offered"
+)
 
 
 def load_late_for_inference(source: str | os.PathLike, precision: str | None = "auto") -> Encoder:
@@ -268,14 +281,24 @@ def load_late_for_inference(source: str | os.PathLike, precision: str | None = "
     if precision == "bf16":
         model.encoder.to(torch.bfloat16)
     values = model.config.to_dict()
-    settings = {"dim": spec.dim, "query_length": spec.query_length, "document_length": spec.document_length,
-                "query_prefix": spec.query_prefix, "document_prefix": spec.document_prefix,
-                "similarity": "MaxSim", "skiplist_words": list(spec.skiplist_words)}  # fmt: skip
+    settings = {
+        "dim": spec.dim,
+        "query_length": spec.query_length,
+        "document_length": spec.document_length,
+        "query_prefix": spec.query_prefix,
+        "document_prefix": spec.document_prefix,
+        "similarity": "MaxSim",
+        "skiplist_words": list(spec.skiplist_words),
+    }
     capabilities = Capabilities(
-        head=declared_head(values), model_type=str(values.get("model_type")), tasks=LATE_TASKS + TOKENIZER_TASKS,
-        dimensions=spec.dim, max_input_tokens=spec.document_length, refused=LATE_NO_DENSE,
+        head=declared_head(values),
+        model_type=str(values.get("model_type")),
+        tasks=LATE_TASKS + TOKENIZER_TASKS,
+        dimensions=spec.dim,
+        max_input_tokens=spec.document_length,
+        refused=LATE_NO_DENSE,
         late_interaction=settings,
-    )  # fmt: skip
+    )
     encoder = Encoder(model, tokenizer, str(source), spec.document_length, capabilities)
     encoder.spec = spec
     return encoder

@@ -76,15 +76,29 @@ def register_directory_kind(kind: DirectoryKind, before: str | None = None) -> D
 
 for _kind in (
     DirectoryKind("onnx", lambda p: (p / ONNX_CONFIG_FILE).is_file(), "onnx"),
-    DirectoryKind("late-interaction",
-                  lambda p: (p / MODULES_FILE).is_file() and st_settings(p).get("model_type") in MULTI_VECTOR_TYPES,
-                  "sentence-transformers", "late-interaction", "sentence-similarity"),
-    DirectoryKind("splade", lambda p: "SpladePooling" in module_types(p), "sentence-transformers",
-                  "sparse-embedding", "feature-extraction"),
-    DirectoryKind("sentence-transformers", lambda p: (p / MODULES_FILE).is_file(), "sentence-transformers",
-                  "sentence-embedding", "sentence-similarity"),
+    DirectoryKind(
+        "late-interaction",
+        lambda p: (p / MODULES_FILE).is_file() and st_settings(p).get("model_type") in MULTI_VECTOR_TYPES,
+        "sentence-transformers",
+        "late-interaction",
+        "sentence-similarity",
+    ),
+    DirectoryKind(
+        "splade",
+        lambda p: "SpladePooling" in module_types(p),
+        "sentence-transformers",
+        "sparse-embedding",
+        "feature-extraction",
+    ),
+    DirectoryKind(
+        "sentence-transformers",
+        lambda p: (p / MODULES_FILE).is_file(),
+        "sentence-transformers",
+        "sentence-embedding",
+        "sentence-similarity",
+    ),
     DirectoryKind("transformers", lambda p: (p / "config.json").is_file(), "transformers"),
-):  # fmt: skip
+):
     register_directory_kind(_kind)
 
 

@@ -270,8 +270,15 @@ def embedding_spec(source: str | os.PathLike) -> EmbeddingSpec:
     default = st_settings.get("default_prompt_name")
     if default is not None and default not in dict(prompts):
         raise ValueError(f"{st_file}: default_prompt_name {default!r} is not one of its prompts")
-    return EmbeddingSpec(pooling, normalize, int(max_length) if max_length else None, "sentence-transformers",
-                         dims, prompts, default)  # fmt: skip
+    return EmbeddingSpec(
+        pooling,
+        normalize,
+        int(max_length) if max_length else None,
+        "sentence-transformers",
+        dims,
+        prompts,
+        default,
+    )
 
 
 def _st_pooling(folder: Path, where: str) -> str:

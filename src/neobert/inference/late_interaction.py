@@ -64,7 +64,9 @@ class LateInteractionSpec:
     document_length: int = 180  # documents are truncated to this many tokens
     query_prefix: str = "[Q] "  # marker token before a query (added to the tokenizer)
     document_prefix: str = "[D] "  # marker token before a document
-    skiplist_words: list[str] = field(default_factory=lambda: list(string.punctuation))  # dropped from documents
+    skiplist_words: list[str] = field(
+        default_factory=lambda: list(string.punctuation)
+    )  # dropped from documents
     attend_to_expansion_tokens: bool = False  # whether the encoder attends to the expansion (mask) tokens
 
     def __post_init__(self) -> None:
@@ -82,7 +84,9 @@ class LateInteractionModel(torch.nn.Module):
         self.projection = torch.nn.Linear(hidden, dim, bias=False)
         if projection is not None:
             if tuple(projection.shape) != (dim, hidden):
-                raise ValueError(f"projection weight {tuple(projection.shape)} does not fit ({dim}, {hidden})")
+                raise ValueError(
+                    f"projection weight {tuple(projection.shape)} does not fit ({dim}, {hidden})"
+                )
             self.projection.weight.data.copy_(projection)
 
     @property
@@ -93,7 +97,9 @@ class LateInteractionModel(torch.nn.Module):
         self.encoder.gradient_checkpointing_enable(**kwargs)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, L, H)
+        hidden = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask
+        ).last_hidden_state  # (B, L, H)
         vectors = self.projection(hidden.to(self.projection.weight.dtype))  # (B, L, dim)
         return F.normalize(vectors.float(), dim=-1)
 
@@ -107,27 +113,48 @@ def add_markers(encoder: Encoder, spec: LateInteractionSpec) -> None:
         encoder.base.resize_token_embeddings(len(encoder.tokenizer), mean_resizing=False)
 
 
-def tokenize_late(tokenizer: Any, texts: Sequence[str], spec: LateInteractionSpec, is_query: bool,
-                  device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:  # fmt: skip
+def tokenize_late(
+    tokenizer: Any,
+    texts: Sequence[str],
+    spec: LateInteractionSpec,
+    is_query: bool,
+    device: torch.device | str = "cpu",
+) -> dict[str, torch.Tensor]:
     """``input_ids``, the encoder's ``attention_mask`` and the ``scoring_mask`` (which vectors count)."""
     if isinstance(texts, str):
         raise TypeError("texts must be a list of strings, not one string")
     prefix = spec.query_prefix if is_query else spec.document_prefix
     texts = [prefix + text for text in texts]
     if is_query:
-        batch = tokenizer(texts, padding="max_length", truncation=True, max_length=spec.query_length,
-                          return_tensors="pt", return_token_type_ids=False)  # fmt: skip
+        batch = tokenizer(
+            texts,
+            padding="max_length",
+            truncation=True,
+            max_length=spec.query_length,
+            return_tensors="pt",
+            return_token_type_ids=False,
+        )
         expansion = batch["attention_mask"] == 0  # (B, Lq): padding positions become mask tokens
         ids = batch["input_ids"].masked_fill(expansion, tokenizer.mask_token_id)
         attention = batch["attention_mask"].masked_fill(expansion, int(spec.attend_to_expansion_tokens))
         scoring = torch.ones_like(ids, dtype=torch.bool)
     else:
-        batch = tokenizer(texts, padding=True, truncation=True, max_length=spec.document_length,
-                          return_tensors="pt", return_token_type_ids=False)  # fmt: skip
+        batch = tokenizer(
+            texts,
+            padding=True,
+            truncation=True,
+            max_length=spec.document_length,
+            return_tensors="pt",
+            return_token_type_ids=False,
+        )
         ids, attention = batch["input_ids"], batch["attention_mask"]
         skip = torch.tensor(skiplist_ids(tokenizer, spec.skiplist_words), dtype=torch.long)
         scoring = attention.bool() & ~torch.isin(ids, skip)
-    return {"input_ids": ids.to(device), "attention_mask": attention.to(device), "scoring_mask": scoring.to(device)}
+    return {
+        "input_ids": ids.to(device),
+        "attention_mask": attention.to(device),
+        "scoring_mask": scoring.to(device),
+    }
 
 
 def skiplist_ids(tokenizer: Any, words: Sequence[str]) -> list[int]:
@@ -136,13 +163,23 @@ def skiplist_ids(tokenizer: Any, words: Sequence[str]) -> list[int]:
     return sorted({vocab[w] for w in words if w in vocab})
 
 
-def token_vectors(model: LateInteractionModel, tokenizer: Any, texts: Sequence[str], spec: LateInteractionSpec,
-                  is_query: bool, batch_size: int = 32, show_progress: bool = False) -> list[torch.Tensor]:  # fmt: skip
+def token_vectors(
+    model: LateInteractionModel,
+    tokenizer: Any,
+    texts: Sequence[str],
+    spec: LateInteractionSpec,
+    is_query: bool,
+    batch_size: int = 32,
+    show_progress: bool = False,
+) -> list[torch.Tensor]:
     """Per text, its (n_tokens, dim) float32 unit vectors (scored tokens only), in input order, on the CPU."""
     device = next(model.parameters()).device
     out: list[torch.Tensor] = []
-    with eval_mode(model), torch.inference_mode(), progress_bar(total=len(texts), unit="text",
-                                                                disable=not show_progress) as bar:  # fmt: skip
+    with (
+        eval_mode(model),
+        torch.inference_mode(),
+        progress_bar(total=len(texts), unit="text", disable=not show_progress) as bar,
+    ):
         for start in range(0, len(texts), batch_size):
             inputs = tokenize_late(tokenizer, texts[start : start + batch_size], spec, is_query, device)
             vectors = model(inputs["input_ids"], inputs["attention_mask"])  # (B, L, dim)
@@ -156,8 +193,9 @@ def maxsim(query: torch.Tensor, document: torch.Tensor) -> torch.Tensor:
     return (query.float() @ document.float().T).amax(dim=1).sum()
 
 
-def maxsim_scores(queries: Sequence[torch.Tensor], documents: Sequence[torch.Tensor],
-                  block: int = 256) -> torch.Tensor:  # fmt: skip
+def maxsim_scores(
+    queries: Sequence[torch.Tensor], documents: Sequence[torch.Tensor], block: int = 256
+) -> torch.Tensor:
     """(Q, N) MaxSim of every query against every document. Documents are taken in blocks of similar length
     (sorted by token count), each padded to its longest at -inf: a 23k-token module in a block of 200-token
     docstrings would otherwise pad every one of them to 23k."""
@@ -178,8 +216,9 @@ def maxsim_scores(queries: Sequence[torch.Tensor], documents: Sequence[torch.Ten
     return scores
 
 
-def save_late_interaction(model: LateInteractionModel, tokenizer: Any, spec: LateInteractionSpec,
-                          output: str | os.PathLike) -> Path:  # fmt: skip
+def save_late_interaction(
+    model: LateInteractionModel, tokenizer: Any, spec: LateInteractionSpec, output: str | os.PathLike
+) -> Path:
     """Write ``model`` into ``output`` (see the module docstring for the layout): staged beside it, then each
     file or folder moved into place whole; files already in ``output`` (training logs) stay."""
     output = Path(output)
@@ -194,23 +233,43 @@ def save_late_interaction(model: LateInteractionModel, tokenizer: Any, spec: Lat
     return output
 
 
-def _write_layout(model: LateInteractionModel, tokenizer: Any, spec: LateInteractionSpec, output: Path) -> None:
+def _write_layout(
+    model: LateInteractionModel, tokenizer: Any, spec: LateInteractionSpec, output: Path
+) -> None:
     write_model_files(model.encoder, tokenizer, output)
     (output / DENSE_DIR).mkdir()
     hidden = int(model.encoder.config.hidden_size)
-    save_file({"linear.weight": model.projection.weight.detach().float().cpu().contiguous()},
-              str(output / DENSE_DIR / "model.safetensors"))  # fmt: skip
-    dense = {"in_features": hidden, "out_features": spec.dim, "bias": False,
-             "activation_function": "torch.nn.modules.linear.Identity", "use_residual": False}  # fmt: skip
+    save_file(
+        {"linear.weight": model.projection.weight.detach().float().cpu().contiguous()},
+        str(output / DENSE_DIR / "model.safetensors"),
+    )
+    dense = {
+        "in_features": hidden,
+        "out_features": spec.dim,
+        "bias": False,
+        "activation_function": "torch.nn.modules.linear.Identity",
+        "use_residual": False,
+    }
     _write(output / DENSE_DIR / "config.json", dense)
-    _write(output / "modules.json", [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": DENSE_DIR, "type": "pylate.models.Dense.Dense"},
-    ])  # fmt: skip
-    _write(output / "sentence_bert_config.json", {"max_seq_length": spec.document_length - 1, "do_lower_case": False})
-    settings = {"model_type": "ColBERT", "prompts": {"query": "", "document": ""}, "default_prompt_name": None,
-                "similarity_fn_name": "MaxSim", "do_query_expansion": True,
-                **{k: v for k, v in asdict(spec).items() if k != "dim"}}  # fmt: skip
+    _write(
+        output / "modules.json",
+        [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": DENSE_DIR, "type": "pylate.models.Dense.Dense"},
+        ],
+    )
+    _write(
+        output / "sentence_bert_config.json",
+        {"max_seq_length": spec.document_length - 1, "do_lower_case": False},
+    )
+    settings = {
+        "model_type": "ColBERT",
+        "prompts": {"query": "", "document": ""},
+        "default_prompt_name": None,
+        "similarity_fn_name": "MaxSim",
+        "do_query_expansion": True,
+        **{k: v for k, v in asdict(spec).items() if k != "dim"},
+    }
     _write(output / SETTINGS_FILE, settings)
 
 
@@ -224,8 +283,9 @@ def is_late_interaction_dir(source: str | os.PathLike) -> bool:
     return is_kind(source, "late-interaction")
 
 
-def load_late_interaction(source: str | os.PathLike, device: str | torch.device | None = None,
-                          max_length: int | None = None) -> tuple[LateInteractionModel, Any, LateInteractionSpec]:  # fmt: skip
+def load_late_interaction(
+    source: str | os.PathLike, device: str | torch.device | None = None, max_length: int | None = None
+) -> tuple[LateInteractionModel, Any, LateInteractionSpec]:
     """A saved late-interaction directory as (model, tokenizer, spec), in eval mode; ``max_length`` caps
     ``document_length`` (default: the directory's, at most what the encoder accepts)."""
     path = Path(source).expanduser()
@@ -236,6 +296,10 @@ def load_late_interaction(source: str | os.PathLike, device: str | torch.device 
     known = {k: settings[k] for k in asdict(LateInteractionSpec()) if k in settings}
     spec = LateInteractionSpec(dim=int(weight.shape[0]), **{k: v for k, v in known.items() if k != "dim"})
     encoder = load_encoder(path, head="base", device=device)
-    spec.document_length = min(max_length or spec.document_length, max_positions(encoder.base, encoder.tokenizer))
-    model = LateInteractionModel(encoder.base, spec.dim, weight).to(next(encoder.base.parameters()).device).eval()
+    spec.document_length = min(
+        max_length or spec.document_length, max_positions(encoder.base, encoder.tokenizer)
+    )
+    model = (
+        LateInteractionModel(encoder.base, spec.dim, weight).to(next(encoder.base.parameters()).device).eval()
+    )
     return model, encoder.tokenizer, spec

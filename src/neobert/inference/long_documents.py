@@ -283,8 +283,16 @@ def embed(
     rows of at most that many tokens (special ones included) instead of the model's window."""
 
     def vectors(scale: int, scaled: torch.nn.Module, ids: TokenIds) -> np.ndarray:
-        return run.encode(scaled, tokenizer, ids, batch_size=batch_size, pooling=pooling, normalize=False,
-                          show_progress=show_progress, max_tokens=max_tokens)  # fmt: skip
+        return run.encode(
+            scaled,
+            tokenizer,
+            ids,
+            batch_size=batch_size,
+            pooling=pooling,
+            normalize=False,
+            show_progress=show_progress,
+            max_tokens=max_tokens,
+        )
 
     hidden = model.base_model.config.hidden_size
     by_tokens = get_pooling(pooling).by_tokens  # mean: windows weighted by their token counts
@@ -331,8 +339,14 @@ def classifier_logits(
 
     def logits(scale: int, scaled: torch.nn.Module, ids: TokenIds) -> np.ndarray:
         return run.classifier_logits(
-            scaled, tokenizer, ids, batch_size=batch_size, show_progress=show_progress,
-            max_length=model_window(model, tokenizer) * scale, max_tokens=max_tokens)  # fmt: skip
+            scaled,
+            tokenizer,
+            ids,
+            batch_size=batch_size,
+            show_progress=show_progress,
+            max_length=model_window(model, tokenizer) * scale,
+            max_tokens=max_tokens,
+        )
 
     return _per_text(model, tokenizer, texts, settings, model.config.num_labels, logits)
 

@@ -17,8 +17,17 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["CALIBRATED", "QUANTIZED", "TYPES", "bytes_per_vector", "calibration_ranges", "hamming_scores", "quantize", "rescore",
-           "stored_width"]  # fmt: skip
+__all__ = [
+    "CALIBRATED",
+    "QUANTIZED",
+    "TYPES",
+    "bytes_per_vector",
+    "calibration_ranges",
+    "hamming_scores",
+    "quantize",
+    "rescore",
+    "stored_width",
+]
 
 QUANTIZED = ("int8", "uint8", "binary", "ubinary")
 TYPES = ("float32", "float16", *QUANTIZED)  # every type an embedding is stored as
@@ -48,7 +57,9 @@ def quantize(embeddings: np.ndarray, dtype: str, ranges: np.ndarray | None = Non
             raise ValueError(f"{dtype} embeddings need calibration ranges (from calibration embeddings)")
         ranges = np.asarray(ranges, dtype=np.float32)
         if ranges.shape != (2, embeddings.shape[-1]):
-            raise ValueError(f"calibration ranges {ranges.shape} do not fit {embeddings.shape[-1]} dimensions")
+            raise ValueError(
+                f"calibration ranges {ranges.shape} do not fit {embeddings.shape[-1]} dimensions"
+            )
         starts = ranges[0]
         steps = (ranges[1] - starts) / 255
         steps = np.where(steps == 0, 1, steps)  # a constant dimension: one bucket
@@ -69,7 +80,11 @@ def bytes_per_vector(dim: int, dtype: str) -> int:
 
 def _bits(packed: np.ndarray) -> np.ndarray:
     packed = np.asarray(packed)
-    as_bytes = (packed.astype(np.int16) + 128).astype(np.uint8) if packed.dtype == np.int8 else packed.astype(np.uint8)
+    as_bytes = (
+        (packed.astype(np.int16) + 128).astype(np.uint8)
+        if packed.dtype == np.int8
+        else packed.astype(np.uint8)
+    )
     return np.unpackbits(as_bytes, axis=-1)
 
 
@@ -80,8 +95,13 @@ def hamming_scores(queries: np.ndarray, documents: np.ndarray) -> np.ndarray:
     return agreements - q.shape[1]
 
 
-def rescore(queries: np.ndarray, documents: np.ndarray, candidates: np.ndarray, dtype: str,
-            ranges: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+def rescore(
+    queries: np.ndarray,
+    documents: np.ndarray,
+    candidates: np.ndarray,
+    dtype: str,
+    ranges: np.ndarray | None = None,
+) -> np.ndarray:
     """Scores of each query's ``candidates`` (Q, K document indices) by the dot product of the float query with
     the documents stored as ``dtype`` (int8 / uint8 dequantized to bucket centres with ``ranges``; float as is)."""
     documents = np.asarray(documents)

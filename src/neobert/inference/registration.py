@@ -38,7 +38,9 @@ class Head:
     name: str
     auto_class: type  # transformers' Auto class that loads any encoder with this head
     neobert_class: type  # NeoBERT's class for it (presets are built from it)
-    suffix: str | None  # its class-name suffix in transformers' naming (BertForMaskedLM); None: the bare encoder
+    suffix: (
+        str | None
+    )  # its class-name suffix in transformers' naming (BertForMaskedLM); None: the bare encoder
     tasks: tuple[str, ...]  # the service endpoints its models offer (capabilities.describe narrows them)
     root_task: str  # what text-embeddings-inference's `POST /` means for it
     pipeline_tag: str  # the Hub's pipeline vocabulary (cards)
@@ -73,17 +75,57 @@ def register() -> None:
 
 
 _BUILT_IN = (
-    Head("base", AutoModel, NeoBERTModel, None, ("embed", "embed_all"), "embed", "feature-extraction", "bare encoder",
-         output="last_hidden_state", width="hidden"),
-    Head("mlm", AutoModelForMaskedLM, NeoBERTForMaskedLM, "ForMaskedLM",
-         ("embed", "embed_all", "fill-mask", "embed_sparse"), "fill-mask", "fill-mask", "masked-LM", width="vocab", loss=mlm_loss),
-    Head("sequence-classification", AutoModelForSequenceClassification, NeoBERTForSequenceClassification,
-         "ForSequenceClassification", ("embed", "embed_all", "classify", "predict", "rerank"), "predict",
-         "text-classification", "sequence classifier", per_token=False, labelled=True, exports=True, loss=sequence_loss),
-    Head("token-classification", AutoModelForTokenClassification, NeoBERTForTokenClassification,
-         "ForTokenClassification", ("embed", "embed_all", "tokens"), "tokens", "token-classification",
-         "token classifier", labelled=True, loss=token_loss),
-)  # fmt: skip
+    Head(
+        "base",
+        AutoModel,
+        NeoBERTModel,
+        None,
+        ("embed", "embed_all"),
+        "embed",
+        "feature-extraction",
+        "bare encoder",
+        output="last_hidden_state",
+        width="hidden",
+    ),
+    Head(
+        "mlm",
+        AutoModelForMaskedLM,
+        NeoBERTForMaskedLM,
+        "ForMaskedLM",
+        ("embed", "embed_all", "fill-mask", "embed_sparse"),
+        "fill-mask",
+        "fill-mask",
+        "masked-LM",
+        width="vocab",
+        loss=mlm_loss,
+    ),
+    Head(
+        "sequence-classification",
+        AutoModelForSequenceClassification,
+        NeoBERTForSequenceClassification,
+        "ForSequenceClassification",
+        ("embed", "embed_all", "classify", "predict", "rerank"),
+        "predict",
+        "text-classification",
+        "sequence classifier",
+        per_token=False,
+        labelled=True,
+        exports=True,
+        loss=sequence_loss,
+    ),
+    Head(
+        "token-classification",
+        AutoModelForTokenClassification,
+        NeoBERTForTokenClassification,
+        "ForTokenClassification",
+        ("embed", "embed_all", "tokens"),
+        "tokens",
+        "token-classification",
+        "token classifier",
+        labelled=True,
+        loss=token_loss,
+    ),
+)
 
 
 def head(name: str) -> Head:
@@ -111,7 +153,9 @@ def head_of(model: Any) -> str:
 
 def declared_head(config: Any) -> str:
     """The head a transformers config (or config.json's mapping) declares in ``architectures``."""
-    names = config.get("architectures") if isinstance(config, dict) else getattr(config, "architectures", None)
+    names = (
+        config.get("architectures") if isinstance(config, dict) else getattr(config, "architectures", None)
+    )
     return head_of_names(names)
 
 
@@ -120,4 +164,6 @@ def require_head(model: Any, head: str, what: str) -> None:
     if head_of(model) != head:
         inner = getattr(model, "_orig_mod", model)
         title = HEADS[head].title if head in HEADS else head
-        raise TypeError(f"{what} needs a {title} model (load it with head={head!r}), got {type(inner).__name__}")
+        raise TypeError(
+            f"{what} needs a {title} model (load it with head={head!r}), got {type(inner).__name__}"
+        )

@@ -216,8 +216,12 @@ def classifier_logits(
 
 def classify(*args: Any, **kwargs: Any) -> np.ndarray:
     """Deprecated: the old name of :func:`classifier_logits` (it returns logits, not labels)."""
-    warnings.warn("neobert.inference.classify is deprecated: use neobert.inference.classifier_logits "
-                  "(same arguments, same logits)", DeprecationWarning, stacklevel=2)
+    warnings.warn(
+        "neobert.inference.classify is deprecated: use neobert.inference.classifier_logits "
+        "(same arguments, same logits)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     return classifier_logits(*args, **kwargs)
 
 
@@ -283,20 +287,31 @@ def label_scores(logits: np.ndarray, config: Any, function: str = "auto") -> lis
     z = np.asarray(logits, dtype=np.float64)
     if function == "auto":
         kind = getattr(config, "problem_type", None)
-        function = ("none" if is_regression(config) else
-                    "sigmoid" if kind == "multi_label_classification" else "softmax")  # fmt: skip
+        function = (
+            "none"
+            if is_regression(config)
+            else "sigmoid"
+            if kind == "multi_label_classification"
+            else "softmax"
+        )
     if function == "softmax":
         z = np.exp(z - z.max(axis=1, keepdims=True))
         z = z / z.sum(axis=1, keepdims=True)
     elif function == "sigmoid":
         z = 1.0 / (1.0 + np.exp(-z))
     names = label_names(config)
-    return [sorted(({"label": n, "score": float(v)} for n, v in zip(names, row)), key=lambda d: -d["score"])
-            for row in z]  # fmt: skip
+    return [
+        sorted(({"label": n, "score": float(v)} for n, v in zip(names, row)), key=lambda d: -d["score"])
+        for row in z
+    ]
 
 
 def token_states(
-    model: torch.nn.Module, tokenizer: Any, rows: TokenIds, batch_size: int = 32, max_tokens: int | None = None
+    model: torch.nn.Module,
+    tokenizer: Any,
+    rows: TokenIds,
+    batch_size: int = 32,
+    max_tokens: int | None = None,
 ) -> list[np.ndarray]:
     """The last hidden state of every token (special ones included) of each tokenized row: float32
     (tokens, C) per row, in input order (text-embeddings-inference's ``/embed_all``)."""
@@ -321,7 +336,6 @@ def _pair_token_types(model: torch.nn.Module, tokenizer: Any) -> bool:
         return False
     types = tokenizer("a", "b", return_token_type_ids=True).get("token_type_ids") or []
     return any(types)
-
 
 
 def fill_mask(

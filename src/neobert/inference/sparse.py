@@ -78,7 +78,11 @@ def encode_sparse(
     device = next(model.parameters()).device
     rows: list[sp.csr_matrix | None] = [None] * len(texts)
     batches = batched_inputs(tokenizer, texts, None, batch_size, max_tokens, max_length, device)
-    with eval_mode(model), torch.inference_mode(), progress_bar(total=len(texts), unit="text", disable=not show_progress) as bar:
+    with (
+        eval_mode(model),
+        torch.inference_mode(),
+        progress_bar(total=len(texts), unit="text", disable=not show_progress) as bar,
+    ):
         for index, inputs in batches:
             vectors = splade_pool(model(**inputs).logits, inputs["attention_mask"])  # (B, V)
             if top_k is not None:
@@ -113,10 +117,12 @@ def sparse_rows(matrix: sp.csr_matrix, tokenizer: Any = None) -> list[list[dict[
         start, end = matrix.indptr[r], matrix.indptr[r + 1]
         indices, values = matrix.indices[start:end].tolist(), matrix.data[start:end].tolist()
         tokens = tokenizer.convert_ids_to_tokens(indices) if tokenizer is not None else None
-        out.append([
-            {"index": i, "value": v, **({"token": tokens[j]} if tokens is not None else {})}
-            for j, (i, v) in enumerate(zip(indices, values))
-        ])  # fmt: skip
+        out.append(
+            [
+                {"index": i, "value": v, **({"token": tokens[j]} if tokens is not None else {})}
+                for j, (i, v) in enumerate(zip(indices, values))
+            ]
+        )
     return out
 
 

@@ -74,18 +74,29 @@ def save_sentence_transformer(
         if normalize:
             modules.append(Normalize())
         SentenceTransformer(modules=modules, device="cpu").save(str(output_dir))
-    source = "an in-memory model" if isinstance(model_dir_or_model, torch.nn.Module) else f"`{Path(model_dir_or_model).name}`"
-    description = (f"A sentence-transformers model: the NeoBERT encoder of {source} followed by {pooling} pooling"
-                   f"{' and L2 normalization' if normalize else ''}, written by "
-                   "`neobert.integrations.sentence_transformers.save_sentence_transformer`. Its vectors equal "
-                   "`neobert.inference.encode`'s with the same pooling.")  # fmt: skip
-    base = None if isinstance(model_dir_or_model, torch.nn.Module) else hub_model_id(str(model_dir_or_model))
-    write_card(output_dir, CardInfo(  # replaces sentence-transformers' generic README
-        head="sentence-embedding", library="sentence-transformers", description=description,
-        command="save_sentence_transformer", base_model=base,
-        limits=[f"Texts longer than {model.config.max_length:,} tokens are truncated."],
-    ))  # fmt: skip
+    in_memory = isinstance(model_dir_or_model, torch.nn.Module)
+    _write_card(output_dir, None if in_memory else str(model_dir_or_model), pooling, normalize, model)
     return output_dir
+
+
+def _write_card(output_dir: Path, source: str | None, pooling: str, normalize: bool, model) -> None:
+    """The directory's card, replacing sentence-transformers' generic README (``source`` None: in memory)."""
+    origin = "an in-memory model" if source is None else f"`{Path(source).name}`"
+    description = (
+        f"A sentence-transformers model: the NeoBERT encoder of {origin} followed by {pooling} pooling"
+        f"{' and L2 normalization' if normalize else ''}, written by "
+        "`neobert.integrations.sentence_transformers.save_sentence_transformer`. Its vectors equal "
+        "`neobert.inference.encode`'s with the same pooling."
+    )
+    info = CardInfo(
+        head="sentence-embedding",
+        library="sentence-transformers",
+        description=description,
+        command="save_sentence_transformer",
+        base_model=None if source is None else hub_model_id(source),
+        limits=[f"Texts longer than {model.config.max_length:,} tokens are truncated."],
+    )
+    write_card(output_dir, info)
 
 
 def load_sentence_transformer(path: str | os.PathLike, **kwargs: Any) -> SentenceTransformer:

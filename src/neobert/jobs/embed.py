@@ -78,8 +78,22 @@ VERSION = 1
 MANIFEST = "_manifest.json"
 FOOTER_KEY = b"neobert"
 # Settings that change the vectors: a re-run under other values would mix two sets of embeddings.
-CONTENT_KEYS = ("model", "tokenizer", "pooling", "normalize", "precision", "dtype", "long_documents", "stride",
-                "rope_scaling", "max_length", "text_column", "id_column", "on_error", "shard_rows")  # fmt: skip
+CONTENT_KEYS = (
+    "model",
+    "tokenizer",
+    "pooling",
+    "normalize",
+    "precision",
+    "dtype",
+    "long_documents",
+    "stride",
+    "rope_scaling",
+    "max_length",
+    "text_column",
+    "id_column",
+    "on_error",
+    "shard_rows",
+)
 
 
 @dataclass(kw_only=True)
@@ -89,31 +103,60 @@ class EmbedConfig(EngineSettings, FileJob):
     truncated, windows) plus a manifest, resumable, in this process or on a Ray cluster. Into a .npy file:
     the lines of one text file, row i is line i (the same pipeline, its shards gathered into one array)."""
 
-    input: list[str] = field(metadata={"nargs": "+", "help": (
-        "files, directories or globs of .txt (one text per line), .jsonl, .csv, .parquet; local or URLs "
-        "(s3://, gs://, ... where fsspec's library for it is installed)")})  # fmt: skip
+    input: list[str] = field(
+        metadata={
+            "nargs": "+",
+            "help": (
+                "files, directories or globs of .txt (one text per line), .jsonl, .csv, .parquet; local or URLs "
+                "(s3://, gs://, ... where fsspec's library for it is installed)"
+            ),
+        }
+    )
     # a directory (parquet shards + _manifest.json), or a .npy file (one text file's lines x hidden)
     output: str
     max_tokens: int | None = field(default=None, metadata={"help": MAX_TOKENS_HELP})
-    pooling: str = field(default="mean", metadata={"choices": POOLING_NAMES, "help": " | ".join(POOLING_NAMES)})
+    pooling: str = field(
+        default="mean", metadata={"choices": POOLING_NAMES, "help": " | ".join(POOLING_NAMES)}
+    )
     normalize: bool = True  # unit L2 norm (--no-normalize keeps raw vectors)
     max_length: int | None = None  # truncate texts to this many tokens (default: the model's max_length)
     precision: str = precision_field("cosine > 0.99 to fp32")
     text_column: str = "text"  # tables: the column of texts
     # tables: a column of ids (default: FILE:ROW, the input path and the 1-based row or line)
     id_column: str | None = None
-    dtype: str = field(default="float32", metadata={"choices": TYPES, "help": (
-        "the stored vectors' type: float32, float16, int8 / uint8 (256 buckets per dimension between the "
-        "calibration minimum and maximum), binary / ubinary (signs, 8 dimensions per byte)")})  # fmt: skip
+    dtype: str = field(
+        default="float32",
+        metadata={
+            "choices": TYPES,
+            "help": (
+                "the stored vectors' type: float32, float16, int8 / uint8 (256 buckets per dimension between the "
+                "calibration minimum and maximum), binary / ubinary (signs, 8 dimensions per byte)"
+            ),
+        },
+    )
     # int8 / uint8: a .npy of float embeddings (N, dim) of representative texts (e.g. `neobert embed SAMPLE.txt
     # --output cal.npy`); their per-dimension minimum and maximum are the buckets, stored with the output
     calibration: str | None = None
     shard_rows: int = 4096  # texts per output shard (and per piece of work)
-    on_error: str = field(default="raise", metadata={"choices": ON_ERROR, "help": (
-        "a bad row (empty text, invalid UTF-8 or JSON, no id): raise naming file and row, or skip and count it")})  # fmt: skip
-    on_duplicate: str = field(default="refuse", metadata={"choices": ON_DUPLICATE, "help": (
-        "--id-column: an id that two rows hold stops the job naming both rows (refuse), or only its first row "
-        "is embedded and the others counted (keep-first)")})  # fmt: skip
+    on_error: str = field(
+        default="raise",
+        metadata={
+            "choices": ON_ERROR,
+            "help": (
+                "a bad row (empty text, invalid UTF-8 or JSON, no id): raise naming file and row, or skip and count it"
+            ),
+        },
+    )
+    on_duplicate: str = field(
+        default="refuse",
+        metadata={
+            "choices": ON_DUPLICATE,
+            "help": (
+                "--id-column: an id that two rows hold stops the job naming both rows (refuse), or only its first row "
+                "is embedded and the others counted (keep-first)"
+            ),
+        },
+    )
     overwrite: bool = False  # replace an output directory made with other settings instead of refusing
 
     def __post_init__(self) -> None:
@@ -125,9 +168,13 @@ class EmbedConfig(EngineSettings, FileJob):
         if self.shard_rows < 1:
             raise ValueError(f"shard rows must be positive, got {self.shard_rows}")
         if self.on_duplicate not in ON_DUPLICATE:
-            raise ValueError(f"on_duplicate must be one of {', '.join(ON_DUPLICATE)}; got {self.on_duplicate!r}")
+            raise ValueError(
+                f"on_duplicate must be one of {', '.join(ON_DUPLICATE)}; got {self.on_duplicate!r}"
+            )
         if self.dtype in CALIBRATED and self.calibration is None:
-            raise ValueError(f"--dtype {self.dtype} needs --calibration FILE.npy (float embeddings of sample texts)")
+            raise ValueError(
+                f"--dtype {self.dtype} needs --calibration FILE.npy (float embeddings of sample texts)"
+            )
 
     def ranges(self) -> np.ndarray | None:
         """The int8 / uint8 calibration ranges (2, dim) from ``calibration``; None for the other types."""
@@ -166,10 +213,14 @@ def embed_file(config: EmbedConfig) -> EmbedResult:
     line i) and reported. A killed run leaves ``OUTPUT.parts/``; the re-run resumes from its shards."""
     c = config
     if len(c.input) != 1:
-        raise ValueError("a .npy output holds one text file's lines: give one --input, or an output directory")
+        raise ValueError(
+            "a .npy output holds one text file's lines: give one --input, or an output directory"
+        )
     if is_late_interaction_dir(c.model):
-        raise ValueError("a late-interaction model's token vectors (a list per text) go to an output directory, "
-                         "not a .npy array")  # fmt: skip
+        raise ValueError(
+            "a late-interaction model's token vectors (a list per text) go to an output directory, "
+            "not a .npy array"
+        )
     if c.on_error != "raise":  # a skipped line would move every later row
         raise ValueError("a .npy output keeps row i = line i: --on-error skip needs an output directory")
     start = time.perf_counter()
@@ -186,11 +237,17 @@ def embed_file(config: EmbedConfig) -> EmbedResult:
     shutil.rmtree(parts)
     seconds = time.perf_counter() - start
     norm = "L2-normalized" if c.normalize else "not normalized"
-    summary = (f"wrote {len(vectors):,} x {vectors.shape[1]} {vectors.dtype} vectors ({c.pooling} pooling, {norm}) "
-               f"to {c.output} in {seconds:.1f}s")  # fmt: skip
+    summary = (
+        f"wrote {len(vectors):,} x {vectors.shape[1]} {vectors.dtype} vectors ({c.pooling} pooling, {norm}) "
+        f"to {c.output} in {seconds:.1f}s"
+    )
     consequence = "their rows embed an empty text, so that row i is line i"
-    report = LongReport(texts=len(vectors), over_window=sum(s.get("over_window", 0) for s in shards),
-                        truncated=corpus.truncated, rows=sum(s["windows"] for s in shards))  # fmt: skip
+    report = LongReport(
+        texts=len(vectors),
+        over_window=sum(s.get("over_window", 0) for s in shards),
+        truncated=corpus.truncated,
+        rows=sum(s["windows"] for s in shards),
+    )
     found = notes(empty, "line", consequence, report, c.long_documents)
     return EmbedResult(Path(c.output), vectors.shape, seconds, empty, report, summary, found)
 
@@ -273,8 +330,17 @@ class PieceEmbedder:
             texts.append(record.text)
             if not record.text.strip():
                 blank.append(record.row)
-        vectors, report = embed_long(self.model, self.tokenizer, texts, self.long_policy, c.pooling, c.normalize,
-                                     c.batch_size, c.max_tokens, window=c.max_length)  # fmt: skip
+        vectors, report = embed_long(
+            self.model,
+            self.tokenizer,
+            texts,
+            self.long_policy,
+            c.pooling,
+            c.normalize,
+            c.batch_size,
+            c.max_tokens,
+            window=c.max_length,
+        )
         cut = self.long_policy.policy == "truncate"
         truncated = [cut and length > self.window for length in report.lengths]
         record = {
@@ -291,7 +357,13 @@ class PieceEmbedder:
             **({"empty_rows": blank} if blank else {}),  # kept only with empty="keep"
         }
         _write_shard(
-            shard_path(c.output, piece), ids, quantize(vectors, c.dtype, self.ranges), report, truncated, record, self.digest
+            shard_path(c.output, piece),
+            ids,
+            quantize(vectors, c.dtype, self.ranges),
+            report,
+            truncated,
+            record,
+            self.digest,
         )
         return record
 
@@ -314,17 +386,28 @@ class PieceTokenEmbedder:
             ids.append(record.key if c.id_column is not None else f"{source}:{record.row}")
             texts.append(record.text)
         vectors = token_vectors(self.model, self.tokenizer, texts, spec, False, c.batch_size)
-        lengths = [len(ids_) for ids_ in self.tokenizer([spec.document_prefix + t for t in texts])["input_ids"]]
-        record = {"name": piece.name, "rows": len(texts), "tokens": int(sum(lengths)),
-                  "truncated": sum(n > spec.document_length for n in lengths), "windows": len(texts),
-                  "dimensions": spec.dim, "vectors": int(sum(len(v) for v in vectors)), "precision": self.precision,
-                  "node": self.node, "pid": os.getpid()}  # fmt: skip
+        lengths = [
+            len(ids_) for ids_ in self.tokenizer([spec.document_prefix + t for t in texts])["input_ids"]
+        ]
+        record = {
+            "name": piece.name,
+            "rows": len(texts),
+            "tokens": int(sum(lengths)),
+            "truncated": sum(n > spec.document_length for n in lengths),
+            "windows": len(texts),
+            "dimensions": spec.dim,
+            "vectors": int(sum(len(v) for v in vectors)),
+            "precision": self.precision,
+            "node": self.node,
+            "pid": os.getpid(),
+        }
         _write_token_shard(shard_path(c.output, piece), ids, vectors, lengths, c.dtype, record, self.digest)
         return record
 
 
-def _write_token_shard(path: Path, ids, vectors: list, lengths: list[int], dtype: str, record: dict,
-                       digest: str) -> None:  # fmt: skip
+def _write_token_shard(
+    path: Path, ids, vectors: list, lengths: list[int], dtype: str, record: dict, digest: str
+) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -333,12 +416,14 @@ def _write_token_shard(path: Path, ids, vectors: list, lengths: list[int], dtype
     flat = np.concatenate([v.numpy() for v in vectors]) if vectors else np.zeros((0, dim), np.float32)
     rows = pa.FixedSizeListArray.from_arrays(pa.array(flat.astype(dtype).reshape(-1)), dim)
     offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
-    table = pa.table({
-        "id": pa.array(ids, pa.string()),
-        "vectors": pa.ListArray.from_arrays(offsets, rows),
-        "length": pa.array(counts, pa.int32()),
-        "tokens": pa.array(lengths, pa.int32()),
-    })  # fmt: skip
+    table = pa.table(
+        {
+            "id": pa.array(ids, pa.string()),
+            "vectors": pa.ListArray.from_arrays(offsets, rows),
+            "length": pa.array(counts, pa.int32()),
+            "tokens": pa.array(lengths, pa.int32()),
+        }
+    )
     table = table.replace_schema_metadata({FOOTER_KEY: json.dumps({**record, "digest": digest}).encode()})
     with atomic_file(path, "wb") as handle:
         pq.write_table(table, handle)
@@ -364,13 +449,15 @@ def _write_shard(path: Path, ids, vectors: np.ndarray, report, truncated, record
     import pyarrow.parquet as pq
 
     flat = pa.array(vectors.reshape(-1))
-    table = pa.table({
-        "id": pa.array(ids, pa.string()),
-        "embedding": pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1]),
-        "tokens": pa.array(report.lengths, pa.int32()),
-        "truncated": pa.array(truncated, pa.bool_()),
-        "windows": pa.array(report.windows, pa.int32()),
-    })  # fmt: skip
+    table = pa.table(
+        {
+            "id": pa.array(ids, pa.string()),
+            "embedding": pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1]),
+            "tokens": pa.array(report.lengths, pa.int32()),
+            "truncated": pa.array(truncated, pa.bool_()),
+            "windows": pa.array(report.windows, pa.int32()),
+        }
+    )
     footer = json.dumps({**record, "digest": digest}).encode()
     table = table.replace_schema_metadata({FOOTER_KEY: footer})
     with atomic_file(path, "wb") as handle:
@@ -387,12 +474,22 @@ def embed_corpus(config: EmbedConfig, empty: str = "refuse") -> CorpusResult:
     files = expand_inputs(c.input, exclude=[out])
     check_columns(files, c.text_column, c.id_column)  # before a cluster starts
     with output_lock(out, c.wait), engine.session():
-        plans = engine.map_items(plan_file, files, step=c.shard_rows, text_column=c.text_column, txt_mode="line",
-                                 on_error=c.on_error, empty=empty, id_column=c.id_column)  # fmt: skip
+        plans = engine.map_items(
+            plan_file,
+            files,
+            step=c.shard_rows,
+            text_column=c.text_column,
+            txt_mode="line",
+            on_error=c.on_error,
+            empty=empty,
+            id_column=c.id_column,
+        )
         duplicates = duplicate_ids(plans, c.on_duplicate)  # refused here, before the model loads
         pieces = file_pieces(plans, c.shard_rows)
         job = _open_output(out, c, plans, empty)
-        done = {p.name: r for p in pieces if (r := finished_shard(out, p, job.manifest["digest"])) is not None}
+        done = {
+            p.name: r for p in pieces if (r := finished_shard(out, p, job.manifest["digest"])) is not None
+        }
         todo = [p for p in pieces if p.name not in done]
         records, pool = _run(c, engine, job, pieces, done, empty)
         seconds = time.perf_counter() - start
@@ -400,16 +497,30 @@ def embed_corpus(config: EmbedConfig, empty: str = "refuse") -> CorpusResult:
         stats = merged_stats(plans)
         totals = {**_totals(shards, stats.skipped_records), "duplicate_ids": duplicates.count}
         ran = {k: getattr(c, k) for k in ("engine", "workers", "cpus_per_worker", "gpus_per_worker")}
-        manifest = job.complete(shards=shards, reader=asdict(stats), totals=totals,
-                                duplicate_ids=asdict(duplicates), engine=ran)  # fmt: skip
+        manifest = job.complete(
+            shards=shards, reader=asdict(stats), totals=totals, duplicate_ids=asdict(duplicates), engine=ran
+        )
     new = [records[p.name] for p in todo]
     texts_now, tokens_now = sum(r["rows"] for r in new), sum(r["tokens"] for r in new)
     t = manifest["totals"]
     result = CorpusResult(
-        out, t["texts"], len(todo), len(done), t["skipped"], t["truncated"], t["tokens"], t["dimensions"],
-        t["precision"], c.engine, pool.workers, seconds, texts_now / seconds, tokens_now / seconds,
-        pool.span_seconds, duplicates.count,
-    )  # fmt: skip
+        out,
+        t["texts"],
+        len(todo),
+        len(done),
+        t["skipped"],
+        t["truncated"],
+        t["tokens"],
+        t["dimensions"],
+        t["precision"],
+        c.engine,
+        pool.workers,
+        seconds,
+        texts_now / seconds,
+        tokens_now / seconds,
+        pool.span_seconds,
+        duplicates.count,
+    )
     result.notes = _notes(result, stats, duplicates)
     return result
 
@@ -459,14 +570,18 @@ def _totals(shards: list[dict], skipped: int) -> dict:
 def _notes(result: CorpusResult, stats: Any, duplicates: Any) -> list[str]:
     notes = []
     if duplicates.count:
-        notes.append(f"{duplicates.count:,} row(s) whose id came before were left out (on-duplicate keep-first), "
-                     f"e.g. {'; '.join(duplicates.messages[:3])}")  # fmt: skip
+        notes.append(
+            f"{duplicates.count:,} row(s) whose id came before were left out (on-duplicate keep-first), "
+            f"e.g. {'; '.join(duplicates.messages[:3])}"
+        )
     if result.skipped:
         shown = "; ".join(stats.messages[:3])
         notes.append(f"{result.skipped:,} bad row(s) skipped (on-error skip), e.g. {shown}")
     if result.truncated:
-        notes.append(f"{result.truncated:,} text(s) longer than the window were truncated (--long-documents chunk or "
-                     "extend keeps all of them)")  # fmt: skip
+        notes.append(
+            f"{result.truncated:,} text(s) longer than the window were truncated (--long-documents chunk or "
+            "extend keeps all of them)"
+        )
     return notes
 
 
@@ -523,12 +638,18 @@ def _open_output(out: Path, c: EmbedConfig, plans: list[FilePlan], empty: str) -
     def check(manifest: dict) -> None:
         changed = _differences(manifest["settings"], settings)
         if changed:
-            raise DataError(f"{out} holds embeddings made with other settings ({'; '.join(changed)}); use another "
-                            "output directory or --overwrite")  # fmt: skip
+            raise DataError(
+                f"{out} holds embeddings made with other settings ({'; '.join(changed)}); use another "
+                "output directory or --overwrite"
+            )
 
     job = JobOutput(out, MANIFEST, FORMAT, key="name")
-    job.open(lambda: {"version": VERSION, "digest": digest, "settings": settings, "versions": versions()},
-             check, c.overwrite, lambda: _remove_output(out))  # fmt: skip
+    job.open(
+        lambda: {"version": VERSION, "digest": digest, "settings": settings, "versions": versions()},
+        check,
+        c.overwrite,
+        lambda: _remove_output(out),
+    )
     return job
 
 
@@ -539,8 +660,12 @@ def _differences(before: dict, now: dict) -> list[str]:
             was = {i["path"]: i for i in before.get(key, [])}
             new = {i["path"]: i for i in now.get(key, [])}
             parts = [f"{p} added" for p in new if p not in was] + [f"{p} gone" for p in was if p not in new]
-            parts += [f"{p} changed ({was[p]['bytes']:,} -> {new[p]['bytes']:,} bytes, {was[p]['rows']:,} -> "
-                      f"{new[p]['rows']:,} rows)" for p in new if p in was and was[p] != new[p]]  # fmt: skip
+            parts += [
+                f"{p} changed ({was[p]['bytes']:,} -> {new[p]['bytes']:,} bytes, {was[p]['rows']:,} -> "
+                f"{new[p]['rows']:,} rows)"
+                for p in new
+                if p in was and was[p] != new[p]
+            ]
             changed.append("inputs: " + ", ".join(parts[:5]))
         elif before.get(key) != now.get(key):
             changed.append(f"{key}: {before.get(key)!r} -> {now.get(key)!r}")

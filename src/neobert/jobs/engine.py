@@ -50,8 +50,12 @@ def cluster(settings: EngineSettings) -> Iterator[Any]:
     with contextlib.ExitStack() as stack:
         if here:  # a cluster of this job's own: on loopback, without the dashboard
             stack.enter_context(loopback_only())
-            ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, logging_level="warning",
-                     log_to_driver=False)  # fmt: skip
+            ray.init(
+                _node_ip_address="127.0.0.1",
+                include_dashboard=False,
+                logging_level="warning",
+                log_to_driver=False,
+            )
         elif started:
             ray.init(address=settings.address, logging_level="warning", log_to_driver=False)
         if started:
@@ -61,7 +65,9 @@ def cluster(settings: EngineSettings) -> Iterator[Any]:
         ray.data.DataContext._set_current(context)
         context.enable_progress_bars = False  # the job's own bar counts texts and tokens
         context.print_on_execution_start = False
-        context.wait_for_min_actors_s = 600  # every worker loaded before the first piece: work spreads over all
+        context.wait_for_min_actors_s = (
+            600  # every worker loaded before the first piece: work spreads over all
+        )
         yield ray
 
 
@@ -132,8 +138,12 @@ class _Actor:
             done = [_timed(self.worker, pickle.loads(item)) for item in batch["piece"]]
         except Exception as err:  # handed to the driver, which raises it as itself: Ray Data would reword it
             return {"record": [""], "start": [0.0], "end": [0.0], "error": [_pickled_error(err)]}
-        return {"record": [json.dumps(r) for r, _, _ in done], "start": [s for _, s, _ in done],
-                "end": [e for _, _, e in done], "error": [b""] * len(done)}  # fmt: skip
+        return {
+            "record": [json.dumps(r) for r, _, _ in done],
+            "start": [s for _, s, _ in done],
+            "end": [e for _, _, e in done],
+            "error": [b""] * len(done),
+        }
 
 
 def _pickled_error(err: Exception) -> bytes:
@@ -153,8 +163,9 @@ class Engine(Protocol):
     def session(self) -> contextlib.AbstractContextManager[None]:
         """Held around a whole job, so that its plan and its pieces share one connection."""
 
-    def run_pieces(self, worker: type, kwargs: dict, pieces: Sequence[Any],
-                   on_record: Callable[[dict], None]) -> PoolStats:  # fmt: skip
+    def run_pieces(
+        self, worker: type, kwargs: dict, pieces: Sequence[Any], on_record: Callable[[dict], None]
+    ) -> PoolStats:
         """``worker(**kwargs)(piece)`` for every piece, each record handed to ``on_record`` as it comes."""
 
     def map_items(self, function: Callable[..., Any], items: Sequence[Any], **kwargs: Any) -> list:
@@ -179,8 +190,9 @@ class LocalEngine:
     def session(self) -> Iterator[None]:
         yield
 
-    def run_pieces(self, worker: type, kwargs: dict, pieces: Sequence[Any],
-                   on_record: Callable[[dict], None]) -> PoolStats:  # fmt: skip
+    def run_pieces(
+        self, worker: type, kwargs: dict, pieces: Sequence[Any], on_record: Callable[[dict], None]
+    ) -> PoolStats:
         span = _Span(on_record)
         stats = PoolStats(pieces=len(pieces))
         if pieces:
@@ -212,8 +224,9 @@ class RayEngine:
     def session(self) -> contextlib.AbstractContextManager[Any]:
         return cluster(self.settings)
 
-    def run_pieces(self, worker: type, kwargs: dict, pieces: Sequence[Any],
-                   on_record: Callable[[dict], None]) -> PoolStats:  # fmt: skip
+    def run_pieces(
+        self, worker: type, kwargs: dict, pieces: Sequence[Any], on_record: Callable[[dict], None]
+    ) -> PoolStats:
         settings, span = self.settings, _Span(on_record)
         stats = PoolStats(pieces=len(pieces))
         if not pieces:

@@ -24,9 +24,16 @@ class FileJob:
     input: str  # UTF-8 text file, one text per line
     output: str  # the output file
     batch_size: int = 32  # texts per batch at most
-    long_documents: str = field(default="truncate", metadata={"choices": POLICIES, "help": (
-        "truncate (counted and reported) | chunk (windows, results pooled / averaged) | "
-        "extend (NeoBERT: RoPE scaled to the text's length)")})  # fmt: skip
+    long_documents: str = field(
+        default="truncate",
+        metadata={
+            "choices": POLICIES,
+            "help": (
+                "truncate (counted and reported) | chunk (windows, results pooled / averaged) | "
+                "extend (NeoBERT: RoPE scaled to the text's length)"
+            ),
+        },
+    )
     stride: int | None = None  # chunk: tokens shared by neighbouring windows (default: a quarter)
     rope_scaling: str = field(
         default="yarn", metadata={"choices": EXTEND_METHODS, "help": "extend: RoPE scaling method"}
@@ -48,8 +55,14 @@ class FileJob:
 
 def precision_field(what: str) -> Any:
     """The ``precision`` field of a task: auto, bf16 (``what``: how close it comes to fp32) or fp32."""
-    return field(default="auto", metadata={"choices": PRECISIONS, "help": "auto: the faster of fp32 and bf16 for this model here (measured); "
-                 f"bf16: NeoBERT fast path (bf16 weights, unpadded; {what}); fp32: exact"})  # fmt: skip
+    return field(
+        default="auto",
+        metadata={
+            "choices": PRECISIONS,
+            "help": "auto: the faster of fp32 and bf16 for this model here (measured); "
+            f"bf16: NeoBERT fast path (bf16 weights, unpadded; {what}); fp32: exact",
+        },
+    )
 
 
 def empty_rows(texts: list[str]) -> list[int]:

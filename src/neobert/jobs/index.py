@@ -52,7 +52,9 @@ class SearchConfig:
     output: str  # JSON lines, line i: query i's results
     model: str | None = None  # the late-interaction model (default: the one the index names)
     top_k: int = 10  # documents per query
-    candidates: int = 64  # nearest document tokens fetched per query token (32: recall@10 0.75 in the benchmark)
+    candidates: int = (
+        64  # nearest document tokens fetched per query token (32: recall@10 0.75 in the benchmark)
+    )
     ef: int = 128  # HNSW: candidates kept while searching (at least ``candidates``)
     batch_size: int = 32  # queries per model batch
 
@@ -68,8 +70,12 @@ class IndexResult:
 
     @property
     def summary(self) -> str:
-        rows = [["documents", f"{self.documents:,}"], ["token vectors", f"{self.vectors:,}"],
-                ["index bytes", f"{self.bytes:,}"], ["time", f"{self.seconds:.1f} s"]]  # fmt: skip
+        rows = [
+            ["documents", f"{self.documents:,}"],
+            ["token vectors", f"{self.vectors:,}"],
+            ["index bytes", f"{self.bytes:,}"],
+            ["time", f"{self.seconds:.1f} s"],
+        ]
         return f"indexed into {self.output}\n\n" + markdown_table(["", ""], rows)
 
 
@@ -86,7 +92,9 @@ def read_token_shards(directory: str | os.PathLike) -> tuple[list[str], list[np.
     for shard in manifest["shards"]:
         table = pq.read_table(directory / f"{shard['name']}.parquet")
         if "vectors" not in table.column_names:
-            raise ValueError(f"{directory}: single-vector shards; index needs a late-interaction model's shards")
+            raise ValueError(
+                f"{directory}: single-vector shards; index needs a late-interaction model's shards"
+            )
         ids.extend(table.column("id").to_pylist())
         dim = shard["dimensions"]
         for row in table.column("vectors").to_pylist():
@@ -104,8 +112,14 @@ def build_index(config: IndexConfig) -> IndexResult:
     offsets = np.concatenate([[0], np.cumsum([len(v) for v in vectors])]).astype(np.int64)
     graph = Index(Space.InnerProduct, num_dimensions=dim, M=config.m, ef_construction=config.ef_construction)
     graph.add_items(flat, ids=list(range(len(flat))))
-    info = {"model": settings.get("model"), "dimensions": dim, "documents": len(ids), "vectors": len(flat),
-            "dtype": settings.get("dtype", "float32"), "settings": asdict(config)}  # fmt: skip
+    info = {
+        "model": settings.get("model"),
+        "dimensions": dim,
+        "documents": len(ids),
+        "vectors": len(flat),
+        "dtype": settings.get("dtype", "float32"),
+        "settings": asdict(config),
+    }
 
     def fill(tmp: Path) -> None:
         graph.save(str(tmp / "tokens.voyager"))
@@ -129,7 +143,10 @@ class LoadedIndex:
     info: dict
 
     def documents(self, indices: Any) -> list[torch.Tensor]:
-        return [torch.from_numpy(self.vectors[self.offsets[d] : self.offsets[d + 1]].astype(np.float32)) for d in indices]
+        return [
+            torch.from_numpy(self.vectors[self.offsets[d] : self.offsets[d + 1]].astype(np.float32))
+            for d in indices
+        ]
 
 
 def load_index(directory: str | os.PathLike) -> LoadedIndex:
@@ -138,19 +155,26 @@ def load_index(directory: str | os.PathLike) -> LoadedIndex:
     path = Path(directory)
     if not (path / "index.json").is_file():
         raise ValueError(f"{path} is not an index directory (neobert index)")
-    return LoadedIndex(Index.load(str(path / "tokens.voyager")), np.load(path / "vectors.npy"),
-                       np.load(path / "offsets.npy"), json.loads((path / "ids.json").read_text(encoding="utf-8")),
-                       json.loads((path / "index.json").read_text(encoding="utf-8")))  # fmt: skip
+    return LoadedIndex(
+        Index.load(str(path / "tokens.voyager")),
+        np.load(path / "vectors.npy"),
+        np.load(path / "offsets.npy"),
+        json.loads((path / "ids.json").read_text(encoding="utf-8")),
+        json.loads((path / "index.json").read_text(encoding="utf-8")),
+    )
 
 
-def search_vectors(index: LoadedIndex, queries: list[torch.Tensor], top_k: int, candidates: int,
-                   ef: int) -> list[list[tuple[int, float]]]:  # fmt: skip
+def search_vectors(
+    index: LoadedIndex, queries: list[torch.Tensor], top_k: int, candidates: int, ef: int
+) -> list[list[tuple[int, float]]]:
     """Per query, (document index, MaxSim) of its ``top_k`` best among the documents its tokens' nearest
     ``candidates`` document tokens belong to, best first."""
     document_of = np.searchsorted(index.offsets, np.arange(len(index.vectors)), side="right") - 1
     out = []
     for query in queries:
-        tokens, _ = index.graph.query(query.numpy(), k=min(candidates, len(index.vectors)), query_ef=max(ef, candidates))
+        tokens, _ = index.graph.query(
+            query.numpy(), k=min(candidates, len(index.vectors)), query_ef=max(ef, candidates)
+        )
         pool = np.unique(document_of[np.asarray(tokens).reshape(-1)])
         scores = maxsim_scores([query], index.documents(pool))[0]
         order = torch.argsort(scores, descending=True, stable=True)[:top_k]
@@ -158,11 +182,15 @@ def search_vectors(index: LoadedIndex, queries: list[torch.Tensor], top_k: int, 
     return out
 
 
-def exhaustive_search(index: LoadedIndex, queries: list[torch.Tensor], top_k: int) -> list[list[tuple[int, float]]]:
+def exhaustive_search(
+    index: LoadedIndex, queries: list[torch.Tensor], top_k: int
+) -> list[list[tuple[int, float]]]:
     """The exact answer: MaxSim of each query against every document."""
     scores = maxsim_scores(queries, index.documents(range(len(index.ids))))
     top = torch.topk(scores, min(top_k, scores.shape[1]), dim=1)
-    return [[(int(i), float(s)) for i, s in zip(row_i, row_s)] for row_i, row_s in zip(top.indices, top.values)]
+    return [
+        [(int(i), float(s)) for i, s in zip(row_i, row_s)] for row_i, row_s in zip(top.indices, top.values)
+    ]
 
 
 @dataclass
@@ -188,7 +216,9 @@ def search(config: SearchConfig) -> SearchResult:
     model, tokenizer, spec = load_late_interaction(model_source)
     vectors = token_vectors(model, tokenizer, queries, spec, True, config.batch_size)
     found = search_vectors(index, vectors, config.top_k, config.candidates, config.ef)
-    lines = [json.dumps({"query": q, "results": [{"id": index.ids[d], "score": s} for d, s in hits]})
-             for q, hits in zip(queries, found)]  # fmt: skip
+    lines = [
+        json.dumps({"query": q, "results": [{"id": index.ids[d], "score": s} for d, s in hits]})
+        for q, hits in zip(queries, found)
+    ]
     write_text(config.output, "".join(line + "\n" for line in lines))
     return SearchResult(Path(config.output), len(queries), time.perf_counter() - start)

@@ -43,13 +43,17 @@ class JobOutput:
         if self.path.is_file():
             manifest = json.loads(self.path.read_text(encoding="utf-8"))
             if manifest.get("format") != self.format:
-                raise DataError(f"{self.path} is not a {self.format} manifest; choose another output directory")
+                raise DataError(
+                    f"{self.path} is not a {self.format} manifest; choose another output directory"
+                )
             check(manifest)
             clean_temporaries(self.directory)  # what a killed run was writing
             self.manifest = manifest
             return manifest
         if self.directory.exists() and any(p.name != LOCK for p in self.directory.iterdir()):
-            raise DataError(f"{self.directory} is not empty and holds no {self.name}; refusing to write into it")
+            raise DataError(
+                f"{self.directory} is not empty and holds no {self.name}; refusing to write into it"
+            )
         self.directory.mkdir(parents=True, exist_ok=True)
         self.manifest = {"format": self.format, **new(), "complete": False, "shards": []}
         self.save()

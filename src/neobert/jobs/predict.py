@@ -46,8 +46,12 @@ class ClassifyFileConfig(FileJob):
     pair_column: str | None = (
         None  # the table's second-text column, for sentence-pair classifiers (tables only)
     )
-    output: str = field(metadata={"help": 'where to write the .jsonl: {"label", "score", "probabilities"} per '
-                                          'row, or {"value"} (regression)'})  # fmt: skip
+    output: str = field(
+        metadata={
+            "help": 'where to write the .jsonl: {"label", "score", "probabilities"} per '
+            'row, or {"value"} (regression)'
+        }
+    )
     max_tokens: int | None = field(default=None, metadata={"help": MAX_TOKENS_HELP})
     max_length: int | None = None  # truncate inputs to this many tokens (default: the model's position limit)
     precision: str = precision_field("probabilities within ~0.05 of fp32")
@@ -65,7 +69,9 @@ class FileClassification:
     seconds: float
     random_weights: bool  # a preset: the head and encoder are untrained
     empty_rows: list[int]  # 1-based rows whose text is empty or blank (classified as such, and reported)
-    long_report: LongReport | None = None  # what the long-document policy did (None for pairs / explicit max_length)
+    long_report: LongReport | None = (
+        None  # what the long-document policy did (None for pairs / explicit max_length)
+    )
     notes: list[str] = field(default_factory=list)  # empty rows, long texts, random weights
 
     @property
@@ -129,8 +135,9 @@ def classify_file(config: ClassifyFileConfig) -> FileClassification:
     found = notes(empty, "row", "their predictions say nothing about any text", report, c.long_documents)
     if is_preset(c.model):
         found.append("a preset has random weights: these predictions are meaningless")
-    return FileClassification(path, len(rows), regression, counts, value_range, seconds, is_preset(c.model),
-                              empty, report, found)  # fmt: skip
+    return FileClassification(
+        path, len(rows), regression, counts, value_range, seconds, is_preset(c.model), empty, report, found
+    )
 
 
 # -- tag -----------------------------------------------------------------------------------------------------
@@ -179,8 +186,14 @@ def tag_file(config: TagConfig) -> TagResult:
         for text, row in zip(texts, entities)
     ]
     path = write_text(c.output, "\n".join(lines) + "\n")
-    return TagResult(path, len(texts), entities, time.perf_counter() - start, report,
-                     notes([], "text", "", report, c.long_documents))  # fmt: skip
+    return TagResult(
+        path,
+        len(texts),
+        entities,
+        time.perf_counter() - start,
+        report,
+        notes([], "text", "", report, c.long_documents),
+    )
 
 
 # -- fill-mask -----------------------------------------------------------------------------------------------
@@ -195,9 +208,11 @@ class FillMaskResult:
     @property
     def summary(self) -> str:
         """One row per prediction: the [MASK]'s number (on its first row), rank, token, probability."""
-        rows = [[str(number) if rank == 1 else "", rank, token, f"{prob:.3g}"]
-                for number, predictions in enumerate(self.predictions, start=1)
-                for rank, (token, prob) in enumerate(predictions, start=1)]  # fmt: skip
+        rows = [
+            [str(number) if rank == 1 else "", rank, token, f"{prob:.3g}"]
+            for number, predictions in enumerate(self.predictions, start=1)
+            for rank, (token, prob) in enumerate(predictions, start=1)
+        ]
         header = ["[MASK] #", "rank", "token", "probability"]
         return f"fill-mask: {self.text}\n\n" + markdown_table(header, rows)
 
@@ -221,5 +236,6 @@ def fill_mask_text(model: str, text: str, top_k: int = 5, tokenizer: str | None 
         tokenizer: tokenizer directory (default: the model directory's, or bert-base-uncased for presets)
     """
     mlm = load_model(model, head="mlm")
-    return FillMaskResult(text, fill_mask(mlm, resolve_tokenizer(model, tokenizer), text, top_k=top_k),
-                          is_preset(model))  # fmt: skip
+    return FillMaskResult(
+        text, fill_mask(mlm, resolve_tokenizer(model, tokenizer), text, top_k=top_k), is_preset(model)
+    )

@@ -47,15 +47,23 @@ def prepare(config: PrepareConfig) -> PrepareResult:
 
 def _prepare_in_pieces(config: PrepareConfig, engine: Engine) -> PrepareResult:
     config.check_required()
-    files = expand_inputs(config.inputs, exclude=[config.output])  # a missing file fails before anything is written
+    files = expand_inputs(
+        config.inputs, exclude=[config.output]
+    )  # a missing file fails before anything is written
     check_columns(files, config.text_column)  # before a cluster starts
     start = time.perf_counter()
     hf_tokenizer, encoder = tokenizer_backend(config.tokenizer, config.max_tokens)
     out = shared_output(config.output)
     job = open_output(out, config, hf_tokenizer, encoder)
     with engine.session():
-        plans = engine.map_items(plan_file, files, step=PLAN_STEP, text_column=config.text_column,
-                          txt_mode=config.txt_mode, on_error=config.on_error)  # fmt: skip
+        plans = engine.map_items(
+            plan_file,
+            files,
+            step=PLAN_STEP,
+            text_column=config.text_column,
+            txt_mode=config.txt_mode,
+            on_error=config.on_error,
+        )
         pieces = stream_pieces(plans, config.shard_size)
         finished = job.finished()
         for piece in pieces:

@@ -15,8 +15,13 @@ ENGINES = ("local", "ray")
 class EngineSettings:
     """Where a job runs (the options every job shares)."""
 
-    engine: str = field(default="local", metadata={"choices": ENGINES, "help": (
-        "local: this process | ray: a Ray cluster's actor pool (pip install 'neobert[ray]')")})  # fmt: skip
+    engine: str = field(
+        default="local",
+        metadata={
+            "choices": ENGINES,
+            "help": ("local: this process | ray: a Ray cluster's actor pool (pip install 'neobert[ray]')"),
+        },
+    )
     # ray: worker actors (default: the cluster's GPUs / --gpus-per-worker, else its CPUs / --cpus-per-worker)
     workers: int | None = None
     cpus_per_worker: float = 1.0  # ray: CPUs each worker holds (its threads)

@@ -90,7 +90,9 @@ def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype) ->
     one warning. An explicit choice that cannot run here, or fails its check, raises
     :class:`AttentionBackendError`.
     """
-    candidate = auto_candidate(device, dtype) if requested == "auto" else explicit_candidate(requested, device, dtype)
+    candidate = (
+        auto_candidate(device, dtype) if requested == "auto" else explicit_candidate(requested, device, dtype)
+    )
     if candidate == "sdpa" or torch.compiler.is_compiling():
         return candidate
     check = check_attention(candidate, str(device), dtype, backward=torch.is_grad_enabled())

@@ -26,7 +26,11 @@ def sequence_problem(problem_type: str | None, num_labels: int, labels: torch.Te
         return problem_type
     if num_labels == 1:
         return "regression"
-    return "single_label_classification" if labels.dtype in (torch.long, torch.int) else "multi_label_classification"
+    return (
+        "single_label_classification"
+        if labels.dtype in (torch.long, torch.int)
+        else "multi_label_classification"
+    )
 
 
 def sequence_loss(
@@ -49,12 +53,14 @@ def mlm_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean"
     """Cross-entropy of MLM logits (..., V) against ``labels`` (...) over the positions whose label is not
     :data:`IGNORE_INDEX`, in float32 (the head's ``forward(labels=...)`` takes the mean; pretraining sums
     and divides by the global count itself, ``training/loss.py``)."""
-    return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
-                           reduction=reduction)  # fmt: skip
+    return F.cross_entropy(
+        logits.flatten(0, -2).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction=reduction
+    )
 
 
 def token_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
     """Cross-entropy of token logits (B, L, num_labels) over the positions whose label is not
     :data:`IGNORE_INDEX`, in float32."""
-    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
-                           reduction=reduction)  # fmt: skip
+    return F.cross_entropy(
+        logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction=reduction
+    )

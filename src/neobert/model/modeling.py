@@ -207,15 +207,20 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
         here where the runtime asks for it). Returns the ids and positions in that layout, the attention
         context, and the real tokens' positions (``indices``) where a padded batch was unpadded."""
         cfg = self.model_config
-        if cfg.position_embedding == "learned" and position_ids is None and cu_seqlens is None and (
-            attention_mask is not None
+        if (
+            cfg.position_embedding == "learned"
+            and position_ids is None
+            and cu_seqlens is None
+            and (attention_mask is not None)
         ):
             # RoBERTa-style learned positions count real tokens only (padding gets 0), so a left-padded row
             # gets the positions it has alone, and the padded and unpadded paths agree. RoPE needs no such
             # ids: its scores depend on relative positions only.
             mask = attention_mask.long()
             position_ids = (mask.cumsum(-1) - 1).clamp(min=0) * mask
-        backend = resolve_backend(self.runtime.backend, input_ids.device, self._compute_dtype(input_ids.device))
+        backend = resolve_backend(
+            self.runtime.backend, input_ids.device, self._compute_dtype(input_ids.device)
+        )
         unpad_batch = self.runtime.unpad if self.runtime.unpad is not None else backend in VARLEN_KERNELS
         indices = None
         if cu_seqlens is None and attention_mask is not None and unpad_batch and input_ids.dim() == 2:

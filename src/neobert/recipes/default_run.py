@@ -45,8 +45,10 @@ class DefaultRunResult:
     @property
     def summary(self) -> str:
         """The pretraining result, the fill-mask examples (top 3) and where the report went, for a person."""
-        rows = [[text, ", ".join(f"{token} ({p:.2f})" for token, p in predictions)] for text, predictions in
-                self.examples]  # fmt: skip
+        rows = [
+            [text, ", ".join(f"{token} ({p:.2f})" for token, p in predictions)]
+            for text, predictions in self.examples
+        ]
         table = markdown_table(["text", "predictions"], rows)
         return f"{self.pretrain.summary}\nfill-mask (top 3)\n\n{table}\nreport: {self.report}"
 
@@ -129,17 +131,24 @@ def write_report(out: Path, result: PretrainResult, documents: int, examples) ->
         f"A small NeoBERT pretrained on {documents:,} Python standard-library docstrings "
         f"({result.tokens_seen:,} tokens seen in {result.steps} steps, {result.seconds / 60:.1f} minutes).",
         "",
-        markdown_table(["metric", "value"], [
-            ["validation MLM loss", result.val_loss],
-            ["unigram baseline (entropy of token frequencies)", result.unigram_entropy],
-            ["validation masked-token accuracy", result.val_accuracy],
-            ["last training loss", result.train_loss],
-        ], digits=3),
+        markdown_table(
+            ["metric", "value"],
+            [
+                ["validation MLM loss", result.val_loss],
+                ["unigram baseline (entropy of token frequencies)", result.unigram_entropy],
+                ["validation masked-token accuracy", result.val_accuracy],
+                ["last training loss", result.train_loss],
+            ],
+            digits=3,
+        ),
         "![loss curve](loss_curve.png)",
         "",
         "## Fill-mask (top 3)",
         "",
-    ]  # fmt: skip
-    rows = [[text, ", ".join(f"{token} ({prob:.2f})" for token, prob in predictions)] for text, predictions in examples]
+    ]
+    rows = [
+        [text, ", ".join(f"{token} ({prob:.2f})" for token, prob in predictions)]
+        for text, predictions in examples
+    ]
     lines.append(markdown_table(["text", "predictions"], rows).rstrip("\n"))
     return write_text(out / "report.md", "\n".join(lines) + "\n")

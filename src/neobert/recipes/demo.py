@@ -76,13 +76,25 @@ def run_demo(output_dir: str | Path | None = None, log: Log | None = None) -> De
     }
     if st_diff is not None:
         checks[f"SentenceTransformer vectors match encode() (atol {ST_ATOL:g})"] = st_diff <= ST_ATOL
-    result = DemoResult(Path(output_dir) if output_dir is not None else None, reload_diff, similarities,
-                        predictions, st_diff, checks, time.perf_counter() - start)  # fmt: skip
+    result = DemoResult(
+        Path(output_dir) if output_dir is not None else None,
+        reload_diff,
+        similarities,
+        predictions,
+        st_diff,
+        checks,
+        time.perf_counter() - start,
+    )
     rows = [[name, "pass" if ok else "FAIL"] for name, ok in checks.items()]
-    where = (f"files kept in {result.output_dir}" if result.output_dir
-             else "files were written to a temporary directory (use --output DIR to keep them)")  # fmt: skip
-    log(f"checks ({result.seconds:.1f}s):\n\n{markdown_table(['check', 'result'], rows)}\n"
-        f"{where}. Reminder: random weights, so no prediction above means anything yet.")  # fmt: skip
+    where = (
+        f"files kept in {result.output_dir}"
+        if result.output_dir
+        else "files were written to a temporary directory (use --output DIR to keep them)"
+    )
+    log(
+        f"checks ({result.seconds:.1f}s):\n\n{markdown_table(['check', 'result'], rows)}\n"
+        f"{where}. Reminder: random weights, so no prediction above means anything yet."
+    )
     return result
 
 
@@ -128,9 +140,11 @@ def _check_reload(model, tokenizer, model_dir: Path, log: Log) -> float:
     inputs = tokenizer(SENTENCES, padding=True, return_tensors="pt", return_token_type_ids=False)
     with torch.inference_mode():
         diff = (model(**inputs).logits - reloaded(**inputs).logits).abs().max().item()
-    log(f"2. reloaded with transformers.AutoModelForMaskedLM.from_pretrained (no remote code): "
+    log(
+        f"2. reloaded with transformers.AutoModelForMaskedLM.from_pretrained (no remote code): "
         f"{type(reloaded).__name__}, logits on {len(SENTENCES)} sentences "
-        f"{'identical' if diff == 0.0 else 'DIFFERENT'} (max |diff| {diff:g})")  # fmt: skip
+        f"{'identical' if diff == 0.0 else 'DIFFERENT'} (max |diff| {diff:g})"
+    )
     return diff
 
 
@@ -139,9 +153,12 @@ def _similarities(model, tokenizer, log: Log) -> np.ndarray:
     sims = vectors @ vectors.T
     header = ["sentence", *(f"#{i + 1}" for i in range(len(SENTENCES)))]
     rows = [[f"#{i + 1} {sentence}", *(f"{s:.3f}" for s in sims[i])] for i, sentence in enumerate(SENTENCES)]
-    log("3. cosine similarity of mean-pooled embeddings (random weights!)\n\n" + markdown_table(header, rows)
+    log(
+        "3. cosine similarity of mean-pooled embeddings (random weights!)\n\n"
+        + markdown_table(header, rows)
         + "\nWith random weights these numbers reflect shared tokens and lengths, not meaning; after "
-        "pretraining and contrastive fine-tuning #1~#2 and #3~#4 should stand out.")  # fmt: skip
+        "pretraining and contrastive fine-tuning #1~#2 and #3~#4 should stand out."
+    )
     return sims
 
 
@@ -156,6 +173,8 @@ def _check_sentence_transformer(model, tokenizer, model_dir: Path, st_dir: Path,
     ours = encode(model, tokenizer, SENTENCES, pooling="mean", normalize=False, show_progress=False)
     diff = float(np.abs(st_vectors - ours).max())
     verdict = "match" if diff <= ST_ATOL else "DIFFER"
-    log(f"5. sentence-transformers: saved {st_dir}; SentenceTransformer(path).encode vs "
-        f"neobert.inference.encode: {verdict} (max |diff| {diff:.1e})")  # fmt: skip
+    log(
+        f"5. sentence-transformers: saved {st_dir}; SentenceTransformer(path).encode vs "
+        f"neobert.inference.encode: {verdict} (max |diff| {diff:.1e})"
+    )
     return diff

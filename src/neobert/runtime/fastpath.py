@@ -74,7 +74,9 @@ def check_cpu_epilogues() -> BackendCheck:
     which e.g. AVX2-only CPUs lack, and the op says so only when called: that is "not available"."""
     ops = getattr(torch.ops, "mkldnn", None)
     if not torch.backends.mkldnn.is_available() or ops is None or not hasattr(ops, "_linear_pointwise"):
-        return BackendCheck("cpu_epilogues", "cpu", "bfloat16", available=False, error="no oneDNN in this torch")
+        return BackendCheck(
+            "cpu_epilogues", "cpu", "bfloat16", available=False, error="no oneDNN in this torch"
+        )
     op = ops._linear_pointwise
     g = torch.Generator().manual_seed(0)
     x, other = (torch.randn(6, 32, generator=g).bfloat16() for _ in range(2))
@@ -82,7 +84,9 @@ def check_cpu_epilogues() -> BackendCheck:
     try:
         op(x, w, None, "swish", [], "")
     except RuntimeError as err:
-        return BackendCheck("cpu_epilogues", "cpu", "bfloat16", available=False, error=str(err).splitlines()[0])
+        return BackendCheck(
+            "cpu_epilogues", "cpu", "bfloat16", available=False, error=str(err).splitlines()[0]
+        )
 
     def compare() -> list[tuple[torch.Tensor, torch.Tensor]]:
         plain = x.float() @ w.float().T

@@ -27,8 +27,18 @@ import torch
 from ..common.config import check_precision
 
 # The libraries whose versions a report names (`neobert doctor`, job manifests)
-PACKAGES = ("neobert", "transformers", "huggingface_hub", "tokenizers", "accelerate", "sentence-transformers",
-            "flash-attn", "onnxruntime", "pyarrow", "ray")  # fmt: skip
+PACKAGES = (
+    "neobert",
+    "transformers",
+    "huggingface_hub",
+    "tokenizers",
+    "accelerate",
+    "sentence-transformers",
+    "flash-attn",
+    "onnxruntime",
+    "pyarrow",
+    "ray",
+)
 # The CPU flags that decide which paths are fast or available here.
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 AUTO_PRECISION_ENV = "NEOBERT_AUTO_PRECISION"
@@ -176,7 +186,9 @@ def _time_block(
     weights = [(torch.randn(*s, generator=g) / s[1] ** 0.5).to(device, weight_dtype) for s in shapes]
     for w in weights:
         w.requires_grad_(training)
-    x = torch.randn(PROBE_TOKENS.get(device.type, PROBE_TOKENS["cpu"]), hidden, generator=g).to(device, weight_dtype)
+    x = torch.randn(PROBE_TOKENS.get(device.type, PROBE_TOKENS["cpu"]), hidden, generator=g).to(
+        device, weight_dtype
+    )
 
     def step(backward: bool) -> None:
         with torch.autocast(device.type, dtype=dtype, enabled=training and dtype != torch.float32):

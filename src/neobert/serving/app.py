@@ -41,12 +41,14 @@ def create_app(service: Any) -> FastAPI:
 
     def openapi() -> dict[str, Any]:  # FastAPI's schema, with this model's and these limits' bounds stated
         if app.openapi_schema is None:
-            app.openapi_schema = state_limits(FastAPI.openapi(app), limits, service.model,
-                                               calibrated=bool(service.config.calibration))  # fmt: skip
+            app.openapi_schema = state_limits(
+                FastAPI.openapi(app), limits, service.model, calibrated=bool(service.config.calibration)
+            )
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
     add_error_handlers(app, service)
-    app.add_middleware(Guard, service=service, model_paths=dict(model_routes),
-                       paths=(*model_routes, *SERVICE_ROUTES))  # fmt: skip
+    app.add_middleware(
+        Guard, service=service, model_paths=dict(model_routes), paths=(*model_routes, *SERVICE_ROUTES)
+    )
     return app

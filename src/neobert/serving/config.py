@@ -122,7 +122,9 @@ class ServeConfig:
                 "precision applies to the torch backend; an ONNX export's is its variant (onnx_variant)"
             )
         if self.onnx and self.sparse:
-            raise ServeConfigError("sparse (SPLADE vectors) needs the torch backend; an ONNX export has no MLM logits")
+            raise ServeConfigError(
+                "sparse (SPLADE vectors) needs the torch backend; an ONNX export has no MLM logits"
+            )
         if self.api_key is not None and not self.api_key.strip():
             raise ServeConfigError("api_key must not be empty (leave it out to serve without a key)")
 
@@ -141,7 +143,9 @@ class ServeConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ServeConfig:
-        data = renamed_settings(data, "serve config", "serve", ServeConfigError)  # 'task' is 'head' (issue 24)
+        data = renamed_settings(
+            data, "serve config", "serve", ServeConfigError
+        )  # 'task' is 'head' (issue 24)
         check_known_keys(cls, data, "serve config", ServeConfigError)
         return cls(**data)
 

@@ -40,23 +40,37 @@ MODEL_ERRORS = documented(401, 404, 413, 422, 500, 503)
 
 
 class ServiceError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None, headers: dict | None = None,
-                 code: str | None = None):  # fmt: skip
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        headers: dict | None = None,
+        code: str | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.param, self.headers, self.code = status, message, param, headers, code
 
 
-ERROR_TYPES = {401: "unauthorized", 404: "not_found", 413: "request_too_large", 422: "invalid_request",
-               503: "overloaded"}  # fmt: skip
+ERROR_TYPES = {
+    401: "unauthorized",
+    404: "not_found",
+    413: "request_too_large",
+    422: "invalid_request",
+    503: "overloaded",
+}
 
 
-def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+def error_body(
+    status: int, message: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
     kind = ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request")
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-def error_response(status: int, message: str, param: str | None = None, headers=None,
-                   code: str | None = None) -> JSONResponse:  # fmt: skip
+def error_response(
+    status: int, message: str, param: str | None = None, headers=None, code: str | None = None
+) -> JSONResponse:
     return JSONResponse(error_body(status, message, param, code), status_code=status, headers=headers)
 
 
@@ -66,8 +80,11 @@ _TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "ours", "te
 def field_name(loc: tuple) -> str:
     """A pydantic error location as a field path: ('body', 'texts', 0) -> texts[0]."""
     # pydantic names the union member tried ("str", "list[str]", "constrained-str"): not a field, so left out
-    parts = [p for p in loc if p != "body" and not (isinstance(p, str) and (
-        p in _TYPE_TAGS or any(c in p for c in "[-`")))]  # fmt: skip
+    parts = [
+        p
+        for p in loc
+        if p != "body" and not (isinstance(p, str) and (p in _TYPE_TAGS or any(c in p for c in "[-`")))
+    ]
     name = ""
     for part in parts:
         name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))

@@ -17,7 +17,9 @@ import ctypes.util
 import os
 from functools import cache
 
-TRIM_BYTES = 4 * 2**20  # an answer (or a model call's pickled results) at least this large is followed by a trim
+TRIM_BYTES = (
+    4 * 2**20
+)  # an answer (or a model call's pickled results) at least this large is followed by a trim
 
 
 @cache

@@ -41,8 +41,12 @@ class Guard:
         self.busy = _raw_json(503, busy, [(b"retry-after", str(config.retry_after).encode())])
         self.unauthorized = _raw_json(
             401,
-            error_body(401, "missing or wrong API key: send the header Authorization: Bearer KEY", None,
-                       "invalid_api_key"),
+            error_body(
+                401,
+                "missing or wrong API key: send the header Authorization: Bearer KEY",
+                None,
+                "invalid_api_key",
+            ),
             [(b"www-authenticate", b"Bearer")],
         )
 
@@ -104,7 +108,9 @@ class Guard:
         for name, value in scope.get("headers") or []:
             if name == b"authorization":
                 scheme, _, token = value.strip().partition(b" ")
-                return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.expected or b"")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(
+                    token.strip(), self.expected or b""
+                )
         return False
 
     def _limited(self, receive: Any) -> Any:
@@ -127,9 +133,12 @@ def _raw_json(status: int, body: dict, headers: list[tuple[bytes, bytes]]) -> tu
     start = {
         "type": "http.response.start",
         "status": status,
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode()),
-                    *headers],
-    }  # fmt: skip
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(content)).encode()),
+            *headers,
+        ],
+    }
     return start, {"type": "http.response.body", "body": content}
 
 

@@ -64,11 +64,17 @@ class OnnxBackend(Backend):
         pooling = self.encoder.config["pooling"]
         embedding = (
             EmbeddingSpec(pooling["method"], pooling["normalize"], None, pooling["source"])
-            if self.head == "base" else None
-        )  # fmt: skip
+            if self.head == "base"
+            else None
+        )
         self.capabilities = describe(
-            self.transformers_config, self.head, embedding, self.encoder.max_length, pair_token_types=False,
-            model_type=self.encoder.config["model_type"], runtime=ONNX_TASKS,
+            self.transformers_config,
+            self.head,
+            embedding,
+            self.encoder.max_length,
+            pair_token_types=False,
+            model_type=self.encoder.config["model_type"],
+            runtime=ONNX_TASKS,
         )
         self.policy = self.config.long_documents
         self._lock = threading.Lock()  # workers > 1 in one process share the session's tokenizer
@@ -83,16 +89,23 @@ class OnnxBackend(Backend):
                 f"--backend onnx serves a directory written by `neobert export onnx`; {config.model} holds no "
                 f"{CONFIG_FILE}"
             )
-        threads = ThreadPolicy.at_start(config, fixed="ONNX Runtime fixes a session's threads when it is made")
+        threads = ThreadPolicy.at_start(
+            config, fixed="ONNX Runtime fixes a session's threads when it is made"
+        )
         encoder = OnnxEncoder(config.model, config.onnx_variant, threads=threads.threads)
         source = json.loads((Path(config.model) / "config.json").read_text(encoding="utf-8"))
         return cls(config, encoder, PretrainedConfig.from_dict(source), threads)
 
     def info(self) -> ServedModel:
         """What the export is and serves (it crosses processes)."""
-        return ServedModel.of(self.capabilities, backend="onnx", precision=self.encoder.variant,
-                              mask_token=self.encoder.config.get("mask_token"),
-                              vocab_size=self._counter.get_vocab_size(), threads=self.threads)  # fmt: skip
+        return ServedModel.of(
+            self.capabilities,
+            backend="onnx",
+            precision=self.encoder.variant,
+            mask_token=self.encoder.config.get("mask_token"),
+            vocab_size=self._counter.get_vocab_size(),
+            threads=self.threads,
+        )
 
     def lengths(self, texts: list[Any]) -> list[int]:
         with self._lock:
@@ -110,7 +123,9 @@ class OnnxBackend(Backend):
         if any(isinstance(t, list) for t in texts):  # token ids: refused one by one, the rest answered
             keep = [i for i, t in enumerate(texts) if not isinstance(t, list)]
             done = self.run_task(name, [texts[i] for i in keep], options) if keep else Done([], [], None, 0)
-            values: list[Any] = [Refusal(422, "{noun} {i}: token-id inputs need the PyTorch backend")] * len(texts)
+            values: list[Any] = [Refusal(422, "{noun} {i}: token-id inputs need the PyTorch backend")] * len(
+                texts
+            )
             lengths = [len(t) if isinstance(t, list) else 0 for t in texts]
             for i, value, length in zip(keep, done.values, done.lengths):
                 values[i], lengths[i] = value, length
@@ -122,8 +137,9 @@ class OnnxBackend(Backend):
         mask = np.array([e.attention_mask for e in batch], dtype=np.int64)
         cut = sum(1 for e in batch if e.overflowing)  # cut at max_length by tokenizer.json
         results: list[Any] = [None] * len(batch)
-        for batch_rows in token_batches(mask.sum(axis=1).tolist(), self.config.max_batch_texts,
-                                        self.config.max_batch_tokens):  # fmt: skip
+        for batch_rows in token_batches(
+            mask.sum(axis=1).tolist(), self.config.max_batch_texts, self.config.max_batch_tokens
+        ):
             rows = np.array(batch_rows)
             width = int(mask[rows].sum(axis=1).max())  # right-padded: the group's own longest row
             outputs = self.encoder.run(ids[rows, :width], mask[rows, :width])

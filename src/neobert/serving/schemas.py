@@ -31,7 +31,6 @@ def integer(**bounds: int) -> Any:
     return Annotated[int, Field(strict=True, **bounds), BeforeValidator(_integral)]
 
 
-
 Text = Annotated[StrictStr, Field(min_length=1)]  # an empty text has nothing to embed, classify or rank
 Texts = Annotated[list[Text], Field(min_length=1)]
 TokenId = integer(ge=0)
@@ -64,27 +63,40 @@ class EmbedRequest(_Request):
     truncate: StrictBool = TRUNCATE
 
 
-DIMENSIONS = Field(default=None, description="keep the first N components, then renormalise (sound "
-                   "for the widths a Matryoshka model was trained for: /info's matryoshka_dims)")  # fmt: skip
+DIMENSIONS = Field(
+    default=None,
+    description="keep the first N components, then renormalise (sound "
+    "for the widths a Matryoshka model was trained for: /info's matryoshka_dims)",
+)
 
 
 JINA_TASKS = ("retrieval.query", "retrieval.passage", "code.query", "code.passage", "text-matching")
 
 
 class OpenAIEmbeddingRequest(_Lenient):
-    input: Inputs = Field(description="a text, texts, or token ids of our tokenizer (special tokens included)")
+    input: Inputs = Field(
+        description="a text, texts, or token ids of our tokenizer (special tokens included)"
+    )
     model: StrictStr | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Positive | None = DIMENSIONS
     truncate: StrictBool = TRUNCATE
-    return_multivector: StrictBool = Field(default=False, description=(
-        "Jina's: a late-interaction (ColBERT) model's token vectors, `embeddings` per input (one unit vector "
-        "per token; base64: one string of row-major tokens x dim little-endian float32) instead of `embedding`; "
-        "texts only. The answer holds tokens x dim numbers and must fit max_answer_bytes (413 before the "
-        "model runs)"))  # fmt: skip
-    task: Literal[JINA_TASKS] | None = Field(default=None, description=(
-        "Jina's: with return_multivector, *.query encodes queries (marker, expanded to query_length tokens), "
-        "any other value or none documents (marker, cut to document_length, punctuation dropped)"))  # fmt: skip
+    return_multivector: StrictBool = Field(
+        default=False,
+        description=(
+            "Jina's: a late-interaction (ColBERT) model's token vectors, `embeddings` per input (one unit vector "
+            "per token; base64: one string of row-major tokens x dim little-endian float32) instead of `embedding`; "
+            "texts only. The answer holds tokens x dim numbers and must fit max_answer_bytes (413 before the "
+            "model runs)"
+        ),
+    )
+    task: Literal[JINA_TASKS] | None = Field(
+        default=None,
+        description=(
+            "Jina's: with return_multivector, *.query encodes queries (marker, expanded to query_length tokens), "
+            "any other value or none documents (marker, cut to document_length, punctuation dropped)"
+        ),
+    )
 
 
 class TextsRequest(_Request):
@@ -131,9 +143,11 @@ class TEIEmbedAllRequest(_Lenient):
     truncation_direction: Direction = DIRECTION
     prompt_name: StrictStr | None = None
     encoding_format: Literal["float", "base64", "base64_float16"] = Field(
-        default="float", description="float: JSON numbers; base64 / base64_float16: each input's states as one "
+        default="float",
+        description="float: JSON numbers; base64 / base64_float16: each input's states as one "
         "string of little-endian float32 / float16 bytes, row-major (tokens x hidden): 1/4 and 1/8 of the "
-        "JSON's size")  # fmt: skip
+        "JSON's size",
+    )
 
 
 def _shape(field: str) -> Any:
@@ -191,7 +205,12 @@ class Parameters(_Lenient):
     function_to_apply: Literal["softmax", "sigmoid", "none"] | None = None
 
 
-EMBED_FIELDS = ("normalize", "truncation_direction", "prompt_name", "dimensions")  # TEI /embed's, not fill-mask's
+EMBED_FIELDS = (
+    "normalize",
+    "truncation_direction",
+    "prompt_name",
+    "dimensions",
+)  # TEI /embed's, not fill-mask's
 
 
 class RootMaskedLMRequest(_Lenient):
@@ -240,23 +259,37 @@ class CohereRerankRequest(_Lenient):
     truncate: StrictBool = TRUNCATE
 
 
-EMBEDDING_TYPES = ("float", "int8", "uint8", "binary", "ubinary")  # Cohere's names (neobert.inference.quantization's)
+EMBEDDING_TYPES = (
+    "float",
+    "int8",
+    "uint8",
+    "binary",
+    "ubinary",
+)  # Cohere's names (neobert.inference.quantization's)
 COHERE_INPUT_TYPES = ("search_query", "search_document", "classification", "clustering")
 
 
 class CohereEmbedRequest(_Lenient):
     texts: Texts
     model: StrictStr | None = None
-    input_type: Literal[COHERE_INPUT_TYPES] | None = Field(default=None, description=(
-        "search_query / search_document put the model's `query` / `document` prompt before the text where it "
-        "has one; otherwise (and for classification, clustering) the model's default prompt"))  # fmt: skip
+    input_type: Literal[COHERE_INPUT_TYPES] | None = Field(
+        default=None,
+        description=(
+            "search_query / search_document put the model's `query` / `document` prompt before the text where it "
+            "has one; otherwise (and for classification, clustering) the model's default prompt"
+        ),
+    )
     embedding_types: Annotated[list[Literal[EMBEDDING_TYPES]], Field(min_length=1)] = Field(
-        default=["float"], description=(
+        default=["float"],
+        description=(
             "float: the model's vectors; int8 / uint8: each dimension in 256 buckets between the minimum and "
             "maximum of the server's --calibration embeddings (offered only where the server has them); binary / "
-            "ubinary: signs, 8 dimensions per byte (dim / 8 numbers), minus 128 for binary"))  # fmt: skip
-    truncate: Literal["NONE", "START", "END"] = Field(default="END", description=(
-        "END cuts a long text's end, START its start; NONE refuses it with 413"))  # fmt: skip
+            "ubinary: signs, 8 dimensions per byte (dim / 8 numbers), minus 128 for binary"
+        ),
+    )
+    truncate: Literal["NONE", "START", "END"] = Field(
+        default="END", description=("END cuts a long text's end, START its start; NONE refuses it with 413")
+    )
 
 
 # --- responses (for the OpenAPI schema; the endpoints build them as plain JSON) --------------------------
@@ -284,7 +317,9 @@ class OpenAIEmbedding(BaseModel):
     object: Literal["embedding"]
     index: int
     embedding: list[float] | str | None = None
-    embeddings: list[list[float]] | str | None = Field(default=None, description="return_multivector: the token vectors")
+    embeddings: list[list[float]] | str | None = Field(
+        default=None, description="return_multivector: the token vectors"
+    )
 
 
 class Usage(BaseModel):
@@ -387,7 +422,9 @@ class TEIToken(BaseModel):
     stop: int | None
 
 
-class FillMaskItem(BaseModel):  # the Inference API's fill-mask element (huggingface_hub's FillMaskOutputElement)
+class FillMaskItem(
+    BaseModel
+):  # the Inference API's fill-mask element (huggingface_hub's FillMaskOutputElement)
     sequence: str
     score: float
     token: int
@@ -462,10 +499,14 @@ class InfoResponse(BaseModel):
     not_served: dict[str, str] = Field(
         default_factory=dict, description="endpoints (tasks) of the model's head it does not serve, and why"
     )
-    late_interaction: dict[str, Any] | None = Field(default=None, description=(
-        "a late-interaction (ColBERT) model's settings: dim (numbers per token vector), query_length (every "
-        "query's vectors), document_length (a document's at most), the markers, the skiplist, similarity "
-        "MaxSim; null for any other model"))  # fmt: skip
+    late_interaction: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "a late-interaction (ColBERT) model's settings: dim (numbers per token vector), query_length (every "
+            "query's vectors), document_length (a document's at most), the markers, the skiplist, similarity "
+            "MaxSim; null for any other model"
+        ),
+    )
     # text-embeddings-inference's /info fields
     model_id: str
     model_sha: str | None
@@ -484,7 +525,9 @@ class InfoResponse(BaseModel):
 
 
 class TEIEmbedSparseRequest(_Lenient):
-    inputs: Inputs = Field(description="a text, texts, or token ids of our tokenizer (special tokens included)")
+    inputs: Inputs = Field(
+        description="a text, texts, or token ids of our tokenizer (special tokens included)"
+    )
     truncate: StrictBool = TEI_TRUNCATE
     truncation_direction: Direction = DIRECTION
     prompt_name: StrictStr | None = Field(default=None, description="one of /info's prompts")
@@ -504,7 +547,9 @@ TEXT_FIELDS = ("texts", "inputs", "input", "documents", "query", "ids", "text")
 REQUESTS_WITH_TEXTS = ("Request", "RerankDocumentIn")
 
 
-def state_limits(openapi: dict[str, Any], limits: dict[str, Any], model: Any, calibrated: bool = False) -> dict[str, Any]:
+def state_limits(
+    openapi: dict[str, Any], limits: dict[str, Any], model: Any, calibrated: bool = False
+) -> dict[str, Any]:
     """``openapi`` (FastAPI's) with what this server's model and limits accept stated: texts per request
     (``max_texts``) and characters per text (``max_chars``; token ids per text alike), token ids below the
     vocabulary, ``dimensions`` up to the model's, the prompt names it has, and the mask token a fill-mask
@@ -527,15 +572,19 @@ def state_limits(openapi: dict[str, Any], limits: dict[str, Any], model: Any, ca
             elif field == "dimensions":
                 _each(prop, "integer", lambda n: n.update(maximum=model.dimensions))
             elif field == "embedding_types" and not calibrated:
-                _each(prop.get("items", {}), "string", lambda n: n.update(enum=[t for t in n["enum"] if t not in
-                                                                                ("int8", "uint8")]))  # fmt: skip
+                _each(
+                    prop.get("items", {}),
+                    "string",
+                    lambda n: n.update(enum=[t for t in n["enum"] if t not in ("int8", "uint8")]),
+                )
             elif field == "encoding_format" and name == "TEIEmbedAllRequest":
                 schema["description"] = answer_budget(limits, model.dimensions)
             elif field == "prompt_name":
                 prompts = sorted(model.prompts)
                 prop.pop("anyOf", None)
-                prop["anyOf"] = [{"type": "string", "enum": prompts}, {"type": "null"}] if prompts else [
-                    {"type": "null"}]  # fmt: skip
+                prop["anyOf"] = (
+                    [{"type": "string", "enum": prompts}, {"type": "null"}] if prompts else [{"type": "null"}]
+                )
     return openapi
 
 
@@ -543,10 +592,14 @@ def answer_budget(limits: dict[str, Any], hidden: int) -> str:
     """What the schema says of the answer budget (``max_answer_bytes``) of a request for token states of
     ``hidden`` numbers each."""
     budget = limits["max_answer_bytes"]
-    tokens = ", ".join(f"{budget // (hidden * per):,.0f} tokens as {name}" for name, per in BYTES_PER_NUMBER.items())
-    return (f"The answer holds {hidden} numbers per token of the inputs (each cut to the window) and must stay "
-            f"within {budget:,} bytes (max_answer_bytes; 413 before the model runs): at most {tokens} "
-            "(20, 16/3 and 8/3 bytes a number).")  # fmt: skip
+    tokens = ", ".join(
+        f"{budget // (hidden * per):,.0f} tokens as {name}" for name, per in BYTES_PER_NUMBER.items()
+    )
+    return (
+        f"The answer holds {hidden} numbers per token of the inputs (each cut to the window) and must stay "
+        f"within {budget:,} bytes (max_answer_bytes; 413 before the model runs): at most {tokens} "
+        "(20, 16/3 and 8/3 bytes a number)."
+    )
 
 
 def _bound(node: dict[str, Any], limits: dict[str, Any], vocab_size: int | None, outer: bool) -> None:
@@ -568,6 +621,7 @@ def _bound(node: dict[str, Any], limits: dict[str, Any], vocab_size: int | None,
 
 def _texts_only(node: dict[str, Any]) -> None:
     """A late-interaction model's token vectors take texts (the marker goes before the text): token-id forms go."""
+
     def ids(option: dict[str, Any]) -> bool:
         items = option.get("items", {})
         return items.get("type") == "integer" or items.get("items", {}).get("type") == "integer"

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 # a late-interaction model's function for a task the routes ask by its common name
 LATE_TASKS = {"rerank": "maxsim"}
 
+
 @dataclass
 class TorchBackend(Backend):
     """The PyTorch backend: a model loaded for inference (:func:`neobert.inference.capabilities.load_for_inference`)
@@ -46,17 +47,23 @@ class TorchBackend(Backend):
         self.model, self.tokenizer = self.loaded.model, self.loaded.tokenizer
         self.capabilities = self.loaded.capabilities
         self.policy = self.config.long_documents
-        self.long_policy = LongDocuments(self.config.long_documents, self.config.stride, self.config.rope_scaling)
+        self.long_policy = LongDocuments(
+            self.config.long_documents, self.config.stride, self.config.rope_scaling
+        )
         self.budget = {"batch_size": self.config.max_batch_texts, "max_tokens": self.config.max_batch_tokens}
         self._whole: Any = None
         self.spec = getattr(self.loaded, "spec", None)  # a late-interaction model's (ColBERT settings)
 
     @classmethod
     def load(cls, config: ServeConfig) -> TorchBackend:
-        loaded = load_for_inference(config.model, config.tokenizer, config.head, config.precision, config.sparse)
+        loaded = load_for_inference(
+            config.model, config.tokenizer, config.head, config.precision, config.sparse
+        )
         if loaded.capabilities.late_interaction and config.long_documents != "truncate":
-            raise ValueError(f"long_documents {config.long_documents} does not apply to a late-interaction model: "
-                             "its documents are cut to document_length, as ColBERT cuts them")  # fmt: skip
+            raise ValueError(
+                f"long_documents {config.long_documents} does not apply to a late-interaction model: "
+                "its documents are cut to document_length, as ColBERT cuts them"
+            )
         model = cls(config, loaded)
         key = (config.model, config.precision, loaded.capabilities.head)
         model.threads = ThreadPolicy.at_start(config, ServingProbe(model), key=key)
@@ -66,9 +73,14 @@ class TorchBackend(Backend):
         """What the model is and serves (it crosses processes): its capabilities, the backend, the
         precision and the threads chosen at start."""
         dtype = next(self.model.parameters()).dtype
-        return ServedModel.of(self.capabilities, backend="torch", mask_token=self.tokenizer.mask_token,
-                              vocab_size=self.text_tokenizer().get_vocab_size(), threads=self.threads,
-                              precision="bf16" if dtype == torch.bfloat16 else "fp32")  # fmt: skip
+        return ServedModel.of(
+            self.capabilities,
+            backend="torch",
+            mask_token=self.tokenizer.mask_token,
+            vocab_size=self.text_tokenizer().get_vocab_size(),
+            threads=self.threads,
+            precision="bf16" if dtype == torch.bfloat16 else "fp32",
+        )
 
     def run_task(self, name: str, texts: list[Any], options: dict[str, Any]) -> Done:
         if self.spec is not None:  # a late-interaction model reranks by MaxSim

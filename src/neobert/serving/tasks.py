@@ -185,7 +185,9 @@ def token_rows(model: Any, items: list[Any], side: str) -> tuple[TokenIds, list[
     texts = [i for i, item in enumerate(items) if isinstance(item, str)]
     out, lengths, refusals = TokenIds([[]] * len(items)), [0] * len(items), [None] * len(items)
     if texts:
-        rows, _ = long_documents.tokenize_rows(model.model, model.tokenizer, [items[i] for i in texts], settings)
+        rows, _ = long_documents.tokenize_rows(
+            model.model, model.tokenizer, [items[i] for i in texts], settings
+        )
         for i, row, length in zip(texts, rows.ids, rows.report.lengths):
             out[i], lengths[i] = row, length
     vocab = model.text_tokenizer().get_vocab_size()  # what /info states (check_vocab: within the model's)
@@ -194,7 +196,9 @@ def token_rows(model: Any, items: list[Any], side: str) -> tuple[TokenIds, list[
             lengths[i] = len(item)
             out[i] = item[:window] if side == "right" else item[-window:]
             if max(item) >= vocab:
-                refusals[i] = Refusal(422, f"{{noun}} {{i}} holds token id {max(item)}; the vocabulary has {vocab}")
+                refusals[i] = Refusal(
+                    422, f"{{noun}} {{i}} holds token id {max(item)}; the vocabulary has {vocab}"
+                )
                 out[i] = [0]
     return out, lengths, refusals
 
@@ -212,8 +216,15 @@ def embed(model: Any, items: list[Any], pooling: str, normalize: bool, side: str
         return Done(list(vectors), report.lengths, report, report.tokens)
     # token ids (OpenAI's and TEI's token inputs) are rows as the model sees them: one window each
     rows, lengths, refusals = token_rows(model, items, side)
-    vectors = run.encode(model.model, model.tokenizer, rows, pooling=pooling, normalize=normalize,
-                               show_progress=False, **model.budget)  # fmt: skip
+    vectors = run.encode(
+        model.model,
+        model.tokenizer,
+        rows,
+        pooling=pooling,
+        normalize=normalize,
+        show_progress=False,
+        **model.budget,
+    )
     values = [refusal or vector for refusal, vector in zip(refusals, vectors)]
     return Done(values, lengths, tokens=sum(len(row) for row in rows))
 
@@ -227,8 +238,9 @@ def embed_all(model: Any, items: list[Any], side: str = "right") -> Done:
 
 
 @task("embed_sparse")
-def embed_sparse(model: Any, items: list[Any], side: str = "right", top_k: int | None = None,
-                 tokens: bool = False) -> Done:  # fmt: skip
+def embed_sparse(
+    model: Any, items: list[Any], side: str = "right", top_k: int | None = None, tokens: bool = False
+) -> Done:
     """SPLADE vectors (:func:`neobert.inference.sparse.encode_sparse` over the model's MLM logits) of texts or token
     ids, each cut to the window from ``side`` (whatever the long-document policy, as SparseEncoder cuts):
     per text its non-zeros ``{index, value[, token]}``, highest value first (ties: the lower index),
@@ -296,10 +308,15 @@ def token_vectors(model: Any, texts: list[str], kind: str = "document") -> Done:
     (tokens, dim) float32 array, queries expanded to ``query_length``, documents cut to ``document_length``
     without their skiplist tokens."""
     query = kind == "query"
-    vectors = late_interaction.token_vectors(model.model, model.tokenizer, texts, model.spec, query,
-                                             batch_size=model.budget["batch_size"])  # fmt: skip
+    vectors = late_interaction.token_vectors(
+        model.model, model.tokenizer, texts, model.spec, query, batch_size=model.budget["batch_size"]
+    )
     whole = late_lengths(model, texts)
-    lengths = [model.spec.query_length] * len(texts) if query else [min(n, model.spec.document_length) for n in whole]
+    lengths = (
+        [model.spec.query_length] * len(texts)
+        if query
+        else [min(n, model.spec.document_length) for n in whole]
+    )
     return Done([v.numpy() for v in vectors], lengths)
 
 
@@ -310,10 +327,13 @@ def maxsim_rerank(model: Any, pairs: list[tuple[str, str]], raw: bool = False, s
     (``raw`` changes nothing: it is no probability); documents are cut from the right, as ColBERT cuts."""
     spec, batch = model.spec, model.budget["batch_size"]
     queries = sorted({q for q, _ in pairs})
-    encoded = late_interaction.token_vectors(model.model, model.tokenizer, queries, spec, True, batch_size=batch)
+    encoded = late_interaction.token_vectors(
+        model.model, model.tokenizer, queries, spec, True, batch_size=batch
+    )
     by_query = dict(zip(queries, encoded))
-    documents = late_interaction.token_vectors(model.model, model.tokenizer, [d for _, d in pairs], spec, False,
-                                               batch_size=batch)  # fmt: skip
+    documents = late_interaction.token_vectors(
+        model.model, model.tokenizer, [d for _, d in pairs], spec, False, batch_size=batch
+    )
     scores = [float(late_interaction.maxsim(by_query[q], d)) for (q, _), d in zip(pairs, documents)]
     lengths = [spec.query_length + min(n, spec.document_length) for n in late_lengths(model, pairs)]
     return Done(scores, lengths)
@@ -357,8 +377,9 @@ def tokenize(tokenizer: Any, texts: list[str], add_special_tokens: bool = True) 
             if special:
                 rows.append({"id": token_id, "text": token, "special": True, "start": None, "stop": None})
             else:
-                rows.append({"id": token_id, "text": text[start:stop], "special": False, "start": start,
-                             "stop": stop})  # fmt: skip
+                rows.append(
+                    {"id": token_id, "text": text[start:stop], "special": False, "start": start, "stop": stop}
+                )
         values.append(rows)
     return Done(values, [len(row) for row in values])
 
@@ -369,7 +390,9 @@ def decode(tokenizer: Any, rows: list[list[int]], skip_special_tokens: bool = Tr
     values: list[Any] = []
     for row in rows:
         if row and max(row) >= vocab:
-            values.append(Refusal(422, f"{{noun}} {{i}} holds token id {max(row)}; the vocabulary has {vocab}"))
+            values.append(
+                Refusal(422, f"{{noun}} {{i}} holds token id {max(row)}; the vocabulary has {vocab}")
+            )
         else:
             values.append(tokenizer.decode(row, skip_special_tokens=skip_special_tokens))
     return Done(values, [len(row) for row in rows])

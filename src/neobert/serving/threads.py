@@ -44,7 +44,11 @@ from .tasks import ModelCall
 
 THREADS_ENV = "NEOBERT_SERVE_THREADS"
 MARGIN = 1.2  # more threads are taken only when the probe runs at least this much faster with them
-MIN_ROUNDS, MAX_ROUNDS, BUDGET = 5, 15, 3.0  # interleaved timed rounds (after the warm-up): 5, more while < 3 s
+MIN_ROUNDS, MAX_ROUNDS, BUDGET = (
+    5,
+    15,
+    3.0,
+)  # interleaved timed rounds (after the warm-up): 5, more while < 3 s
 WARM_UP_CALLS, WARM_UP_BUDGET, STEADY = 5, 1.5, 0.1  # warm-up per candidate: until two calls agree within 10%
 CLOSE = 0.08  # a choice within 8% of the margin is a close call: rounds go on (up to twice the budget)
 PROBE_TEXTS = 4  # texts in the probe batch: a small merged batch of the bench's 16-word requests
@@ -105,9 +109,12 @@ def pinned(threads: int) -> ThreadChoice | None:
 
 
 def choose_threads(
-    threads: int, probe: Callable[[int], float] | None, cores: int | None = None, workers: int = 1,
+    threads: int,
+    probe: Callable[[int], float] | None,
+    cores: int | None = None,
+    workers: int = 1,
     key: Any = None,
-) -> ThreadChoice:  # fmt: skip
+) -> ThreadChoice:
     """The thread count: ``threads`` if given (``--threads``), else the environment's pin, else measured
     with ``probe(n)`` (seconds of one model call on ``n`` threads), cached by ``key``."""
     fixed = pinned(threads)
@@ -125,17 +132,25 @@ def choose_threads(
     timings = measure(probe, options)
     chosen = pick(timings)
     shown = ", ".join(f"{n}: {ms:.0f} ms" for n, ms in timings.items())
-    choice = ThreadChoice(chosen, f"measured at start (one batch of {PROBE_TEXTS} short texts; {shown}; "
-                                  f"more threads must be {MARGIN}x faster)", timings, cores)  # fmt: skip
+    choice = ThreadChoice(
+        chosen,
+        f"measured at start (one batch of {PROBE_TEXTS} short texts; {shown}; "
+        f"more threads must be {MARGIN}x faster)",
+        timings,
+        cores,
+    )
     if key is not None:
         _CACHE[(key, cores)] = choice
     return choice
 
 
 def measure(
-    probe: Callable[[int], float], options: list[int], min_rounds: int = MIN_ROUNDS, max_rounds: int = MAX_ROUNDS,
+    probe: Callable[[int], float],
+    options: list[int],
+    min_rounds: int = MIN_ROUNDS,
+    max_rounds: int = MAX_ROUNDS,
     budget: float = BUDGET,
-) -> dict[int, float]:  # fmt: skip
+) -> dict[int, float]:
     """Milliseconds of ``probe(n)`` per candidate: each warmed up until steady (:func:`warm_up`), then timed
     in interleaved rounds, ``min_rounds`` and more up to ``max_rounds`` while they take less than
     ``budget`` seconds, or while the choice is too close to call (:func:`close_call`, up to twice the
@@ -145,7 +160,11 @@ def measure(
     times: dict[int, list[float]] = {n: [] for n in options}
     spent = 0.0
     for done in range(max_rounds):
-        if done >= min_rounds and spent > budget and (spent > 2 * budget or not close_call(paired_medians(times))):
+        if (
+            done >= min_rounds
+            and spent > budget
+            and (spent > 2 * budget or not close_call(paired_medians(times)))
+        ):
             break
         for n in options:
             seconds = probe(n)
@@ -154,8 +173,12 @@ def measure(
     return paired_medians(times)
 
 
-def warm_up(probe: Callable[[int], float], options: list[int], calls: int = WARM_UP_CALLS,
-            budget: float = WARM_UP_BUDGET) -> None:  # fmt: skip
+def warm_up(
+    probe: Callable[[int], float],
+    options: list[int],
+    calls: int = WARM_UP_CALLS,
+    budget: float = WARM_UP_BUDGET,
+) -> None:
     """Call ``probe(n)`` for each candidate until two calls in a row agree within :data:`STEADY` (a cold
     model's first calls pay for page faults, allocations and kernel set-up per thread count), at most
     ``calls`` times or ``budget`` seconds each."""
@@ -174,7 +197,9 @@ def paired_medians(times: dict[int, list[float]]) -> dict[int, float]:
     of each candidate's time over the first's in the same round (paired: drift between rounds cancels)."""
     first, *_ = times
     base = float(statistics.median(times[first]))
-    return {n: base * float(statistics.median(t / b for t, b in zip(ms, times[first]))) for n, ms in times.items()}
+    return {
+        n: base * float(statistics.median(t / b for t, b in zip(ms, times[first]))) for n, ms in times.items()
+    }
 
 
 def close_call(timings: dict[int, float], margin: float = MARGIN, band: float = CLOSE) -> bool:
@@ -192,7 +217,9 @@ class ServingProbe:
         self.model = model
         self.texts = [PROBE_TEXT] * PROBE_TEXTS
         tasks = model.capabilities.tasks
-        task = next((t for t in ("embed", "embed_sparse") if t in tasks), tasks[0])  # a SPLADE model: its vectors
+        task = next(
+            (t for t in ("embed", "embed_sparse") if t in tasks), tasks[0]
+        )  # a SPLADE model: its vectors
         self.call = ModelCall.of(task, **_probe_options(model, task))
         if task == "fill-mask":
             self.texts = [f"{PROBE_TEXT} {model.tokenizer.mask_token}"] * PROBE_TEXTS
@@ -231,7 +258,9 @@ def threads_for_call(choice: ThreadChoice, cores: int, backlog: int, http_ms_per
     return min(choice.timings_ms, key=lambda n: (cost(n), n))
 
 
-HOLD_S = 1.0  # seconds a backlog is remembered: the count for load holds until the queue stays empty this long
+HOLD_S = (
+    1.0  # seconds a backlog is remembered: the count for load holds until the queue stays empty this long
+)
 
 
 class LoadMemory:
@@ -309,8 +338,9 @@ class ThreadPolicy:
         self._cpu_mark, self._lock = time.process_time(), threading.Lock()
 
     @staticmethod
-    def at_start(config: Any, probe: Callable[[int], float] | None = None, key: Any = None,
-                 fixed: str | None = None) -> ThreadChoice:  # fmt: skip
+    def at_start(
+        config: Any, probe: Callable[[int], float] | None = None, key: Any = None, fixed: str | None = None
+    ) -> ThreadChoice:
         """The model process's count (and torch's set to it): ``fixed`` names why a backend's count is not
         measured (:func:`fixed_threads`); else :func:`choose_threads` with ``probe``, cached by ``key``."""
         if fixed is not None:
@@ -365,6 +395,8 @@ class ThreadPolicy:
         choice = self.choice
         text = f"{choice and choice.threads} model thread(s): {choice and choice.reason}"
         if self.adaptive:
-            text += ("; while requests wait, per call the probed count that is fastest beside this "
-                     "process's measured CPU per text")  # fmt: skip
+            text += (
+                "; while requests wait, per call the probed count that is fastest beside this "
+                "process's measured CPU per text"
+            )
         return text

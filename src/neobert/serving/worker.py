@@ -77,7 +77,9 @@ def _main(fd: int) -> None:
             traceback.print_exc()  # the server log (the child shares the parent's stderr)
             conn.send(("error", f"{type(err).__name__}: {err}"))
             continue
-        conn.send_bytes(data)  # what conn.send does, with the size known: a large answer is followed by a trim
+        conn.send_bytes(
+            data
+        )  # what conn.send does, with the size known: a large answer is followed by a trim
         if len(data) >= memory.TRIM_BYTES and getattr(config, "release_memory", True):
             del data
             memory.release()

@@ -21,7 +21,9 @@ class RunFacts:
     seconds: float
     precision: str  # the precision actually run: bf16 | fp32
     processes: int
-    metrics: dict[str, float]  # val/loss, val/accuracy, train/loss measured at ``step`` (absent: not measured)
+    metrics: dict[
+        str, float
+    ]  # val/loss, val/accuracy, train/loss measured at ``step`` (absent: not measured)
     unigram_entropy: float | None
     final: bool
     phases: list[dict[str, Any]] = field(default_factory=list)  # what each phase was set to and saw
@@ -54,11 +56,18 @@ def optimizer_facts(config: PretrainConfig) -> list[tuple[str, Any]]:
     """The optimizer in words (its every setting is in the card's settings too)."""
     o = config.optim
     if o.name != "muon":
-        return [("optimizer", f"{o.name} (lr {o.lr:g}, betas {tuple(o.betas)}, weight decay {o.weight_decay:g})")]
-    return [("optimizer", f"Muon for the hidden 2-D weights (momentum {o.muon_momentum:g}, nesterov "
-             f"{o.muon_nesterov}, {o.muon_ns_steps} Newton-Schulz steps, lr adjustment {o.muon_adjust_lr}) "
-             f"and AdamW for embeddings, norms, biases and the output layer (betas {tuple(o.betas)}); "
-             f"lr {o.lr:g}, weight decay {o.weight_decay:g}")]  # fmt: skip
+        return [
+            ("optimizer", f"{o.name} (lr {o.lr:g}, betas {tuple(o.betas)}, weight decay {o.weight_decay:g})")
+        ]
+    return [
+        (
+            "optimizer",
+            f"Muon for the hidden 2-D weights (momentum {o.muon_momentum:g}, nesterov "
+            f"{o.muon_nesterov}, {o.muon_ns_steps} Newton-Schulz steps, lr adjustment {o.muon_adjust_lr}) "
+            f"and AdamW for embeddings, norms, biases and the output layer (betas {tuple(o.betas)}); "
+            f"lr {o.lr:g}, weight decay {o.weight_decay:g}",
+        )
+    ]
 
 
 def schedule_facts(config: PretrainConfig) -> list[tuple[str, Any]]:
@@ -67,7 +76,11 @@ def schedule_facts(config: PretrainConfig) -> list[tuple[str, Any]]:
     shape = f"{s.kind}, warmup {s.warmup_steps:,} steps, floor {s.final_ratio:g} x peak"
     if s.kind == "wsd":
         shape += f", decay {s.decay_steps if s.decay_steps is not None else '10%'} steps ({s.decay_shape})"
-    rate = f"{d.mask_rate:g}" if d.mask_rate_end is None else f"{d.mask_rate:g} -> {d.mask_rate_end:g} ({d.mask_rate_shape})"
+    rate = (
+        f"{d.mask_rate:g}"
+        if d.mask_rate_end is None
+        else f"{d.mask_rate:g} -> {d.mask_rate_end:g} ({d.mask_rate_shape})"
+    )
     return [("learning-rate schedule", shape), ("masking rate", rate)]
 
 
@@ -80,32 +93,21 @@ def phase_facts(phases: list[dict[str, Any]]) -> list[tuple[str, Any]]:
         drawn = ", ".join(f"{name} {n:,}" for name, n in p["documents_drawn"].items())
         sampling = ", ".join(f"{name} {w:.3g}" for name, w in p["sampling"].items())
         rate = p["mask_rate"]
-        rows.append((
-            f"phase {i + 1}: {p['name']}",
-            f"steps {p['first_step']:,}-{p['first_step'] + p['steps']:,} ({p['steps_trained']:,} trained, "
-            f"{p['tokens_trained']:,} tokens), rows of {p['seq_len']:,}, masking {rate[0]:g}"
-            + (f" -> {rate[1]:g}" if rate[1] != rate[0] else "")
-            + f", peak lr {p['peak_lr']:g} ({p['schedule']['kind']}), model {p['model'] or 'unchanged'}; "
-            f"sampling {sampling}; documents drawn {drawn}",
-        ))  # fmt: skip
+        rows.append(
+            (
+                f"phase {i + 1}: {p['name']}",
+                f"steps {p['first_step']:,}-{p['first_step'] + p['steps']:,} ({p['steps_trained']:,} trained, "
+                f"{p['tokens_trained']:,} tokens), rows of {p['seq_len']:,}, masking {rate[0]:g}"
+                + (f" -> {rate[1]:g}" if rate[1] != rate[0] else "")
+                + f", peak lr {p['peak_lr']:g} ({p['schedule']['kind']}), model {p['model'] or 'unchanged'}; "
+                f"sampling {sampling}; documents drawn {drawn}",
+            )
+        )
     return rows
 
 
-def pretrain_card(
-    config: PretrainConfig, facts: RunFacts, model: Any, loss_curve: str | None = None
-) -> CardInfo:
-    """The card of a model exported by :func:`neobert.training.mlm_task.pretrain` at ``facts.step``."""
-    c = model.config
-    sources, stats = data_facts(config)
-    start = f"continued from `{config.init_from}`" if config.init_from else "from scratch"
-    if config.decay_from:
-        start = f"as a decay branched from the stable run's checkpoint `{config.decay_from}`"
-    what = "the final model" if facts.final else f"the checkpoint at step {facts.step:,} (of up to {config.max_steps:,})"
-    description = (
-        f"A NeoBERT masked language model ({c.num_hidden_layers} layers x {c.hidden_size} hidden, preset "
-        f"`{config.preset}`) pretrained {start} with `neobert pretrain`: {what} of a run that had trained "
-        f"{facts.step:,} steps on {facts.tokens_seen:,} tokens when this directory was written."
-    )
+def _run_facts(config: PretrainConfig, facts: RunFacts) -> list[tuple[str, str]]:
+    """The card's rows about the run: precision, steps, tokens, time, losses, optimizer, schedule, phases."""
     run = [
         ("precision run", facts.precision),
         ("processes", facts.processes),
@@ -118,10 +120,41 @@ def pretrain_card(
     run += optimizer_facts(config) + schedule_facts(config) + phase_facts(facts.phases)
     if facts.final and facts.step < config.max_steps:
         run.append(("stopped", f"at step {facts.step:,} of {config.max_steps:,} (time limit or early stop)"))
+    return run
+
+
+def pretrain_card(
+    config: PretrainConfig, facts: RunFacts, model: Any, loss_curve: str | None = None
+) -> CardInfo:
+    """The card of a model exported by :func:`neobert.training.mlm_task.pretrain` at ``facts.step``."""
+    c = model.config
+    sources, stats = data_facts(config)
+    start = f"continued from `{config.init_from}`" if config.init_from else "from scratch"
+    if config.decay_from:
+        start = f"as a decay branched from the stable run's checkpoint `{config.decay_from}`"
+    what = (
+        "the final model"
+        if facts.final
+        else f"the checkpoint at step {facts.step:,} (of up to {config.max_steps:,})"
+    )
+    description = (
+        f"A NeoBERT masked language model ({c.num_hidden_layers} layers x {c.hidden_size} hidden, preset "
+        f"`{config.preset}`) pretrained {start} with `neobert pretrain`: {what} of a run that had trained "
+        f"{facts.step:,} steps on {facts.tokens_seen:,} tokens when this directory was written."
+    )
+    run = _run_facts(config, facts)
     data_name = ", ".join(s.hub_id or s.name for s in sources) or "training data"
     results = [
-        Result("fill-mask", "Masked language modelling", f"held-out documents of {data_name}", data_name,
-               metric, facts.metrics[key], "validation", "neobert pretrain")
+        Result(
+            "fill-mask",
+            "Masked language modelling",
+            f"held-out documents of {data_name}",
+            data_name,
+            metric,
+            facts.metrics[key],
+            "validation",
+            "neobert pretrain",
+        )
         for key, metric in (("val/loss", "loss"), ("val/accuracy", "accuracy"))
         if key in facts.metrics
     ]
@@ -131,8 +164,17 @@ def pretrain_card(
         f"Inputs longer than {c.max_length:,} tokens must be truncated or chunked.",
     ]
     return CardInfo(
-        head="mlm", description=description, command="neobert pretrain", data=sources, data_stats=stats,
-        settings=config.to_dict(), run=run, results=results, loss_curve=loss_curve, license=config.license,
-        limits=limits, tags=["pretraining", "masked-lm"],
+        head="mlm",
+        description=description,
+        command="neobert pretrain",
+        data=sources,
+        data_stats=stats,
+        settings=config.to_dict(),
+        run=run,
+        results=results,
+        loss_curve=loss_curve,
+        license=config.license,
+        limits=limits,
+        tags=["pretraining", "masked-lm"],
         name=Path(config.output).name + ("" if facts.final else f" (step {facts.step})"),
-    )  # fmt: skip
+    )

@@ -49,7 +49,9 @@ class DataConfig:
 
 @dataclass
 class OptimConfig:
-    name: str = "adamw"  # adamw | adam (BERT baseline) | muon (Muon for the hidden 2-D weights, AdamW for the rest)
+    name: str = (
+        "adamw"  # adamw | adam (BERT baseline) | muon (Muon for the hidden 2-D weights, AdamW for the rest)
+    )
     lr: float = 6e-4
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8
@@ -75,9 +77,15 @@ class OptimConfig:
             weight_decay=self.weight_decay,
             decay_norms_biases_embeddings=self.decay_norms_biases_embeddings,
             fused=fused,
-            muon={"momentum": self.muon_momentum, "nesterov": self.muon_nesterov, "ns_steps": self.muon_ns_steps,
-                  "adjust_lr": self.muon_adjust_lr} if self.name == "muon" else None,
-        )  # fmt: skip
+            muon={
+                "momentum": self.muon_momentum,
+                "nesterov": self.muon_nesterov,
+                "ns_steps": self.muon_ns_steps,
+                "adjust_lr": self.muon_adjust_lr,
+            }
+            if self.name == "muon"
+            else None,
+        )
 
 
 @dataclass
@@ -92,17 +100,26 @@ class ScheduleConfig:
     decay_steps: int | None = None
     decay_shape: str = "1-sqrt"  # wsd: linear | cosine | 1-sqrt | inverse-sqrt
     warmup_tokens: float | None = None  # in a phase: warmup as tokens (times scale), instead of warmup_steps
-    decay_tokens: float | None = None  # in a phase: the wsd decay as tokens (times scale), instead of decay_steps
+    decay_tokens: float | None = (
+        None  # in a phase: the wsd decay as tokens (times scale), instead of decay_steps
+    )
 
     def lr_kwargs(self) -> dict[str, Any]:
         """The schedule's shape, as :func:`neobert.training.schedule.lr_at` takes it."""
-        return {"kind": self.kind, "final_ratio": self.final_ratio, "decay_fraction": self.decay_fraction,
-                "decay_steps": self.decay_steps, "decay_shape": self.decay_shape}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "final_ratio": self.final_ratio,
+            "decay_fraction": self.decay_fraction,
+            "decay_steps": self.decay_steps,
+            "decay_shape": self.decay_shape,
+        }
 
 
 @dataclass
 class PretrainConfig:
-    preset: str = "neobert"  # model preset (neobert, neobert-1024, 120m, 250m-wide, bert-baseline, small, tiny)
+    preset: str = (
+        "neobert"  # model preset (neobert, neobert-1024, 120m, 250m-wide, bert-baseline, small, tiny)
+    )
     model: dict[str, Any] = field(default_factory=dict)  # ModelConfig fields overriding the preset
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -110,7 +127,9 @@ class PretrainConfig:
     max_steps: int = 1_000_000  # optimizer steps
     tokens_per_step: int = 2_097_152  # the paper's 2M-token batch, kept fixed when seq_len grows
     micro_batch_size: int = 32  # rows per process per forward
-    precision: str = "auto"  # auto (the measured faster of the two for this model here) | fp32 | bf16 (autocast)
+    precision: str = (
+        "auto"  # auto (the measured faster of the two for this model here) | fp32 | bf16 (autocast)
+    )
     device: str | None = None  # None: CUDA when available (one GPU per process); "cpu" forces the CPU
     compile: bool = False  # regional compilation of the encoder blocks
     activation_checkpointing: bool = False  # recompute each block's activations in the backward
@@ -142,7 +161,9 @@ class PretrainConfig:
     def __post_init__(self) -> None:
         check_precision(self.precision)
         if self.device not in (None, "cpu", "cuda"):
-            raise ConfigError(f"device must be cpu or cuda (or unset: CUDA when available), got {self.device!r}")
+            raise ConfigError(
+                f"device must be cpu or cuda (or unset: CUDA when available), got {self.device!r}"
+            )
         if self.data.mask_scheme not in ("mask", "bert"):
             raise ConfigError(f"data.mask_scheme must be 'mask' or 'bert', got {self.data.mask_scheme!r}")
         if self.data.long_docs not in (None, *LONG_DOCS):
@@ -183,9 +204,13 @@ class PretrainConfig:
 
     def _check_phases(self) -> None:
         if not self.scale > 0 or not self.context_scale > 0:
-            raise ConfigError(f"scale and context_scale must be positive, got {self.scale}, {self.context_scale}")
+            raise ConfigError(
+                f"scale and context_scale must be positive, got {self.scale}, {self.context_scale}"
+            )
         if self.data.sources is not None and self.data.source_temperature is not None:
-            raise ConfigError("data.sources and data.source_temperature are exclusive: weights or a temperature")
+            raise ConfigError(
+                "data.sources and data.source_temperature are exclusive: weights or a temperature"
+            )
         check_sources(self.data.sources, self.data.source_temperature, self.data.paths, "data")
         tokens = self.schedule.warmup_tokens is not None or self.schedule.decay_tokens is not None
         if tokens and not self.phases:
@@ -270,7 +295,9 @@ def _check_schedule(schedule: ScheduleConfig, where: str) -> None:
     if schedule.kind not in KINDS:
         raise ConfigError(f"{where}kind must be one of {', '.join(KINDS)}, got {schedule.kind!r}")
     if schedule.decay_shape not in SHAPES:
-        raise ConfigError(f"{where}decay_shape must be one of {', '.join(SHAPES)}, got {schedule.decay_shape!r}")
+        raise ConfigError(
+            f"{where}decay_shape must be one of {', '.join(SHAPES)}, got {schedule.decay_shape!r}"
+        )
     if schedule.decay_steps is not None and schedule.decay_steps < 0:
         raise ConfigError(f"{where}decay_steps must be non-negative (or unset), got {schedule.decay_steps}")
     if schedule.warmup_steps < 0:
@@ -337,8 +364,10 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
         elif item is not None and dataclasses.is_dataclass(item):
             if not isinstance(value, list):
                 raise ConfigError(f"{where}{key}: expected a list, got {type(value).__name__}")
-            kwargs[key] = [v if isinstance(v, item) else _build(item, v, f"{where}{key}[{i}].")
-                           for i, v in enumerate(value)]  # fmt: skip
+            kwargs[key] = [
+                v if isinstance(v, item) else _build(item, v, f"{where}{key}[{i}].")
+                for i, v in enumerate(value)
+            ]
         elif typing.get_origin(hint) is tuple and isinstance(value, list):
             kwargs[key] = tuple(value)
         else:

@@ -148,7 +148,9 @@ def source_ranges(prepared: list[Path], parts: list[TokenDataset]) -> dict[str, 
     ranges, start = {}, 0
     for path, part in zip(prepared, parts):
         if path.name in ranges:
-            raise ConfigError(f"two data sources are named {path.name!r}: give the directories distinct names")
+            raise ConfigError(
+                f"two data sources are named {path.name!r}: give the directories distinct names"
+            )
         ranges[path.name] = (start, start + len(part), int(np.asarray(part.lengths).sum()))
         start += len(part)
     return ranges

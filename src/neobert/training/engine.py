@@ -71,7 +71,10 @@ class EngineSettings:
     tensorboard_dir: str | Path | None = None  # default: LOG_DIR/tensorboard
     report_to: tuple[str, ...] = ("tensorboard",)
     precision: str = "fp32"  # bf16 (autocast over fp32 weights) | fp32 | auto (the faster here, measured)
-    probe_shape: tuple[int, int] = (768, 3072)  # (hidden, intermediate) size "auto" times: model_widths(model)
+    probe_shape: tuple[int, int] = (
+        768,
+        3072,
+    )  # (hidden, intermediate) size "auto" times: model_widths(model)
     device: str | None = None  # "cpu" forces the CPU; None: the GPU of this process when there is one
     clip_grad_norm: float | None = 1.0
     micro_batch_size: int | None = None  # rows per micro-batch (DeepSpeed's config needs it)
@@ -396,7 +399,9 @@ class Engine:
             _forget_after(Path(self.settings.log_dir) / "metrics.jsonl", state["step"])
         self.print(f"resumed from {path} at step {state['step']}")
 
-    def _check_fingerprint(self, path: Path, fingerprint: dict[str, Any], may_change: tuple[str, ...]) -> None:
+    def _check_fingerprint(
+        self, path: Path, fingerprint: dict[str, Any], may_change: tuple[str, ...]
+    ) -> None:
         state_file = path / "trainer_state.json"
         if not state_file.is_file():
             raise FileNotFoundError(f"{path} is not a complete training checkpoint (no trainer_state.json)")

@@ -30,7 +30,9 @@ BERT_MASK_SHARE = 0.8
 BERT_RANDOM_SHARE = 0.1
 
 
-def mask_rate_at(step: int, total_steps: int, start: float, end: float | None, shape: str = "linear") -> float:
+def mask_rate_at(
+    step: int, total_steps: int, start: float, end: float | None, shape: str = "linear"
+) -> float:
     """The masking rate of step ``step`` (0-based) of ``total_steps``: ``start`` at step 0, ``end`` at the last
     step (None: ``start`` throughout), moving linearly or along a half cosine in between."""
     if end is None or total_steps <= 1:

@@ -36,15 +36,23 @@ WEIGHTS = "model.safetensors"
 class MergeConfig:
     """Merge checkpoints or models of one architecture into a model directory with its card."""
 
-    inputs: list[str] = field(default_factory=list, metadata={"nargs": "+"})  # model directories, checkpoints, or a run directory (its checkpoints)
+    inputs: list[str] = field(
+        default_factory=list, metadata={"nargs": "+"}
+    )  # model directories, checkpoints, or a run directory (its checkpoints)
     output: str = "runs/merged"  # the merged model directory
     method: str = "mean"  # mean (checkpoint averaging) | ema (in the inputs' order) | ties (needs base)
     last: int | None = None  # keep only the last K inputs (a run directory's last K checkpoints)
     ema_decay: float = 0.5  # ema: merged = decay x merged + (1 - decay) x next input, from the first input on
-    base: str | None = None  # ties: the model the runs started from (e.g. the stable checkpoint they decayed from)
-    density: float = 0.2  # ties: the share of each task vector's entries kept (largest magnitudes, per tensor)
+    base: str | None = (
+        None  # ties: the model the runs started from (e.g. the stable checkpoint they decayed from)
+    )
+    density: float = (
+        0.2  # ties: the share of each task vector's entries kept (largest magnitudes, per tensor)
+    )
     scale: float = 1.0  # ties: the merged task vector's multiplier
-    template: str | None = None  # where config.json and the tokenizer come from; default: the first input with them
+    template: str | None = (
+        None  # where config.json and the tokenizer come from; default: the first input with them
+    )
 
 
 @dataclass
@@ -56,8 +64,12 @@ class MergeResult:
 
     @property
     def summary(self) -> str:
-        rows = [("method", self.method), ("inputs", len(self.inputs)), ("tensors", self.tensors),
-                ("model directory", str(self.output))]  # fmt: skip
+        rows = [
+            ("method", self.method),
+            ("inputs", len(self.inputs)),
+            ("tensors", self.tensors),
+            ("model directory", str(self.output)),
+        ]
         return "merge\n\n" + markdown_table(["what", "value"], rows)
 
     @property
@@ -93,8 +105,9 @@ def ema_merge(states: list[dict[str, torch.Tensor]], decay: float) -> dict[str, 
     return merged
 
 
-def ties_merge(base: dict[str, torch.Tensor], states: list[dict[str, torch.Tensor]], density: float,
-               scale: float = 1.0) -> dict[str, torch.Tensor]:  # fmt: skip
+def ties_merge(
+    base: dict[str, torch.Tensor], states: list[dict[str, torch.Tensor]], density: float, scale: float = 1.0
+) -> dict[str, torch.Tensor]:
     merged = {}
     for key, start in base.items():
         vectors = torch.stack([s[key].double() - start.double() for s in states])  # (runs, *shape)
@@ -117,7 +130,9 @@ def load_states(paths: list[Path]) -> list[dict[str, torch.Tensor]]:
     keys = sorted(states[0])
     for path, state in zip(paths[1:], states[1:]):
         if sorted(state) != keys or any(state[k].shape != states[0][k].shape for k in keys):
-            raise ValueError(f"{path} holds another architecture than {paths[0]} (tensor names or shapes differ)")
+            raise ValueError(
+                f"{path} holds another architecture than {paths[0]} (tensor names or shapes differ)"
+            )
     return states
 
 
@@ -177,5 +192,12 @@ def merge_card(config: MergeConfig, paths: list[Path]) -> CardInfo:
     run = [("method", config.method), *((f"input {i + 1}", str(p)) for i, p in enumerate(paths))]
     if config.method == "ties":
         run.append(("base", str(config.base)))
-    return CardInfo(head="mlm", description=description, command="neobert merge", settings=vars(config).copy(),
-                    run=run, tags=["pretraining", "masked-lm", "merge"], name=Path(config.output).name)  # fmt: skip
+    return CardInfo(
+        head="mlm",
+        description=description,
+        command="neobert merge",
+        settings=vars(config).copy(),
+        run=run,
+        tags=["pretraining", "masked-lm", "merge"],
+        name=Path(config.output).name,
+    )

@@ -53,7 +53,12 @@ RESUME_KEYS = ("preset", "model", "data", "optim", "schedule", "tokens_per_step"
 LATER_DEFAULTS = {
     "data": {"mask_rate_shape": "linear"},
     "schedule": {"decay_shape": "1-sqrt"},
-    "optim": {"muon_momentum": 0.95, "muon_nesterov": True, "muon_ns_steps": 5, "muon_adjust_lr": "match_rms_adamw"},
+    "optim": {
+        "muon_momentum": 0.95,
+        "muon_nesterov": True,
+        "muon_ns_steps": 5,
+        "muon_adjust_lr": "match_rms_adamw",
+    },
 }
 
 
@@ -111,7 +116,9 @@ class PretrainResult:
         return "pretraining result\n\n" + markdown_table(["metric", "value"], rows)
 
 
-def engine_settings(config: PretrainConfig, progress_bar: bool = True, device: str | None = None) -> EngineSettings:
+def engine_settings(
+    config: PretrainConfig, progress_bar: bool = True, device: str | None = None
+) -> EngineSettings:
     """The core's settings for a pretraining config (the training benchmark builds the same ones)."""
     model_config = config.model_config()
     return EngineSettings(
@@ -178,7 +185,9 @@ def prepare_engine(engine: Engine, config: PretrainConfig, model: torch.nn.Modul
 class MLMTask:
     """Masked language modelling on the rows of each phase's :class:`RowStream`, for the training core."""
 
-    def __init__(self, config: PretrainConfig, data: TrainingData, engine: Engine, stream: RowStream | None = None):
+    def __init__(
+        self, config: PretrainConfig, data: TrainingData, engine: Engine, stream: RowStream | None = None
+    ):
         """``stream``: the rows of a run without phases (the training benchmark's); default: each phase's."""
         self.config, self.data, self.engine = config, data, engine
         self.phases = plan(config)
@@ -195,7 +204,9 @@ class MLMTask:
             self.engine.print(f"phase {phase.name} from step {step}: model settings {phase.config.model}")
         c = phase.config
         rows = self.stream.streams[phase.index].take(c.tokens_per_step // c.data.seq_len)
-        return _my_micro_batches(rows, step, c, self.data, self.engine.rank, self.engine.world, self.mask_rate(step))
+        return _my_micro_batches(
+            rows, step, c, self.data, self.engine.rank, self.engine.world, self.mask_rate(step)
+        )
 
     def count(self, batch: dict) -> torch.Tensor:
         return (batch["labels"] != IGNORE_INDEX).sum()
@@ -249,7 +260,9 @@ def pretrain(
     task = MLMTask(config, data, engine)
     fingerprint = resume_fingerprint(config)
     # uploads run on a thread of the main process: training never waits for the network
-    pusher = BackgroundPusher(config.push_to, report=engine.print) if config.push_to and engine.is_main else None
+    pusher = (
+        BackgroundPusher(config.push_to, report=engine.print) if config.push_to and engine.is_main else None
+    )
     exports: list[Path] = []
 
     def step_end(step: int, metrics: dict[str, float]) -> None:
@@ -281,8 +294,14 @@ def pretrain(
     return result
 
 
-def _facts(engine: Engine, config: PretrainConfig, data: TrainingData, metrics: dict[str, float],
-           started: float, final: bool) -> RunFacts:  # fmt: skip
+def _facts(
+    engine: Engine,
+    config: PretrainConfig,
+    data: TrainingData,
+    metrics: dict[str, float],
+    started: float,
+    final: bool,
+) -> RunFacts:
     """The run's facts now; losses only where they were measured at this very step."""
     step = engine.state.step
     measured = dict(metrics) if final else {}
@@ -291,12 +310,26 @@ def _facts(engine: Engine, config: PretrainConfig, data: TrainingData, metrics: 
             measured.update({k: v for k, v in metrics.items() if k.startswith("val/")})
         if step % config.log_every == 0 and "train/loss" in metrics:
             measured["train/loss"] = metrics["train/loss"]
-    return RunFacts(step, engine.state.tokens, time.perf_counter() - started, engine.precision, engine.world,
-                    measured, data.unigram_entropy, final)  # fmt: skip
+    return RunFacts(
+        step,
+        engine.state.tokens,
+        time.perf_counter() - started,
+        engine.precision,
+        engine.world,
+        measured,
+        data.unigram_entropy,
+        final,
+    )
 
 
-def _export(engine: Engine, data: TrainingData, config: PretrainConfig, facts: RunFacts, where: str,
-            curve: Path | None = None) -> Path | None:  # fmt: skip
+def _export(
+    engine: Engine,
+    data: TrainingData,
+    config: PretrainConfig,
+    facts: RunFacts,
+    where: str,
+    curve: Path | None = None,
+) -> Path | None:
     """Export the model with its card: OUTPUT/final, or OUTPUT/exports/step-N on the way."""
     output = Path(config.output)
     target = output / "final" if facts.final else output / where / f"step-{facts.step}"
@@ -310,8 +343,9 @@ def _export(engine: Engine, data: TrainingData, config: PretrainConfig, facts: R
     return engine.export(build, target)
 
 
-def _my_micro_batches(rows, step: int, config: PretrainConfig, data: TrainingData, rank: int, world: int,
-                      rate: float):  # fmt: skip
+def _my_micro_batches(
+    rows, step: int, config: PretrainConfig, data: TrainingData, rank: int, world: int, rate: float
+):
     """This process's micro-batches of the step: masked (``rate`` of the eligible tokens), collated tensors."""
     size = config.micro_batch_size
     chunks = [(c, rows[c * size : (c + 1) * size]) for c in range(len(rows) // size)]
@@ -375,7 +409,9 @@ def evaluate(model, accelerator, data: TrainingData, config: PretrainConfig) -> 
     )
     rows = stream.take(config.eval_batches * config.micro_batch_size)  # the same rows whatever the world size
     rate = eval_mask_rate(config)
-    batches = _my_micro_batches(rows, 0, config, data, accelerator.process_index, accelerator.num_processes, rate)
+    batches = _my_micro_batches(
+        rows, 0, config, data, accelerator.process_index, accelerator.num_processes, rate
+    )
     loss = torch.zeros((), device=accelerator.device)
     correct = torch.zeros((), device=accelerator.device)
     count = torch.zeros((), device=accelerator.device)
@@ -391,12 +427,19 @@ def evaluate(model, accelerator, data: TrainingData, config: PretrainConfig) -> 
 
 
 def _finish(
-    engine: Engine, data: TrainingData, config: PretrainConfig, last: dict[str, float], started: float,
+    engine: Engine,
+    data: TrainingData,
+    config: PretrainConfig,
+    last: dict[str, float],
+    started: float,
     phases: list[dict[str, Any]],
-) -> PretrainResult:  # fmt: skip
+) -> PretrainResult:
     output = Path(config.output)
     if engine.is_main:  # the run manifest: what each phase was set to and saw
-        write_json(output / "phases.json", {"steps": engine.state.step, "tokens": engine.state.tokens, "phases": phases})
+        write_json(
+            output / "phases.json",
+            {"steps": engine.state.step, "tokens": engine.state.tokens, "phases": phases},
+        )
     curve = None
     if engine.is_main:  # the curve first: the final directory carries it beside its card
         curve = plot_loss_curve(

@@ -78,8 +78,9 @@ def build_optimizer(
     if not groups:
         raise ValueError("the model has no trainable parameters")
     if name == "muon":
-        return MuonWithAdamW.build(model, groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                                   fused=fused, **(muon or {}))  # fmt: skip
+        return MuonWithAdamW.build(
+            model, groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused, **(muon or {})
+        )
     cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
     return cls(groups, lr=lr, betas=betas, eps=eps, fused=fused)
 
@@ -117,24 +118,47 @@ class MuonWithAdamW(torch.optim.Optimizer):
         self._link()
 
     @classmethod
-    def build(cls, model: nn.Module, groups: list[dict], *, lr: float, betas, eps: float, weight_decay: float,
-              fused: bool | None = None, momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5,
-              adjust_lr: str = "match_rms_adamw") -> MuonWithAdamW:  # fmt: skip
+    def build(
+        cls,
+        model: nn.Module,
+        groups: list[dict],
+        *,
+        lr: float,
+        betas,
+        eps: float,
+        weight_decay: float,
+        fused: bool | None = None,
+        momentum: float = 0.95,
+        nesterov: bool = True,
+        ns_steps: int = 5,
+        adjust_lr: str = "match_rms_adamw",
+    ) -> MuonWithAdamW:
         if adjust_lr not in MUON_LR_ADJUSTMENTS:
-            raise ValueError(f"muon adjust_lr must be one of {', '.join(MUON_LR_ADJUSTMENTS)}; got {adjust_lr!r}")
+            raise ValueError(
+                f"muon adjust_lr must be one of {', '.join(MUON_LR_ADJUSTMENTS)}; got {adjust_lr!r}"
+            )
         matrices = muon_parameter_ids(model)
         muon_group: dict[str, list] = {"params": [], "param_names": []}
         rest = []
         for group in groups:
             kept = [(n, p) for n, p in zip(group["param_names"], group["params"]) if id(p) not in matrices]
             muon_group["params"] += [p for p in group["params"] if id(p) in matrices]
-            muon_group["param_names"] += [n for n, p in zip(group["param_names"], group["params"]) if id(p) in matrices]
+            muon_group["param_names"] += [
+                n for n, p in zip(group["param_names"], group["params"]) if id(p) in matrices
+            ]
             if kept:
                 rest.append({**group, "param_names": [n for n, _ in kept], "params": [p for _, p in kept]})
         if not muon_group["params"]:
             raise ValueError("Muon found no hidden 2-D weights in the model")
-        muon = torch.optim.Muon([muon_group], lr=lr, weight_decay=weight_decay, momentum=momentum,
-                                nesterov=nesterov, ns_steps=ns_steps, adjust_lr_fn=adjust_lr)  # fmt: skip
+        muon = torch.optim.Muon(
+            [muon_group],
+            lr=lr,
+            weight_decay=weight_decay,
+            momentum=momentum,
+            nesterov=nesterov,
+            ns_steps=ns_steps,
+            adjust_lr_fn=adjust_lr,
+        )
         adamw = torch.optim.AdamW(rest, lr=lr, betas=betas, eps=eps, fused=fused)
         return cls(muon, adamw)
 

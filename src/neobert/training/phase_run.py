@@ -32,14 +32,23 @@ def source_subsets(config: PretrainConfig, data: TrainingData) -> list[tuple[str
         raise ValueError("data.sources / a phase's sources need prepared data directories to name")
     sizes = {name: tokens for name, (_, _, tokens) in data.sources.items()}
     probabilities = source_weights(sizes, d.sources, d.source_temperature)
-    return [(name, probabilities[name], np.arange(start, end)) for name, (start, end, _) in data.sources.items()]
+    return [
+        (name, probabilities[name], np.arange(start, end)) for name, (start, end, _) in data.sources.items()
+    ]
 
 
 def make_stream(phase: Phase, data: TrainingData) -> RowStream:
     c = phase.config
-    return RowStream(data.train, data.train.lengths, c.data.seq_len, phase_seed(c.seed, phase.index),
-                     c.data.packing, c.data.mixture, long_docs=c.data.long_docs,
-                     subsets=source_subsets(c, data))  # fmt: skip
+    return RowStream(
+        data.train,
+        data.train.lengths,
+        c.data.seq_len,
+        phase_seed(c.seed, phase.index),
+        c.data.packing,
+        c.data.mixture,
+        long_docs=c.data.long_docs,
+        subsets=source_subsets(c, data),
+    )
 
 
 class PhasedStream:
@@ -67,8 +76,13 @@ def lr_multiplier(phases: list[Phase], base: float):
 
     def multiplier(step: int) -> float:
         phase = phase_at(phases, step)
-        lr = lr_at(step - phase.start, peak=phase.peak, warmup_steps=warmups[phase.index],
-                   total_steps=phase.steps, **phase.config.schedule.lr_kwargs())  # fmt: skip
+        lr = lr_at(
+            step - phase.start,
+            peak=phase.peak,
+            warmup_steps=warmups[phase.index],
+            total_steps=phase.steps,
+            **phase.config.schedule.lr_kwargs(),
+        )
         return lr / base
 
     return multiplier
@@ -78,7 +92,11 @@ def fitted_warmup(phase: Phase) -> int:
     """The phase's warmup, cut to a tenth of its steps where it would not fit before the decay."""
     s, steps = phase.config.schedule, phase.steps
     if s.kind == "wsd" or s.kind == "constant":
-        decay = 0 if s.kind == "constant" else (s.decay_steps if s.decay_steps is not None else round(0.1 * steps))
+        decay = (
+            0
+            if s.kind == "constant"
+            else (s.decay_steps if s.decay_steps is not None else round(0.1 * steps))
+        )
         return s.warmup_steps if s.warmup_steps <= steps - decay else (steps - decay) // 10
     return s.warmup_steps if s.warmup_steps < s.decay_fraction * steps else steps // 10
 
@@ -96,13 +114,24 @@ def phase_record(phase: Phase, stream: RowStream, done_steps: int, data: Trainin
     trained = min(max(done_steps - phase.start, 0), phase.steps)
     counts = stream.subset_counts()
     return {
-        "name": phase.name, "first_step": phase.start, "steps": phase.steps, "steps_trained": trained,
-        "tokens_trained": trained * c.tokens_per_step, "seq_len": c.data.seq_len,
-        "mask_rate": [c.data.mask_rate, c.data.mask_rate_end if c.data.mask_rate_end is not None else c.data.mask_rate],
-        "peak_lr": phase.peak, "schedule": c.schedule.lr_kwargs() | {"warmup_steps": fitted_warmup(phase)},
+        "name": phase.name,
+        "first_step": phase.start,
+        "steps": phase.steps,
+        "steps_trained": trained,
+        "tokens_trained": trained * c.tokens_per_step,
+        "seq_len": c.data.seq_len,
+        "mask_rate": [
+            c.data.mask_rate,
+            c.data.mask_rate_end if c.data.mask_rate_end is not None else c.data.mask_rate,
+        ],
+        "peak_lr": phase.peak,
+        "schedule": c.schedule.lr_kwargs() | {"warmup_steps": fitted_warmup(phase)},
         "model": {k: v for k, v in c.model.items() if k in ("max_length", "rope_theta", "rope_scaling_type")},
         "sampling": {n: round(w / sum(x for _, x, _ in stream.subsets), 6) for n, w, _ in stream.subsets}
         or {"all documents": 1.0},
         "documents_drawn": {name: blocks * stream.block_docs for name, blocks in counts.items()}
-        or {"all documents": stream.position.block * stream.block_docs + (stream.block_docs if stream.position.row else 0)},
-    }  # fmt: skip
+        or {
+            "all documents": stream.position.block * stream.block_docs
+            + (stream.block_docs if stream.position.row else 0)
+        },
+    }

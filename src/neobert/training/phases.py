@@ -23,8 +23,13 @@ from ..common.config import ConfigError
 PretrainConfig = Any
 
 # what a phase may change in the model: the positions it takes and how RoPE rotates them (weights unchanged)
-PHASE_MODEL_FIELDS = ("max_length", "rope_theta", "rope_scaling_type", "rope_scaling_factor",
-                      "rope_original_max_length")  # fmt: skip
+PHASE_MODEL_FIELDS = (
+    "max_length",
+    "rope_theta",
+    "rope_scaling_type",
+    "rope_scaling_factor",
+    "rope_original_max_length",
+)
 
 
 @dataclass
@@ -40,7 +45,9 @@ class PhaseConfig:
     mask_rate: float | None = None  # None: data.mask_rate (of the run)
     mask_rate_end: float | None = None  # the rate at the phase's last step; None: mask_rate throughout
     lr: float | None = None  # the phase's peak learning rate; None: optim.lr
-    schedule: dict[str, Any] | None = None  # ScheduleConfig fields over the phase's own steps; None: the run's
+    schedule: dict[str, Any] | None = (
+        None  # ScheduleConfig fields over the phase's own steps; None: the run's
+    )
     model: dict[str, Any] = field(default_factory=dict)  # max_length, rope_theta, rope_scaling_* of the phase
 
 
@@ -64,7 +71,9 @@ def phase_steps(phase: PhaseConfig, config: PretrainConfig, where: str) -> int:
     for key in ("steps", "tokens"):
         value = getattr(phase, key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ConfigError(f"{where}.{key} must be a number, got {value!r} (YAML: write 1.7e+12 or 1_700_000_000_000)")
+            raise ConfigError(
+                f"{where}.{key} must be a number, got {value!r} (YAML: write 1.7e+12 or 1_700_000_000_000)"
+            )
     if phase.steps is not None:
         if phase.steps <= 0:
             raise ConfigError(f"{where}.steps must be positive, got {phase.steps}")
@@ -87,7 +96,9 @@ def check_phases(config: PretrainConfig) -> int:
         total += phase_steps(phase, config, where)
         bad = sorted(set(phase.model) - set(PHASE_MODEL_FIELDS))
         if bad:
-            raise ConfigError(f"{where}.model.{bad[0]}: a phase may change only {', '.join(PHASE_MODEL_FIELDS)}")
+            raise ConfigError(
+                f"{where}.model.{bad[0]}: a phase may change only {', '.join(PHASE_MODEL_FIELDS)}"
+            )
         picks = [k for k in ("mixture", "sources", "temperature") if getattr(phase, k) is not None]
         if "mixture" in picks and len(picks) > 1:
             raise ConfigError(f"{where}: mixture (length sub-sets) and sources/temperature are exclusive")
@@ -95,13 +106,17 @@ def check_phases(config: PretrainConfig) -> int:
     return total
 
 
-def check_sources(sources: dict[str, float] | None, temperature: float | None, paths: list[str], where: str) -> None:
+def check_sources(
+    sources: dict[str, float] | None, temperature: float | None, paths: list[str], where: str
+) -> None:
     if temperature is not None and not temperature > 0:
         raise ConfigError(f"{where}.temperature must be positive, got {temperature}")
     names = source_names(paths)
     for name, weight in (sources or {}).items():
         if paths and name not in names:
-            raise ConfigError(f"{where}.sources.{name}: no data source of that name (sources: {', '.join(names)})")
+            raise ConfigError(
+                f"{where}.sources.{name}: no data source of that name (sources: {', '.join(names)})"
+            )
         if not weight >= 0:
             raise ConfigError(f"{where}.sources.{name}: a weight must be non-negative, got {weight}")
     if sources is not None and not sum(sources.values()) > 0:
@@ -192,8 +207,9 @@ def phase_at(phases: list[Phase], step: int) -> Phase:
     return phases[-1]
 
 
-def source_weights(sizes: dict[str, int], weights: dict[str, float] | None, temperature: float | None
-                   ) -> dict[str, float]:  # fmt: skip
+def source_weights(
+    sizes: dict[str, int], weights: dict[str, float] | None, temperature: float | None
+) -> dict[str, float]:
     """Sampling probability per source: the weights given (normalised), or size ** temperature normalised
     (temperature 1: in proportion to size; towards 0: uniform over sources), or in proportion to size."""
     if weights is not None:

@@ -108,13 +108,20 @@ def make_scheduler(
         raise ValueError(
             f"peak {peak} differs from the optimizer's lr {base}; build the optimizer with lr=peak"
         )
-    shape = {"kind": kind, "final_ratio": final_ratio, "decay_fraction": decay_fraction,
-             "decay_steps": decay_steps, "decay_shape": decay_shape}  # fmt: skip
+    shape = {
+        "kind": kind,
+        "final_ratio": final_ratio,
+        "decay_fraction": decay_fraction,
+        "decay_steps": decay_steps,
+        "decay_shape": decay_shape,
+    }
     # Fail at construction, not at the first step, on an inconsistent schedule.
     _check(base, warmup_steps, total_steps, **shape)
     return LambdaLR(
         optimizer,
-        lambda step: lr_at(step, peak=base, warmup_steps=warmup_steps, total_steps=total_steps, **shape) / base,
+        lambda step: (
+            lr_at(step, peak=base, warmup_steps=warmup_steps, total_steps=total_steps, **shape) / base
+        ),
     )
 
 
@@ -145,9 +152,15 @@ def _decay_end(total_steps: int, decay_fraction: float) -> int:
 
 
 def _check(
-    peak: float, warmup_steps: int, total_steps: int, kind: str, final_ratio: float, decay_fraction: float,
-    decay_steps: int | None = None, decay_shape: str = "1-sqrt",
-) -> None:  # fmt: skip
+    peak: float,
+    warmup_steps: int,
+    total_steps: int,
+    kind: str,
+    final_ratio: float,
+    decay_fraction: float,
+    decay_steps: int | None = None,
+    decay_shape: str = "1-sqrt",
+) -> None:
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
     if peak <= 0:

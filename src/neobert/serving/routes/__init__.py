@@ -55,13 +55,25 @@ def add_routes(app: FastAPI, service: Any) -> Mapping[str, str]:
 
 def add_shared(routes: Routes) -> None:
     """The paths ours and text-embeddings-inference's dialects share, told apart by a field."""
-    routes.by_shape("/embed", "embed", EmbedBody, EmbedResponse | Vectors,
-                    {EmbedRequest: ours.embed, TEIEmbedRequest: tei.embed}, "embed",
-                    "Vectors of the texts. Ours: ``texts``, with the model's pooling and normalisation unless the\n"
-                    "request names them -> ``{\"embeddings\"}``. text-embeddings-inference's: ``inputs`` -> a list of vectors.")  # fmt: skip
-    routes.by_shape("/rerank", "rerank", RerankBody, RerankResponse | list[TEIRerankItem],
-                    {RerankRequest: ours.rerank, TEIRerankRequest: tei.rerank}, "rerank",
-                    "A cross-encoder's relevance of each document to the query, most relevant first: the sigmoid of a\n"
-                    "one-logit model, the second label's probability of a two-label one. Ours (Cohere's shape):\n"
-                    "``documents`` -> ``{\"results\", \"model\"}``; text-embeddings-inference's: ``texts`` -> a list of\n"
-                    "``{index, score, text?}`` (``raw_scores``: the logit).")  # fmt: skip
+    routes.by_shape(
+        "/embed",
+        "embed",
+        EmbedBody,
+        EmbedResponse | Vectors,
+        {EmbedRequest: ours.embed, TEIEmbedRequest: tei.embed},
+        "embed",
+        "Vectors of the texts. Ours: ``texts``, with the model's pooling and normalisation unless the\n"
+        'request names them -> ``{"embeddings"}``. text-embeddings-inference\'s: ``inputs`` -> a list of vectors.',
+    )
+    routes.by_shape(
+        "/rerank",
+        "rerank",
+        RerankBody,
+        RerankResponse | list[TEIRerankItem],
+        {RerankRequest: ours.rerank, TEIRerankRequest: tei.rerank},
+        "rerank",
+        "A cross-encoder's relevance of each document to the query, most relevant first: the sigmoid of a\n"
+        "one-logit model, the second label's probability of a two-label one. Ours (Cohere's shape):\n"
+        '``documents`` -> ``{"results", "model"}``; text-embeddings-inference\'s: ``texts`` -> a list of\n'
+        "``{index, score, text?}`` (``raw_scores``: the logit).",
+    )

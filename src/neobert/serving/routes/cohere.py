@@ -15,7 +15,9 @@ from ..errors import ServiceError
 from ..schemas import CohereEmbedRequest, CohereEmbedResponse, CohereRerankRequest, CohereRerankResponse
 from .core import Routes, rerank_results
 
-PROMPT_OF = MappingProxyType({"search_query": "query", "search_document": "document"})  # input_type -> prompt name
+PROMPT_OF = MappingProxyType(
+    {"search_query": "query", "search_document": "document"}
+)  # input_type -> prompt name
 
 
 def add(routes: Routes) -> None:
@@ -30,8 +32,10 @@ def server_ranges(config: Any, dim: int) -> np.ndarray | None:
         return None
     ranges = calibration_ranges(np.load(config.calibration))
     if ranges.shape[1] != dim:
-        raise ValueError(f"calibration file {config.calibration} holds {ranges.shape[1]}-dimensional embeddings; "
-                         f"the model's are {dim}")  # fmt: skip
+        raise ValueError(
+            f"calibration file {config.calibration} holds {ranges.shape[1]}-dimensional embeddings; "
+            f"the model's are {dim}"
+        )
     return ranges
 
 
@@ -39,9 +43,13 @@ def by_type(vectors: np.ndarray, types: list[str], ranges: np.ndarray | None) ->
     """Cohere's ``embeddings`` object: each asked type of ``vectors`` (int8 / uint8 in the server's
     calibration ``ranges``' buckets; binary / ubinary packed 8 dimensions a byte)."""
     if ranges is None and any(t in CALIBRATED for t in types):
-        raise ServiceError(422, "int8 / uint8 embeddings need calibration ranges, and this server has none: start "
-                                "it with --calibration FILE.npy (float embeddings of sample texts), or ask for "
-                                "float, binary or ubinary", "embedding_types")  # fmt: skip
+        raise ServiceError(
+            422,
+            "int8 / uint8 embeddings need calibration ranges, and this server has none: start "
+            "it with --calibration FILE.npy (float embeddings of sample texts), or ask for "
+            "float, binary or ubinary",
+            "embedding_types",
+        )
     out: dict[str, Any] = {}
     for kind in dict.fromkeys(types):
         out[kind] = vectors.tolist() if kind == "float" else quantize(vectors, kind, ranges).tolist()
@@ -59,12 +67,18 @@ def add_embed(routes: Routes) -> None:
         texts = routes.prompted(request.texts, name if name in routes.service.model.prompts else None)
         direction = "left" if request.truncate == "START" else "right"
         normalize = bool(routes.service.model.normalize)
-        vectors, tokens = await routes.vectors(texts, "texts", request.truncate != "NONE", normalize, side=direction)
-        return JSONResponse({
-            "id": uuid.uuid4().hex, "embeddings": by_type(vectors, request.embedding_types, ranges),
-            "texts": request.texts, "response_type": "embeddings_by_type",
-            "meta": {"api_version": {"version": "2"}, "billed_units": {"input_tokens": tokens}},
-        })  # fmt: skip
+        vectors, tokens = await routes.vectors(
+            texts, "texts", request.truncate != "NONE", normalize, side=direction
+        )
+        return JSONResponse(
+            {
+                "id": uuid.uuid4().hex,
+                "embeddings": by_type(vectors, request.embedding_types, ranges),
+                "texts": request.texts,
+                "response_type": "embeddings_by_type",
+                "meta": {"api_version": {"version": "2"}, "billed_units": {"input_tokens": tokens}},
+            }
+        )
 
 
 def add_rerank(routes: Routes, path: str, api: str) -> None:
@@ -76,9 +90,12 @@ def add_rerank(routes: Routes, path: str, api: str) -> None:
         ``return_documents`` -> ``results[].relevance_score``, most relevant first."""
         documents = [d if isinstance(d, str) else d.text for d in request.documents]
         relevance, tokens = await routes.scores(request.query, documents, "documents", request.truncate)
-        return JSONResponse({
-            "id": uuid.uuid4().hex, "results": rerank_results(request, documents, relevance),
-            "model": request.model or routes.config.model,
-            "meta": {"api_version": {"version": api}, "billed_units": {"search_units": 1}},
-            "usage": {"total_tokens": tokens},
-        })  # fmt: skip
+        return JSONResponse(
+            {
+                "id": uuid.uuid4().hex,
+                "results": rerank_results(request, documents, relevance),
+                "model": request.model or routes.config.model,
+                "meta": {"api_version": {"version": api}, "billed_units": {"search_units": 1}},
+                "usage": {"total_tokens": tokens},
+            }
+        )

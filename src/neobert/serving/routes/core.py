@@ -29,8 +29,15 @@ from ..tasks import COUNT, ModelCall, Refusal
 
 log = logging.getLogger(__name__)
 SERVICE_ROUTES = ("/info", "/health", "/metrics", "/v1/models")
-LIMITS = ("max_texts", "max_chars", "max_queue", "max_batch_texts", "max_batch_tokens", "max_body_bytes",
-          "max_answer_bytes")  # fmt: skip
+LIMITS = (
+    "max_texts",
+    "max_chars",
+    "max_queue",
+    "max_batch_texts",
+    "max_batch_tokens",
+    "max_body_bytes",
+    "max_answer_bytes",
+)
 # the Warning header values of the request being answered (a fresh list per request: WarningRoute)
 WARNINGS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("warnings", default=None)
 Handler = Callable[["Routes", Any], Awaitable[Response]]  # a dialect's answer to one request shape
@@ -87,11 +94,20 @@ class Routes:
         if path in self._table:
             raise ValueError(f"two model routes for {path}: a second request shape is Routes.by_shape's")
         self._table[path] = task
-        return self.app.post(path, response_model=response_model, responses=MODEL_ERRORS,
-                             dependencies=self.bearer)  # fmt: skip
+        return self.app.post(
+            path, response_model=response_model, responses=MODEL_ERRORS, dependencies=self.bearer
+        )
 
-    def by_shape(self, path: str, task: str, body: Any, response_model: Any, handlers: dict[type, Handler],
-                 name: str, doc: str) -> None:  # fmt: skip
+    def by_shape(
+        self,
+        path: str,
+        task: str,
+        body: Any,
+        response_model: Any,
+        handlers: dict[type, Handler],
+        name: str,
+        doc: str,
+    ) -> None:
         """One POST route that several dialects share: ``body`` is the union of their request shapes (told
         apart by a field, :func:`..schemas._shape`) and each shape is answered by its dialect's handler."""
 
@@ -103,8 +119,9 @@ class Routes:
         route.__doc__ = doc
         self.model_route(path, task, response_model)(route)
 
-    async def run(self, task: str, texts: list[Any], field: str, truncate: bool, noun: str = "text",
-                  **options: Any) -> list[tuple[Any, int]]:  # fmt: skip
+    async def run(
+        self, task: str, texts: list[Any], field: str, truncate: bool, noun: str = "text", **options: Any
+    ) -> list[tuple[Any, int]]:
         """``texts`` through the queue to the model's ``task`` with its ``options`` (its function's keyword
         arguments, :class:`..tasks.ModelCall`): (value, tokens) per text; a text the model refused (too long
         with ``truncate: false``, no mask to fill) is answered with its status."""
@@ -117,8 +134,15 @@ class Routes:
                 raise ServiceError(value.status, value.describe(noun, i), f"{field}[{i}]")
         return answers
 
-    async def check_answer(self, task: str, items: list[Any], field: str, per_token: float, what: str,
-                           tokens_each: int | None = None) -> None:  # fmt: skip
+    async def check_answer(
+        self,
+        task: str,
+        items: list[Any],
+        field: str,
+        per_token: float,
+        what: str,
+        tokens_each: int | None = None,
+    ) -> None:
         """413 before the model runs when the answer to ``items`` (``per_token`` bytes for each of their
         tokens, each cut to the window; ``what`` says how they are counted) would pass ``max_answer_bytes``.
         The budget of every route whose answer grows with tokens: call it before :meth:`run`. The window is
@@ -138,18 +162,26 @@ class Routes:
                 tokens[i] = min(length, window)
         size = sum(tokens) * per_token
         if size > budget:
-            raise ServiceError(413, f"the answer would hold {sum(tokens):,} tokens x {what}, about {size:,.0f} "
-                                    f"bytes; the limit is {budget:,} bytes per answer (max_answer_bytes): send "
-                                    "fewer or shorter inputs, or a more compact encoding_format", field)  # fmt: skip
+            raise ServiceError(
+                413,
+                f"the answer would hold {sum(tokens):,} tokens x {what}, about {size:,.0f} "
+                f"bytes; the limit is {budget:,} bytes per answer (max_answer_bytes): send "
+                "fewer or shorter inputs, or a more compact encoding_format",
+                field,
+            )
 
     def require(self, task: str) -> None:
         """404 for a task the model does not offer, with why where its head has it (``not_served``)."""
         if task not in self.service.tasks:
             heads = heads_offering(task)
             why = self.service.model.not_served.get(task) or (
-                f"it needs a {' or '.join(heads)} head" if heads and self.service.head not in heads else None)
-            raise ServiceError(404, f"this server's model ({self.service.head} head) does not serve {task}"
-                                    f"{f' ({why})' if why else ''}; it serves {', '.join(self.service.tasks)}")  # fmt: skip
+                f"it needs a {' or '.join(heads)} head" if heads and self.service.head not in heads else None
+            )
+            raise ServiceError(
+                404,
+                f"this server's model ({self.service.head} head) does not serve {task}"
+                f"{f' ({why})' if why else ''}; it serves {', '.join(self.service.tasks)}",
+            )
 
     def check_texts(self, texts: list[Any], field: str) -> None:
         if len(texts) > self.config.max_texts:
@@ -162,8 +194,11 @@ class Routes:
                 if isinstance(part, str):
                     self.check_text(part, where, f"text {i}")
                 elif len(part) > self.config.max_chars:  # token ids: bounded as characters are
-                    raise ServiceError(413, f"text {i} has {len(part):,} token ids; the limit is "
-                                            f"{self.config.max_chars:,}", where)  # fmt: skip
+                    raise ServiceError(
+                        413,
+                        f"text {i} has {len(part):,} token ids; the limit is {self.config.max_chars:,}",
+                        where,
+                    )
 
     def check_text(self, text: str, param: str, name: str) -> None:
         if len(text) > self.config.max_chars:
@@ -183,8 +218,9 @@ class Routes:
             return items
         if name not in prompts:
             known = ", ".join(prompts) or "none"
-            raise ServiceError(422, f"prompt_name {name!r} is not one of the model's prompts ({known})",
-                               "prompt_name")  # fmt: skip
+            raise ServiceError(
+                422, f"prompt_name {name!r} is not one of the model's prompts ({known})", "prompt_name"
+            )
         return [prompts[name] + item if isinstance(item, str) else item for item in items]
 
     def shortened(self, vectors: np.ndarray, dimensions: int | None, normalize: bool) -> np.ndarray:
@@ -193,8 +229,9 @@ class Routes:
         if dimensions is None or dimensions == hidden:
             return vectors
         if dimensions > hidden:
-            raise ServiceError(422, f"dimensions must be at most the model's {hidden}, got {dimensions}",
-                               "dimensions")  # fmt: skip
+            raise ServiceError(
+                422, f"dimensions must be at most the model's {hidden}, got {dimensions}", "dimensions"
+            )
         self.check_width(dimensions)
         vectors = vectors[:, :dimensions]
         if normalize:
@@ -208,33 +245,68 @@ class Routes:
         trained = list(self.service.model.matryoshka_dims)
         if dimensions in trained:
             return
-        widths = (f"it was trained for {', '.join(map(str, trained))}" if trained
-                  else "it declares no Matryoshka widths") + f" and its full {self.service.hidden_size}"  # fmt: skip
+        widths = (
+            f"it was trained for {', '.join(map(str, trained))}"
+            if trained
+            else "it declares no Matryoshka widths"
+        ) + f" and its full {self.service.hidden_size}"
         if getattr(self.config, "strict_dimensions", False):
-            raise ServiceError(422, f"dimensions {dimensions} is not one the model was trained for ({widths}); "
-                                    "this server refuses others (--strict-dimensions)", "dimensions")  # fmt: skip
+            raise ServiceError(
+                422,
+                f"dimensions {dimensions} is not one the model was trained for ({widths}); "
+                "this server refuses others (--strict-dimensions)",
+                "dimensions",
+            )
         warn(f"dimensions {dimensions} is not one the model was trained for ({widths})")
         if dimensions not in self.warned_widths:
             self.warned_widths.add(dimensions)
-            log.warning("serving dimensions %d, which the model was not trained for (%s); its first %d "
-                        "components may embed poorly", dimensions, widths, dimensions)  # fmt: skip
+            log.warning(
+                "serving dimensions %d, which the model was not trained for (%s); its first %d "
+                "components may embed poorly",
+                dimensions,
+                widths,
+                dimensions,
+            )
 
-    async def vectors(self, items: list[Any], field: str, truncate: bool, normalize: bool,
-                      dimensions: int | None = None, side: str = "right") -> tuple[np.ndarray, int]:  # fmt: skip
+    async def vectors(
+        self,
+        items: list[Any],
+        field: str,
+        truncate: bool,
+        normalize: bool,
+        dimensions: int | None = None,
+        side: str = "right",
+    ) -> tuple[np.ndarray, int]:
         """Embeddings of texts or token ids with the model's pooling, and the tokens they took."""
-        answers = await self.run("embed", items, field, truncate, pooling=self.service.model.pooling,
-                                 normalize=normalize, side=side)  # fmt: skip
+        answers = await self.run(
+            "embed",
+            items,
+            field,
+            truncate,
+            pooling=self.service.model.pooling,
+            normalize=normalize,
+            side=side,
+        )
         vectors = np.stack([vector for vector, _ in answers])
         return self.shortened(vectors, dimensions, normalize), sum(length for _, length in answers)
 
-    async def scores(self, query: str, documents: list[str], field: str, truncate: bool, raw: bool = False,
-                     direction: str = "right") -> tuple[list[float], int]:  # fmt: skip
+    async def scores(
+        self,
+        query: str,
+        documents: list[str],
+        field: str,
+        truncate: bool,
+        raw: bool = False,
+        direction: str = "right",
+    ) -> tuple[list[float], int]:
         """Each document's relevance to the query (a cross-encoder's), and the tokens the pairs took."""
         self.require("rerank")
         self.check_text(query, "query", "the query")
         self.check_texts(documents, field)
         pairs = [(query, d) for d in documents]
-        answers = await self.run("rerank", pairs, field, truncate, noun="query + document", raw=raw, side=direction)
+        answers = await self.run(
+            "rerank", pairs, field, truncate, noun="query + document", raw=raw, side=direction
+        )
         return [score for score, _ in answers], sum(length for _, length in answers)
 
 

@@ -23,10 +23,18 @@ def add(routes: Routes) -> None:
             return await multivector(routes, request)
         items = routes.prompted(as_items(request.input), None)
         vectors, tokens = await routes.vectors(items, "input", request.truncate, True, request.dimensions)
-        data = [{"object": "embedding", "index": i, "embedding": encode_vector(v, request.encoding_format)}
-                for i, v in enumerate(vectors)]  # fmt: skip
-        return JSONResponse({"object": "list", "data": data, "model": request.model or config.model,
-                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})  # fmt: skip
+        data = [
+            {"object": "embedding", "index": i, "embedding": encode_vector(v, request.encoding_format)}
+            for i, v in enumerate(vectors)
+        ]
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": data,
+                "model": request.model or config.model,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+        )
 
     def card() -> dict[str, Any]:
         return {"id": config.model, "object": "model", "created": routes.started, "owned_by": "neobert"}
@@ -36,13 +44,21 @@ def add(routes: Routes) -> None:
         """OpenAI's model list: the one model this server serves (its id: the --model value)."""
         return JSONResponse({"object": "list", "data": [card()]})
 
-    @app.get("/v1/models/{model_id:path}", response_model=ModelCard, responses=documented(401, 404),
-             dependencies=routes.bearer)  # fmt: skip
+    @app.get(
+        "/v1/models/{model_id:path}",
+        response_model=ModelCard,
+        responses=documented(401, 404),
+        dependencies=routes.bearer,
+    )
     async def model(model_id: str) -> Response:
         """OpenAI's model object of ``model_id``: 404 for any model but the one served."""
         if model_id != config.model:
-            raise ServiceError(404, f"the model {model_id!r} does not exist here; this server serves "
-                                    f"{config.model!r}", "model", code="model_not_found")  # fmt: skip
+            raise ServiceError(
+                404,
+                f"the model {model_id!r} does not exist here; this server serves {config.model!r}",
+                "model",
+                code="model_not_found",
+            )
         return JSONResponse(card())
 
 
@@ -52,8 +68,11 @@ async def multivector(routes: Routes, request: OpenAIEmbeddingRequest) -> Respon
     routes.require("token_vectors")
     items = as_items(request.input)
     if any(not isinstance(item, str) for item in items):
-        raise ServiceError(422, "return_multivector takes texts, not token ids (the markers are put before "
-                                "the text)", "input")  # fmt: skip
+        raise ServiceError(
+            422,
+            "return_multivector takes texts, not token ids (the markers are put before the text)",
+            "input",
+        )
     settings = routes.service.model.late_interaction
     kind = "query" if (request.task or "").endswith(".query") else "document"
     per_token = settings["dim"] * BYTES_PER_NUMBER[request.encoding_format]
@@ -61,8 +80,16 @@ async def multivector(routes: Routes, request: OpenAIEmbeddingRequest) -> Respon
     each = settings["query_length"] if kind == "query" else None
     await routes.check_answer("token_vectors", items, "input", per_token, what, tokens_each=each)
     answers = await routes.run("token_vectors", items, "input", request.truncate, kind=kind)
-    data = [{"object": "embedding", "index": i, "embeddings": encode_vector(v, request.encoding_format)}
-            for i, (v, _) in enumerate(answers)]  # fmt: skip
+    data = [
+        {"object": "embedding", "index": i, "embeddings": encode_vector(v, request.encoding_format)}
+        for i, (v, _) in enumerate(answers)
+    ]
     tokens = sum(length for _, length in answers)
-    return JSONResponse({"object": "list", "data": data, "model": request.model or routes.config.model,
-                         "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})  # fmt: skip
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": data,
+            "model": request.model or routes.config.model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+    )

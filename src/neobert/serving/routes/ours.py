@@ -24,15 +24,21 @@ async def embed(routes: Routes, request: EmbedRequest) -> Response:
     pooling = request.pooling or model.pooling
     normalize = model.normalize if request.normalize is None else request.normalize
     texts = routes.prompted(request.texts, None)  # the model's default prompt, as SentenceTransformer.encode
-    answers = await routes.run("embed", texts, "texts", request.truncate, pooling=pooling, normalize=normalize)
+    answers = await routes.run(
+        "embed", texts, "texts", request.truncate, pooling=pooling, normalize=normalize
+    )
     return JSONResponse({"embeddings": [vector.tolist() for vector, _ in answers]})
 
 
 async def rerank(routes: Routes, request: RerankRequest) -> Response:
     """Cohere's shape: ``documents`` -> ``{"results", "model"}``."""
     relevance, _ = await routes.scores(request.query, request.documents, "documents", request.truncate)
-    return JSONResponse({"results": rerank_results(request, request.documents, relevance),
-                         "model": request.model or routes.config.model})  # fmt: skip
+    return JSONResponse(
+        {
+            "results": rerank_results(request, request.documents, relevance),
+            "model": request.model or routes.config.model,
+        }
+    )
 
 
 def add(routes: Routes) -> None:

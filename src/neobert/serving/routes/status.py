@@ -18,15 +18,25 @@ def info_body(routes: Routes) -> dict[str, Any]:
     text-embeddings-inference's fields."""
     config, service = routes.config, routes.service
     model = service.model
-    body = {**model.info(), "model": config.model, "long_documents": config.long_documents,
-            "limits": {name: getattr(config, name) for name in LIMITS},
-            "auth": service.api_key is not None, **service.threads.state(),
-            "model_id": config.model, "model_sha": None,
-            "model_dtype": {"bf16": "bfloat16", "fp32": "float32"}.get(model.precision, model.precision),
-            "max_concurrent_requests": config.max_queue, "max_input_length": model.max_input_tokens,
-            "max_batch_tokens": config.max_batch_tokens, "max_batch_requests": config.max_batch_texts,
-            "max_client_batch_size": config.max_texts, "auto_truncate": True, "tokenization_workers": None,
-            "version": version("neobert")}  # fmt: skip
+    body = {
+        **model.info(),
+        "model": config.model,
+        "long_documents": config.long_documents,
+        "limits": {name: getattr(config, name) for name in LIMITS},
+        "auth": service.api_key is not None,
+        **service.threads.state(),
+        "model_id": config.model,
+        "model_sha": None,
+        "model_dtype": {"bf16": "bfloat16", "fp32": "float32"}.get(model.precision, model.precision),
+        "max_concurrent_requests": config.max_queue,
+        "max_input_length": model.max_input_tokens,
+        "max_batch_tokens": config.max_batch_tokens,
+        "max_batch_requests": config.max_batch_texts,
+        "max_client_batch_size": config.max_texts,
+        "auto_truncate": True,
+        "tokenization_workers": None,
+        "version": version("neobert"),
+    }
     return {name: body.get(name) for name in InfoResponse.model_fields}
 
 

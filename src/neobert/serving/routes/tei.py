@@ -38,17 +38,33 @@ from .core import Routes, as_items, encode_vector, ranked, side
 async def embed(routes: Routes, request: TEIEmbedRequest | RootMaskedLMRequest) -> Response:
     """``inputs`` -> a list of vectors (also ``POST /`` of a base encoder)."""
     items = routes.prompted(as_items(request.inputs), request.prompt_name)
-    vectors, _ = await routes.vectors(items, "inputs", request.truncate, request.normalize,
-                                      request.dimensions, side(request.truncation_direction))  # fmt: skip
+    vectors, _ = await routes.vectors(
+        items,
+        "inputs",
+        request.truncate,
+        request.normalize,
+        request.dimensions,
+        side(request.truncation_direction),
+    )
     return JSONResponse(vectors.tolist())
 
 
 async def rerank(routes: Routes, request: TEIRerankRequest) -> Response:
     """``texts`` -> a list of ``{index, score, text?}``, best first (``raw_scores``: the logit)."""
-    relevance, _ = await routes.scores(request.query, request.texts, "texts", request.truncate,
-                                       request.raw_scores, side(request.truncation_direction))  # fmt: skip
-    return JSONResponse([{"index": i, "score": relevance[i], **({"text": request.texts[i]} if request.return_text
-                                                                 else {})} for i in ranked(relevance, None)])  # fmt: skip
+    relevance, _ = await routes.scores(
+        request.query,
+        request.texts,
+        "texts",
+        request.truncate,
+        request.raw_scores,
+        side(request.truncation_direction),
+    )
+    return JSONResponse(
+        [
+            {"index": i, "score": relevance[i], **({"text": request.texts[i]} if request.return_text else {})}
+            for i in ranked(relevance, None)
+        ]
+    )
 
 
 def add(routes: Routes) -> None:
@@ -69,10 +85,16 @@ def add_embedding_routes(routes: Routes) -> None:
         model runs)."""
         items = routes.prompted(as_items(request.inputs), request.prompt_name)
         encoding, hidden = request.encoding_format, routes.service.hidden_size
-        await routes.check_answer("embed_all", items, "inputs", hidden * BYTES_PER_NUMBER[encoding],
-                                  f"{hidden} numbers as {encoding} ({BYTES_PER_NUMBER[encoding]:.3g} bytes a number)")  # fmt: skip
-        answers = await routes.run("embed_all", items, "inputs", request.truncate,
-                                   side=side(request.truncation_direction))  # fmt: skip
+        await routes.check_answer(
+            "embed_all",
+            items,
+            "inputs",
+            hidden * BYTES_PER_NUMBER[encoding],
+            f"{hidden} numbers as {encoding} ({BYTES_PER_NUMBER[encoding]:.3g} bytes a number)",
+        )
+        answers = await routes.run(
+            "embed_all", items, "inputs", request.truncate, side=side(request.truncation_direction)
+        )
         return JSONResponse([encode_vector(states, encoding) for states, _ in answers])
 
     @routes.model_route("/embed_sparse", "embed_sparse", list[list[SparseValue]])
@@ -83,9 +105,15 @@ def add_embedding_routes(routes: Routes) -> None:
         (``token``). Served by a SPLADE ``SparseEncoder`` directory, or a masked-LM model with ``--sparse``;
         a long input is cut to the model's window (``truncation_direction``), whatever the policy."""
         items = routes.prompted(as_items(request.inputs), request.prompt_name)
-        answers = await routes.run("embed_sparse", items, "inputs", request.truncate,
-                                   side=side(request.truncation_direction), top_k=request.top_k,
-                                   tokens=request.return_tokens)  # fmt: skip
+        answers = await routes.run(
+            "embed_sparse",
+            items,
+            "inputs",
+            request.truncate,
+            side=side(request.truncation_direction),
+            top_k=request.top_k,
+            tokens=request.return_tokens,
+        )
         return JSONResponse([row for row, _ in answers])
 
 
@@ -97,8 +125,14 @@ def add_predict_route(routes: Routes) -> None:
         ``[[text] | [text, text], ...]`` (or a list of other than two texts) -> a list per input."""
         items, single = predict_items(request.inputs)
         function = "none" if request.raw_scores else "auto"
-        answers = await routes.run("predict", items, "inputs", request.truncate, function=function,
-                                   side=side(request.truncation_direction))  # fmt: skip
+        answers = await routes.run(
+            "predict",
+            items,
+            "inputs",
+            request.truncate,
+            function=function,
+            side=side(request.truncation_direction),
+        )
         rows = [row for row, _ in answers]
         return JSONResponse(rows[0] if single else rows)
 
@@ -118,14 +152,18 @@ def add_tokenizer_routes(routes: Routes) -> None:
         """text-embeddings-inference's: each text's tokens (id, text, special, start, stop: a character span,
         end exclusive; None for special tokens), as the model's tokenizer makes them."""
         items = routes.prompted(as_items(request.inputs), request.prompt_name)
-        answers = await routes.run("tokenize", items, "inputs", True, add_special_tokens=request.add_special_tokens)
+        answers = await routes.run(
+            "tokenize", items, "inputs", True, add_special_tokens=request.add_special_tokens
+        )
         return JSONResponse([row for row, _ in answers])
 
     @routes.model_route("/decode", "decode", list[str])
     async def decode(request: DecodeRequest) -> Response:
         """text-embeddings-inference's: the text of each list of token ids."""
         rows = [list(request.ids)] if not request.ids or isinstance(request.ids[0], int) else request.ids
-        answers = await routes.run("decode", rows, "ids", True, skip_special_tokens=request.skip_special_tokens)
+        answers = await routes.run(
+            "decode", rows, "ids", True, skip_special_tokens=request.skip_special_tokens
+        )
         return JSONResponse([text for text, _ in answers])
 
 
@@ -153,9 +191,14 @@ async def root_predict(routes: Routes, request: RootPredictRequest) -> Response:
     ``top_k``, ``function_to_apply``)."""
     texts, _ = text_inputs(request.inputs, pairs=True)
     parameters = request.parameters or Parameters()
-    answers = await routes.run("predict", texts, "inputs", request.truncate,
-                               function=parameters.function_to_apply or "auto",
-                               side=side(request.truncation_direction))  # fmt: skip
+    answers = await routes.run(
+        "predict",
+        texts,
+        "inputs",
+        request.truncate,
+        function=parameters.function_to_apply or "auto",
+        side=side(request.truncation_direction),
+    )
     return JSONResponse([row[: parameters.top_k] for row, _ in answers])
 
 
@@ -180,16 +223,31 @@ async def root_tokens(routes: Routes, request: RootTokensRequest) -> Response:
     """A token classifier: entities ``[{entity_group, score, word, start, end}]`` (a list per text)."""
     texts, single = text_inputs(request.inputs, pairs=False)
     answers = await routes.run("tokens", texts, "inputs", request.truncate)
-    rows = [[{"entity_group": e["label"], "score": e["score"], "word": e["text"], "start": e["start"],
-              "end": e["end"]} for e in row] for row, _ in answers]  # fmt: skip
+    rows = [
+        [
+            {
+                "entity_group": e["label"],
+                "score": e["score"],
+                "word": e["text"],
+                "start": e["start"],
+                "end": e["end"],
+            }
+            for e in row
+        ]
+        for row, _ in answers
+    ]
     return JSONResponse(rows[0] if single else rows)
 
 
 # what `POST /` takes and answers for each task a head may name as its root task (registration.Head.root_task)
-ROOT = MappingProxyType({
-    "embed": (TEIEmbedRequest, root_embed), "fill-mask": (RootMaskedLMRequest, root_fill_mask),
-    "predict": (RootPredictRequest, root_predict), "tokens": (RootTokensRequest, root_tokens),
-})  # fmt: skip
+ROOT = MappingProxyType(
+    {
+        "embed": (TEIEmbedRequest, root_embed),
+        "fill-mask": (RootMaskedLMRequest, root_fill_mask),
+        "predict": (RootPredictRequest, root_predict),
+        "tokens": (RootTokensRequest, root_tokens),
+    }
+)
 
 
 def text_inputs(inputs: Any, pairs: bool) -> tuple[list[Any], bool]:
@@ -206,5 +264,9 @@ def text_inputs(inputs: Any, pairs: bool) -> tuple[list[Any], bool]:
 
 def filled(text: str, candidates: list[Any], mask: str) -> list[dict[str, Any]]:
     """One mask's candidates in the Inference API's fill-mask shape."""
-    return [FillMaskItem(sequence=text.replace(mask, token, 1), score=score, token=token_id,
-                         token_str=token).model_dump() for token, score, token_id in candidates]  # fmt: skip
+    return [
+        FillMaskItem(
+            sequence=text.replace(mask, token, 1), score=score, token=token_id, token_str=token
+        ).model_dump()
+        for token, score, token_id in candidates
+    ]
