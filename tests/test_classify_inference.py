@@ -12,11 +12,10 @@ import pytest
 import torch
 
 from embedding_fixtures import tiny_bert_config
-from neobert import inference
 from neobert.cli.main import build_parser, main
 from neobert.data import load_tokenizer
-from neobert.inference import classifier_logits, classifier_rows
 from neobert.inference.encoders import load_model, save_pretrained
+from neobert.inference.run import classifier_logits, classifier_rows
 from neobert.jobs.predict import ClassifyFileConfig, classify_file
 from neobert.runtime.fastpath import fast_inference
 
@@ -137,15 +136,6 @@ def test_classify_edge_cases_and_errors(classifier, tokenizer):
     with pytest.raises(ValueError, match="vocabulary"):
         # vocab 30522 > tiny's
         classifier_logits(load_model("tiny", "sequence-classification"), tokenizer, ["a"])
-
-
-def test_classify_is_a_deprecated_alias_of_classifier_logits(classifier, tokenizer):
-    """The old name still runs (users' scripts), warns naming the new one, and returns the same logits."""
-    expected = classifier_logits(classifier, tokenizer, TEXTS, PAIRS, batch_size=3, show_progress=False)
-    with pytest.warns(DeprecationWarning, match="classifier_logits"):
-        old = inference.classify(classifier, tokenizer, TEXTS, PAIRS, batch_size=3, show_progress=False)
-    assert old.dtype == expected.dtype and old.shape == expected.shape
-    np.testing.assert_array_equal(old, expected)
 
 
 def test_classify_tiny_bert_with_token_types(tokenizer, tmp_path):

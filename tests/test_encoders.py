@@ -16,7 +16,6 @@ from transformers import (
     RobertaModel,
 )
 
-from neobert.inference import encode
 from neobert.inference.encoders import (
     Encoder,
     apply_precision,
@@ -28,6 +27,7 @@ from neobert.inference.encoders import (
     resolve_tokenizer,
     save_pretrained,
 )
+from neobert.inference.run import encode
 
 SMALL = dict(vocab_size=99, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
 

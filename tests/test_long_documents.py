@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from neobert import inference
 from neobert.common.config import ModelConfig
 from neobert.inference import encoders
+from neobert.inference import run as inference
 from neobert.inference.long_documents import (
     LongDocuments,
     classifier_logits,

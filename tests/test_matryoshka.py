@@ -83,8 +83,8 @@ def test_the_saved_model_records_its_widths_and_bad_widths_are_refused(tmp_path)
 def _mrr_at_width(directory: Path, pairs, width: int) -> float:
     """Mean reciprocal rank of each query's own document among all documents, cosine on the first ``width``
     dimensions (computed here with NumPy, not by the evaluation code)."""
-    from neobert.inference import encode
     from neobert.inference.encoders import load_encoder
+    from neobert.inference.run import encode
 
     encoder = load_encoder(directory)
     q, d = (

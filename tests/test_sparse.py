@@ -78,7 +78,7 @@ def test_encode_sparse_equals_sparse_encoder_on_the_same_directory(tmp_path, kin
 def test_top_k_rows_and_tokens(tmp_path):
     from neobert.inference.encoders import load_encoder
 
-    encoder = load_encoder(save_tiny_neobert(tmp_path / "m"), task="mlm")
+    encoder = load_encoder(save_tiny_neobert(tmp_path / "m"), head="mlm")
     full = encode_sparse(encoder.model, encoder.tokenizer, TEXTS)
     pruned = encode_sparse(encoder.model, encoder.tokenizer, TEXTS, top_k=5)
     for r in range(len(TEXTS)):

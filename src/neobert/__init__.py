@@ -5,11 +5,10 @@ directory (including the released one) loads with ``AutoModel.from_pretrained(pa
 
 The folders are the floors of docs/architecture.md: ``common/`` (floor 0), ``model/``, ``runtime/`` and
 ``data/`` (floor 1), ``inference/``, ``training/``, ``jobs/``, ``cards/`` (floor 2), the tasks (floor 3),
-``cli/`` (floor 4). The modules that lay at the package root until issue 32 keep their old names
-(``neobert.inference.encoders``, ``neobert.common.config``, ...) through one table, :data:`neobert._moved.MOVED`.
+``cli/`` (floor 4). Import from the module that defines a name (``from neobert.inference.run import
+encode``); CHANGELOG.md lists what moved.
 """
 
-from . import _moved
 from .common.config import PRESETS, ConfigError, ModelConfig
 from .inference.registration import register
 from .model import (
@@ -25,11 +24,6 @@ from .model import (
 )
 
 register()
-_moved.install()  # the old module names import as their new ones
-
-
-def __getattr__(name: str):
-    return _moved.module_attribute(__name__, name)  # neobert.inference.encoders and the other old names
 
 
 __version__ = "0.1.0"

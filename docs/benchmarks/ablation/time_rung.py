@@ -13,7 +13,7 @@ from neobert.ablation import load_ladder, pretrain_config, resolve
 from neobert.ablation.runner import prepared_data
 from neobert.ablation.sources import write_task
 from neobert.finetuning import run_classify
-from neobert.training.trainer import pretrain
+from neobert.training.mlm_task import pretrain
 
 root = Path(sys.argv[1])
 rung = sys.argv[2]

@@ -24,7 +24,7 @@ from neobert.ablation import load_ladder, pretrain_config, resolve
 from neobert.ablation.runner import prepared_data
 from neobert.ablation.sources import rotten_tomatoes, split_by_group, write_splits, write_task
 from neobert.finetuning import run_classify
-from neobert.training.trainer import pretrain
+from neobert.training.mlm_task import pretrain
 
 
 def _pretrain(root: Path, rung: str, steps: int, out: Path, pairs: list[str]) -> None:

@@ -21,11 +21,11 @@ import json
 import time
 from pathlib import Path
 
-from neobert.training.default_run import FILL_MASK_EXAMPLES, _fill_mask_examples, default_config
-from neobert.training.trainer import pretrain
+from neobert.recipes.default_run import FILL_MASK_EXAMPLES, _fill_mask_examples, default_config
+from neobert.training.mlm_task import pretrain
 
 from neobert.data import PrepareConfig, prepare, train_tokenizer, write_stdlib_corpus
-from neobert.io import write_dir
+from neobert.common.io import write_dir
 
 HERE = Path(__file__).resolve().parent
 
@@ -61,7 +61,7 @@ def tokenizer_dir(work: Path, name: str, corpus: Path) -> Path:
 
         return Path(default_tokenizer_dir())
     if name == "shipped":
-        from neobert.training.default_run import shipped_tokenizer
+        from neobert.recipes.default_run import shipped_tokenizer
 
         return shipped_tokenizer(work / "tok-shipped")
     size = int(name.removeprefix("wp"))

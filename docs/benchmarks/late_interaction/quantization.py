@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from neobert.capabilities import load_for_inference
+from neobert.inference.capabilities import load_for_inference
 from neobert.evaluation.embeddings import ndcg_at_k
-from neobert.inference import encode
-from neobert.quantization import bytes_per_vector, calibration_ranges, hamming_scores, quantize, rescore
-from neobert.tables import markdown_table
+from neobert.inference.run import encode
+from neobert.inference.quantization import bytes_per_vector, calibration_ranges, hamming_scores, quantize, rescore
+from neobert.common.tables import markdown_table
 
 
 def _rows(path: Path) -> list[dict]:

@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 from neobert.data import PrepareConfig, prepare, write_stdlib_corpus
-from neobert.io import write_json, write_text
+from neobert.common.io import write_json, write_text
 from neobert.recipes.default_run import default_config, shipped_tokenizer
-from neobert.tables import markdown_table
+from neobert.common.tables import markdown_table
 from neobert.training.config import PretrainConfig
 from neobert.training.mlm_task import pretrain
 

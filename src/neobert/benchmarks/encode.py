@@ -1,4 +1,4 @@
-"""Batching settings of :func:`neobert.inference.encode`, timed on variable-length texts.
+"""Batching settings of :func:`neobert.inference.run.encode`, timed on variable-length texts.
 
 The measurement behind :data:`neobert.inference.CPU_MAX_TOKENS`: ``texts`` synthetic texts whose token
 counts are drawn uniformly from ``length_range`` (or from a lengths file, one integer per line), embedded
@@ -40,7 +40,7 @@ WARMUP_TEXTS = 8
 
 @dataclass
 class EncodeBenchConfig:
-    """Real tokens/s of neobert.inference.encode on synthetic variable-length texts, for each batch size
+    """Real tokens/s of neobert.inference.run.encode on synthetic variable-length texts, for each batch size
     without a token budget and each --max-tokens budget (at --max-tokens-batch-size), beside the library
     default; settings interleaved in one process, median over rounds."""
 

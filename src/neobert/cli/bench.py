@@ -4,7 +4,7 @@ Markdown.
 
 - ``throughput``: inference tokens/s of NeoBERT beside BERT, RoBERTa and ModernBERT (random weights);
 - ``training``: MLM pretraining-step tokens/s and the share of the matmul peak;
-- ``encode``: :func:`neobert.inference.encode`'s batching settings (batch size, token budget) on
+- ``encode``: :func:`neobert.inference.run.encode`'s batching settings (batch size, token budget) on
   variable-length texts, the measurement behind its CPU default;
 - ``attention``: the attention kernels torch offers on NeoBERT's head shapes;
 - ``precision``: fp32, bf16 and int8 inference for tokens/s and cosine to fp32;
@@ -39,7 +39,7 @@ COMMANDS = {  # name: (config class, run, its Markdown report)
 HELP = {
     "throughput": "inference tokens/s by model and sequence length",
     "training": "tokens/s, MFU and peak memory of the pretraining step of the training core",
-    "encode": "neobert.inference.encode tokens/s by batch size and token budget",
+    "encode": "neobert.inference.run.encode tokens/s by batch size and token budget",
     "precision": "fp32 / bf16 / int8 inference: tokens/s and embedding cosine to fp32",
     "attention": "attention kernels (SDPA, compiled, matmul+softmax, flex_attention): TFLOP/s by length",
     "onnx": "ONNX Runtime fp32 / int8 beside the PyTorch fast path: tokens/s, ratios, parity",

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..jobs.embed import embed
-from ..jobs.predict import ClassifyFileConfig, EmbedConfig, TagConfig, classify_file, tag_file
+from ..jobs.embed import EmbedConfig, embed
+from ..jobs.predict import ClassifyFileConfig, TagConfig, classify_file, tag_file
 from .common import add_command, quiet_transformers, show
 from .options import config_from_args
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -106,16 +105,6 @@ class OnnxEncoder:
         if self.task != "sequence-classification":
             raise TypeError(f"{self.directory} is a {self.task} export; classify needs a classifier export")
         return self._batched(texts, batch_size, output=0)
-
-    def classify(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
-        """Deprecated: the old name of :meth:`classifier_logits` (it returns logits, not labels)."""
-        warnings.warn(
-            "OnnxEncoder.classify is deprecated: use OnnxEncoder.classifier_logits "
-            "(same arguments, same logits)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.classifier_logits(texts, batch_size)
 
     def _batched(self, texts: Sequence[str], batch_size: int, output: int) -> np.ndarray:
         if isinstance(texts, str):

@@ -209,9 +209,6 @@ def source_embedding(source: str | os.PathLike) -> EmbeddingSpec | str:
         return str(err)
 
 
-Loaded = Encoder  # its old name: load_for_inference returns the one bundle, an Encoder with capabilities
-
-
 def load_for_inference(
     source: str | os.PathLike,
     tokenizer: str | os.PathLike | None = None,

@@ -13,7 +13,6 @@ import dataclasses
 import json
 import os
 import re
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,14 +99,6 @@ def _source_is_neobert(source: str | os.PathLike) -> bool:
 # --- models ---------------------------------------------------------------------------------------------
 
 
-def _renamed_task(head: str, kw: dict[str, Any], where: str) -> str:
-    """``task=`` is the old name of ``head=`` (issue 32: ``task`` means an endpoint elsewhere)."""
-    if "task" not in kw:
-        return head
-    warnings.warn(f"{where}(task=...) is deprecated; use head=...", FutureWarning, stacklevel=3)
-    return kw.pop("task")
-
-
 def load_model(source: str | os.PathLike, head: str = "base", **kw: Any) -> torch.nn.Module:
     """A model in eval mode with ``head`` (a :data:`neobert.inference.registration.HEADS` key: base | mlm |
     sequence-classification | token-classification). The model alone: :func:`load_encoder` is the loader
@@ -117,7 +108,7 @@ def load_model(source: str | os.PathLike, head: str = "base", **kw: Any) -> torc
     and the rest go to the transformers config (e.g. ``num_labels``). For directories and hub ids ``kw``
     goes to ``from_pretrained``.
     """
-    entry = registered_head(_renamed_task(head, kw, "load_model"))
+    entry = registered_head(head)
     path = model_dir(source)
     if path is None and is_preset(source):
         fields = {f.name for f in dataclasses.fields(ModelConfig)}
@@ -239,7 +230,7 @@ def embedding_spec(source: str | os.PathLike) -> EmbeddingSpec:
     ``sentence_bert_config.json``'s ``max_seq_length``; ``config_sentence_transformers.json``'s
     ``matryoshka_dims``). Other sources: mean pooling, unit vectors.
 
-    Raises ValueError, naming the module, for what :func:`neobert.inference.encode` cannot reproduce (a
+    Raises ValueError, naming the module, for what :func:`neobert.inference.run.encode` cannot reproduce (a
     Dense layer, max pooling, a transformer in a subfolder), so no caller serves vectors that differ from
     ``SentenceTransformer(dir).encode``.
     """
@@ -441,7 +432,6 @@ def load_encoder(
     tok = tokenizer if loaded else resolve_tokenizer(source, tokenizer)
     if is_preset(source):
         model_kwargs.setdefault("vocab_size", max(len(tok), PRESETS[str(source)].get("vocab_size", 30522)))
-    head = _renamed_task(head, model_kwargs, "load_encoder")
     model = load_model(source, head=head, **model_kwargs)
     if device is not None:
         model = model.to(device)

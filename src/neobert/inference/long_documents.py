@@ -13,7 +13,7 @@ Every text is tokenized once without special tokens (its *content*), then cut in
   weights with RoPE scaled (``ModelConfig.with_context``, YaRN / NTK / linear) to the window times
   ``ceil(length / window)``, so a text's result depends on its own length only, never on its batch-mates.
 
-The rows then go through :func:`neobert.inference.encode` / :func:`~neobert.inference.classifier_logits` as
+The rows then go through :func:`neobert.inference.run.encode` / :func:`~neobert.inference.run.classifier_logits` as
 :class:`~neobert.inference.TokenIds`: one encode, one batching.
 """
 

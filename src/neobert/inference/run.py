@@ -8,7 +8,6 @@ any transformers encoder (NeoBERT, BERT, RoBERTa, ModernBERT ...).
 from __future__ import annotations
 
 import inspect
-import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -27,7 +26,6 @@ __all__ = [  # loading and saving: neobert.inference.encoders; tokenizer files: 
     "TOKENIZE_CHUNK",
     "classifier_logits",
     "classifier_rows",
-    "classify",
     "encode",
     "fill_mask",
     "token_batches",
@@ -212,17 +210,6 @@ def classifier_logits(
             out[index] = model(**inputs).logits.float().cpu().numpy()  # (B, num_labels)
             progress.update(len(index))
     return out
-
-
-def classify(*args: Any, **kwargs: Any) -> np.ndarray:
-    """Deprecated: the old name of :func:`classifier_logits` (it returns logits, not labels)."""
-    warnings.warn(
-        "neobert.inference.classify is deprecated: use neobert.inference.classifier_logits "
-        "(same arguments, same logits)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return classifier_logits(*args, **kwargs)
 
 
 def is_regression(config: Any) -> bool:

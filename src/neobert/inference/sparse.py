@@ -7,7 +7,7 @@ computes with ``SpladePooling("max")`` over a ``fill-mask`` ``Transformer``, so 
 
 - :func:`splade_pool`: logits (B, L, V) and the 0/1 mask -> (B, V), differentiable (training uses it);
 - :func:`encode_sparse`: a loaded MLM model over texts -> a SciPy CSR matrix (N, V), few-padding batches as
-  :func:`neobert.inference.encode`, optional top-k pruning per text;
+  :func:`neobert.inference.run.encode`, optional top-k pruning per text;
 - :func:`sparse_rows`: a matrix as per-text lists of ``{index, value}`` (and ``token``): the shape
   text-embeddings-inference's ``/embed_sparse`` answers, for the service to return as it is;
 - :func:`is_sparse_dir`: whether a directory is a SPLADE ``SparseEncoder`` (its ``modules.json``).
@@ -65,7 +65,7 @@ def encode_sparse(
 
     ``model`` is a masked-LM model (``load_encoder(source, head="mlm")``); texts longer than ``max_length``
     tokens (default: what model and tokenizer accept) are truncated. ``top_k`` keeps each row's k largest
-    weights (ties: the lower index). Batching as :func:`neobert.inference.encode` (``max_tokens`` padded
+    weights (ties: the lower index). Batching as :func:`neobert.inference.run.encode` (``max_tokens`` padded
     tokens per batch, 4,096 by default on the CPU).
     """
     if isinstance(texts, str):

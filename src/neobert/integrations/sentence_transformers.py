@@ -2,7 +2,7 @@
 
 :func:`save_sentence_transformer` writes a standard sentence-transformers directory (the stock Transformer
 module, then Pooling, then optional Normalize) that loads with the same pooling as
-:func:`neobert.inference.encode`, so the vectors are the same::
+:func:`neobert.inference.run.encode`, so the vectors are the same::
 
     import neobert  # registers model_type "neobert" with transformers' Auto classes
     from sentence_transformers import SentenceTransformer
@@ -44,7 +44,7 @@ def save_sentence_transformer(
 
     ``model_dir_or_model`` is a NeoBERT directory (any head; only the encoder is kept) or an in-memory
     model; ``tokenizer`` is a tokenizer, a tokenizer directory, or None for the one in the model directory.
-    Inputs are truncated at the model's ``max_length``, as :func:`neobert.inference.encode` does.
+    Inputs are truncated at the model's ``max_length``, as :func:`neobert.inference.run.encode` does.
     Load the result with ``SentenceTransformer(output_dir)`` after ``import neobert`` (see the module doc).
     """
     mode = get_pooling(pooling).sentence_transformers  # every pooling of the registry has one
@@ -86,7 +86,7 @@ def _write_card(output_dir: Path, source: str | None, pooling: str, normalize: b
         f"A sentence-transformers model: the NeoBERT encoder of {origin} followed by {pooling} pooling"
         f"{' and L2 normalization' if normalize else ''}, written by "
         "`neobert.integrations.sentence_transformers.save_sentence_transformer`. Its vectors equal "
-        "`neobert.inference.encode`'s with the same pooling."
+        "`neobert.inference.run.encode`'s with the same pooling."
     )
     info = CardInfo(
         head="sentence-embedding",

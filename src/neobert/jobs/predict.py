@@ -26,12 +26,7 @@ from ..inference.long_documents import classifier_logits as classifier_logits_lo
 from ..inference.registration import declared_head
 from ..inference.run import classifier_logits, classifier_rows, fill_mask, is_regression, label_names
 from ..token_classification.tagging import Entity, tag
-
-# neobert.jobs.predict.EmbedConfig and embed_file as before: the embed job's config and its .npy writer live in jobs.embed
-from .embed import EmbedConfig, EmbedResult, embed_file  # noqa: F401
 from .file_job import MAX_TOKENS_HELP, FileJob, empty_rows, notes, precision_field
-
-# -- embed: the job lives in neobert.jobs.embed (one pipeline, a directory of shards or a .npy array) ----------
 
 # -- classify ------------------------------------------------------------------------------------------------
 
@@ -99,7 +94,7 @@ def _require_head(model: str, classifier: torch.nn.Module) -> None:
 
 
 def classify_file(config: ClassifyFileConfig) -> FileClassification:
-    """Classify every row of ``config.input`` and write one :func:`~neobert.inference.classifier_rows` object
+    """Classify every row of ``config.input`` and write one :func:`~neobert.inference.run.classifier_rows` object
     per row to ``config.output``.
 
     ``precision="bf16"`` runs NeoBERT models on the fast path (bf16 weights, unpadded attention;

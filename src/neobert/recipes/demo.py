@@ -175,6 +175,6 @@ def _check_sentence_transformer(model, tokenizer, model_dir: Path, st_dir: Path,
     verdict = "match" if diff <= ST_ATOL else "DIFFER"
     log(
         f"5. sentence-transformers: saved {st_dir}; SentenceTransformer(path).encode vs "
-        f"neobert.inference.encode: {verdict} (max |diff| {diff:.1e})"
+        f"neobert.inference.run.encode: {verdict} (max |diff| {diff:.1e})"
     )
     return diff

@@ -7,8 +7,8 @@ serves:
 * a base encoder export: ``embed``. The graph's ``sentence_embedding`` (the pooling and normalisation the
   export declares) is returned as computed; a request naming other pooling or normalisation is pooled from
   the graph's ``last_hidden_state`` by :func:`neobert.model.pooling.pool`, the function PyTorch uses;
-* a sequence-classifier export: ``classify`` (through :func:`neobert.inference.classifier_rows`, the one
-  classifier output), ``predict`` (:func:`neobert.inference.label_scores`) and, for a one- or two-label model without token types (NeoBERT), ``rerank``. The graph
+* a sequence-classifier export: ``classify`` (through :func:`neobert.inference.run.classifier_rows`, the one
+  classifier output), ``predict`` (:func:`neobert.inference.run.label_scores`) and, for a one- or two-label model without token types (NeoBERT), ``rerank``. The graph
   takes no ``token_type_ids``, so a BERT-style cross-encoder, which reads the second text's type, is not
   offered for reranking from ONNX (its scores would differ from the PyTorch model's).
 

@@ -350,7 +350,7 @@ class CohereEmbedResponse(BaseModel):
     response_type: Literal["embeddings_by_type"]
 
 
-class ClassifierRow(BaseModel):  # neobert.inference.classifier_rows
+class ClassifierRow(BaseModel):  # neobert.inference.run.classifier_rows
     label: str | None = None
     score: float | None = None
     probabilities: dict[str, float] | None = None

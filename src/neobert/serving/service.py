@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from ..inference.capabilities import Loaded, load_for_inference
+from ..inference.capabilities import load_for_inference
+from ..inference.encoders import Encoder
 from ..inference.long_documents import LongDocuments
 from .batcher import Batcher
 from .config import API_KEY_ENV, ServeConfig
@@ -40,7 +41,7 @@ class TorchBackend(Backend):
     task's function of :data:`.tasks.TASKS`."""
 
     config: ServeConfig
-    loaded: Loaded
+    loaded: Encoder
     threads: ThreadChoice | None = None  # what the model's thread count is, and why
 
     def __post_init__(self) -> None:

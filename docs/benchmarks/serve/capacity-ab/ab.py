@@ -15,7 +15,7 @@ import sys
 from dataclasses import asdict
 
 from neobert.benchmarks.serve import ServeBenchConfig, ServerProcess, measured_cell, request_texts, run_cell
-from neobert.hardware import machine_summary
+from neobert.runtime.hardware import machine_summary
 
 before, after, output = sys.argv[1:4]
 VARIANTS = {  # name: (source tree, environment, model in its own process, the model's --threads)

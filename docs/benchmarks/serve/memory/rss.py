@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 from neobert.benchmarks.serve import WORDS, _free_port, _request, _stat
-from neobert.hardware import machine_summary
-from neobert.io import write_json, write_text
+from neobert.runtime.hardware import machine_summary
+from neobert.common.io import write_json, write_text
 from neobert.serving.memory import rss_bytes
-from neobert.tables import markdown_table
+from neobert.common.tables import markdown_table
 
 MB = 1e6
 
