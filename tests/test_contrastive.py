@@ -318,7 +318,7 @@ def test_old_bf16_setting_loads_as_precision_with_a_warning(tmp_path):
 
 @pytest.mark.parametrize(("precision", "dtype"), [("bf16", torch.bfloat16), ("fp32", torch.float32)])
 def test_precision_is_the_dtype_of_the_training_forward(tmp_path, precision, dtype):
-    """The engine applies the run's precision: every linear layer of a training forward computes in it,
+    """The trainer applies the run's precision: every linear layer of a training forward computes in it,
     while the weights stay fp32 (autocast), and the saved model is fp32."""
     from neobert.inference.encoders import load_model
 

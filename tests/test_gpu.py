@@ -187,7 +187,7 @@ def test_auto_resolves_to_a_checked_kernel_without_warning():
 
 
 def test_fused_adamw_and_compiled_blocks_pass_their_checks():
-    from neobert.model.runtime import check_compiled_blocks
+    from neobert.model.execution import check_compiled_blocks
     from neobert.training.optim import check_fused_adamw, use_fused_adamw
 
     assert check_fused_adamw(DEVICE).ok and use_fused_adamw(torch.device(DEVICE))

@@ -19,10 +19,10 @@ from neobert.cli.main import main
 from neobert.inference.encoders import apply_precision, load_model
 from neobert.model import attention, compile_blocks, set_runtime
 from neobert.model.checks import BackendCheck, relative_error, run_check
-from neobert.model.runtime import check_compiled_blocks
+from neobert.model.execution import check_compiled_blocks
 from neobert.runtime import hardware
-from neobert.training import engine as engine_module
 from neobert.training import optim
+from neobert.training import trainer as trainer_module
 
 
 @pytest.fixture
@@ -92,10 +92,10 @@ def test_inference_auto_follows_the_measurement(monkeypatch, measured, fp32, bf1
 @pytest.mark.parametrize(("fp32", "bf16", "mixed"), [(1.0, 0.5, "bf16"), (1.0, 5.0, "no")])
 def test_training_auto_follows_the_measurement(monkeypatch, measured, fp32, bf16, mixed):
     force_timings(monkeypatch, fp32, bf16)
-    settings = engine_module.EngineSettings(
+    settings = trainer_module.TrainerSettings(
         max_steps=1, precision="auto", device="cpu", probe_shape=(64, 128)
     )
-    assert engine_module.make_accelerator(settings).mixed_precision == mixed
+    assert trainer_module.make_accelerator(settings).mixed_precision == mixed
 
 
 def test_machine_summary_names_the_cpu_and_its_flags(monkeypatch):
@@ -286,7 +286,7 @@ def test_throughput_auto_dtype_follows_the_measurement(monkeypatch, measured):
 def test_fine_tuning_auto_is_the_engines_measured_at_the_model_widths(
     monkeypatch, measured, fp32, bf16, mixed
 ):
-    """fit() hands its precision to the engine with the model's widths (inside DDP / compile wrappers too)."""
+    """fit() hands its precision to the trainer with the model's widths (inside DDP / compile wrappers too)."""
     from types import SimpleNamespace
 
     from neobert.finetuning import classification_task
@@ -295,14 +295,14 @@ def test_fine_tuning_auto_is_the_engines_measured_at_the_model_widths(
     force_timings(monkeypatch, fp32, bf16)
     model = load_model("tiny", head="sequence-classification")
     widths = (model.config.hidden_size, model.config.intermediate_size)
-    assert engine_module.model_widths(SimpleNamespace(module=SimpleNamespace(_orig_mod=model))) == widths
+    assert trainer_module.model_widths(SimpleNamespace(module=SimpleNamespace(_orig_mod=model))) == widths
     given = []
 
-    def engine(settings):
+    def trainer(settings):
         given.append(settings)
-        raise KeyboardInterrupt  # enough: the engine's settings are what this test reads
+        raise KeyboardInterrupt  # enough: the trainer's settings are what this test reads
 
-    monkeypatch.setattr(classification_task, "Engine", engine)
+    monkeypatch.setattr(classification_task, "Trainer", trainer)
     with pytest.raises(KeyboardInterrupt):
         classification_task.fit(
             model,
@@ -317,4 +317,4 @@ def test_fine_tuning_auto_is_the_engines_measured_at_the_model_widths(
         )
     (settings,) = given
     assert (settings.precision, settings.probe_shape) == ("auto", widths)
-    assert engine_module.make_accelerator(settings).mixed_precision == mixed
+    assert trainer_module.make_accelerator(settings).mixed_precision == mixed

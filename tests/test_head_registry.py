@@ -101,7 +101,7 @@ def test_a_registered_head_is_exported_as_its_entry_says(toy_dir, toy_head, tmp_
     from neobert.export.runtime import OnnxEncoder
 
     result = export_onnx(toy_dir, tmp_path / "onnx")
-    assert result.task == "base"  # not an exported head: its encoder, said in a note
+    assert result.head == "base"  # not an exported head: its encoder, said in a note
     assert any("NeoBERTForToyScoring not exported" in note for note in result.notes)
     assert describe_directory(tmp_path / "onnx").kind.name == "onnx"
     vectors = OnnxEncoder(tmp_path / "onnx").encode(["exported"])

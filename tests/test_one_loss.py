@@ -1,6 +1,6 @@
 """One loss per head (neobert.model.losses): the head's forward(labels=...), the fine-tuning task's
 training loss and its validation loss are the same function, checked against numpy; and the one
-save/restore of a module's mode (neobert.model.runtime.eval_mode)."""
+save/restore of a module's mode (neobert.model.execution.eval_mode)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import torch
 from neobert.finetuning.classification_task import ClassificationTask, predict
 from neobert.finetuning.data import EncodedDataset, collate
 from neobert.inference.encoders import load_model
+from neobert.model.execution import eval_mode
 from neobert.model.losses import sequence_loss, sequence_problem, token_loss
-from neobert.model.runtime import eval_mode
 
 TEXTS = ["a good film", "a bad one", "it was fine", "nothing to say", "the best of the year"]
 
@@ -65,7 +65,7 @@ def test_training_validation_and_head_loss_agree(tokenizer, regression):
     pad = tokenizer.pad_token_id
     _, validation = predict(model, data, regression, batch_size=2, pad_token_id=pad)
     task = ClassificationTask.__new__(ClassificationTask)  # only what loss() reads
-    task.engine, task.spec = (
+    task.trainer, task.spec = (
         SimpleNamespace(device=torch.device("cpu")),
         SimpleNamespace(regression=regression),
     )

@@ -160,7 +160,7 @@ def test_neobert_classifier_logits_match_pytorch(tmp_path, tokenizer):
     encoder.model.config.id2label = {0: "negative", 1: "neutral", 2: "positive"}
     source = save_pretrained(encoder.model, tokenizer, tmp_path / "classifier")
     result = export_onnx(source, tmp_path / "onnx")
-    assert result.task == "sequence-classification"
+    assert result.head == "sequence-classification"
     onnx_encoder = OnnxEncoder(result.output)
     assert onnx_encoder.labels == ["negative", "neutral", "positive"]
     expected = classifier_logits(encoder.model, tokenizer, TEXTS, show_progress=False)  # the library's path

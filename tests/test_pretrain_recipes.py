@@ -1,4 +1,4 @@
-"""The recipes of NeoBERT's successors on the pretraining engine: a warmup-stable-decay run and decays branched
+"""The recipes of NeoBERT's successors on the pretraining trainer: a warmup-stable-decay run and decays branched
 from its checkpoints, masking-rate schedules, Muon, phases and their exact resume (tiny model, CPU, seconds)."""
 
 from __future__ import annotations

@@ -403,7 +403,7 @@ import neobert.finetuning.sparse as sparse
 train = sparse.train
 def train_and_keep_each_rank(*args, **kwargs):  # every process's own trained weights, for the test to compare
     trained = train(*args, **kwargs)
-    torch.save(trained.encoder.model.state_dict(), f"{sys.argv[2]}/rank{trained.engine.rank}.pt")
+    torch.save(trained.encoder.model.state_dict(), f"{sys.argv[2]}/rank{trained.trainer.rank}.pt")
     return trained
 sparse.train = train_and_keep_each_rank
 sparse.run(sparse.SparseConfig(**json.loads(open(sys.argv[1]).read())))

@@ -409,7 +409,7 @@ def test_token_loss_is_the_mean_over_labelled_words(ner_files, tokenizer):
     model = load_token_classifier("tiny", labels, {"vocab_size": 30522}).eval()
     data = TokenLabelDataset(tokenizer, sentences, {n: i for i, n in enumerate(labels)}, 64)
     task = TokenClassificationTask.__new__(TokenClassificationTask)
-    task.engine, task.pad = SimpleNamespace(device=torch.device("cpu")), 0
+    task.trainer, task.pad = SimpleNamespace(device=torch.device("cpu")), 0
     batch = task.collate([data[i] for i in range(len(data))])
     assert int(task.count(batch)) == sum(len(s.words) for s in sentences)
     with torch.no_grad():

@@ -16,7 +16,7 @@ from neobert.benchmarks.training import (
     training_flops_per_token,
 )
 from neobert.common.config import ModelConfig
-from neobert.training.engine import Engine
+from neobert.training.trainer import Trainer
 
 
 def test_training_flops_match_a_hand_count():
@@ -53,13 +53,13 @@ def test_rows_pack_several_documents_with_per_document_attention():
 
 def test_run_times_the_core_step_and_writes_table_and_json(tmp_path, monkeypatch):
     calls = []
-    real = Engine.train_step
+    real = Trainer.train_step
 
     def counting(self, task, batches):
         calls.append(len(batches))
         return real(self, task, batches)
 
-    monkeypatch.setattr(bench_module.Engine, "train_step", counting)
+    monkeypatch.setattr(bench_module.Trainer, "train_step", counting)
     bench = TrainBenchConfig(
         presets=["tiny"],
         dtypes=["fp32"],

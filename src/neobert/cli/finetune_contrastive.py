@@ -17,7 +17,7 @@ from rich.markup import escape
 from ..evaluation.instructions import dataset_instructions
 from ..finetuning import late_interaction, sparse
 from ..finetuning.contrastive import ContrastiveConfig, run
-from ..training.engine import is_main_process
+from ..training.trainer import is_main_process
 from .common import add_command, make_console, quiet_transformers
 from .options import config_from_args
 

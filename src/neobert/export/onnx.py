@@ -11,7 +11,7 @@ What is written (atomically: the output directory appears whole or not at all)::
                         set in tokenizer.json, so ``tokenizers.Tokenizer.from_file(...).encode_batch`` is all
                         a user calls
     config.json         the source's transformers config (labels, shapes)
-    onnx_config.json    task, inputs, outputs, max_length, pooling {method, normalize, source}, labels, the
+    onnx_config.json    head, inputs, outputs, max_length, pooling {method, normalize, source}, labels, the
                         files, and the parity measured at export against the PyTorch model
 
 Every model goes through ``torch.onnx.export`` (the torch.export-based exporter); the one NeoBERT-specific
@@ -94,7 +94,7 @@ def run(config: OnnxExportConfig) -> ExportResult:
 @dataclass
 class ExportResult:
     output: Path
-    task: str  # the head exported: base, or a head whose graph the export writes (registration.Head.exports)
+    head: str  # the head exported: base, or a head whose graph the export writes (registration.Head.exports)
     model_type: str
     max_length: int
     pooling: dict[str, Any]
@@ -105,12 +105,12 @@ class ExportResult:
     @property
     def summary(self) -> str:
         """What was written, the graph's outputs and pooling, and the parity measured, for a person."""
-        outputs = "logits" if self.task != "base" else "last_hidden_state, sentence_embedding"
+        outputs = "logits" if self.head != "base" else "last_hidden_state, sentence_embedding"
         pooling = self.pooling
         parity = ", ".join(f"{k} {v:.3g}" for k, v in self.parity.items())
         return (
             f"wrote {self.output}: {', '.join(self.files)}\n"
-            f"{self.model_type} {self.task}: outputs {outputs}; max_length {self.max_length}; pooling "
+            f"{self.model_type} {self.head}: outputs {outputs}; max_length {self.max_length}; pooling "
             f"{pooling['method']}{', normalized' if pooling['normalize'] else ''} ({pooling['source']})\n"
             f"parity with PyTorch on a padded batch: {parity}"
         )
@@ -122,7 +122,7 @@ class Source:
 
     path: Path
     model_type: str
-    task: str  # the head exported: base, or a head whose graph the export writes (registration.Head.exports)
+    head: str  # the head exported: base, or a head whose graph the export writes (registration.Head.exports)
     embedding: EmbeddingSpec  # pooling, normalize, max_length, declared_by (encoders.embedding_spec)
 
 
@@ -226,11 +226,11 @@ def export_onnx(
         )
     normalize = source.embedding.normalize if normalize is None else normalize
 
-    encoder = load_encoder(source.path, head=source.task)
+    encoder = load_encoder(source.path, head=source.head)
     model = encoder.model.float().eval()
     if is_neobert(model):
         set_runtime(model, attn_backend="sdpa", unpad=False)  # the padded path: no data-dependent gathers
-    base = source.task == "base"
+    base = source.head == "base"
     graph = EncoderGraph(model, pooling, normalize) if base else ClassifierGraph(model)
     settings = _settings(source, encoder, pooling, normalize, quantize)
     with atomic_dir(output) as tmp, _quiet():
@@ -239,7 +239,7 @@ def export_onnx(
         files.append(CARD)
     return ExportResult(
         output,
-        source.task,
+        source.head,
         source.model_type,
         settings["max_length"],
         settings["pooling"],
@@ -251,10 +251,10 @@ def export_onnx(
 
 def _settings(source: Source, encoder, pooling: str, normalize: bool, quantize: str | None) -> dict:
     """What ``onnx_config.json`` states about the graph (parity is added once it is measured)."""
-    base = source.task == "base"
+    base = source.head == "base"
     return {
         "format_version": FORMAT_VERSION,
-        "task": source.task,
+        "head": source.head,
         "model_type": source.model_type,
         "inputs": ["input_ids", "attention_mask"],
         "outputs": ["last_hidden_state", "sentence_embedding"] if base else ["logits"],
@@ -281,7 +281,7 @@ def _notes(model: torch.nn.Module, base: bool, parity: dict[str, float]) -> list
 
 def _card(source: Source, settings: dict, license: str | None, name: str) -> CardInfo:
     """The card of the export: what it computes, from which directory, and the parity measured here."""
-    base = settings["task"] == "base"
+    base = settings["head"] == "base"
     pooling = settings["pooling"]
     what = (
         (
@@ -300,7 +300,7 @@ def _card(source: Source, settings: dict, license: str | None, name: str) -> Car
     run = [("files", ", ".join(settings["files"].values())), ("max length", f"{settings['max_length']:,}")]
     run += [(f"parity with PyTorch: {key}", f"{value:.3g}") for key, value in settings["parity"].items()]
     return CardInfo(
-        head="base" if base else "sequence-classification",
+        head=settings["head"],
         library="onnx",
         description=description,
         command="neobert export onnx",

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..inference.directories import ONNX_CONFIG_FILE as CONFIG_FILE
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: onnx_config.json names the exported head under "head" (1: "task")
 
 
 class OnnxEncoder:
@@ -49,7 +49,8 @@ class OnnxEncoder:
         self.config: dict[str, Any] = json.loads(config_file.read_text(encoding="utf-8"))
         if self.config.get("format_version") != FORMAT_VERSION:
             raise ValueError(
-                f"{config_file}: format_version {self.config.get('format_version')} is not {FORMAT_VERSION}"
+                f"{config_file}: format_version {self.config.get('format_version')} is not {FORMAT_VERSION}; "
+                "export the model again with this version's `neobert export onnx`"
             )
         files = self.config["files"]
         if variant not in files:
@@ -70,8 +71,8 @@ class OnnxEncoder:
         )
 
     @property
-    def task(self) -> str:
-        return self.config["task"]
+    def head(self) -> str:
+        return self.config["head"]
 
     @property
     def labels(self) -> list[str] | None:
@@ -96,14 +97,14 @@ class OnnxEncoder:
 
     def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """Sentence embeddings (N, C) float32, pooled and normalized as the source declared."""
-        if self.task != "base":
-            raise TypeError(f"{self.directory} is a {self.task} export; encode needs a base encoder export")
+        if self.head != "base":
+            raise TypeError(f"{self.directory} is a {self.head} export; encode needs a base encoder export")
         return self._batched(texts, batch_size, output=1)
 
     def classifier_logits(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """Logits (N, num_labels) float32; softmax is left to the caller (as inference.classifier_logits)."""
-        if self.task != "sequence-classification":
-            raise TypeError(f"{self.directory} is a {self.task} export; classify needs a classifier export")
+        if self.head == "base":
+            raise TypeError(f"{self.directory} is a base export; classifier_logits needs a classifier export")
         return self._batched(texts, batch_size, output=0)
 
     def _batched(self, texts: Sequence[str], batch_size: int, output: int) -> np.ndarray:

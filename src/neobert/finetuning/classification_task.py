@@ -1,4 +1,4 @@
-"""Fine-tuning as a task of the training core (:mod:`neobert.training.engine`): AdamW, linear warmup and
+"""Fine-tuning as a task of the training core (:mod:`neobert.training.trainer`): AdamW, linear warmup and
 decay, evaluation every n steps, early stopping, and the best checkpoint written atomically whenever the
 selection score improves.
 
@@ -31,11 +31,11 @@ from torch.utils.data import DataLoader
 
 from ..evaluation.metrics import MetricResult, compute_metrics
 from ..inference.encoders import save_pretrained
+from ..model.execution import eval_mode
 from ..model.losses import sequence_loss
-from ..model.runtime import eval_mode
-from ..training.engine import Engine, EngineSettings, LossTerms, model_widths
 from ..training.optim import build_optimizer
 from ..training.schedule import make_scheduler
+from ..training.trainer import LossTerms, Trainer, TrainerSettings, model_widths
 from .config import TrainSettings
 from .data import EncodedDataset, collate
 
@@ -106,7 +106,7 @@ def predict(
     pad_token_id: int = 0,
 ) -> tuple[np.ndarray, float]:
     """Predictions (class ids, or real values for regression) in data order, and the mean loss, in the
-    model's own precision (during fine-tuning, the engine's: see :mod:`neobert.training.engine`)."""
+    model's own precision (during fine-tuning, the trainer's: see :mod:`neobert.training.trainer`)."""
     device = next(model.parameters()).device
     predictions, total_loss = [], torch.zeros((), device=device)
     with eval_mode(model):
@@ -252,7 +252,7 @@ class ClassificationTask:
 
     def __init__(
         self,
-        engine: Engine,
+        trainer: Trainer,
         train: EncodedDataset,
         splits,
         spec: EvalSpec,
@@ -260,16 +260,16 @@ class ClassificationTask:
         pad: int,
         keeper: BestKeeper,
     ):
-        self.engine, self.train, self.splits, self.spec = engine, train, splits, spec
+        self.trainer, self.train, self.splits, self.spec = trainer, train, splits, spec
         self.settings, self.pad, self.keeper = settings, pad, keeper
-        self.per_epoch = steps_per_epoch(len(train), settings.batch_size, engine.world)
+        self.per_epoch = steps_per_epoch(len(train), settings.batch_size, trainer.world)
         self.total = settings.epochs * self.per_epoch
         self.eval_every = settings.eval_every or self.per_epoch
 
     def batches(self, step: int) -> list[dict[str, torch.Tensor]]:
         s = self.settings
-        indices = step_indices(step, len(self.train), s.batch_size, self.engine.world, s.seed)
-        mine = np.array_split(indices, self.engine.world)[self.engine.rank]
+        indices = step_indices(step, len(self.train), s.batch_size, self.trainer.world, s.seed)
+        mine = np.array_split(indices, self.trainer.world)[self.trainer.rank]
         return [self.collate([self.train[int(i)] for i in mine])]
 
     def collate(self, rows: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
@@ -279,7 +279,7 @@ class ClassificationTask:
         return torch.tensor(len(batch["labels"]))
 
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> LossTerms:
-        batch = {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
+        batch = {k: v.to(self.trainer.device, non_blocking=True) for k, v in batch.items()}
         labels = batch.pop("labels")
         logits = model(**batch).logits  # (B, num_labels)
         loss_sum = sequence_loss(logits, labels, problem(self.spec.regression), reduction="sum")
@@ -288,7 +288,7 @@ class ClassificationTask:
     def after_step(self, step: int, final: bool) -> tuple[dict[str, float], bool]:
         if step % self.eval_every and not final:
             return {}, False
-        model = self.engine.unwrapped()
+        model = self.trainer.unwrapped()
         current = evaluate(
             model, self.splits, self.spec, self.settings, self.pad, step, step / self.per_epoch
         )
@@ -332,35 +332,35 @@ def fit(
     start = time.perf_counter()
     torch.manual_seed(settings.seed)  # dropout masks
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    engine = _engine(model, state_dir, log_dir, precision, device, settings, show_progress, description)
-    keeper = BestKeeper(model, tokenizer, Path(checkpoint), settings.patience, write=engine.is_main)
-    task = task_class(engine, train, splits, spec, settings, pad, keeper)
-    engine.settings.max_steps = task.total
-    engine.settings.save_every = task.eval_every
-    engine.prepare(
+    trainer = _trainer(model, state_dir, log_dir, precision, device, settings, show_progress, description)
+    keeper = BestKeeper(model, tokenizer, Path(checkpoint), settings.patience, write=trainer.is_main)
+    task = task_class(trainer, train, splits, spec, settings, pad, keeper)
+    trainer.settings.max_steps = task.total
+    trainer.settings.save_every = task.eval_every
+    trainer.prepare(
         model,
         lambda m, fused: _optimizer(m, settings, fused),
         lambda optimizer: _scheduler(optimizer, settings, task.total),
     )
-    fingerprint = {"settings": settings.to_dict(), "train_examples": len(train), "world": engine.world}
-    engine.run(task, resume=resume, fingerprint=fingerprint, on_step_end=on_step_end)
-    engine.accelerator.wait_for_everyone()
-    if state_dir is not None and engine.is_main:
+    fingerprint = {"settings": settings.to_dict(), "train_examples": len(train), "world": trainer.world}
+    trainer.run(task, resume=resume, fingerprint=fingerprint, on_step_end=on_step_end)
+    trainer.accelerator.wait_for_everyone()
+    if state_dir is not None and trainer.is_main:
         _remove_resume_state(Path(state_dir))
     model.eval()
     seconds = time.perf_counter() - start
     return FitResult(
         keeper.best,
         keeper.history,
-        engine.state.step,
-        engine.state.stopped,
+        trainer.state.step,
+        trainer.state.stopped,
         Path(checkpoint),
         seconds,
-        engine.precision,
+        trainer.precision,
     )
 
 
-def _engine(
+def _trainer(
     model: torch.nn.Module,
     state_dir: str | Path | None,
     log_dir: str | Path | None,
@@ -369,10 +369,10 @@ def _engine(
     settings: TrainSettings,
     show_progress: bool,
     description: str,
-) -> Engine:
-    """The training engine of one fine-tuning run (its step count is set once the task knows it)."""
-    return Engine(
-        EngineSettings(
+) -> Trainer:
+    """The trainer of one fine-tuning run (its step count is set once the task knows it)."""
+    return Trainer(
+        TrainerSettings(
             max_steps=1,  # set below, once the number of processes is known
             output=state_dir,
             log_dir=log_dir,

@@ -23,7 +23,7 @@ from ..common.tables import fmt
 from ..data.text_files import read_table, require_columns, text_column
 from ..evaluation.metrics import MetricResult
 from ..inference.encoders import check_vocab, max_positions, resolve_tokenizer
-from ..training.engine import is_main_process, wait_for_everyone
+from ..training.trainer import is_main_process, wait_for_everyone
 from .card import FinetuneFacts, finetune_card, fit_run
 from .classification_task import EvalSpec, fit
 from .config import ClassifyConfig

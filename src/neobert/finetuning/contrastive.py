@@ -1,5 +1,5 @@
 """Contrastive fine-tuning of any encoder into an embedding model: the paper's protocol (Section 4, Table 4),
-as a task of the training core (:mod:`neobert.training.engine`).
+as a task of the training core (:mod:`neobert.training.trainer`).
 
 InfoNCE on cosine similarity at temperature 0.07: each query scores its positive against every other
 positive and every hard negative of the batch (in-batch negatives plus hard negatives). Under several
@@ -38,8 +38,8 @@ from ..common.io import write_dir, write_json
 from ..common.tables import fmt
 from ..evaluation.instructions import TEMPLATE, apply_instruction
 from ..inference.encoders import MATRYOSHKA_KEY, Encoder, embed_batch, load_encoder, tokenize
-from ..training.engine import Engine, EngineSettings, LossTerms, model_widths
 from ..training.schedule import make_scheduler
+from ..training.trainer import LossTerms, Trainer, TrainerSettings, model_widths
 from .card import FinetuneFacts, finetune_card
 from .config import FinetuneConfigError, config_from_dict
 from .contrastive_data import BatchSampler, ContrastiveDataset, Example, load_datasets
@@ -203,7 +203,7 @@ def batch_texts(
 def step_loss(encoder: Encoder, texts: list[str], n_queries: int, config: ContrastiveConfig) -> torch.Tensor:
     """Summed loss of this process's queries (see :func:`contrastive_loss_sum`)."""
     # One forward over every text of the step: one graph, which DDP requires, and one padded batch.
-    # precision is the engine's: it autocasts the prepared model's forward (see training.engine)
+    # precision is the trainer's: it autocasts the prepared model's forward (see training.trainer)
     inputs = tokenize(encoder, texts, config.max_length)
     vectors = embed_batch(encoder, inputs)  # (T, C)
     q, p, n = vectors.split([n_queries, n_queries, len(texts) - 2 * n_queries])
@@ -219,11 +219,15 @@ class ContrastiveTask:
     """One batch of one data set per step, for the training core; its state is the sampler's position."""
 
     def __init__(
-        self, encoder: Encoder, datasets: list[ContrastiveDataset], config: ContrastiveConfig, engine: Engine
+        self,
+        encoder: Encoder,
+        datasets: list[ContrastiveDataset],
+        config: ContrastiveConfig,
+        trainer: Trainer,
     ):
-        self.encoder, self.datasets, self.config, self.engine = encoder, datasets, config, engine
+        self.encoder, self.datasets, self.config, self.trainer = encoder, datasets, config, trainer
         self.sampler = BatchSampler(
-            datasets, config.batch_size, config.alpha, config.seed, engine.rank, engine.world
+            datasets, config.batch_size, config.alpha, config.seed, trainer.rank, trainer.world
         )
         self.dataset_steps = {d.name: 0 for d in datasets}
 
@@ -262,8 +266,8 @@ def run(
 
     ``on_step_end(step, metrics)`` is called after every step (and its checkpoint, if one is due)."""
     trained = train(config, ContrastiveTask, on_step_end=on_step_end)
-    encoder, engine, task = trained.encoder, trained.engine, trained.task
-    if engine.is_main:
+    encoder, trainer, task = trained.encoder, trained.trainer, trained.task
+    if trainer.is_main:
         save_embedding_model(encoder, config.output, config.matryoshka_dims)
         _write_log(Path(config.output), config, trained.datasets, trained.losses, task.dataset_steps)
         limits = [
@@ -275,7 +279,7 @@ def run(
             config,
             trained,
             task.dataset_steps,
-            engine,
+            trainer,
             head="sentence-embedding",
             command="neobert finetune contrastive",
             task="sentence embedding",
@@ -283,10 +287,10 @@ def run(
             limits=limits,
         )
         write_card(config.output, card)
-    engine.accelerator.wait_for_everyone()
+    trainer.accelerator.wait_for_everyone()
     return ContrastiveResult(
         Path(config.output),
-        engine.state.step,
+        trainer.state.step,
         trained.losses,
         task.dataset_steps,
         time.perf_counter() - trained.start,
@@ -295,10 +299,10 @@ def run(
 
 @dataclass
 class Trained:
-    """What :func:`train` hands to the task that saves: the trained encoder, the engine, the task's state."""
+    """What :func:`train` hands to the task that saves: the trained encoder, the trainer, the task's state."""
 
     encoder: Encoder
-    engine: Engine
+    trainer: Trainer
     task: Any
     datasets: list[ContrastiveDataset]
     losses: list[float]  # mean loss of each logging window (main process only)
@@ -310,7 +314,7 @@ class Trained:
 
 def train(
     config: ContrastiveConfig,
-    make_task: Callable[[Encoder, list[ContrastiveDataset], Any, Engine], Any],
+    make_task: Callable[[Encoder, list[ContrastiveDataset], Any, Trainer], Any],
     head: str = "base",
     on_step_end: Callable[[int, dict[str, float]], None] | None = None,
     module: Callable[[Encoder], torch.nn.Module] | None = None,
@@ -318,7 +322,7 @@ def train(
     """The training of every query/document task (``finetune contrastive``, ``finetune sparse``): load the
     data, then ``config.model`` with ``head`` (``base``: the bare encoder is trained; ``mlm``: the whole
     masked-LM model; ``module(encoder)``, where given: a module of the task's own around the encoder, e.g. the
-    encoder and a projection), run ``make_task(encoder, datasets, config, engine)`` on the engine (AdamW,
+    encoder and a projection), run ``make_task(encoder, datasets, config, trainer)`` on the trainer (AdamW,
     linear warm-up and decay), and remove the resume checkpoints of the finished run."""
     start = time.perf_counter()
     if config.steps < 1 or config.batch_size < 1 or config.save_every < 1:
@@ -326,7 +330,9 @@ def train(
     output = Path(config.output)
     datasets = load_datasets(config.data, config.instructions)  # bad data fails before the model loads
     torch.manual_seed(config.seed)
-    encoder = load_encoder(config.model, config.tokenizer, head=head)  # engine.prepare moves it to the device
+    encoder = load_encoder(
+        config.model, config.tokenizer, head=head
+    )  # trainer.prepare moves it to the device
     too_wide = [d for d in getattr(config, "matryoshka_dims", []) if d > encoder.hidden_size]
     if too_wide:
         raise FinetuneConfigError(
@@ -335,10 +341,23 @@ def train(
     trained_module = (
         module(encoder) if module is not None else encoder.base if head == "base" else encoder.model
     )
-    engine = Engine(
-        _engine_settings(config, model_widths(encoder.base), "contrastive" if head == "base" else "sparse")
+    trainer = Trainer(
+        _trainer_settings(config, model_widths(encoder.base), "contrastive" if head == "base" else "sparse")
     )
-    task = make_task(encoder, datasets, config, engine)
+    task = make_task(encoder, datasets, config, trainer)
+
+    _prepare(trainer, trained_module, config)
+    fingerprint = {k: v for k, v in asdict(config).items() if k not in _RUN_CONTROLS}
+    trainer.run(task, resume=config.resume, fingerprint=fingerprint, on_step_end=on_step_end)
+    encoder.model.eval()
+    losses = _window_losses(output / "metrics.jsonl") if trainer.is_main else []
+    if trainer.is_main:
+        shutil.rmtree(output / "checkpoints", ignore_errors=True)  # finished: the resume state has served
+    return Trained(encoder, trainer, task, datasets, losses, start, trained_module)
+
+
+def _prepare(trainer: Trainer, module: torch.nn.Module, config: ContrastiveConfig) -> None:
+    """Hand ``module`` to the trainer with AdamW and a linear warm-up, then a linear decay to 0."""
 
     def optimizer(model: torch.nn.Module, fused: bool) -> torch.optim.Optimizer:
         params = [p for p in model.parameters() if p.requires_grad]
@@ -346,7 +365,7 @@ def train(
 
     warmup = min(config.warmup_steps, config.steps - 1)
     if warmup < config.warmup_steps:
-        engine.print(
+        trainer.print(
             f"warning: {config.warmup_steps} warmup steps do not fit in {config.steps}; using {warmup}"
         )
 
@@ -360,22 +379,17 @@ def train(
             decay_fraction=1.0,
         )
 
-    engine.prepare(trained_module, optimizer, scheduler)
-    fingerprint = {k: v for k, v in asdict(config).items() if k not in _RUN_CONTROLS}
-    engine.run(task, resume=config.resume, fingerprint=fingerprint, on_step_end=on_step_end)
-    encoder.model.eval()
-    losses = _window_losses(output / "metrics.jsonl") if engine.is_main else []
-    if engine.is_main:
-        shutil.rmtree(output / "checkpoints", ignore_errors=True)  # finished: the resume state has served
-    return Trained(encoder, engine, task, datasets, losses, start, trained_module)
+    trainer.prepare(module, optimizer, scheduler)
 
 
 # settings that may change between a run and its resumption
 _RUN_CONTROLS = ("resume", "show_progress", "log_every", "save_every", "device", "license")
 
 
-def _engine_settings(config: ContrastiveConfig, widths: tuple[int, int], description: str) -> EngineSettings:
-    return EngineSettings(
+def _trainer_settings(
+    config: ContrastiveConfig, widths: tuple[int, int], description: str
+) -> TrainerSettings:
+    return TrainerSettings(
         max_steps=config.steps,
         output=config.output,
         log_dir=config.output,
@@ -397,7 +411,7 @@ def run_card(
     config: ContrastiveConfig,
     trained: Any,
     dataset_steps: dict[str, int],
-    engine: Engine,
+    trainer: Trainer,
     *,
     head: str,
     command: str,
@@ -410,8 +424,8 @@ def run_card(
     seconds = time.perf_counter() - trained.start
     losses = trained.losses
     run = [
-        ("precision run", engine.precision),
-        ("steps", f"{engine.state.step:,}"),
+        ("precision run", trainer.precision),
+        ("steps", f"{trainer.state.step:,}"),
         ("wall time", wall_time(seconds)),
         (f"last logged training loss ({loss})", fmt(losses[-1] if losses else None, digits=4)),
         *((f"steps drawn from {name}", f"{n:,}") for name, n in dataset_steps.items()),

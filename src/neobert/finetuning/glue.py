@@ -20,7 +20,7 @@ from ..cards import CardInfo, DataSource, Result, update_card, wall_time, write_
 from ..common.io import replace_dir
 from ..common.progress import progress_bar
 from ..inference.encoders import check_vocab, is_preset, max_positions, resolve_tokenizer
-from ..training.engine import is_main_process, wait_for_everyone
+from ..training.trainer import is_main_process, wait_for_everyone
 from .card import FinetuneFacts, finetune_card
 from .classification_task import EvalSpec, fit, is_better
 from .config import GlueConfig, TrainSettings

@@ -34,7 +34,7 @@ from ..inference.late_interaction import (
     save_late_interaction,
     tokenize_late,
 )
-from ..training.engine import LossTerms
+from ..training.trainer import LossTerms
 from .config import FinetuneConfigError, config_from_dict
 from .contrastive import (
     ContrastiveConfig,
@@ -212,15 +212,15 @@ def run(
         built["spec"] = spec
         return LateInteractionModel(encoder.base, spec.dim)
 
-    def make_task(encoder: Encoder, datasets: list, cfg: Any, engine: Any) -> LateInteractionTask:
-        task = LateInteractionTask(encoder, datasets, cfg, engine)
+    def make_task(encoder: Encoder, datasets: list, cfg: Any, trainer: Any) -> LateInteractionTask:
+        task = LateInteractionTask(encoder, datasets, cfg, trainer)
         task.spec = built["spec"]
         return task
 
     trained = train(config, make_task, on_step_end=on_step_end, module=module)
-    engine, task, spec = trained.engine, trained.task, built["spec"]
+    trainer, task, spec = trained.trainer, trained.task, built["spec"]
     output = Path(config.output)
-    if engine.is_main:
+    if trainer.is_main:
         save_late_interaction(trained.module, trained.encoder.tokenizer, spec, output)
         write_json(
             output / "late_interaction_training.json",
@@ -242,7 +242,7 @@ def run(
             config,
             trained,
             task.dataset_steps,
-            engine,
+            trainer,
             head="late-interaction",
             command="neobert finetune late-interaction",
             task="late-interaction retrieval (ColBERT)",
@@ -250,7 +250,7 @@ def run(
             limits=limits,
         )
         write_card(output, card)
-    engine.accelerator.wait_for_everyone()
+    trainer.accelerator.wait_for_everyone()
     return LateInteractionResult(
-        output, engine.state.step, trained.losses, task.dataset_steps, time.perf_counter() - trained.start
+        output, trainer.state.step, trained.losses, task.dataset_steps, time.perf_counter() - trained.start
     )

@@ -1,4 +1,4 @@
-"""Any encoder as a sequence classifier: a head of the task's size on a preset, a directory or a hub id.
+"""Any encoder as a sequence classifier: a head of the task's label count on a preset, a directory or a hub id.
 
 Loading, tokenizers, limits and saving are :mod:`neobert.inference.encoders`'; here is only what fine-tuning adds:
 the head's label fields, and a checkpoint whose head has another label count keeping just its encoder.
@@ -31,29 +31,29 @@ def load_classifier(
     num_labels: int,
     id2label: dict[int, str] | None = None,
     preset_overrides: dict[str, Any] | None = None,
-    task: str = "sequence-classification",
+    head: str = "sequence-classification",
     pooling: str | None = None,
 ) -> torch.nn.Module:
-    """A ``task`` model (sequence- or token-classification) with a ``num_labels`` head (sequences: 1 =
+    """A model with a ``head`` (sequence- or token-classification) with a ``num_labels`` head (sequences: 1 =
     regression).
 
     A checkpoint whose head has another label count (MNLI's 3 classes for RTE's 2) keeps its encoder and
     gets a freshly initialised classifier; a head of the right size is kept. ``pooling`` (cls | mean)
     replaces a NeoBERT sequence head's own ``classifier_pooling``; other models have no such switch.
     """
-    head = head_config(num_labels, id2label)
-    if task != "sequence-classification":
-        del head["problem_type"]  # a per-token head: num_labels=1 is one class, not a regression
+    fields = head_config(num_labels, id2label)
+    if head != "sequence-classification":
+        del fields["problem_type"]  # a per-token head: num_labels=1 is one class, not a regression
     if pooling is not None:
-        head["classifier_pooling"] = pooling
+        fields["classifier_pooling"] = pooling
     if is_preset(source):
-        return load_model(source, head=task, **(preset_overrides or {}), **head)
+        return load_model(source, head=head, **(preset_overrides or {}), **fields)
     if preset_overrides:
         raise ValueError(f"preset overrides apply to presets only, and {source} is not one")
-    config = AutoConfig.from_pretrained(model_dir(source) or source, **head)
+    config = AutoConfig.from_pretrained(model_dir(source) or source, **fields)
     if pooling is not None and config.model_type != "neobert":
         raise ValueError(
             f"pooling={pooling!r} sets a NeoBERT head's pooling, and {source} is a {config.model_type} "
             "model, whose head pools its own way; leave pooling unset"
         )
-    return load_model(source, head=task, config=config, ignore_mismatched_sizes=True)
+    return load_model(source, head=head, config=config, ignore_mismatched_sizes=True)

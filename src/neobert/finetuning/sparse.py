@@ -34,7 +34,7 @@ from ..cards import write_card
 from ..common.io import replace_dir, write_json
 from ..inference.encoders import Encoder, tokenize, write_model_files
 from ..inference.sparse import splade_pool
-from ..training.engine import LossTerms
+from ..training.trainer import LossTerms
 from .config import FinetuneConfigError, config_from_dict
 from .contrastive import (
     ContrastiveConfig,
@@ -96,7 +96,7 @@ def sparse_step_loss(
     step: int,
 ) -> LossTerms:
     """Summed loss of this process's queries: contrastive on dot products plus ``n_queries`` x the weighted
-    FLOPS terms of the global batch (the engine divides the sum over processes by the global query count,
+    FLOPS terms of the global batch (the trainer divides the sum over processes by the global query count,
     which leaves the global FLOPS once); sums of non-zeros and FLOPS to log."""
     inputs = tokenize(encoder, texts, config.max_length)
     vectors = splade_pool(model(**inputs).logits, inputs["attention_mask"])  # (T, V)
@@ -140,9 +140,9 @@ def run(
     """Train ``config.model`` (with its masked-LM head) as a SPLADE model and save a ``SparseEncoder``
     directory to ``config.output`` (see :func:`save_sparse_encoder`)."""
     trained = train(config, SparseTask, head="mlm", on_step_end=on_step_end)
-    encoder, engine, task = trained.encoder, trained.engine, trained.task
+    encoder, trainer, task = trained.encoder, trained.trainer, trained.task
     output = Path(config.output)
-    if engine.is_main:
+    if trainer.is_main:
         save_sparse_encoder(encoder, output)
         write_json(
             output / "sparse_training.json",
@@ -163,7 +163,7 @@ def run(
             config,
             trained,
             task.dataset_steps,
-            engine,
+            trainer,
             head="sparse-embedding",
             command="neobert finetune sparse",
             task="sparse retrieval (SPLADE)",
@@ -171,9 +171,9 @@ def run(
             limits=limits,
         )
         write_card(output, card)
-    engine.accelerator.wait_for_everyone()
+    trainer.accelerator.wait_for_everyone()
     return SparseResult(
-        output, engine.state.step, trained.losses, task.dataset_steps, time.perf_counter() - trained.start
+        output, trainer.state.step, trained.losses, task.dataset_steps, time.perf_counter() - trained.start
     )
 
 

@@ -22,10 +22,10 @@ from ..cards import DataSource, write_card
 from ..common.io import write_json, write_text
 from ..evaluation.metrics import MetricResult
 from ..inference.encoders import check_vocab, max_positions, resolve_tokenizer
+from ..model.execution import eval_mode
 from ..model.losses import token_loss
-from ..model.runtime import eval_mode
 from ..token_classification.entities import entity_scores, spans
-from ..training.engine import LossTerms, is_main_process, wait_for_everyone
+from ..training.trainer import LossTerms, is_main_process, wait_for_everyone
 from .card import FinetuneFacts, finetune_card, fit_run
 from .classification_task import ClassificationTask, EvalSpec, fit
 from .classify import ClassifyResult
@@ -56,7 +56,7 @@ def load_token_classifier(source: str, labels: list[str], preset_overrides: dict
     by directory / hub id (a head of another size is replaced by a fresh one)."""
     try:
         return load_classifier(
-            source, len(labels), dict(enumerate(labels)), preset_overrides, task="token-classification"
+            source, len(labels), dict(enumerate(labels)), preset_overrides, head="token-classification"
         )
     except ValueError as err:
         if "preset overrides" in str(err):
@@ -66,7 +66,7 @@ def load_token_classifier(source: str, labels: list[str], preset_overrides: dict
 
 class TokenClassificationTask(ClassificationTask):
     """Fine-tuning's task (same data order, evaluations, resume and processes) with one label per word:
-    the loss is summed over the labelled sub-words, and the engine divides by their global count."""
+    the loss is summed over the labelled sub-words, and the trainer divides by their global count."""
 
     def collate(self, rows: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
         return collate_tokens(rows, self.pad)
@@ -75,7 +75,7 @@ class TokenClassificationTask(ClassificationTask):
         return (batch["labels"] != IGNORE).sum()
 
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> LossTerms:
-        batch = {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
+        batch = {k: v.to(self.trainer.device, non_blocking=True) for k, v in batch.items()}
         labels = batch.pop("labels")  # (B, L)
         logits = model(**batch).logits  # (B, L, num_labels)
         loss_sum = token_loss(logits, labels, reduction="sum")  # the head's loss, summed

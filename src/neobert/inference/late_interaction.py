@@ -36,7 +36,7 @@ from safetensors.torch import load_file, save_file
 
 from ..common.io import replace_dir, write_json
 from ..common.progress import progress_bar
-from ..model.runtime import eval_mode
+from ..model.execution import eval_mode
 from .directories import is_kind
 from .encoders import Encoder, load_encoder, max_positions, write_model_files
 

@@ -32,8 +32,8 @@ import torch
 
 from ..common.config import ROPE_SCALINGS
 from ..model import set_runtime
+from ..model.execution import eval_mode
 from ..model.pooling import get_pooling
-from ..model.runtime import eval_mode
 from ..runtime.fastpath import FusedEncoderBlock, fuse_cpu_epilogues
 from . import run
 from .encoders import max_positions

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from ..common.progress import progress_bar
+from ..model.execution import eval_mode
 from ..model.pooling import get_pooling
-from ..model.runtime import eval_mode
 from .encoders import MODEL_INPUT_NAMES, check_vocab, max_positions
 from .registration import require_head
 

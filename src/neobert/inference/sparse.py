@@ -26,7 +26,7 @@ import scipy.sparse as sp
 import torch
 
 from ..common.progress import progress_bar
-from ..model.runtime import eval_mode
+from ..model.execution import eval_mode
 from .directories import MODULES_FILE, is_kind, module_types, modules
 from .encoders import check_vocab, max_positions
 from .registration import require_head

@@ -12,6 +12,7 @@ from .attention import (
 )
 from .checkpoint import CheckpointError
 from .configuration import NeoBERTConfig
+from .execution import compile_blocks, neobert_encoder, set_runtime
 from .modeling import (
     NeoBERTForMaskedLM,
     NeoBERTForSequenceClassification,
@@ -22,7 +23,6 @@ from .modeling import (
 )
 from .pooling import cls_pool, mean_pool, pool
 from .rope import inverse_frequencies, rope_tables
-from .runtime import compile_blocks, neobert_encoder, set_runtime
 
 __all__ = [
     "ATTN_BACKENDS",

@@ -23,8 +23,8 @@ from torch import nn
 
 from ..model.attention import AttentionContext
 from ..model.checks import BackendCheck, run_check, warn_fallback
+from ..model.execution import compile_blocks, neobert_encoder, set_runtime
 from ..model.layers import EncoderBlock, SwiGLU
-from ..model.runtime import compile_blocks, neobert_encoder, set_runtime
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 

@@ -60,7 +60,7 @@ class OnnxBackend(Backend):
     threads: ThreadChoice | None = None
 
     def __post_init__(self) -> None:
-        self.head = self.encoder.task  # base | sequence-classification
+        self.head = self.encoder.head  # base, or a head whose graph the export writes
         pooling = self.encoder.config["pooling"]
         embedding = (
             EmbeddingSpec(pooling["method"], pooling["normalize"], None, pooling["source"])

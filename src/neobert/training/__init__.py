@@ -1,9 +1,9 @@
-"""Training: the loop every task drives (:mod:`~neobert.training.engine`), the MLM pretraining task
+"""Training: the loop every task drives (:mod:`~neobert.training.trainer`), the MLM pretraining task
 (:mod:`~neobert.training.mlm_task`, :func:`pretrain`) and their pure pieces (MLM masking, packing,
 learning-rate schedule, optimizer groups, loss normalisation).
 
 Each piece is a function of its inputs only (randomness comes from an explicit generator or seed), so each
-is tested alone; the MLM task composes them and the engine runs it.
+is tested alone; the MLM task composes them and the trainer runs it.
 """
 
 from .batching import (

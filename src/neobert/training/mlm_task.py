@@ -1,4 +1,4 @@
-"""Pretraining: MLM on packed (or padded) rows, as a task of the training core (:mod:`.engine`).
+"""Pretraining: MLM on packed (or padded) rows, as a task of the training core (:mod:`.trainer`).
 
 ``pretrain(config)`` is the entry point used by the CLI and the tests. The core owns device, precision,
 distribution, accumulation, clipping, the NaN guard, checkpoints and logging; this module owns the data and
@@ -29,13 +29,12 @@ from ..cards.hub import BackgroundPusher, PushReport
 from ..common.io import write_json
 from ..common.tables import fmt, markdown_table
 from ..inference.encoders import write_model_files
-from ..model.runtime import eval_mode
+from ..model.execution import eval_mode
 from .batching import collate_packed, micro_batches_for
 from .card import RunFacts, pretrain_card
 from .checkpointing import STATE_FILE
 from .config import PretrainConfig
 from .data_setup import TrainingData, open_training_data
-from .engine import Engine, EngineSettings, LossTerms, NonFiniteLossError
 from .loss import masked_lm_loss_sum
 from .masking import IGNORE_INDEX, generator_for, mask_tokens
 from .monitor import plot_loss_curve, read_metrics
@@ -43,6 +42,7 @@ from .phase_run import PhasedStream, fitted_warmup, lr_multiplier, make_stream, 
 from .phases import apply_model_settings, phase_at, plan
 from .schedule import make_lambda_scheduler
 from .stream import RowStream
+from .trainer import LossTerms, NonFiniteLossError, Trainer, TrainerSettings
 
 __all__ = ["NonFiniteLossError", "PretrainResult", "evaluate", "pretrain"]
 
@@ -116,12 +116,12 @@ class PretrainResult:
         return "pretraining result\n\n" + markdown_table(["metric", "value"], rows)
 
 
-def engine_settings(
+def trainer_settings(
     config: PretrainConfig, progress_bar: bool = True, device: str | None = None
-) -> EngineSettings:
+) -> TrainerSettings:
     """The core's settings for a pretraining config (the training benchmark builds the same ones)."""
     model_config = config.model_config()
-    return EngineSettings(
+    return TrainerSettings(
         max_steps=config.max_steps,
         output=config.output,
         log_dir=config.output,
@@ -161,14 +161,14 @@ def with_decay_branch(config: PretrainConfig) -> PretrainConfig:
     return config.override(max_steps=step + config.schedule.decay_steps)
 
 
-def prepare_engine(engine: Engine, config: PretrainConfig, model: torch.nn.Module) -> None:
+def prepare_trainer(trainer: Trainer, config: PretrainConfig, model: torch.nn.Module) -> None:
     """Model, the optimizer (AdamW fused on CUDA, or Muon + AdamW) and the schedule over every phase,
-    prepared on ``engine``."""
+    prepared on ``trainer``."""
     phases = plan(config)
     for phase in phases:
         fitted, given = fitted_warmup(phase), phase.config.schedule.warmup_steps
         if fitted != given:
-            engine.print(
+            trainer.print(
                 f"warning: {phase.name}: schedule.warmup_steps {given} does not fit in its {phase.steps} steps; "
                 f"warming up over {fitted} steps instead"
             )
@@ -179,17 +179,17 @@ def prepare_engine(engine: Engine, config: PretrainConfig, model: torch.nn.Modul
     def scheduler(optimizer: torch.optim.Optimizer) -> Any:
         return make_lambda_scheduler(optimizer, lr_multiplier(phases, config.optim.lr))
 
-    engine.prepare(model, optimizer, scheduler)
+    trainer.prepare(model, optimizer, scheduler)
 
 
 class MLMTask:
     """Masked language modelling on the rows of each phase's :class:`RowStream`, for the training core."""
 
     def __init__(
-        self, config: PretrainConfig, data: TrainingData, engine: Engine, stream: RowStream | None = None
+        self, config: PretrainConfig, data: TrainingData, trainer: Trainer, stream: RowStream | None = None
     ):
         """``stream``: the rows of a run without phases (the training benchmark's); default: each phase's."""
-        self.config, self.data, self.engine = config, data, engine
+        self.config, self.data, self.trainer = config, data, trainer
         self.phases = plan(config)
         streams = [stream] if stream is not None else [make_stream(phase, data) for phase in self.phases]
         self.stream = PhasedStream(streams)
@@ -200,19 +200,19 @@ class MLMTask:
 
     def batches(self, step: int) -> list[dict]:
         phase = phase_at(self.phases, step)
-        if apply_model_settings(self.engine.unwrapped(), phase.config.model) and step > 0:
-            self.engine.print(f"phase {phase.name} from step {step}: model settings {phase.config.model}")
+        if apply_model_settings(self.trainer.unwrapped(), phase.config.model) and step > 0:
+            self.trainer.print(f"phase {phase.name} from step {step}: model settings {phase.config.model}")
         c = phase.config
         rows = self.stream.streams[phase.index].take(c.tokens_per_step // c.data.seq_len)
         return _my_micro_batches(
-            rows, step, c, self.data, self.engine.rank, self.engine.world, self.mask_rate(step)
+            rows, step, c, self.data, self.trainer.rank, self.trainer.world, self.mask_rate(step)
         )
 
     def count(self, batch: dict) -> torch.Tensor:
         return (batch["labels"] != IGNORE_INDEX).sum()
 
     def loss(self, model: torch.nn.Module, batch: dict) -> LossTerms:
-        loss_sum, hits, _ = _mlm_sums(model, batch, self.engine.device)
+        loss_sum, hits, _ = _mlm_sums(model, batch, self.trainer.device)
         return LossTerms(loss_sum, {"accuracy": hits}, tokens=int(batch["attention_mask"].sum()))
 
     def after_step(self, step: int, final: bool) -> tuple[dict[str, float], bool]:
@@ -227,11 +227,11 @@ class MLMTask:
 
     def evaluate(self, step: int) -> dict[str, float]:
         phase = phase_at(self.phases, max(step - 1, 0))
-        return evaluate(self.engine.model, self.engine.accelerator, self.data, phase.config)
+        return evaluate(self.trainer.model, self.trainer.accelerator, self.data, phase.config)
 
     def record(self) -> list[dict[str, Any]]:
         """What each phase was set to and saw (the run manifest's and the card's phases)."""
-        done = self.engine.state.step
+        done = self.trainer.state.step
         return [phase_record(p, s, done, self.data) for p, s in zip(self.phases, self.stream.streams)]
 
     def state_objects(self) -> list[Any]:
@@ -249,27 +249,27 @@ def pretrain(
 
     started = time.perf_counter()
     config = with_decay_branch(config)
-    engine = Engine(engine_settings(config, progress_bar))
+    trainer = Trainer(trainer_settings(config, progress_bar))
     first = plan(config)[0].config
-    engine.set_accumulation(
-        micro_batches_for(first.tokens_per_step, first.data.seq_len, first.micro_batch_size, engine.world)
+    trainer.set_accumulation(
+        micro_batches_for(first.tokens_per_step, first.data.seq_len, first.micro_batch_size, trainer.world)
     )
     set_seed(config.seed)
-    data = open_training_data(config, engine.accelerator)
-    prepare_engine(engine, config, data.build_model(plan(config)[0].config))
-    task = MLMTask(config, data, engine)
+    data = open_training_data(config, trainer.accelerator)
+    prepare_trainer(trainer, config, data.build_model(plan(config)[0].config))
+    task = MLMTask(config, data, trainer)
     fingerprint = resume_fingerprint(config)
     # uploads run on a thread of the main process: training never waits for the network
     pusher = (
-        BackgroundPusher(config.push_to, report=engine.print) if config.push_to and engine.is_main else None
+        BackgroundPusher(config.push_to, report=trainer.print) if config.push_to and trainer.is_main else None
     )
     exports: list[Path] = []
 
     def step_end(step: int, metrics: dict[str, float]) -> None:
         if config.push_every and step % config.push_every == 0 and step < config.max_steps:
-            facts = _facts(engine, config, data, metrics, started, False)
+            facts = _facts(trainer, config, data, metrics, started, False)
             facts.phases = task.record()
-            path = _export(engine, data, config, facts, "exports")
+            path = _export(trainer, data, config, facts, "exports")
             if path is not None:
                 exports.append(path)
                 if pusher is not None:
@@ -278,10 +278,10 @@ def pretrain(
             on_step_end(step, metrics)
 
     try:
-        last = engine.run(task, resume=resume, fingerprint=fingerprint, on_step_end=step_end)
+        last = trainer.run(task, resume=resume, fingerprint=fingerprint, on_step_end=step_end)
         if "val/loss" not in last:  # nothing left to train (a finished run resumed): evaluate for the result
-            last.update(task.evaluate(engine.state.step))
-        result = _finish(engine, data, config, last, started, task.record())
+            last.update(task.evaluate(trainer.state.step))
+        result = _finish(trainer, data, config, last, started, task.record())
     except BaseException:
         if pusher is not None:
             pusher.close(timeout=0)  # the run failed: leave pending uploads, report nothing more
@@ -295,7 +295,7 @@ def pretrain(
 
 
 def _facts(
-    engine: Engine,
+    trainer: Trainer,
     config: PretrainConfig,
     data: TrainingData,
     metrics: dict[str, float],
@@ -303,7 +303,7 @@ def _facts(
     final: bool,
 ) -> RunFacts:
     """The run's facts now; losses only where they were measured at this very step."""
-    step = engine.state.step
+    step = trainer.state.step
     measured = dict(metrics) if final else {}
     if not final:
         if step % config.eval_every == 0:
@@ -312,10 +312,10 @@ def _facts(
             measured["train/loss"] = metrics["train/loss"]
     return RunFacts(
         step,
-        engine.state.tokens,
+        trainer.state.tokens,
         time.perf_counter() - started,
-        engine.precision,
-        engine.world,
+        trainer.precision,
+        trainer.world,
         measured,
         data.unigram_entropy,
         final,
@@ -323,7 +323,7 @@ def _facts(
 
 
 def _export(
-    engine: Engine,
+    trainer: Trainer,
     data: TrainingData,
     config: PretrainConfig,
     facts: RunFacts,
@@ -340,7 +340,7 @@ def _export(
             shutil.copyfile(curve, tmp / curve.name)
         write_card(tmp, pretrain_card(config, facts, model, curve.name if curve is not None else None))
 
-    return engine.export(build, target)
+    return trainer.export(build, target)
 
 
 def _my_micro_batches(
@@ -427,7 +427,7 @@ def evaluate(model, accelerator, data: TrainingData, config: PretrainConfig) -> 
 
 
 def _finish(
-    engine: Engine,
+    trainer: Trainer,
     data: TrainingData,
     config: PretrainConfig,
     last: dict[str, float],
@@ -435,31 +435,31 @@ def _finish(
     phases: list[dict[str, Any]],
 ) -> PretrainResult:
     output = Path(config.output)
-    if engine.is_main:  # the run manifest: what each phase was set to and saw
+    if trainer.is_main:  # the run manifest: what each phase was set to and saw
         write_json(
             output / "phases.json",
-            {"steps": engine.state.step, "tokens": engine.state.tokens, "phases": phases},
+            {"steps": trainer.state.step, "tokens": trainer.state.tokens, "phases": phases},
         )
     curve = None
-    if engine.is_main:  # the curve first: the final directory carries it beside its card
+    if trainer.is_main:  # the curve first: the final directory carries it beside its card
         curve = plot_loss_curve(
             output / "metrics.jsonl", output / "loss_curve.png", baseline=data.unigram_entropy
         )
-    facts = _facts(engine, config, data, last, started, final=True)
+    facts = _facts(trainer, config, data, last, started, final=True)
     facts.phases = phases
-    final_dir = _export(engine, data, config, facts, "final", curve)
-    engine.accelerator.wait_for_everyone()
+    final_dir = _export(trainer, data, config, facts, "final", curve)
+    trainer.accelerator.wait_for_everyone()
     return PretrainResult(
         output=output,
         final_model=final_dir,
-        steps=engine.state.step,
+        steps=trainer.state.step,
         train_loss=last.get("train/loss"),
         val_loss=last.get("val/loss"),
         val_accuracy=last.get("val/accuracy"),
         unigram_entropy=data.unigram_entropy,
-        tokens_seen=engine.state.tokens,
+        tokens_seen=trainer.state.tokens,
         seconds=time.perf_counter() - started,
         loss_curve=curve,
-        history=read_metrics(output / "metrics.jsonl") if engine.is_main else [],
-        precision=engine.precision,
+        history=read_metrics(output / "metrics.jsonl") if trainer.is_main else [],
+        precision=trainer.precision,
     )

@@ -1,4 +1,4 @@
-"""Runtime choices applied to a built model from outside: attention kernel, unpadding, regional compilation.
+"""How a built model executes, chosen from outside: attention kernel, unpadding, regional compilation.
 
 None of this is architecture (a checkpoint never stores it), and the model never picks it for itself beyond
 the ``auto`` defaults of :class:`neobert.model.attention.AttentionRuntime`.

@@ -1,9 +1,9 @@
 """The one training-loop core: pretraining, fine-tuning and contrastive training each drive it with a task.
 
-The engine owns what every loop needs and no task should repeat: the device and the process group
+The trainer owns what every loop needs and no task should repeat: the device and the process group
 (accelerate: one CPU or GPU, DDP through torchrun / ``accelerate launch``, FSDP, DeepSpeed), precision
 (bf16 autocast over fp32 weights, or fp32, for every task: accelerate wraps the prepared model's forward, so a
-task's evaluations through :meth:`Engine.unwrapped` run in it too), gradient accumulation with the loss normalised by the *global*
+task's evaluations through :meth:`Trainer.unwrapped` run in it too), gradient accumulation with the loss normalised by the *global*
 count of target units, clipping, the NaN guard, the learning-rate schedule, atomic checkpoints with
 resume, logging (TensorBoard, ``metrics.jsonl``, a tqdm bar) and the final export.
 
@@ -64,7 +64,7 @@ class TrainTask(Protocol):
 
 
 @dataclass
-class EngineSettings:
+class TrainerSettings:
     max_steps: int
     output: str | Path | None = None  # checkpoints under OUTPUT/checkpoints; None: no checkpoints
     log_dir: str | Path | None = None  # metrics.jsonl and TensorBoard events; None: no log files
@@ -120,7 +120,7 @@ class StepStats:
 
 def model_widths(model: torch.nn.Module) -> tuple[int, int]:
     """(hidden, intermediate) size of ``model`` (inside DDP / torch.compile), what precision ``auto`` times:
-    an :class:`EngineSettings` ``probe_shape``. A config without ``intermediate_size`` counts 4 x hidden."""
+    an :class:`TrainerSettings` ``probe_shape``. A config without ``intermediate_size`` counts 4 x hidden."""
     for attr in ("module", "_orig_mod"):  # DistributedDataParallel, torch.compile
         model = getattr(model, attr, model)
     config = getattr(model, "config", None)
@@ -128,7 +128,7 @@ def model_widths(model: torch.nn.Module) -> tuple[int, int]:
     return hidden, getattr(config, "intermediate_size", 4 * hidden)
 
 
-def make_accelerator(settings: EngineSettings):
+def make_accelerator(settings: TrainerSettings):
     """accelerate's Accelerator for these settings (one per run; see :func:`_fresh_state`)."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
@@ -189,10 +189,10 @@ def wait_for_everyone() -> None:
     PartialState().wait_for_everyone()
 
 
-class Engine:
+class Trainer:
     """One run: the accelerator, the prepared model / optimizer / scheduler, and the loop over a task."""
 
-    def __init__(self, settings: EngineSettings):
+    def __init__(self, settings: TrainerSettings):
         self.settings = settings
         self.accelerator = make_accelerator(settings)
         self.state = RunState()
@@ -203,8 +203,8 @@ class Engine:
 
     def set_accumulation(self, micro_batches: int) -> None:
         """Micro-batches per process per step. Under DeepSpeed they are handed to its own accumulation
-        (accelerate marks the last micro-batch of a step as the boundary, where DeepSpeed's engine steps);
-        elsewhere the engine accumulates itself. Call before :meth:`prepare`."""
+        (accelerate marks the last micro-batch of a step as the boundary, where DeepSpeed's trainer steps);
+        elsewhere the trainer accumulates itself. Call before :meth:`prepare`."""
         if self.accelerator.distributed_type.value != "DEEPSPEED":
             return
         config = self.accelerator.state.deepspeed_plugin.deepspeed_config
@@ -258,14 +258,14 @@ class Engine:
             raise ValueError("a training step needs at least one micro-batch on every process")
         counts = torch.stack([torch.as_tensor(task.count(b), device=self.device) for b in batches])
         global_count = acc.reduce(counts.sum().to(torch.float64), "sum")
-        # accelerate divides by its accumulation steps outside DeepSpeed, DeepSpeed's engine inside it
+        # accelerate divides by its accumulation steps outside DeepSpeed, DeepSpeed's trainer inside it
         scale = acc.gradient_accumulation_steps
         loss_total = torch.zeros((), device=self.device, dtype=torch.float64)
         sums: dict[str, torch.Tensor] = {}
         tokens = 0
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
-            acc.sync_gradients = last  # DeepSpeed's accumulation boundary: its engine steps there
+            acc.sync_gradients = last  # DeepSpeed's accumulation boundary: its trainer steps there
             with contextlib.nullcontext() if last else acc.no_sync(model):
                 terms = task.loss(model, batch)
                 loss_total += terms.loss_sum.detach().to(torch.float64)
