@@ -258,7 +258,7 @@ def test_the_choice_crosses_the_process_boundary_inside_the_served_model():
     import pickle
     from multiprocessing.reduction import ForkingPickler
 
-    from neobert.serving.schemas import InfoResponse
+    from neobert.serving.routes.status import InfoResponse
     from neobert.serving.served import ServedModel
 
     for choice in (SMALL, ThreadChoice(1, "pinned by --threads"), None):

@@ -1,6 +1,7 @@
 """The HTTP side of ``neobert serve``: a FastAPI app over a :class:`~neobert.serving.service.Service`,
-put together from its parts: :mod:`.routes` (one module per dialect over a shared core, one small function per endpoint), :mod:`.schemas` (requests
-and responses, the OpenAPI schema), :mod:`.errors` (OpenAI-shaped errors and their mapping) and
+put together from its parts: :mod:`.routes` (one module per dialect over a shared core, one small function per
+endpoint, each dialect's request and response shapes beside its routes), :mod:`.schemas` (what the shapes
+share, and the limits the OpenAPI schema states), :mod:`.errors` (OpenAI-shaped errors and their mapping) and
 :mod:`.middleware` (API key, paced refusals, body limit, metrics). The model runs behind the queue
 (:mod:`.tasks` in the model process); nothing here tokenizes.
 """
@@ -8,6 +9,7 @@ and responses, the OpenAPI schema), :mod:`.errors` (OpenAI-shaped errors and the
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -15,12 +17,13 @@ from fastapi import FastAPI
 
 from .errors import add_error_handlers
 from .middleware import Guard
-from .routes import LIMITS, SERVICE_ROUTES, add_routes
-from .schemas import state_limits
+from .routes import DIALECTS, LIMITS, SERVICE_ROUTES, add_routes
+from .schemas import request_shapes, state_limits
 
 
-def create_app(service: Any) -> FastAPI:
-    """The app: routes, error handlers, the Guard middleware; on shutdown the model workers stop."""
+def create_app(service: Any, dialects: Sequence[Any] = DIALECTS) -> FastAPI:
+    """The app: the routes of ``dialects`` (:data:`.routes.DIALECTS`: each with ``add(routes)``), error
+    handlers, the Guard middleware; on shutdown the model workers stop."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -36,13 +39,19 @@ def create_app(service: Any) -> FastAPI:
         docs_url="/docs",
         redoc_url=None,
     )
-    app.state.model_routes = model_routes = add_routes(app, service)  # this app's own: path -> its task
+    app.state.model_routes = model_routes = add_routes(
+        app, service, dialects
+    )  # this app's own: path -> its task
     limits = {name: getattr(service.config, name) for name in LIMITS}
 
     def openapi() -> dict[str, Any]:  # FastAPI's schema, with this model's and these limits' bounds stated
         if app.openapi_schema is None:
             app.openapi_schema = state_limits(
-                FastAPI.openapi(app), limits, service.model, calibrated=bool(service.config.calibration)
+                FastAPI.openapi(app),
+                request_shapes(app),
+                limits,
+                service.model,
+                calibrated=bool(service.config.calibration),
             )
         return app.openapi_schema
 

@@ -10,19 +10,23 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import uvicorn
 
 from .app import create_app
 from .config import ServeConfig
+from .routes import DIALECTS
 from .service import Service
 
 
-def build_server(service: Service, port: int | None = None) -> uvicorn.Server:
+def build_server(
+    service: Service, port: int | None = None, dialects: Sequence[Any] = DIALECTS
+) -> uvicorn.Server:
     config = service.config
     settings = uvicorn.Config(
-        create_app(service),
+        create_app(service, dialects),
         host=config.host,
         port=config.port if port is None else port,
         log_level="warning",
@@ -52,12 +56,12 @@ def serve(config: ServeConfig | dict[str, Any], on_ready: Any = None) -> None:
 
 
 class BackgroundServer:
-    """The service on a free port of ``config.host`` in a background thread; ``stop()`` shuts it down
-    gracefully. Use as a context manager."""
+    """The service on a free port of ``config.host`` in a background thread, speaking ``dialects``
+    (:data:`.routes.DIALECTS`); ``stop()`` shuts it down gracefully. Use as a context manager."""
 
-    def __init__(self, service: Service, startup_timeout: float = 60.0):
+    def __init__(self, service: Service, startup_timeout: float = 60.0, dialects: Sequence[Any] = DIALECTS):
         self.service = service
-        self.server = build_server(service, port=0)
+        self.server = build_server(service, port=0, dialects=dialects)
         self.thread = threading.Thread(target=self.server.run, name="neobert-serve", daemon=True)
         self.thread.start()
         deadline = time.monotonic() + startup_timeout

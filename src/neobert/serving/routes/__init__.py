@@ -8,48 +8,61 @@ use"):
 * :mod:`.tei`: text-embeddings-inference's (``/embed`` and ``/rerank`` in its shape, ``/embed_all``,
   ``/embed_sparse``, ``/predict``, ``/tokenize``, ``/decode``, ``POST /`` by the model's head);
 * :mod:`.openai`: OpenAI's (``/v1/embeddings``, ``/v1/models``);
-* :mod:`.cohere`: Cohere's and Jina's rerank (``/v1/rerank``, ``/v2/rerank``);
+* :mod:`.cohere`: Cohere's and Jina's rerank (``/v1/rerank``, ``/v2/rerank``), Cohere's ``/v2/embed``;
 * :mod:`.status`: ``/info``, ``/health``, ``/metrics``.
 
-A path two dialects share (``/embed``, ``/rerank``) is declared once, below, with each dialect's handler of
-its request shape (:meth:`Routes.by_shape`). Nothing here is module state: :func:`add_routes` returns the
-app's route table.
+Each dialect's module holds its request and response shapes beside its routes (what they share:
+:mod:`..schemas`), and an ``add(routes)`` that declares its routes through :class:`Routes`; :data:`DIALECTS`
+lists them. A path two dialects share (``/embed``, ``/rerank``) is declared once, below, with each dialect's
+handler of its request shape (:meth:`Routes.by_shape`). Nothing here is module state: :func:`add_routes`
+returns the app's route table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import Annotated, Any
 
 from fastapi import FastAPI
+from pydantic import Tag
 
-from ..schemas import (
-    EmbedBody,
-    EmbedRequest,
-    EmbedResponse,
-    RerankBody,
-    RerankRequest,
-    RerankResponse,
-    TEIEmbedRequest,
-    TEIRerankItem,
-    TEIRerankRequest,
-    Vectors,
-)
+from ..schemas import shape_by_field
 from . import cohere, openai, ours, status, tei
 from .core import LIMITS, SERVICE_ROUTES, Routes, as_items, encode_vector, warn
+from .ours import EmbedRequest, EmbedResponse, RerankRequest, RerankResponse
+from .tei import TEIEmbedRequest, TEIRerankItem, TEIRerankRequest, Vectors
 
-__all__ = ("LIMITS", "SERVICE_ROUTES", "Routes", "add_routes", "as_items", "encode_vector", "warn")
+__all__ = (
+    "DIALECTS",
+    "LIMITS",
+    "SERVICE_ROUTES",
+    "Routes",
+    "add_routes",
+    "as_items",
+    "encode_vector",
+    "warn",
+)
+
+# the dialects every app speaks, in the order their routes are declared: a new dialect is one entry
+DIALECTS: tuple[ModuleType, ...] = (ours, tei, openai, cohere, status)
+
+# the request of a path two dialects share: either dialect's shape, told apart by a field
+EmbedBody = Annotated[
+    Annotated[EmbedRequest, Tag("ours")] | Annotated[TEIEmbedRequest, Tag("tei")], shape_by_field("inputs")
+]
+RerankBody = Annotated[
+    Annotated[RerankRequest, Tag("ours")] | Annotated[TEIRerankRequest, Tag("tei")], shape_by_field("texts")
+]
 
 
-def add_routes(app: FastAPI, service: Any) -> Mapping[str, str]:
-    """Every route of the service on ``app``; its model routes (path -> task), read-only."""
+def add_routes(app: FastAPI, service: Any, dialects: Sequence[Any] = DIALECTS) -> Mapping[str, str]:
+    """Every route of the service on ``app``: the paths ours and TEI's share, then each of ``dialects``'
+    (a module, or any object, with ``add(routes)``); its model routes (path -> task), read-only."""
     routes = Routes(app, service)
     add_shared(routes)
-    ours.add(routes)
-    tei.add(routes)
-    openai.add(routes)
-    cohere.add(routes)
-    status.add(routes)
+    for dialect in dialects:
+        dialect.add(routes)
     return routes.table
 
 

@@ -1,19 +1,99 @@
 """Cohere's dialect (which Jina's rerank API shares): ``/v1/rerank``, ``/v2/rerank`` and ``/v2/embed`` (with
-``embedding_types``: float, int8, uint8, binary, ubinary, through :func:`neobert.inference.quantization.quantize`)."""
+``embedding_types``: float, int8, uint8, binary, ubinary, through :func:`neobert.inference.quantization.quantize`):
+its request and response shapes, then its routes."""
 
 from __future__ import annotations
 
 import uuid
 from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field, StrictBool, StrictStr
 
 from ...inference.quantization import CALIBRATED, calibration_ranges, quantize
 from ..errors import ServiceError
-from ..schemas import CohereEmbedRequest, CohereEmbedResponse, CohereRerankRequest, CohereRerankResponse
+from ..schemas import TRUNCATE, Calibrated, LenientRequest, OneText, Positive, RerankResult, TextInput, Texts
 from .core import Routes, rerank_results
+
+# --- requests -------------------------------------------------------------------------------------------
+
+
+class RerankDocumentIn(LenientRequest):
+    text: Annotated[StrictStr, TextInput(many=False)]
+
+
+class CohereRerankRequest(LenientRequest):
+    query: OneText
+    documents: Annotated[list[StrictStr | RerankDocumentIn], Field(min_length=1), TextInput()]
+    model: StrictStr | None = None
+    top_n: Positive | None = None
+    return_documents: StrictBool = False
+    truncate: StrictBool = TRUNCATE
+
+
+EMBEDDING_TYPES = (
+    "float",
+    "int8",
+    "uint8",
+    "binary",
+    "ubinary",
+)  # Cohere's names (neobert.inference.quantization's)
+COHERE_INPUT_TYPES = ("search_query", "search_document", "classification", "clustering")
+
+
+class CohereEmbedRequest(LenientRequest):
+    texts: Texts
+    model: StrictStr | None = None
+    input_type: Literal[COHERE_INPUT_TYPES] | None = Field(
+        default=None,
+        description=(
+            "search_query / search_document put the model's `query` / `document` prompt before the text where it "
+            "has one; otherwise (and for classification, clustering) the model's default prompt"
+        ),
+    )
+    embedding_types: Annotated[list[Literal[EMBEDDING_TYPES]], Field(min_length=1), Calibrated()] = Field(
+        default=["float"],
+        description=(
+            "float: the model's vectors; int8 / uint8: each dimension in 256 buckets between the minimum and "
+            "maximum of the server's --calibration embeddings (offered only where the server has them); binary / "
+            "ubinary: signs, 8 dimensions per byte (dim / 8 numbers), minus 128 for binary"
+        ),
+    )
+    truncate: Literal["NONE", "START", "END"] = Field(
+        default="END", description=("END cuts a long text's end, START its start; NONE refuses it with 413")
+    )
+
+
+# --- responses (for the OpenAPI schema; the endpoints build them as plain JSON) --------------------------
+
+
+class CohereEmbeddings(BaseModel):
+    float_: list[list[float]] | None = Field(default=None, alias="float")
+    int8: list[list[int]] | None = None
+    uint8: list[list[int]] | None = None
+    binary: list[list[int]] | None = None
+    ubinary: list[list[int]] | None = None
+
+
+class CohereEmbedResponse(BaseModel):
+    id: str
+    embeddings: CohereEmbeddings
+    texts: list[str]
+    meta: dict[str, Any]
+    response_type: Literal["embeddings_by_type"]
+
+
+class CohereRerankResponse(BaseModel):
+    id: str
+    results: list[RerankResult]
+    model: str
+    meta: dict[str, Any]
+    usage: dict[str, int]
+
+
+# --- routes ---------------------------------------------------------------------------------------------
 
 PROMPT_OF = MappingProxyType(
     {"search_query": "query", "search_document": "document"}

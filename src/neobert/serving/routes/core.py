@@ -109,7 +109,7 @@ class Routes:
         doc: str,
     ) -> None:
         """One POST route that several dialects share: ``body`` is the union of their request shapes (told
-        apart by a field, :func:`..schemas._shape`) and each shape is answered by its dialect's handler."""
+        apart by a field, :func:`..schemas.shape_by_field`) and each shape is answered by its dialect's handler."""
 
         async def route(request: Any) -> Response:
             return await handlers[type(request)](self, request)

@@ -1,15 +1,94 @@
 """OpenAI's dialect: ``/v1/embeddings`` (what the ``openai`` client, LangChain's and LlamaIndex's OpenAI
-embeddings send), ``/v1/models`` and ``/v1/models/{id}``."""
+embeddings send; with Jina's ``return_multivector``), ``/v1/models`` and ``/v1/models/{id}``: its request and
+response shapes, then its routes."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field, StrictBool, StrictStr
 
 from ..errors import ServiceError, documented
-from ..schemas import BYTES_PER_NUMBER, ModelCard, ModelList, OpenAIEmbeddingRequest, OpenAIEmbeddingResponse
+from ..schemas import (
+    BYTES_PER_NUMBER,
+    DIMENSIONS,
+    TRUNCATE,
+    Dimensions,
+    InputForms,
+    LenientRequest,
+    TextInput,
+)
 from .core import Routes, as_items, encode_vector
+
+# --- requests -------------------------------------------------------------------------------------------
+
+JINA_TASKS = ("retrieval.query", "retrieval.passage", "code.query", "code.passage", "text-matching")
+
+
+class OpenAIEmbeddingRequest(LenientRequest):
+    input: Annotated[InputForms, TextInput(ids=True, late_texts_only=True)] = Field(
+        description="a text, texts, or token ids of our tokenizer (special tokens included)"
+    )
+    model: StrictStr | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Dimensions = DIMENSIONS
+    truncate: StrictBool = TRUNCATE
+    return_multivector: StrictBool = Field(
+        default=False,
+        description=(
+            "Jina's: a late-interaction (ColBERT) model's token vectors, `embeddings` per input (one unit vector "
+            "per token; base64: one string of row-major tokens x dim little-endian float32) instead of `embedding`; "
+            "texts only. The answer holds tokens x dim numbers and must fit max_answer_bytes (413 before the "
+            "model runs)"
+        ),
+    )
+    task: Literal[JINA_TASKS] | None = Field(
+        default=None,
+        description=(
+            "Jina's: with return_multivector, *.query encodes queries (marker, expanded to query_length tokens), "
+            "any other value or none documents (marker, cut to document_length, punctuation dropped)"
+        ),
+    )
+
+
+# --- responses (for the OpenAPI schema; the endpoints build them as plain JSON) --------------------------
+
+
+class OpenAIEmbedding(BaseModel):
+    object: Literal["embedding"]
+    index: int
+    embedding: list[float] | str | None = None
+    embeddings: list[list[float]] | str | None = Field(
+        default=None, description="return_multivector: the token vectors"
+    )
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class OpenAIEmbeddingResponse(BaseModel):
+    object: Literal["list"]
+    data: list[OpenAIEmbedding]
+    model: str
+    usage: Usage
+
+
+class ModelCard(BaseModel):  # OpenAI's model object
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+
+
+class ModelList(BaseModel):
+    object: Literal["list"]
+    data: list[ModelCard]
+
+
+# --- routes ---------------------------------------------------------------------------------------------
 
 
 def add(routes: Routes) -> None:

@@ -1,20 +1,117 @@
 """Our dialect: ``texts`` in, named fields out (``/embed``'s and ``/rerank``'s own shape, ``/classify``,
-``/tokens``, ``/fill-mask``)."""
+``/tokens``, ``/fill-mask``): its request and response shapes, then its routes."""
 
 from __future__ import annotations
 
-from fastapi.responses import JSONResponse, Response
+from typing import Annotated, Literal
 
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field, StrictBool, StrictStr
+
+from ...model.pooling import POOLING_NAMES
 from ..schemas import (
-    ClassifyResponse,
-    EmbedRequest,
-    FillMaskRequest,
-    FillMaskResponse,
-    RerankRequest,
-    TextsRequest,
-    TokensResponse,
+    TRUNCATE,
+    OneText,
+    Positive,
+    RerankResult,
+    StrictRequest,
+    Text,
+    TextInput,
+    Texts,
+    integer,
 )
 from .core import Routes, rerank_results
+
+# --- requests -------------------------------------------------------------------------------------------
+
+TopK = integer(ge=1, le=100)
+
+
+class EmbedRequest(StrictRequest):
+    texts: Texts
+    pooling: Literal[POOLING_NAMES] | None = Field(
+        default=None, description="default: the model's; the registry neobert.model.pooling.POOLINGS"
+    )
+    normalize: StrictBool | None = Field(default=None, description="unit vectors; default: the model's")
+    truncate: StrictBool = TRUNCATE
+
+
+class TextsRequest(StrictRequest):
+    texts: Texts
+    truncate: StrictBool = TRUNCATE
+
+
+MASKED = "every text holds the model's mask token (/info's mask_token)"
+
+
+class FillMaskRequest(StrictRequest):
+    texts: Annotated[list[Annotated[Text, Field(description=MASKED)]], TextInput(masked=True)] = Field(
+        min_length=1
+    )
+    top_k: TopK = 5
+    truncate: StrictBool = TRUNCATE
+
+
+class RerankRequest(StrictRequest):
+    query: OneText
+    documents: Texts
+    top_n: Positive | None = Field(default=None, description="default: every document")
+    return_documents: StrictBool = False
+    model: StrictStr | None = None
+    truncate: StrictBool = TRUNCATE
+
+
+# --- responses (for the OpenAPI schema; the endpoints build them as plain JSON) --------------------------
+
+
+class EmbedResponse(BaseModel):
+    embeddings: list[list[float]]
+
+
+class ClassifierRow(BaseModel):  # neobert.inference.run.classifier_rows
+    label: str | None = None
+    score: float | None = None
+    probabilities: dict[str, float] | None = None
+    value: float | list[float] | None = Field(
+        default=None, description="regression models: the value (a list for several outputs), alone"
+    )
+
+
+class ClassifyResponse(BaseModel):
+    results: list[ClassifierRow]
+
+
+class Entity(BaseModel):
+    label: str
+    start: int
+    end: int
+    text: str
+    score: float
+
+
+class TokensResult(BaseModel):
+    entities: list[Entity]
+
+
+class TokensResponse(BaseModel):
+    results: list[TokensResult]
+
+
+class Candidate(BaseModel):
+    token: str
+    score: float
+
+
+class FillMaskResponse(BaseModel):
+    results: list[list[list[Candidate]]] = Field(description="per text, per [MASK], the top_k candidates")
+
+
+class RerankResponse(BaseModel):
+    results: list[RerankResult]
+    model: str
+
+
+# --- routes ---------------------------------------------------------------------------------------------
 
 
 async def embed(routes: Routes, request: EmbedRequest) -> Response:

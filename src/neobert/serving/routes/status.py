@@ -1,16 +1,92 @@
 """The service's own routes, the same in every dialect: ``/info`` (the one description: the model's, the
-service's and text-embeddings-inference's fields), ``/health`` and ``/metrics``."""
+service's and text-embeddings-inference's fields), ``/health`` and ``/metrics``: their answers' shapes, then the
+routes (OpenAI's ``/v1/models`` is :mod:`.openai`'s)."""
 
 from __future__ import annotations
 
 from importlib.metadata import version
-from typing import Any
+from typing import Any, Literal
 
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field
 
 from ..errors import documented
-from ..schemas import HealthResponse, InfoResponse
 from .core import LIMITS, Routes
+
+# --- responses (for the OpenAPI schema; the endpoints build them as plain JSON) --------------------------
+
+
+class HealthResponse(BaseModel):
+    status: str
+    model: str
+    head: str
+    serves: list[str]
+    queue_depth: int
+    max_queue: int
+
+
+class InfoResponse(BaseModel):
+    model: str
+    backend: Literal["torch", "onnx"]
+    precision: str = Field(
+        description="torch: bf16 or fp32 as chosen at start; onnx: the graph, fp32 or int8"
+    )
+    model_type: str
+    head: str
+    serves: list[str]
+    dimensions: int
+    max_input_tokens: int
+    pooling: str | None
+    normalize: bool | None
+    embedding_settings_from: str | None
+    labels: list[str] | None
+    threads: int | None = Field(description="the model's threads per model process, chosen at start")
+    threads_reason: str | None = Field(description="why: pinned (--threads, the environment) or measured")
+    threads_under_load: int | None = Field(
+        default=None,
+        description="the model's threads for a call taken while other requests wait: measured defaults pick "
+        "per call from the start-up probe and http_ms_per_text; pinned counts, several model processes and "
+        "ONNX keep threads",
+    )
+    http_ms_per_text: float | None = Field(
+        default=None,
+        description="the HTTP process's CPU milliseconds per text answered, measured while serving (model in "
+        "its own process; null before the first calls)",
+    )
+    long_documents: str
+    limits: dict[str, int | float]
+    auth: bool
+    mask_token: str | None = Field(description="the token /fill-mask fills")
+    vocab_size: int | None = Field(description="token ids are below it")
+    prompts: dict[str, str] = Field(description="prompt_name -> the text put before the input")
+    default_prompt_name: str | None
+    matryoshka_dims: list[int] = Field(description="the widths `dimensions` may take without a warning")
+    not_served: dict[str, str] = Field(
+        default_factory=dict, description="endpoints (tasks) of the model's head it does not serve, and why"
+    )
+    late_interaction: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "a late-interaction (ColBERT) model's settings: dim (numbers per token vector), query_length (every "
+            "query's vectors), document_length (a document's at most), the markers, the skiplist, similarity "
+            "MaxSim; null for any other model"
+        ),
+    )
+    # text-embeddings-inference's /info fields
+    model_id: str
+    model_sha: str | None
+    model_dtype: str
+    max_concurrent_requests: int
+    max_input_length: int
+    max_batch_tokens: int | None
+    max_batch_requests: int | None
+    max_client_batch_size: int
+    auto_truncate: bool
+    tokenization_workers: int | None
+    version: str
+
+
+# --- routes ---------------------------------------------------------------------------------------------
 
 
 def info_body(routes: Routes) -> dict[str, Any]:

@@ -1,38 +1,192 @@
 """text-embeddings-inference's dialect: its shape of ``/embed`` and ``/rerank`` (told from ours by a field,
-:func:`..schemas._shape`), ``/embed_all``, ``/embed_sparse``, ``/predict``, ``/tokenize``, ``/decode``, and
-``POST /`` by the model's head as the Inference API answers it (what huggingface_hub's InferenceClient
-sends and parses; TEI serves the same)."""
+:func:`..schemas.shape_by_field`), ``/embed_all``, ``/embed_sparse``, ``/predict``, ``/tokenize``, ``/decode``,
+and ``POST /`` by the model's head as the Inference API answers it (what huggingface_hub's InferenceClient
+sends and parses; TEI serves the same): its request and response shapes, then its routes."""
 
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field, StrictBool, StrictStr
 
 from ...inference.registration import HEADS
 from ..errors import ServiceError
 from ..schemas import (
     BYTES_PER_NUMBER,
-    EMBED_FIELDS,
-    DecodeRequest,
-    FillMaskItem,
-    Parameters,
-    PredictRequest,
-    RootMaskedLMRequest,
-    RootPredictRequest,
-    RootTokensRequest,
-    SparseValue,
-    TEIEmbedAllRequest,
-    TEIEmbedRequest,
-    TEIEmbedSparseRequest,
-    TEIPrediction,
-    TEIRerankRequest,
-    TEIToken,
-    TokenizeRequest,
-    Vectors,
+    DIMENSIONS,
+    AnswerBudget,
+    Dimensions,
+    Inputs,
+    LenientRequest,
+    ModelPrompts,
+    OneText,
+    Positive,
+    Text,
+    TextInput,
+    Texts,
+    TokenId,
 )
 from .core import Routes, as_items, encode_vector, ranked, side
+
+# --- requests -------------------------------------------------------------------------------------------
+
+Direction = Literal["Right", "Left", "right", "left"]
+PromptName = Annotated[StrictStr | None, ModelPrompts()]
+TextOrTexts = Annotated[Text | Annotated[list[Text], Field(min_length=1)], TextInput()]
+Sequence = Text | Annotated[list[Text], Field(min_length=1, max_length=2)]  # a text or a pair
+Sequences = Annotated[Text | Annotated[list[Sequence], Field(min_length=1)], TextInput()]
+
+TEI_TRUNCATE = Field(default=True, description="as our truncate (TEI's server-side auto-truncate is on here)")
+DIRECTION = Field(default="Right", description="which end a truncated text keeps: Right cuts the end")
+
+
+class TEIEmbedRequest(LenientRequest):
+    inputs: Inputs
+    normalize: StrictBool = True
+    truncate: StrictBool = TEI_TRUNCATE
+    truncation_direction: Direction = DIRECTION
+    prompt_name: PromptName = Field(default=None, description="one of /info's prompts")
+    dimensions: Dimensions = DIMENSIONS
+
+
+class TEIEmbedAllRequest(LenientRequest):
+    inputs: Inputs
+    truncate: StrictBool = TEI_TRUNCATE
+    truncation_direction: Direction = DIRECTION
+    prompt_name: PromptName = None
+    encoding_format: Annotated[Literal["float", "base64", "base64_float16"], AnswerBudget()] = Field(
+        default="float",
+        description="float: JSON numbers; base64 / base64_float16: each input's states as one "
+        "string of little-endian float32 / float16 bytes, row-major (tokens x hidden): 1/4 and 1/8 of the "
+        "JSON's size",
+    )
+
+
+class PredictRequest(LenientRequest):
+    inputs: Sequences = Field(
+        description="a text; a pair [text, text]; or a batch of texts and pairs [[text] | [text, text], ...]"
+    )
+    raw_scores: StrictBool = Field(default=False, description="logits instead of probabilities")
+    truncate: StrictBool = TEI_TRUNCATE
+    truncation_direction: Direction = DIRECTION
+
+
+class TEIRerankRequest(LenientRequest):
+    query: OneText
+    texts: Texts
+    raw_scores: StrictBool = False
+    return_text: StrictBool = False
+    truncate: StrictBool = TEI_TRUNCATE
+    truncation_direction: Direction = DIRECTION
+
+
+class TokenizeRequest(LenientRequest):
+    inputs: Annotated[StrictStr | Annotated[list[StrictStr], Field(min_length=1)], TextInput()]
+    add_special_tokens: StrictBool = True
+    prompt_name: PromptName = None
+
+
+class DecodeRequest(LenientRequest):
+    ids: Annotated[list[TokenId] | Annotated[list[list[TokenId]], Field(min_length=1)], TextInput(ids=True)]
+    skip_special_tokens: StrictBool = True
+
+
+class TEIEmbedSparseRequest(LenientRequest):
+    inputs: Inputs = Field(
+        description="a text, texts, or token ids of our tokenizer (special tokens included)"
+    )
+    truncate: StrictBool = TEI_TRUNCATE
+    truncation_direction: Direction = DIRECTION
+    prompt_name: PromptName = Field(default=None, description="one of /info's prompts")
+    top_k: Positive | None = Field(default=None, description="keep each text's k highest values")
+    return_tokens: StrictBool = Field(default=False, description="each value's vocabulary entry as `token`")
+
+
+class Parameters(LenientRequest):
+    top_k: Positive | None = None
+    function_to_apply: Literal["softmax", "sigmoid", "none"] | None = None
+
+
+EMBED_FIELDS = (
+    "normalize",
+    "truncation_direction",
+    "prompt_name",
+    "dimensions",
+)  # TEI /embed's, not fill-mask's
+
+
+class RootMaskedLMRequest(LenientRequest):
+    """``POST /`` of an MLM: the Inference API's fill-mask where every text holds the mask token, else
+    TEI's ``/embed`` (what ``InferenceClient.feature_extraction`` sends: the texts' embeddings)."""
+
+    inputs: TextOrTexts
+    parameters: Parameters | None = Field(default=None, description="fill-mask's (top_k)")
+    truncate: StrictBool = TEI_TRUNCATE
+    normalize: StrictBool = True
+    truncation_direction: Direction = DIRECTION
+    prompt_name: PromptName = Field(default=None, description="one of /info's prompts")
+    dimensions: Dimensions = DIMENSIONS
+
+
+class RootPredictRequest(LenientRequest):
+    """``POST /`` of a sequence classifier (the Inference API's text classification)."""
+
+    inputs: Sequences
+    parameters: Parameters | None = None
+    truncate: StrictBool = TEI_TRUNCATE
+    truncation_direction: Direction = DIRECTION
+
+
+class RootTokensRequest(LenientRequest):
+    """``POST /`` of a token classifier (the Inference API's token classification)."""
+
+    inputs: TextOrTexts
+    parameters: dict[str, Any] | None = None
+    truncate: StrictBool = TEI_TRUNCATE
+
+
+# --- responses (for the OpenAPI schema; the endpoints build them as plain JSON) --------------------------
+
+Vectors = list[list[float]]  # TEI's /embed answer: a bare list of vectors
+
+
+class TEIRerankItem(BaseModel):
+    index: int
+    score: float
+    text: str | None = None
+
+
+class TEIPrediction(BaseModel):
+    label: str
+    score: float
+
+
+class TEIToken(BaseModel):
+    id: int
+    text: str
+    special: bool
+    start: int | None
+    stop: int | None
+
+
+class SparseValue(BaseModel):
+    index: int = Field(description="the vocabulary id")
+    value: float
+    token: str | None = Field(default=None, description="the vocabulary entry (return_tokens: true)")
+
+
+class FillMaskItem(
+    BaseModel
+):  # the Inference API's fill-mask element (huggingface_hub's FillMaskOutputElement)
+    sequence: str
+    score: float
+    token: int
+    token_str: str
+
+
+# --- routes ---------------------------------------------------------------------------------------------
 
 
 async def embed(routes: Routes, request: TEIEmbedRequest | RootMaskedLMRequest) -> Response:
