@@ -11,8 +11,9 @@ import pytest
 import torch
 from transformers import BertConfig
 
-from neobert.inference.capabilities import describe, detect_head, load_for_inference
+from neobert.inference.capabilities import describe, detect_head
 from neobert.inference.encoders import EmbeddingSpec, load_model, save_pretrained
+from neobert.inference.kinds import load_for_inference
 from neobert.inference.registration import HEADS, declared_head, head_of, head_of_names
 from neobert.model.pooling import (
     CLASSIFIER_POOLINGS,
@@ -149,7 +150,7 @@ def test_labels_and_info_and_refusals():
         "default_prompt_name": None,
         "matryoshka_dims": [],
         "not_served": {"embed": "a Dense module is not supported"},
-        "late_interaction": None,
+        "token_vectors": None,
     }
     with pytest.raises(ValueError, match=r"would serve nothing.*Dense"):
         describe(_config(), "base", "a Dense module is not supported", 77)

@@ -15,8 +15,8 @@ from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAuto
 from helpers import call, check_card, serve
 from neobert.cards import CardInfo, write_card
 from neobert.data import load_tokenizer
-from neobert.inference.directories import DIRECTORY_KINDS, describe_directory, pipeline_tag
 from neobert.inference.encoders import load_encoder, load_model
+from neobert.inference.kinds import DIRECTORY_KINDS, describe_directory, pipeline_tag
 from neobert.inference.registration import HEADS, Head, declared_head, head_of, register_head
 from neobert.model import NeoBERTModel
 

@@ -14,11 +14,11 @@ import torch
 
 from embedding_fixtures import NEEDS_TOKENIZER, save_tiny_bert, save_tiny_neobert
 from helpers import check_card, run_card_snippet, write_pairs
+from neobert.inference.kinds import kind_of
 from neobert.inference.late_interaction import (
     LateInteractionModel,
     LateInteractionSpec,
     add_markers,
-    is_late_interaction_dir,
     load_late_interaction,
     maxsim,
     maxsim_scores,
@@ -79,7 +79,9 @@ def test_token_vectors_equal_multi_vector_encoder(tmp_path, kind):
     import neobert  # noqa: F401  (registers NeoBERT with transformers)
 
     directory = _saved(tmp_path, kind)
-    assert is_late_interaction_dir(directory) and not is_late_interaction_dir(tmp_path / "src")
+    assert (
+        kind_of(directory).name == "late-interaction" and kind_of(tmp_path / "src").name != "late-interaction"
+    )
     reference = MultiVectorEncoder(str(directory), device="cpu")
     expected = reference.encode_query(QUERIES) + reference.encode_document(DOCUMENTS)
     ours = _ours(directory)
@@ -169,7 +171,7 @@ def test_finetune_late_interaction_through_the_cli(tmp_path):
         "1",
     ]
     assert main(args) == 0
-    assert is_late_interaction_dir(out) and not (out / "checkpoints").exists()
+    assert kind_of(out).name == "late-interaction" and not (out / "checkpoints").exists()
     log = json.loads((out / "late_interaction_training.json").read_text())
     assert log["spec"]["dim"] == 8 and log["spec"]["query_length"] == 12 and len(log["losses"]) == 4
     model = MultiVectorEncoder(str(out), device="cpu")

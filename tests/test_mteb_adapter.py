@@ -145,7 +145,7 @@ def test_a_sparse_encoder_directory_goes_through_mteb_sparse_path(tmp_path, monk
     from neobert.inference.encoders import load_encoder
 
     directory = save_sparse_encoder(
-        load_encoder(save_tiny_neobert(tmp_path / "m"), task="mlm"), tmp_path / "sparse"
+        load_encoder(save_tiny_neobert(tmp_path / "m"), head="mlm"), tmp_path / "sparse"
     )
     task = mock_tasks.MockRetrievalTask()
 

@@ -115,7 +115,7 @@ def test_rerank_by_maxsim_in_three_shapes(server, reference):
 def test_info_schema_budget_and_refusals(late_dir, server):
     status, info, _ = call(server, "GET", "/info", key=None)
     assert status == 200 and info["serves"] == ["token_vectors", "rerank", "tokenize", "decode"]
-    late = info["late_interaction"]
+    late = info["token_vectors"]
     assert (late["dim"], late["query_length"], late["document_length"], late["similarity"]) == (
         16,
         32,

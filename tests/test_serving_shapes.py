@@ -103,7 +103,7 @@ def test_a_toy_dialect_states_and_enforces_the_limits_of_its_sentences(toy_serve
 
 
 class Served:  # what state_limits reads of a served model
-    vocab_size, mask_token, dimensions, prompts, late_interaction = 100, "[MASK]", 8, {}, None
+    vocab_size, mask_token, dimensions, prompts, serves = 100, "[MASK]", 8, {}, ("embed",)
 
 
 def stated(shape: type, limits: dict | None = None) -> dict:

@@ -13,7 +13,8 @@ import torch
 
 from embedding_fixtures import NEEDS_TOKENIZER, save_tiny_bert, save_tiny_neobert
 from helpers import check_card, run_card_snippet, write_pairs
-from neobert.inference.sparse import encode_sparse, is_sparse_dir, prune_top_k, sparse_rows, splade_pool
+from neobert.inference.kinds import kind_of
+from neobert.inference.sparse import check_splade_layout, encode_sparse, prune_top_k, sparse_rows, splade_pool
 
 pytestmark = [NEEDS_TOKENIZER, pytest.mark.usefixtures("one_thread")]
 TEXTS = [
@@ -62,7 +63,8 @@ def test_encode_sparse_equals_sparse_encoder_on_the_same_directory(tmp_path, kin
     from neobert.inference.encoders import load_encoder
 
     directory = _sparse_dir(tmp_path, kind)
-    assert is_sparse_dir(directory) and not is_sparse_dir(tmp_path / "src")
+    assert kind_of(directory).name == "splade" and kind_of(tmp_path / "src").name != "splade"
+    check_splade_layout(directory)  # the settings encode_sparse reproduces
     reference = SparseEncoder(str(directory), device="cpu").encode(TEXTS, convert_to_tensor=True).to_dense()
     encoder = load_encoder(directory, head="mlm")
     ours = encode_sparse(encoder.model, encoder.tokenizer, TEXTS, batch_size=2)
@@ -112,7 +114,7 @@ def test_bad_input_gets_a_clear_error(tmp_path):
     config = directory / "1_SpladePooling" / "config.json"
     config.write_text(json.dumps({**json.loads(config.read_text()), "pooling_strategy": "sum"}))
     with pytest.raises(ValueError, match="SpladePooling"):
-        is_sparse_dir(directory)
+        check_splade_layout(directory)
 
 
 def test_flops_and_its_warmup_equal_sentence_transformers():
@@ -187,7 +189,7 @@ def test_sparse_run_lowers_the_loss_sparsifies_and_saves_a_sparse_encoder(tmp_pa
     )
 
     # the directory is a SparseEncoder, and our vectors are its vectors
-    assert is_sparse_dir(sparse.output)
+    assert kind_of(sparse.output).name == "splade"
     reference = (
         SparseEncoder(str(sparse.output), device="cpu").encode(TEXTS, convert_to_tensor=True).to_dense()
     )
@@ -253,7 +255,7 @@ def test_any_masked_lm_through_the_cli(tmp_path):
         "1e-3",
     ]
     assert main(args) == 0
-    assert is_sparse_dir(out)
+    assert kind_of(out).name == "splade"
     assert json.loads((out / "sparse_training.json").read_text())["config"]["document_regularizer"] == 1e-3
     assert (
         main(

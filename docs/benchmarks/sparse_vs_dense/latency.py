@@ -41,7 +41,7 @@ def timed(call, queries: list[str]) -> tuple[float, float]:
 def main(dense_dir: str, sparse_dir: str, task: str) -> None:
     torch.set_num_threads(1)
     queries, corpus = texts(Path(task) / "queries.jsonl"), texts(Path(task) / "corpus.jsonl")
-    dense, sparse = load_encoder(dense_dir), load_encoder(sparse_dir, task="mlm")
+    dense, sparse = load_encoder(dense_dir), load_encoder(sparse_dir, head="mlm")
     dense_call = lambda t: encode(dense.model, dense.tokenizer, t, batch_size=1, show_progress=False)  # noqa: E731
     sparse_call = lambda t: encode_sparse(sparse.model, sparse.tokenizer, t, batch_size=1)  # noqa: E731
     rows = []

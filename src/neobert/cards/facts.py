@@ -4,7 +4,6 @@ machine and library versions, read here."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import re
@@ -15,8 +14,8 @@ from typing import Any
 import torch
 from huggingface_hub import EvalResult
 
-from ..inference.directories import card_heads
 from ..inference.encoders import is_preset
+from ..inference.kinds import card_heads
 from ..runtime.hardware import cpu_info
 from ..runtime.hardware import versions as hardware_versions
 
@@ -188,9 +187,3 @@ def flatten(settings: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]
         else:
             rows.append((f"{prefix}{key}", value))
     return rows
-
-
-def directory_config(directory: Path) -> dict[str, Any]:
-    """config.json of a model directory ({} where there is none)."""
-    path = Path(directory) / "config.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}

@@ -11,9 +11,10 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..common.io import write_text
 from ..common.tables import MISSING, fmt, markdown_table
-from ..inference.directories import describe_directory, pipeline_tag
+from ..inference.directories import directory_config
+from ..inference.kinds import describe_directory, pipeline_tag
 from ..inference.model_info import model_info
-from .facts import CARD, CardError, CardInfo, Result, directory_config, flatten, machine, versions
+from .facts import CARD, CardError, CardInfo, Result, flatten, machine, versions
 from .usage import other_ways, usage
 
 CITATION = """@article{lebreton2025neobert,
@@ -71,10 +72,7 @@ def render(directory: Path, info: CardInfo) -> str:
     directory = Path(directory)
     name = info.name or directory.name
     data = card_data(info, name)
-    code, printed = usage(directory, info)
-    first = {"onnx": "ONNX Runtime", "sentence-transformers": "sentence-transformers"}.get(
-        info.library, "transformers"
-    )
+    code, printed, first = usage(directory, info)
     parts = [
         f"# {name}\n",
         info.description + "\n",
@@ -82,7 +80,7 @@ def render(directory: Path, info: CardInfo) -> str:
         f"With {first}:\n",
         f"```python\n{code}\n```\n",
         f"prints `{printed}`.\n",
-        other_ways(info),
+        other_ways(directory, info),
         "## Architecture\n",
         architecture(directory),
     ]

@@ -44,11 +44,12 @@ from ..common.io import write_text
 from ..common.tables import fmt, markdown_table
 from ..data.readers import json_objects
 from ..inference.encoders import Encoder, load_encoder, max_positions
-from ..inference.late_interaction import is_late_interaction_dir, load_late_interaction, token_vectors
+from ..inference.kinds import kind_of
+from ..inference.late_interaction import load_late_interaction, token_vectors
 from ..inference.long_documents import LongDocuments, tokenize_rows
 from ..inference.long_documents import embed as embed_long
 from ..inference.run import encode
-from ..inference.sparse import encode_sparse, is_sparse_model
+from ..inference.sparse import encode_sparse
 from . import embeddings as E
 from .instructions import TaskInstruction, apply_instruction
 from .report import FAMILY_TASK_TYPES, defined, nan_mean, write_json
@@ -298,6 +299,16 @@ LONG_POLICIES = ("truncate", "chunk")  # what eval embeddings does with a retrie
 SPARSE_FAMILIES = ("retrieval",)  # what sparse and late-interaction vectors are scored on
 
 
+def embedding_of(model: str, sparse: bool = False) -> str:
+    """How ``model`` is scored: its directory kind's embeddings (dense, sparse or multi-vector: a SPLADE
+    directory is sparse, a ColBERT one multi-vector), or sparse from its MLM head where ``sparse`` asks it of a
+    dense model. A directory whose settings cannot be reproduced raises, naming what."""
+    kind = kind_of(model)
+    if Path(model).is_dir():
+        kind.validate(Path(model))
+    return "sparse" if sparse and kind.embedding == "dense" else kind.embedding
+
+
 def run(
     models: Sequence[str],
     tasks: Sequence[TaskSpec],
@@ -328,8 +339,8 @@ def run(
     start = time.perf_counter()
     report = EmbeddingReport()
     for model in models:
-        is_late = Path(model).is_dir() and is_late_interaction_dir(model)
-        is_sparse = not is_late and is_sparse_model(model, sparse)
+        embedding = embedding_of(model, sparse)
+        is_late, is_sparse = embedding == "multi-vector", embedding == "sparse"
         if is_late:
             embed = make_late_embed(model, device, batch_size, show_progress, chunk)
         else:

@@ -32,7 +32,7 @@ from ..common.io import write_text
 from ..common.tables import markdown_table
 from ..inference.encoders import Encoder, load_encoder
 from ..inference.run import encode
-from ..inference.sparse import is_sparse_model
+from .embedding_files import embedding_of
 from .instructions import TaskInstruction, apply_instruction, task_instruction
 from .report import defined, nan_mean, write_json
 
@@ -251,7 +251,13 @@ def run(
     start = time.perf_counter()
     report = MTEBReport()
     for name in models:
-        if is_sparse_model(name):
+        embedding = embedding_of(name)
+        if embedding == "multi-vector":
+            raise ValueError(
+                f"{name} is a late-interaction (multi-vector) model; mteb's encoder interface takes one vector "
+                "per text: score it with `neobert eval embeddings` (MaxSim)"
+            )
+        if embedding == "sparse":
             from mteb.models import SparseEncoderWrapper
 
             adapter = SparseEncoderWrapper(str(name), device=device)

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from ..cards import CARD, CardInfo, write_card
 from ..common.io import atomic_dir, write_json
 from ..inference.encoders import EmbeddingSpec, embedding_spec, is_neobert, load_encoder
+from ..inference.kinds import kind_of
 from ..inference.registration import HEADS, declared_head
 from ..inference.run import label_names
 from ..model import set_runtime
@@ -138,6 +139,12 @@ def inspect_source(model_dir: str | os.PathLike) -> Source:
     config_file = path / "config.json"
     if not config_file.is_file():
         raise FileNotFoundError(f"{path} holds no config.json: it is not a transformers model directory")
+    kind = kind_of(path)
+    if not kind.exports_onnx:
+        raise UnsupportedModelError(
+            f"{path} is a {kind.name} directory, which the ONNX export does not write (it writes pooled "
+            "embeddings or a classifier's logits)"
+        )
     config = json.loads(config_file.read_text(encoding="utf-8"))
     model_type = config.get("model_type")
     if model_type not in SUPPORTED_TYPES:

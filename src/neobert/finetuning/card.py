@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ..cards import CardInfo, DataSource, Result, hub_model_id, wall_time
-from ..inference.directories import pipeline_tag
 from ..inference.encoders import is_preset
+from ..inference.kinds import pipeline_tag
 
 
 @dataclass

@@ -1,29 +1,32 @@
-"""What kind of directory a model is, decided in one place: :func:`describe_directory`.
+"""What a kind of model directory is: :class:`DirectoryKind`, the behaviour every kind carries, and the files
+sentence-transformers directories share (``modules.json``, ``config_sentence_transformers.json``).
 
-A model directory is one of the kinds in :data:`DIRECTORY_KINDS`, the first whose test matches: an ONNX
-export (``neobert export onnx``), a late-interaction (ColBERT) directory (PyLate's layout, which
-``MultiVectorEncoder`` loads too), a SPLADE ``SparseEncoder`` directory, a sentence-transformers directory
-(``modules.json``), or a plain transformers directory (``config.json``). Each kind says which library loads
-it and what its model card calls it; the head inside is the one ``config.json`` declares
-(:func:`neobert.inference.registration.declared_head`). Cards, the service's backend choice, SPLADE detection and the
-evaluations ask here; a new kind is one :func:`register_directory_kind` call.
+A kind says how a directory of its kind is recognised (:meth:`DirectoryKind.matches`), loaded for inference
+(:meth:`~DirectoryKind.load`: an :class:`~neobert.inference.encoders.Encoder` with its capabilities), which
+serving backend runs it, what it embeds (``dense``, ``sparse`` or ``multi-vector``: what ``neobert embed``
+writes and how ``eval embeddings`` scores it), which tasks it answers under another task's name (``rerank``
+by MaxSim), whether ``neobert export onnx`` takes it, and what its model card shows (library, pipeline, a
+snippet that runs, the other ways to load it). The kinds are the modules of :mod:`neobert.inference.kinds`,
+whose registry asks them in order; this module imports none of them, so the modules a kind is built on
+(``sparse``, ``late_interaction``) can read the shared files from here.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-from .registration import HEADS, declared_head
+from .registration import declared_head
 
 ONNX_CONFIG_FILE = "onnx_config.json"  # written by `neobert export onnx`, read by OnnxEncoder
 MODULES_FILE = "modules.json"  # a sentence-transformers pipeline
 ST_SETTINGS_FILE = "config_sentence_transformers.json"  # its settings (model_type, prompts, similarity)
-MULTI_VECTOR_TYPES = ("ColBERT", "MultiVectorEncoder")  # PyLate's and sentence-transformers' late interaction
+EMBEDDINGS = ("dense", "sparse", "multi-vector")  # what a kind's embeddings are
 
 
 def modules(path: Path) -> list[dict[str, Any]]:
@@ -48,58 +51,57 @@ def module_types(path: Path) -> list[str]:
     return [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules(path)]
 
 
-@dataclass(frozen=True)
-class DirectoryKind:
-    """One kind of model directory."""
+def directory_config(path: Path) -> dict[str, Any]:
+    """A directory's ``config.json`` (empty where it has none)."""
+    file = path / "config.json"
+    return json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
 
-    name: str
-    test: Callable[[Path], bool]  # whether a directory is of this kind (asked in registry order)
-    library: str  # the library that loads it (the card's library_name)
+
+class DirectoryKind:
+    """One kind of model directory, with its behaviour. Subclasses set the class attributes and override
+    :meth:`matches`, :meth:`load` and the card's :meth:`usage` / :meth:`other_ways`."""
+
+    name: str = ""
+    library: str = "transformers"  # the library that loads it (the card's library_name)
+    loaded_with: str = "transformers"  # how the card names that library ("With transformers:")
     card_head: str | None = None  # what its card calls it; None: the head its config.json declares
     pipeline_tag: str | None = None  # its Hub pipeline where card_head is not a registered head
+    backend: str = "torch"  # the serving backend that runs it (serving.config.BACKENDS)
+    exports_onnx: bool = True  # `neobert export onnx` takes it (its encoder, or a head whose graph exports)
+    embedding: str = "dense"  # what it embeds: dense | sparse | multi-vector (EMBEDDINGS)
+    # a task the routes ask by its common name -> this kind's task that answers it (rerank -> maxsim)
+    aliases: Mapping[str, str] = MappingProxyType({})
 
+    def matches(self, path: Path) -> bool:
+        """Whether the directory ``path`` is of this kind (asked in the registry's order)."""
+        raise NotImplementedError
 
-DIRECTORY_KINDS: dict[str, DirectoryKind] = {}
+    def validate(self, path: Path) -> None:
+        """Raise ValueError naming what this package cannot reproduce of the directory ``path`` (a SPLADE
+        directory with other pooling, say); nothing by default."""
 
+    def load(
+        self,
+        source: str | os.PathLike,
+        tokenizer: str | os.PathLike | None = None,
+        head: str = "auto",
+        precision: str | None = "auto",
+        sparse: bool = False,
+    ) -> Any:
+        """``source`` loaded for inference: an :class:`~neobert.inference.encoders.Encoder` whose
+        ``capabilities`` say what it serves (see :func:`neobert.inference.kinds.load_for_inference`)."""
+        raise ValueError(f"{source} is a {self.name} directory, which is not loaded with PyTorch")
 
-def register_directory_kind(kind: DirectoryKind, before: str | None = None) -> DirectoryKind:
-    """Add ``kind`` to the registry, asked before the kind ``before`` (default: before the plain
-    transformers directory, the catch-all)."""
-    before = before or ("transformers" if "transformers" in DIRECTORY_KINDS else None)
-    items = [(k, v) for k, v in DIRECTORY_KINDS.items() if k != kind.name]
-    at = next((i for i, (k, _) in enumerate(items) if k == before), len(items))
-    items.insert(at, (kind.name, kind))
-    DIRECTORY_KINDS.clear()
-    DIRECTORY_KINDS.update(items)
-    return kind
+    def usage(self, directory: Path, head: str, texts: tuple[str, ...]) -> tuple[str, str]:
+        """The card's first snippet (run against the directory itself) and the line it prints."""
+        raise NotImplementedError
 
+    def other_ways(self, head: str) -> str:
+        """The card's paragraph on the other ways to load the directory."""
+        return ""
 
-for _kind in (
-    DirectoryKind("onnx", lambda p: (p / ONNX_CONFIG_FILE).is_file(), "onnx"),
-    DirectoryKind(
-        "late-interaction",
-        lambda p: (p / MODULES_FILE).is_file() and st_settings(p).get("model_type") in MULTI_VECTOR_TYPES,
-        "sentence-transformers",
-        "late-interaction",
-        "sentence-similarity",
-    ),
-    DirectoryKind(
-        "splade",
-        lambda p: "SpladePooling" in module_types(p),
-        "sentence-transformers",
-        "sparse-embedding",
-        "feature-extraction",
-    ),
-    DirectoryKind(
-        "sentence-transformers",
-        lambda p: (p / MODULES_FILE).is_file(),
-        "sentence-transformers",
-        "sentence-embedding",
-        "sentence-similarity",
-    ),
-    DirectoryKind("transformers", lambda p: (p / "config.json").is_file(), "transformers"),
-):
-    register_directory_kind(_kind)
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
 
 
 @dataclass(frozen=True)
@@ -120,39 +122,9 @@ class Directory:
         return self.kind.card_head or self.head
 
     def config(self) -> dict[str, Any]:
-        file = self.path / "config.json"
-        return json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
+        return directory_config(self.path)
 
-
-def describe_directory(source: str | os.PathLike) -> Directory | None:
-    """What kind of model directory ``source`` is; None where it is no directory or no kind matches."""
-    path = Path(source).expanduser()
-    if not path.is_dir():
-        return None
-    kind = next((k for k in DIRECTORY_KINDS.values() if k.test(path)), None)
-    if kind is None:
-        return None
-    config = path / "config.json"
-    head = declared_head(json.loads(config.read_text(encoding="utf-8"))) if config.is_file() else "base"
-    return Directory(path, kind, head)
-
-
-def is_kind(source: str | os.PathLike, name: str) -> bool:
-    """Whether ``source`` is a model directory of kind ``name``."""
-    found = describe_directory(source)
-    return found is not None and found.kind.name == name
-
-
-def pipeline_tag(card_head: str) -> str:
-    """The Hub pipeline of what a card calls a model: a registered head's, or a directory kind's."""
-    if card_head in HEADS:
-        return HEADS[card_head].pipeline_tag
-    for kind in DIRECTORY_KINDS.values():
-        if kind.card_head == card_head and kind.pipeline_tag:
-            return kind.pipeline_tag
-    raise ValueError(f"unknown head {card_head!r}; one of {', '.join(card_heads())}")
-
-
-def card_heads() -> list[str]:
-    """Every name a card may give a model: the registered heads and the directory kinds' names."""
-    return [*HEADS, *(k.card_head for k in DIRECTORY_KINDS.values() if k.card_head)]
+    @classmethod
+    def of(cls, path: Path, kind: DirectoryKind) -> Directory:
+        config = directory_config(path)
+        return cls(path, kind, declared_head(config) if config else "base")

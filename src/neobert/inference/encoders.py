@@ -372,14 +372,17 @@ def _drop_auto_map(config_file: Path) -> None:
 class Encoder:
     """A model (bare encoder or one with a head), its tokenizer (None where none is needed, e.g. a
     throughput benchmark on random ids), its name, and the longest input it accepts: the one bundle every
-    loader returns (:func:`load_encoder`, and ``capabilities.load_for_inference`` with its capabilities)."""
+    loader returns (:func:`load_encoder`, and ``kinds.load_for_inference`` with its capabilities)."""
 
     model: torch.nn.Module
     tokenizer: Any
     name: str
     max_length: int
-    # what it can do (capabilities.Capabilities), where it was loaded for inference (load_for_inference)
+    # what it can do (capabilities.Capabilities), where it was loaded for inference (kinds.load_for_inference)
     capabilities: Any = None
+    spec: Any = (
+        None  # its kind's settings beside the weights (a late-interaction model's LateInteractionSpec)
+    )
 
     @property
     def base(self) -> torch.nn.Module:

@@ -37,13 +37,13 @@ from safetensors.torch import load_file, save_file
 from ..common.io import replace_dir, write_json
 from ..common.progress import progress_bar
 from ..model.execution import eval_mode
-from .directories import is_kind
+from .directories import MODULES_FILE, ST_SETTINGS_FILE, module_types, st_settings
 from .encoders import Encoder, load_encoder, max_positions, write_model_files
 
 __all__ = [
     "LateInteractionModel",
     "LateInteractionSpec",
-    "is_late_interaction_dir",
+    "is_colbert_layout",
     "load_late_interaction",
     "maxsim",
     "maxsim_scores",
@@ -51,7 +51,6 @@ __all__ = [
     "token_vectors",
 ]
 
-SETTINGS_FILE = "config_sentence_transformers.json"
 DENSE_DIR = "1_Dense"
 
 
@@ -270,17 +269,31 @@ def _write_layout(
         "do_query_expansion": True,
         **{k: v for k, v in asdict(spec).items() if k != "dim"},
     }
-    _write(output / SETTINGS_FILE, settings)
+    _write(output / ST_SETTINGS_FILE, settings)
 
 
 def _write(path: Path, data: Any) -> None:
     write_json(path, data, indent=2)
 
 
-def is_late_interaction_dir(source: str | os.PathLike) -> bool:
-    """Whether ``source`` is a late-interaction directory (PyLate's ``ColBERT`` model type, or a
-    ``MultiVectorEncoder``): :func:`neobert.inference.directories.describe_directory` decides it."""
-    return is_kind(source, "late-interaction")
+# The settings PyLate keeps beside the weights (config_sentence_transformers.json), by PyLate's names
+COLBERT_SETTINGS = ("query_prefix", "document_prefix", "query_length", "document_length")
+MULTI_VECTOR_TYPES = ("ColBERT", "MultiVectorEncoder")  # PyLate's and sentence-transformers' model types
+
+
+def is_colbert_layout(path: Path) -> bool:
+    """Whether the directory ``path`` is a late-interaction (ColBERT) model: its settings name PyLate's or
+    sentence-transformers' multi-vector model type, or (PyLate's own ``save`` keeps no ``model_type`` where
+    the model it started from had none) it holds what a ColBERT model is made of: a transformer at the root
+    followed by a Dense token projection and no pooling, and the ColBERT settings."""
+    if not (path / MODULES_FILE).is_file():
+        return False
+    settings = st_settings(path)
+    if settings.get("model_type") in MULTI_VECTOR_TYPES:
+        return True
+    types = module_types(path)
+    projected = types[:2] == ["Transformer", "Dense"] and "Pooling" not in types
+    return projected and all(key in settings for key in COLBERT_SETTINGS)
 
 
 def load_late_interaction(
@@ -289,9 +302,9 @@ def load_late_interaction(
     """A saved late-interaction directory as (model, tokenizer, spec), in eval mode; ``max_length`` caps
     ``document_length`` (default: the directory's, at most what the encoder accepts)."""
     path = Path(source).expanduser()
-    if not is_late_interaction_dir(path):
+    if not is_colbert_layout(path):
         raise ValueError(f"{path} is not a late-interaction (ColBERT / MultiVectorEncoder) model directory")
-    settings = json.loads((path / SETTINGS_FILE).read_text(encoding="utf-8"))
+    settings = json.loads((path / ST_SETTINGS_FILE).read_text(encoding="utf-8"))
     weight = load_file(str(path / DENSE_DIR / "model.safetensors"))["linear.weight"]
     known = {k: settings[k] for k in asdict(LateInteractionSpec()) if k in settings}
     spec = LateInteractionSpec(dim=int(weight.shape[0]), **{k: v for k, v in known.items() if k != "dim"})

@@ -10,13 +10,13 @@ computes with ``SpladePooling("max")`` over a ``fill-mask`` ``Transformer``, so 
   :func:`neobert.inference.run.encode`, optional top-k pruning per text;
 - :func:`sparse_rows`: a matrix as per-text lists of ``{index, value}`` (and ``token``): the shape
   text-embeddings-inference's ``/embed_sparse`` answers, for the service to return as it is;
-- :func:`is_sparse_dir`: whether a directory is a SPLADE ``SparseEncoder`` (its ``modules.json``).
+- :func:`check_splade_layout`: whether a SPLADE ``SparseEncoder`` directory has the settings reproduced here
+  (the kind itself is :mod:`neobert.inference.kinds.splade`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,12 +27,12 @@ import torch
 
 from ..common.progress import progress_bar
 from ..model.execution import eval_mode
-from .directories import MODULES_FILE, is_kind, module_types, modules
+from .directories import MODULES_FILE, module_types, modules
 from .encoders import check_vocab, max_positions
 from .registration import require_head
 from .run import batched_inputs
 
-__all__ = ["encode_sparse", "is_sparse_dir", "is_sparse_model", "prune_top_k", "sparse_rows", "splade_pool"]
+__all__ = ["check_splade_layout", "encode_sparse", "prune_top_k", "sparse_rows", "splade_pool"]
 
 
 def splade_pool(logits: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -126,14 +126,10 @@ def sparse_rows(matrix: sp.csr_matrix, tokenizer: Any = None) -> list[list[dict[
     return out
 
 
-def is_sparse_dir(source: str | os.PathLike) -> bool:
-    """Whether ``source`` is a SPLADE ``SparseEncoder`` directory (:func:`neobert.inference.directories.describe_directory`
-    says so: a ``SpladePooling`` module) with the settings :func:`encode_sparse` reproduces: a transformer at
-    the root, then ``SpladePooling`` with max pooling and ReLU. Other SPLADE settings (sum pooling, the
-    ``log1p_relu`` activation) raise."""
-    if not is_kind(source, "splade"):
-        return False
-    path = Path(source).expanduser()
+def check_splade_layout(path: Path) -> None:
+    """Raise ValueError unless the SPLADE ``SparseEncoder`` directory ``path`` has the settings
+    :func:`encode_sparse` reproduces: a transformer at the root, then ``SpladePooling`` with max pooling and
+    ReLU (not sum pooling, not the ``log1p_relu`` activation)."""
     listed = modules(path)
     splade = next(m for m in listed if str(m.get("type", "")).endswith("SpladePooling"))
     config_file = path / splade.get("path", "") / "config.json"
@@ -144,10 +140,3 @@ def is_sparse_dir(source: str | os.PathLike) -> bool:
             f"{path / MODULES_FILE}: only a transformer followed by SpladePooling(max, relu) is supported; "
             f"found {module_types(path)} with pooling {settings}"
         )
-    return True
-
-
-def is_sparse_model(source: str | os.PathLike, sparse: bool = False) -> bool:
-    """Whether ``source`` is used as a sparse model: asked for (``sparse``), or a SPLADE ``SparseEncoder``
-    directory (every evaluation decides it here)."""
-    return sparse or (Path(source).is_dir() and is_sparse_dir(source))

@@ -54,14 +54,14 @@ from ..data.pieces import (
     read_piece,
 )
 from ..data.readers import ON_ERROR, DataError, expand_inputs
-from ..inference.capabilities import load_for_inference
 from ..inference.encoders import (
     apply_precision,
     is_preset,
     model_dir,
     resolve_model_precision,
 )
-from ..inference.late_interaction import is_late_interaction_dir, load_late_interaction, token_vectors
+from ..inference.kinds import kind_of, load_for_inference
+from ..inference.late_interaction import load_late_interaction, token_vectors
 from ..inference.long_documents import LongDocuments, LongReport, model_window
 from ..inference.long_documents import embed as embed_long
 from ..inference.quantization import CALIBRATED, TYPES, calibration_ranges, quantize
@@ -216,7 +216,7 @@ def embed_file(config: EmbedConfig) -> EmbedResult:
         raise ValueError(
             "a .npy output holds one text file's lines: give one --input, or an output directory"
         )
-    if is_late_interaction_dir(c.model):
+    if kind_of(c.model).embedding == "multi-vector":
         raise ValueError(
             "a late-interaction model's token vectors (a list per text) go to an output directory, "
             "not a .npy array"
@@ -541,7 +541,7 @@ def _run(c: EmbedConfig, engine: Engine, job: JobOutput, pieces: list[Piece], do
 
     kwargs = {"config": c, "precision": precision, "digest": job.manifest["digest"], "empty": empty}
     with bar:
-        worker = PieceTokenEmbedder if is_late_interaction_dir(c.model) else PieceEmbedder
+        worker = PieceTokenEmbedder if kind_of(c.model).embedding == "multi-vector" else PieceEmbedder
         pool = engine.run_pieces(worker, kwargs, todo, finished)
     return records, pool
 

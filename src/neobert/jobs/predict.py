@@ -19,8 +19,8 @@ import torch
 from ..common.io import write_text
 from ..common.tables import markdown_table
 from ..data.text_files import read_texts
-from ..inference.capabilities import load_for_inference
 from ..inference.encoders import is_preset, load_model, resolve_tokenizer
+from ..inference.kinds import load_for_inference
 from ..inference.long_documents import LongReport
 from ..inference.long_documents import classifier_logits as classifier_logits_long
 from ..inference.registration import declared_head

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common.config import PRECISIONS, check_known_keys, renamed_settings
-from ..inference.directories import is_kind
+from ..inference.kinds import kind_of
 from ..inference.long_documents import EXTEND_METHODS, POLICIES
 from ..inference.registration import HEADS
 
@@ -132,7 +132,7 @@ class ServeConfig:
     def onnx(self) -> bool:
         """Whether the model runs on ONNX Runtime (``backend`` onnx, or auto and an export directory)."""
         if self.backend == "auto":
-            return is_kind(self.model, "onnx")
+            return kind_of(self.model).backend == "onnx"
         return self.backend == "onnx"
 
     @property

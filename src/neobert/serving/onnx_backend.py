@@ -32,8 +32,8 @@ import torch.nn.functional as F
 
 from ..export.runtime import CONFIG_FILE, OnnxEncoder
 from ..inference.capabilities import describe
-from ..inference.directories import is_kind
 from ..inference.encoders import EmbeddingSpec
+from ..inference.kinds import kind_of
 from ..inference.long_documents import LongReport
 from ..inference.run import classifier_rows, label_scores, relevance, token_batches
 from ..model.pooling import pool
@@ -45,7 +45,7 @@ from .threads import ThreadChoice, ThreadPolicy
 
 def is_onnx_export(model: str) -> bool:
     """Whether ``model`` is a directory written by ``neobert export onnx``."""
-    return is_kind(model, "onnx")
+    return kind_of(model).backend == "onnx"
 
 
 @dataclass

@@ -73,15 +73,15 @@ class TextInput(Stated):
     """A field the model reads: one text, or a list of texts (``many``: at most ``max_texts``), each at most
     ``max_chars`` characters. ``ids``: a list of the model's token ids may stand for a text (at most
     ``max_chars`` ids, each below the vocabulary). ``masked``: each text must hold the model's mask token
-    (the schema's ``pattern``). ``late_texts_only``: a late-interaction model takes texts only here (the
-    token-id forms leave its schema). The field's type must hold what ``many`` and ``ids`` say, no more and
+    (the schema's ``pattern``). ``texts_only_for``: a model serving this task takes texts only here (the
+    token-id forms leave its schema: a late-interaction model's markers go before a text). The field's type must hold what ``many`` and ``ids`` say, no more and
     no less: else stating the schema fails, naming the field. The 413s that match are ``Routes.check_texts``'
     (through ``Routes.run``, ``check_answer`` and ``scores``), given the field's texts by its route."""
 
     many: bool = True
     ids: bool = False
     masked: bool = False
-    late_texts_only: bool = False
+    texts_only_for: str | None = None
 
     def state(self, field: dict[str, Any], shape: dict[str, Any], given: Given) -> None:
         found = _bound(field, given.limits, given.model.vocab_size, outer=True)
@@ -92,7 +92,7 @@ class TextInput(Stated):
             )
         if self.masked and given.model.mask_token:
             _pattern(field, re.escape(given.model.mask_token))
-        if self.late_texts_only and getattr(given.model, "late_interaction", None):
+        if self.texts_only_for is not None and self.texts_only_for in given.model.serves:
             _texts_only(field)
 
 

@@ -34,7 +34,7 @@ class ServedModel:
     mask_token: str | None = None
     vocab_size: int | None = None  # token ids are below it
     threads: ThreadChoice | None = None
-    late_interaction: Mapping[str, Any] | None = None  # a ColBERT model's settings: dim, query_length, ...
+    token_vectors: Mapping[str, Any] | None = None  # its token vectors' settings (a ColBERT model's)
 
     @classmethod
     def of(cls, capabilities: Any, **backend: Any) -> ServedModel:
@@ -54,6 +54,6 @@ class ServedModel:
         for name in ("serves", "labels", "matryoshka_dims"):
             body[name] = None if body[name] is None else list(body[name])
         body["prompts"], body["not_served"] = dict(self.prompts), dict(self.not_served)
-        body["late_interaction"] = dict(self.late_interaction) if self.late_interaction else None
+        body["token_vectors"] = dict(self.token_vectors) if self.token_vectors else None
         threads = self.threads
         return {**body, "threads": threads and threads.threads, "threads_reason": threads and threads.reason}

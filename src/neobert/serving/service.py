@@ -18,20 +18,18 @@ from typing import Any
 
 import torch
 
-from ..inference.capabilities import load_for_inference
 from ..inference.encoders import Encoder
+from ..inference.kinds import load_for_inference
 from ..inference.long_documents import LongDocuments
 from .batcher import Batcher
 from .config import API_KEY_ENV, ServeConfig
 from .metrics import ServiceMetrics
 from .served import ServedModel
-from .tasks import TASKS, Backend, Done, ModelCall, late_lengths, pair_lengths, whole_texts
+from .tasks import COUNT, LENGTHS, TASKS, Backend, Done, ModelCall, whole_texts
 from .threads import ServingProbe, ThreadChoice, ThreadPolicy
 from .worker import WorkerPool
 
 log = logging.getLogger(__name__)
-# a late-interaction model's function for a task the routes ask by its common name
-LATE_TASKS = {"rerank": "maxsim"}
 
 
 @dataclass
@@ -53,18 +51,17 @@ class TorchBackend(Backend):
         )
         self.budget = {"batch_size": self.config.max_batch_texts, "max_tokens": self.config.max_batch_tokens}
         self._whole: Any = None
-        self.spec = getattr(self.loaded, "spec", None)  # a late-interaction model's (ColBERT settings)
+        self.spec = self.loaded.spec  # its kind's settings beside the weights (a ColBERT model's)
+        self.aliases = self.capabilities.aliases  # a task asked by its common name -> its kind's task
 
     @classmethod
     def load(cls, config: ServeConfig) -> TorchBackend:
         loaded = load_for_inference(
             config.model, config.tokenizer, config.head, config.precision, config.sparse
         )
-        if loaded.capabilities.late_interaction and config.long_documents != "truncate":
-            raise ValueError(
-                f"long_documents {config.long_documents} does not apply to a late-interaction model: "
-                "its documents are cut to document_length, as ColBERT cuts them"
-            )
+        fixed = loaded.capabilities.fixed_window
+        if fixed and config.long_documents != "truncate":
+            raise ValueError(f"long_documents {config.long_documents} does not apply: {fixed}")
         model = cls(config, loaded)
         key = (config.model, config.precision, loaded.capabilities.head)
         model.threads = ThreadPolicy.at_start(config, ServingProbe(model), key=key)
@@ -84,14 +81,10 @@ class TorchBackend(Backend):
         )
 
     def run_task(self, name: str, texts: list[Any], options: dict[str, Any]) -> Done:
-        if self.spec is not None:  # a late-interaction model reranks by MaxSim
-            name = LATE_TASKS.get(name, name)
-        return TASKS[name](self, texts, **options)
+        return TASKS[self.aliases.get(name, name)](self, texts, **options)
 
     def lengths(self, texts: list[Any]) -> list[int]:
-        if self.spec is not None:
-            return late_lengths(self, texts)
-        return pair_lengths(self.tokenizer, texts)
+        return LENGTHS[self.aliases.get(COUNT, COUNT)](self, texts)
 
     def text_tokenizer(self) -> Any:
         if self._whole is None:

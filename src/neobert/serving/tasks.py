@@ -302,6 +302,14 @@ def late_lengths(model: Any, items: list[Any]) -> list[int]:
     return [len(ids) for ids in model.tokenizer(texts, verbose=False)["input_ids"]] if texts else []
 
 
+# How a PyTorch model counts each text's whole tokens (for ``truncate: false`` and the answer budget): by
+# pairs of its tokenizer, or as its kind counts (``Capabilities.aliases[COUNT]``: a ColBERT document's marker)
+LENGTHS: dict[str, Callable[[Any, list[Any]], list[int]]] = {
+    COUNT: lambda model, items: pair_lengths(model.tokenizer, items),
+    "count_late": late_lengths,
+}
+
+
 @task("token_vectors")
 def token_vectors(model: Any, texts: list[str], kind: str = "document") -> Done:
     """A late-interaction model's token vectors (:func:`neobert.inference.late_interaction.token_vectors`): per text a

@@ -27,7 +27,7 @@ JINA_TASKS = ("retrieval.query", "retrieval.passage", "code.query", "code.passag
 
 
 class OpenAIEmbeddingRequest(LenientRequest):
-    input: Annotated[InputForms, TextInput(ids=True, late_texts_only=True)] = Field(
+    input: Annotated[InputForms, TextInput(ids=True, texts_only_for="token_vectors")] = Field(
         description="a text, texts, or token ids of our tokenizer (special tokens included)"
     )
     model: StrictStr | None = None
@@ -152,7 +152,7 @@ async def multivector(routes: Routes, request: OpenAIEmbeddingRequest) -> Respon
             "return_multivector takes texts, not token ids (the markers are put before the text)",
             "input",
         )
-    settings = routes.service.model.late_interaction
+    settings = routes.service.model.token_vectors
     kind = "query" if (request.task or "").endswith(".query") else "document"
     per_token = settings["dim"] * BYTES_PER_NUMBER[request.encoding_format]
     what = f"{settings['dim']} numbers as {request.encoding_format}"

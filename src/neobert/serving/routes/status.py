@@ -64,10 +64,10 @@ class InfoResponse(BaseModel):
     not_served: dict[str, str] = Field(
         default_factory=dict, description="endpoints (tasks) of the model's head it does not serve, and why"
     )
-    late_interaction: dict[str, Any] | None = Field(
+    token_vectors: dict[str, Any] | None = Field(
         default=None,
         description=(
-            "a late-interaction (ColBERT) model's settings: dim (numbers per token vector), query_length (every "
+            "the settings of the model's token vectors (a late-interaction, ColBERT, model): dim (numbers per token vector), query_length (every "
             "query's vectors), document_length (a document's at most), the markers, the skiplist, similarity "
             "MaxSim; null for any other model"
         ),
