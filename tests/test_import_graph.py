@@ -106,16 +106,12 @@ FLOORS = {
     "neobert.model": 1,
     "neobert.runtime": 1,  # hardware (CPU flags, measured precision; imports config only), fastpath (model/)
     "neobert.data": 1,
-    # a job's engine settings and its output directory + manifest: below data.prepare, whose config and
-    # local run use them
-    "neobert.jobs.settings": 1,
-    "neobert.jobs.output": 1,
     # floor 2: the cores the tasks stand on
     "neobert.inference": 2,  # encoders, registration, directories, capabilities, run (encode, classifier_logits,
     # fill_mask), long_documents, sparse, late_interaction, quantization, model_info
     "neobert.cards": 2,  # model cards, and pushing a directory to the Hugging Face Hub (cards/hub.py)
     "neobert.training": 2,
-    "neobert.jobs": 2,  # where a batch job's pieces run (local or Ray) and data preparation on Ray
+    "neobert.jobs": 2,  # where a batch job's pieces run (local or Ray), its output and settings; data preparation
     # floor 3: the tasks
     "neobert.jobs.embed": 3,  # neobert embed: its config and its one pipeline (a directory of shards, or a .npy)
     "neobert.jobs.predict": 3,  # a model over a file of texts: classify, tag, fill-mask

@@ -153,9 +153,8 @@ def test_one_job_writes_an_output_directory_at_a_time(model_dir, tmp_path):
     import time
 
     from neobert.common.io import LOCK, OutputLocked
-    from neobert.data import PrepareConfig
     from neobert.jobs.embed import EmbedConfig, embed
-    from neobert.jobs.prepare import prepare
+    from neobert.jobs.prepare import PrepareConfig, prepare
 
     (tmp_path / "t.txt").write_text("alpha beta\ngamma\n")
     out, host = tmp_path / "out", socket.gethostname()
