@@ -111,11 +111,12 @@ FLOORS = {
     # fill_mask), long_documents, sparse, late_interaction, quantization, model_info
     "neobert.cards": 2,  # model cards, and pushing a directory to the Hugging Face Hub (cards/hub.py)
     "neobert.training": 2,
-    "neobert.jobs": 2,  # where a batch job's pieces run (local or Ray), its output and settings; data preparation
+    # the batch jobs: where their pieces run (engine: local or Ray), their output, settings; data preparation,
+    # corpus embedding (embed: the driver, embed_config, embed_workers, embed_format: the shards index reads),
+    # the search index over embed's token vectors; each stands on data/ and inference/ only
+    "neobert.jobs": 2,
     # floor 3: the tasks
-    "neobert.jobs.embed": 3,  # neobert embed: its config and its one pipeline (a directory of shards, or a .npy)
-    "neobert.jobs.predict": 3,  # a model over a file of texts: classify, tag, fill-mask
-    "neobert.jobs.index": 3,  # neobert index / search: voyager over late-interaction token vectors
+    "neobert.jobs.predict": 3,  # a model over a file of texts: classify, tag (token_classification), fill-mask
     "neobert.finetuning": 3,
     "neobert.evaluation": 3,
     "neobert.benchmarks": 3,
