@@ -145,6 +145,7 @@ def test_the_npy_output_is_the_directory_pipelines_vectors_row_i_line_i(model_di
     monkeypatch.setattr(job.PieceEmbedder, "__call__", real)
     result = embed(EmbedConfig(output=str(tmp_path / "v.npy"), **common))
     assert result.empty_rows == [2, 5] and result.shape == (6, 64)
+    assert "(mean pooling, L2-normalized, fp32)" in result.summary  # the precision it ran, as a directory's
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "v.npy"]  # the parts are gone
     vectors = np.load(tmp_path / "v.npy")
     # the directory output of the same lines, blank ones left out (a directory refuses or skips them)

@@ -96,9 +96,10 @@ def embed_file(config: EmbedConfig) -> EmbedResult:
     shutil.rmtree(parts)
     seconds = time.perf_counter() - start
     norm = "L2-normalized" if c.normalize else "not normalized"
+    ran = ", ".join(corpus.precision)  # what precision auto became, as the directory's summary says too
     summary = (
-        f"wrote {len(vectors):,} x {vectors.shape[1]} {vectors.dtype} vectors ({c.pooling} pooling, {norm}) "
-        f"to {c.output} in {seconds:.1f}s"
+        f"wrote {len(vectors):,} x {vectors.shape[1]} {vectors.dtype} vectors ({c.pooling} pooling, {norm}, "
+        f"{ran}) to {c.output} in {seconds:.1f}s"
     )
     consequence = "their rows embed an empty text, so that row i is line i"
     report = LongReport(
