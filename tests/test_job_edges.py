@@ -71,7 +71,8 @@ def test_duplicate_ids_are_refused_in_the_plan_naming_both_rows_or_kept_first(mo
     import pyarrow.parquet as pq
 
     from neobert.data import DataError
-    from neobert.jobs.embed import EmbedConfig, embed
+    from neobert.jobs.embed import embed
+    from neobert.jobs.embed_config import EmbedConfig
 
     (tmp_path / "in").mkdir()
     write_rows(tmp_path / "in" / "a.jsonl", [("x", "one"), ("same", "two"), ("y", "three"), ("same", "four")])
@@ -153,9 +154,9 @@ def test_one_job_writes_an_output_directory_at_a_time(model_dir, tmp_path):
     import time
 
     from neobert.common.io import LOCK, OutputLocked
-    from neobert.data import PrepareConfig
-    from neobert.jobs.embed import EmbedConfig, embed
-    from neobert.jobs.prepare import prepare
+    from neobert.jobs.embed import embed
+    from neobert.jobs.embed_config import EmbedConfig
+    from neobert.jobs.prepare import PrepareConfig, prepare
 
     (tmp_path / "t.txt").write_text("alpha beta\ngamma\n")
     out, host = tmp_path / "out", socket.gethostname()

@@ -1,5 +1,6 @@
 """The one scaffolding of the batch jobs (issue 32): a job's output directory and manifest
-(:class:`neobert.jobs.output.JobOutput`), and the engine named in one module only."""
+(:class:`neobert.jobs.output.JobOutput`), the engine named in one module only, and embed's one shard format
+(:mod:`neobert.jobs.embed_format`, issue 38)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from neobert.data import DataError
+from neobert.jobs import embed_format
 from neobert.jobs.engine import ENGINE_CLASSES, LocalEngine, RayEngine, engine_of
 from neobert.jobs.output import JobOutput
 from neobert.jobs.settings import ENGINES, EngineSettings
@@ -115,8 +117,9 @@ def test_the_npy_output_is_the_directory_pipelines_vectors_row_i_line_i(model_di
     )
     import pyarrow.parquet as pq
 
-    import neobert.jobs.embed as job
-    from neobert.jobs.embed import EmbedConfig, embed
+    import neobert.jobs.embed_workers as job
+    from neobert.jobs.embed import embed
+    from neobert.jobs.embed_config import EmbedConfig
 
     lines = ["alpha beta", "", "gamma delta epsilon", "zeta", "  ", "eta theta"]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
@@ -142,6 +145,7 @@ def test_the_npy_output_is_the_directory_pipelines_vectors_row_i_line_i(model_di
     monkeypatch.setattr(job.PieceEmbedder, "__call__", real)
     result = embed(EmbedConfig(output=str(tmp_path / "v.npy"), **common))
     assert result.empty_rows == [2, 5] and result.shape == (6, 64)
+    assert "(mean pooling, L2-normalized, fp32)" in result.summary  # the precision it ran, as a directory's
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "v.npy"]  # the parts are gone
     vectors = np.load(tmp_path / "v.npy")
     # the directory output of the same lines, blank ones left out (a directory refuses or skips them)
@@ -153,3 +157,69 @@ def test_the_npy_output_is_the_directory_pipelines_vectors_row_i_line_i(model_di
     assert np.linalg.norm(vectors[[1, 4]], axis=1) == pytest.approx(
         [1.0, 1.0], abs=1e-5
     )  # empty texts embedded
+
+
+def test_embed_shards_keep_their_columns_types_and_footer(tmp_path):
+    """The format earlier outputs were written in (issue 38 item 4 checked the files before and after its move
+    alike): each kind of shard's columns and types as pyarrow reads them, the footer (the record and the
+    settings' digest), and the reads back, a document without vectors included."""
+    import pyarrow.parquet as pq
+
+    f = embed_format
+    single = f.shard_path(tmp_path / "dense", "part-00000-00000")
+    record = {"name": "part-00000-00000", "rows": 2, "dimensions": 3}
+    vectors = np.arange(6, dtype=np.float16).reshape(2, 3)
+    f.write_single_vector(single, ["a:1", "a:2"], vectors, [4, 5], [False, True], [1, 2], record, "d1")
+    schema = pq.read_schema(single)
+    assert str(schema.remove_metadata()).splitlines() == [
+        "id: string",
+        "embedding: fixed_size_list<element: halffloat>[3]",
+        "  child 0, element: halffloat",
+        "tokens: int32",
+        "truncated: bool",
+        "windows: int32",
+    ]
+    assert schema.metadata == {b"neobert": json.dumps({**record, "digest": "d1"}).encode()}
+    assert pq.read_table(single).to_pydict() == {
+        "id": ["a:1", "a:2"],
+        "embedding": [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]],
+        "tokens": [4, 5],
+        "truncated": [False, True],
+        "windows": [1, 2],
+    }
+    assert f.shard_record(single, "d1") == record
+    assert (
+        f.shard_record(single, "d2") is None
+        and f.shard_record(single.with_name("gone.parquet"), "d1") is None
+    )
+    (tmp_path / "dense" / f.MANIFEST).write_text(json.dumps({"shards": [record]}))
+    read = f.read_single_vectors(tmp_path / "dense")
+    assert read.dtype == np.float16 and np.array_equal(read, vectors)
+
+    multi = f.shard_path(tmp_path / "late", "part-00000-00000")
+    documents = [np.ones((2, 4), np.float32), np.zeros((0, 4), np.float32), np.full((1, 4), 0.5, np.float32)]
+    record = {"name": "part-00000-00000", "rows": 3, "dimensions": 4}
+    f.write_multi_vector(multi, ["x", "y", "z"], documents, [5, 2, 3], "float16", record, "d1")
+    assert str(pq.read_schema(multi).remove_metadata()).splitlines() == [
+        "id: string",
+        "vectors: list<element: fixed_size_list<element: halffloat>[4]>",
+        "  child 0, element: fixed_size_list<element: halffloat>[4]",
+        "      child 0, element: halffloat",
+        "length: int32",
+        "tokens: int32",
+    ]
+    assert pq.read_table(multi, columns=["length", "tokens"]).to_pydict() == {
+        "length": [2, 0, 1],
+        "tokens": [5, 2, 3],
+    }
+    (tmp_path / "late" / f.MANIFEST).write_text(
+        json.dumps({"shards": [record], "settings": {"dtype": "float16"}})
+    )
+    ids, read, settings = f.read_multi_vectors(tmp_path / "late")
+    assert ids == ["x", "y", "z"] and settings == {"dtype": "float16"}
+    assert [v.shape for v in read] == [(2, 4), (0, 4), (1, 4)]
+    assert all(v.dtype == np.float32 and np.array_equal(v, d) for v, d in zip(read, documents))
+    with pytest.raises(ValueError, match="single-vector shards; index needs a late-interaction"):
+        f.read_multi_vectors(tmp_path / "dense")
+    with pytest.raises(ValueError, match=r"holds no _manifest\.json: not the output of neobert embed"):
+        f.read_multi_vectors(tmp_path)

@@ -24,7 +24,8 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 import neobert
 from helpers import free_port, logged_losses, tiny_pretrain_config
 from neobert.common.config import ConfigError
-from neobert.data import PrepareConfig, prepare, train_tokenizer, write_stdlib_corpus
+from neobert.data import train_tokenizer, write_stdlib_corpus
+from neobert.jobs.prepare import PrepareConfig, prepare
 from neobert.training import mlm_task as pretrain_module
 from neobert.training.checkpointing import list_checkpoints
 from neobert.training.mlm_task import NonFiniteLossError, pretrain

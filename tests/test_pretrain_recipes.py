@@ -18,7 +18,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> Path:
-    from neobert.data import PrepareConfig, prepare, train_tokenizer
+    from neobert.data import train_tokenizer
+    from neobert.jobs.prepare import PrepareConfig, prepare
 
     root = tmp_path_factory.mktemp("recipes")
     corpus = root / "corpus.txt"
@@ -210,7 +211,8 @@ def test_phase_errors_name_the_key(prepared, tmp_path):
 def test_temperature_sampling_over_sources_matches_numpy(tmp_path):
     """Two prepared sources of different sizes, sampled by size ** 0.5: the stream's block picks follow the
     numpy probabilities, and the manifest records them."""
-    from neobert.data import PrepareConfig, prepare, train_tokenizer
+    from neobert.data import train_tokenizer
+    from neobert.jobs.prepare import PrepareConfig, prepare
     from neobert.training.phases import source_weights
 
     sizes = {}

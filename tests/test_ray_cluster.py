@@ -23,9 +23,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from job_helpers import BERT_DIR, QUIET, embed_config, manifests_equal, read_output, same_files, write_corpus
-from neobert.data import PrepareConfig
 from neobert.jobs.embed import embed
-from neobert.jobs.prepare import prepare
+from neobert.jobs.prepare import PrepareConfig, prepare
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs neobert[ray]")
 gt = pytest.importorskip(

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from job_helpers import BERT_DIR
-from neobert.data import DataError, PrepareConfig
+from neobert.data import DataError
 from neobert.data.pieces import plan_file, stream_pieces
 from neobert.jobs.engine import EngineSettings, run_pieces
-from neobert.jobs.prepare import ShardTokenizer
+from neobert.jobs.prepare import PrepareConfig, ShardTokenizer
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs neobert[ray]")
 psutil = pytest.importorskip("psutil")

@@ -18,12 +18,12 @@ from job_helpers import (
     texts,
     write_corpus,
 )
-from neobert.data import PrepareConfig, load_tokenizer
+from neobert.data import load_tokenizer
 from neobert.inference.encoders import load_model
 from neobert.inference.run import encode
 from neobert.jobs.embed import embed
 from neobert.jobs.engine import EngineSettings
-from neobert.jobs.prepare import prepare
+from neobert.jobs.prepare import PrepareConfig, prepare
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs neobert[ray]")
 gt = pytest.importorskip(

@@ -8,7 +8,8 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from neobert.data import DataError, PrepareConfig, TokenDataset, prepare, train_tokenizer
+from neobert.data import DataError, TokenDataset, train_tokenizer
+from neobert.jobs.prepare import PrepareConfig, prepare
 
 TEXT = (
     "NeoBERT is a next-generation encoder. It reads whole documents and learns to fill masked words.\n"

@@ -92,7 +92,8 @@ def test_pretraining_crash_and_resume_continue_exactly(tmp_path):
 
 
 def _pretrain_data(tmp_path: Path) -> Path:
-    from neobert.data import PrepareConfig, prepare, train_tokenizer
+    from neobert.data import train_tokenizer
+    from neobert.jobs.prepare import PrepareConfig, prepare
 
     corpus = tmp_path / "corpus.txt"
     words = [

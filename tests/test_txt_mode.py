@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from neobert.data import PrepareConfig, ReadStats, TokenDataset, iter_documents, prepare, train_tokenizer
+from neobert.data import ReadStats, TokenDataset, iter_documents, train_tokenizer
 from neobert.data.readers import txt_has_separators
+from neobert.jobs.prepare import PrepareConfig, prepare
 from neobert.training.data_setup import empty_validation_message
 
 WORDS = ["parse", "the", "json", "file", "and", "return", "a", "list", "of", "paths", "with", "encoding"]

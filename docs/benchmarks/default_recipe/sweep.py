@@ -24,7 +24,8 @@ from pathlib import Path
 from neobert.recipes.default_run import FILL_MASK_EXAMPLES, _fill_mask_examples, default_config
 from neobert.training.mlm_task import pretrain
 
-from neobert.data import PrepareConfig, prepare, train_tokenizer, write_stdlib_corpus
+from neobert.data import train_tokenizer, write_stdlib_corpus
+from neobert.jobs.prepare import PrepareConfig, prepare
 from neobert.common.io import write_dir
 
 HERE = Path(__file__).resolve().parent

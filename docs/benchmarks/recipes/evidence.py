@@ -27,7 +27,8 @@ import statistics
 import time
 from pathlib import Path
 
-from neobert.data import PrepareConfig, prepare, write_stdlib_corpus
+from neobert.data import write_stdlib_corpus
+from neobert.jobs.prepare import PrepareConfig, prepare
 from neobert.common.io import write_json, write_text
 from neobert.recipes.default_run import default_config, shipped_tokenizer
 from neobert.common.tables import markdown_table

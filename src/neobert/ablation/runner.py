@@ -37,9 +37,10 @@ from transformers import AutoTokenizer
 
 from ..common.config import ModelConfig
 from ..common.io import write_dir, write_json, write_text
-from ..data import PrepareConfig, TokenDataset, default_tokenizer_dir, prepare, train_tokenizer
+from ..data import TokenDataset, default_tokenizer_dir, train_tokenizer
 from ..finetuning.classify import run_classify
 from ..inference.encoders import save_pretrained
+from ..jobs.prepare import PrepareConfig, prepare
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
 from ..recipes.default_run import shipped_tokenizer
 from ..training.checkpointing import latest_checkpoint

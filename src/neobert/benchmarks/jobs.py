@@ -33,10 +33,11 @@ from pathlib import Path
 from ..common.config import check_precision
 from ..common.io import write_text
 from ..common.tables import markdown_table
-from ..data import PrepareConfig, default_tokenizer_dir, iter_stdlib_documents
-from ..jobs.embed import EmbedConfig, embed, embed_corpus
+from ..data import default_tokenizer_dir, iter_stdlib_documents
+from ..jobs.embed import embed, embed_corpus
+from ..jobs.embed_config import EmbedConfig
 from ..jobs.engine import EngineSettings, engine_of
-from ..jobs.prepare import prepare
+from ..jobs.prepare import PrepareConfig, prepare
 from ..runtime.hardware import load_average
 from .measure import machine_info
 from .report import publish

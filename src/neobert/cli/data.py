@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-from ..data import PrepareConfig, write_stdlib_corpus
+from ..data import write_stdlib_corpus
 from ..data.docstring_pairs import write_docstring_retrieval
-from ..data.prepare import ON_ERROR, TXT_MODES
-from ..jobs.prepare import prepare
+from ..data.readers import ON_ERROR, TXT_MODES
+from ..jobs.prepare import PrepareConfig, prepare
 from ..jobs.settings import EngineSettings
 from .common import add_command, quiet_transformers, say
 from .options import add_options, add_signature_options, given
@@ -30,7 +30,9 @@ def register(subparsers) -> None:
     p = add_command(commands, "prepare", run_prepare, help, PREPARE)
     p.add_argument("--input", nargs="+", metavar="PATH", help="input files, directories or specs")
     p.add_argument("--config", metavar="FILE", help="YAML/JSON file of prepare settings; flags override it")
-    settings = p.add_argument_group("settings (neobert.data.PrepareConfig; a flag given wins over --config)")
+    settings = p.add_argument_group(
+        "settings (neobert.jobs.prepare.PrepareConfig; a flag given wins over --config)"
+    )
     engine = tuple(EngineSettings.__dataclass_fields__)
     add_options(settings, PrepareConfig, skip=("inputs", *engine), choices=CHOICES, given_only=True)
     add_options(p.add_argument_group("engine (neobert.jobs.settings.EngineSettings)"), EngineSettings)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..jobs.embed import EmbedConfig, embed
+from ..jobs.embed import embed
+from ..jobs.embed_config import EmbedConfig
 from ..jobs.predict import ClassifyFileConfig, TagConfig, classify_file, tag_file
 from .common import add_command, quiet_transformers, show
 from .options import config_from_args

@@ -1,16 +1,17 @@
-"""Pretraining data: readers for many formats, the offline stdlib corpus, tokenizer training, token shards.
+"""Data: readers for many formats, the offline stdlib corpus, tokenizer training and loading, token shards and
+reading them (:class:`TokenDataset`). Preparing shards is a job: :mod:`neobert.jobs.prepare`.
 
 The optional readers' libraries (pyarrow, datasets) are imported inside the functions that need them.
 """
 
 from .corpus import CorpusStats, iter_stdlib_documents, write_stdlib_corpus
 from .dataset import TokenDataset
-from .prepare import PrepareConfig, PrepareResult, is_validation, prepare, tokenizer_backend
 from .readers import DataError, ReadStats, expand_inputs, iter_documents
 from .tokenizer import (
     TokenizerResult,
     default_tokenizer_dir,
     load_tokenizer,
+    tokenizer_backend,
     tokenizer_from_vocab,
     train_tokenizer,
 )
@@ -18,18 +19,14 @@ from .tokenizer import (
 __all__ = [
     "CorpusStats",
     "DataError",
-    "PrepareConfig",
-    "PrepareResult",
     "ReadStats",
     "TokenDataset",
     "TokenizerResult",
     "default_tokenizer_dir",
     "expand_inputs",
-    "is_validation",
     "iter_documents",
     "iter_stdlib_documents",
     "load_tokenizer",
-    "prepare",
     "tokenizer_backend",
     "tokenizer_from_vocab",
     "train_tokenizer",

@@ -1,4 +1,5 @@
-"""Read prepared shards (see :mod:`neobert.data.prepare`) as a map-style data set of token-id arrays."""
+"""Read prepared shards (:mod:`neobert.data.shards`, written by :mod:`neobert.jobs.prepare`) as a map-style data set
+of token-id arrays."""
 
 from __future__ import annotations
 

@@ -200,3 +200,19 @@ def load_tokenizer(path: str | os.PathLike | None = None, neobert: bool = True) 
         tokenizer.model_input_names = list(MODEL_INPUT_NAMES)
         tokenizer.init_kwargs.pop("max_length", None)  # the same 128, else written to tokenizer_config.json
     return tokenizer
+
+
+def tokenizer_backend(name_or_path: str, max_tokens: int | None = None):
+    """The transformers tokenizer and its Rust tokenizer, without the fixed padding and truncation that saved
+    tokenizers (e.g. sentence-transformers ones) often carry, which would cut documents short; ``max_tokens``:
+    documents truncated to that many tokens (special ones included)."""
+    try:
+        hf_tokenizer = load_tokenizer(name_or_path, neobert=False)
+    except Exception as e:  # a missing directory, a broken file or an unreachable hub name
+        raise DataError(f"cannot load tokenizer {name_or_path!r}: {e}") from e
+    backend = getattr(hf_tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise DataError(f"tokenizer {name_or_path!r} has no fast (tokenizers) backend; need tokenizer.json")
+    if max_tokens is not None:
+        backend.enable_truncation(max_tokens)
+    return hf_tokenizer, backend

@@ -3,6 +3,5 @@
 over one job output (:mod:`neobert.jobs.output`), with the engine settings in every job's config
 (:mod:`neobert.jobs.settings`).
 
-Nothing is imported here, so that a module of a lower floor can import :mod:`neobert.jobs.settings` and
-:mod:`neobert.jobs.output` alone (``neobert.data.prepare`` does).
+Nothing is imported here: a job's modules load only when one is used.
 """

@@ -1,36 +1,20 @@
-"""Corpus embedding as a resumable job: ``neobert embed INPUTS --output DIR``.
+"""Corpus embedding as a resumable job: ``neobert embed INPUTS --output DIR``, the driver.
 
 The inputs (files, directories, globs of .txt, .jsonl, .csv, .parquet; local or fsspec URLs) are planned
 first (:func:`neobert.data.pieces.plan_file`: every row read once, bad rows found before the model loads),
-then cut into pieces of ``shard_rows`` texts, one file's rows each. A piece is embedded by
-:class:`PieceEmbedder` (the model loaded once per worker; the long-document policy, token-budget batching and
-length grouping of :func:`neobert.inference.long_documents.embed`) and written as one parquet shard under an atomic
-name, ``part-FFFFF-PPPPP.parquet``::
-
-    id          string        the id column's value, or FILE:ROW (the input as expanded, the 1-based row or line)
-    embedding   list<float>   float32 (or float16 with dtype float16), ``dimensions`` wide; int8 / uint8 with
-                              dtype int8 / uint8 (the manifest's ``calibration_ranges`` are the buckets);
-                              packed signs, ``dimensions / 8`` bytes, with dtype binary (int8) / ubinary (uint8)
-    tokens      int32         the text's tokens, special ones included, before any cut
-    truncated   bool          cut to the window (long-documents truncate)
-    windows     int32         model rows the text took (chunk: more than one for a long text)
-
-Each shard's footer repeats its record and the settings' digest, so a re-run recognises finished shards
-whatever became of ``_manifest.json``, skips them and embeds the rest: a killed run, re-run, ends with the
-same shards as an uninterrupted one.
-
-A late-interaction (ColBERT) model directory writes multi-vector shards instead (:class:`PieceTokenEmbedder`):
-``id``, ``vectors`` (list of ``dimensions``-wide float vectors: the document's kept tokens), ``length`` (their
-count) and ``tokens``; ``neobert index`` builds a search index from them. The same worker runs in this process (``--engine local``) or in a Ray
-actor pool (``--engine ray``, :mod:`neobert.jobs.engine`), so both engines write the same vectors.
+then cut into pieces of ``shard_rows`` texts, one file's rows each. The engine runs a worker over the pieces
+(:mod:`neobert.jobs.embed_workers`: the model loaded once per worker), each piece written as one shard of the
+output's format (:mod:`neobert.jobs.embed_format`: single-vector shards, or a late-interaction model's
+multi-vector shards) and recorded in ``_manifest.json``. A re-run recognises finished shards by their footers
+(whatever became of the manifest), skips them and embeds the rest: a killed run, re-run, ends with the same
+shards as an uninterrupted one. A ``.npy`` output is the same job into ``OUTPUT.parts/``, its shards gathered
+into one array.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import platform
 import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -40,154 +24,29 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..common.io import atomic_file, clean_temporaries, output_lock
+from ..common.io import atomic_file, output_lock
 from ..common.tables import MISSING, markdown_table
-from ..data.pieces import (
-    ON_DUPLICATE,
-    FilePlan,
-    Piece,
-    check_columns,
-    duplicate_ids,
-    file_pieces,
-    merged_stats,
-    plan_file,
-    read_piece,
-)
-from ..data.readers import ON_ERROR, DataError, expand_inputs
-from ..inference.encoders import (
-    apply_precision,
-    is_preset,
-    model_dir,
-    resolve_model_precision,
-)
-from ..inference.kinds import kind_of, load_for_inference
-from ..inference.late_interaction import load_late_interaction, token_vectors
-from ..inference.long_documents import LongDocuments, LongReport, model_window
-from ..inference.long_documents import embed as embed_long
-from ..inference.quantization import CALIBRATED, TYPES, calibration_ranges, quantize
-from ..model.pooling import POOLING_NAMES
+from ..data.pieces import FilePlan, Piece, check_columns, duplicate_ids, file_pieces, merged_stats, plan_file
+from ..data.readers import DataError, expand_inputs
+from ..inference.encoders import is_preset, model_dir, resolve_model_precision
+from ..inference.kinds import kind_of
+from ..inference.long_documents import LongReport
 from ..runtime.hardware import versions
-from .engine import Engine, count_tokens, engine_of, progress, shared_output
-from .file_job import MAX_TOKENS_HELP, FileJob, notes, precision_field
-from .output import JobOutput
-from .settings import EngineSettings
-
-FORMAT = "neobert-embeddings"
-VERSION = 1
-# "_": parquet readers (pyarrow, pandas, Ray Data) skip it when they read the directory
-MANIFEST = "_manifest.json"
-FOOTER_KEY = b"neobert"
-# Settings that change the vectors: a re-run under other values would mix two sets of embeddings.
-CONTENT_KEYS = (
-    "model",
-    "tokenizer",
-    "pooling",
-    "normalize",
-    "precision",
-    "dtype",
-    "long_documents",
-    "stride",
-    "rope_scaling",
-    "max_length",
-    "text_column",
-    "id_column",
-    "on_error",
-    "shard_rows",
+from .embed_config import CONTENT_KEYS, EmbedConfig
+from .embed_format import (
+    FORMAT,
+    MANIFEST,
+    VERSION,
+    read_single_vectors,
+    remove_output,
+    shard_path,
+    shard_record,
+    shard_records,
 )
-
-
-@dataclass(kw_only=True)
-class EmbedConfig(EngineSettings, FileJob):
-    """``neobert embed``: embed texts. Into a directory (the default): any number of .txt (one text per line),
-    .jsonl, .csv and .parquet files, directories and globs, as parquet shards of (id, embedding, tokens,
-    truncated, windows) plus a manifest, resumable, in this process or on a Ray cluster. Into a .npy file:
-    the lines of one text file, row i is line i (the same pipeline, its shards gathered into one array)."""
-
-    input: list[str] = field(
-        metadata={
-            "nargs": "+",
-            "help": (
-                "files, directories or globs of .txt (one text per line), .jsonl, .csv, .parquet; local or URLs "
-                "(s3://, gs://, ... where fsspec's library for it is installed)"
-            ),
-        }
-    )
-    # a directory (parquet shards + _manifest.json), or a .npy file (one text file's lines x hidden)
-    output: str
-    max_tokens: int | None = field(default=None, metadata={"help": MAX_TOKENS_HELP})
-    pooling: str = field(
-        default="mean", metadata={"choices": POOLING_NAMES, "help": " | ".join(POOLING_NAMES)}
-    )
-    normalize: bool = True  # unit L2 norm (--no-normalize keeps raw vectors)
-    max_length: int | None = None  # truncate texts to this many tokens (default: the model's max_length)
-    precision: str = precision_field("cosine > 0.99 to fp32")
-    text_column: str = "text"  # tables: the column of texts
-    # tables: a column of ids (default: FILE:ROW, the input path and the 1-based row or line)
-    id_column: str | None = None
-    dtype: str = field(
-        default="float32",
-        metadata={
-            "choices": TYPES,
-            "help": (
-                "the stored vectors' type: float32, float16, int8 / uint8 (256 buckets per dimension between the "
-                "calibration minimum and maximum), binary / ubinary (signs, 8 dimensions per byte)"
-            ),
-        },
-    )
-    # int8 / uint8: a .npy of float embeddings (N, dim) of representative texts (e.g. `neobert embed SAMPLE.txt
-    # --output cal.npy`); their per-dimension minimum and maximum are the buckets, stored with the output
-    calibration: str | None = None
-    shard_rows: int = 4096  # texts per output shard (and per piece of work)
-    on_error: str = field(
-        default="raise",
-        metadata={
-            "choices": ON_ERROR,
-            "help": (
-                "a bad row (empty text, invalid UTF-8 or JSON, no id): raise naming file and row, or skip and count it"
-            ),
-        },
-    )
-    on_duplicate: str = field(
-        default="refuse",
-        metadata={
-            "choices": ON_DUPLICATE,
-            "help": (
-                "--id-column: an id that two rows hold stops the job naming both rows (refuse), or only its first row "
-                "is embedded and the others counted (keep-first)"
-            ),
-        },
-    )
-    overwrite: bool = False  # replace an output directory made with other settings instead of refusing
-
-    def __post_init__(self) -> None:
-        if isinstance(self.input, (str, Path)):
-            self.input = [str(self.input)]
-        self.input = [str(i) for i in self.input]
-        FileJob.__post_init__(self)
-        EngineSettings.__post_init__(self)
-        if self.shard_rows < 1:
-            raise ValueError(f"shard rows must be positive, got {self.shard_rows}")
-        if self.on_duplicate not in ON_DUPLICATE:
-            raise ValueError(
-                f"on_duplicate must be one of {', '.join(ON_DUPLICATE)}; got {self.on_duplicate!r}"
-            )
-        if self.dtype in CALIBRATED and self.calibration is None:
-            raise ValueError(
-                f"--dtype {self.dtype} needs --calibration FILE.npy (float embeddings of sample texts)"
-            )
-
-    def ranges(self) -> np.ndarray | None:
-        """The int8 / uint8 calibration ranges (2, dim) from ``calibration``; None for the other types."""
-        if self.dtype not in CALIBRATED:
-            return None
-        path = Path(self.calibration)
-        if not path.is_file():
-            raise ValueError(f"calibration file {path} does not exist")
-        return calibration_ranges(np.load(path))
-
-    @property
-    def to_npy(self) -> bool:
-        return str(self.output).lower().endswith(".npy")
+from .embed_workers import PieceEmbedder, PieceTokenEmbedder
+from .engine import Engine, count_tokens, engine_of, progress, shared_output
+from .file_job import notes
+from .output import JobOutput
 
 
 @dataclass
@@ -226,8 +85,8 @@ def embed_file(config: EmbedConfig) -> EmbedResult:
     start = time.perf_counter()
     parts = Path(f"{c.output}.parts")
     corpus = embed_corpus(replace(c, output=str(parts)), empty="keep")
-    vectors, empty = _gather(parts)
-    shards = corpus_shards(parts)
+    vectors, shards = read_single_vectors(parts), shard_records(parts)
+    empty = [row for shard in shards for row in shard.get("empty_rows", [])]
     with atomic_file(c.output, "wb") as handle:
         np.save(handle, vectors)
     ranges = c.ranges()
@@ -237,9 +96,10 @@ def embed_file(config: EmbedConfig) -> EmbedResult:
     shutil.rmtree(parts)
     seconds = time.perf_counter() - start
     norm = "L2-normalized" if c.normalize else "not normalized"
+    ran = ", ".join(corpus.precision)  # what precision auto became, as the directory's summary says too
     summary = (
-        f"wrote {len(vectors):,} x {vectors.shape[1]} {vectors.dtype} vectors ({c.pooling} pooling, {norm}) "
-        f"to {c.output} in {seconds:.1f}s"
+        f"wrote {len(vectors):,} x {vectors.shape[1]} {vectors.dtype} vectors ({c.pooling} pooling, {norm}, "
+        f"{ran}) to {c.output} in {seconds:.1f}s"
     )
     consequence = "their rows embed an empty text, so that row i is line i"
     report = LongReport(
@@ -250,24 +110,6 @@ def embed_file(config: EmbedConfig) -> EmbedResult:
     )
     found = notes(empty, "line", consequence, report, c.long_documents)
     return EmbedResult(Path(c.output), vectors.shape, seconds, empty, report, summary, found)
-
-
-def corpus_shards(output: Path) -> list[dict]:
-    """The records of a finished job's shards, in the order of its inputs."""
-    return json.loads((output / MANIFEST).read_text(encoding="utf-8"))["shards"]
-
-
-def _gather(parts: Path) -> tuple[np.ndarray, list[int]]:
-    """The vectors of a job's shards in order (one array), and the rows of its empty texts."""
-    import pyarrow.parquet as pq
-
-    arrays, empty = [], []
-    for shard in corpus_shards(parts):
-        column = pq.read_table(parts / f"{shard['name']}.parquet", columns=["embedding"]).column("embedding")
-        flat = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
-        arrays.append(flat.reshape(shard["rows"], -1))  # packed bits (binary) are narrower than dimensions
-        empty += shard.get("empty_rows", [])
-    return np.concatenate(arrays), empty
 
 
 @dataclass
@@ -307,163 +149,6 @@ class CorpusResult:
         return f"embedded into {self.output}\n\n" + markdown_table(["", ""], rows)
 
 
-class PieceEmbedder:
-    """One worker: the model and tokenizer loaded once; ``self(piece)`` embeds a piece and writes its shard."""
-
-    def __init__(self, *, config: EmbedConfig, precision: str, digest: str, empty: str = "refuse"):
-        self.c, self.digest, self.empty = config, digest, empty
-        loaded = load_for_inference(config.model, config.tokenizer, "base", precision=None)
-        model = loaded.model.to("cuda") if torch.cuda.is_available() else loaded.model
-        self.model, self.tokenizer = apply_precision(model, precision), loaded.tokenizer
-        self.precision = "bf16" if next(self.model.parameters()).dtype == torch.bfloat16 else "fp32"
-        self.long_policy = LongDocuments(config.long_documents, config.stride, config.rope_scaling)
-        self.window = config.max_length or model_window(self.model, self.tokenizer)
-        self.node = _node()
-        ranges = config.ranges()
-        self.ranges = None if ranges is None else np.asarray(ranges, dtype=np.float32)
-
-    def __call__(self, piece: Piece) -> dict:
-        c = self.c
-        ids, texts, blank = [], [], []
-        for spec, record in read_piece(piece, c.text_column, c.on_error, self.empty, c.id_column):
-            ids.append(record.key if c.id_column is not None else f"{spec}:{record.row}")
-            texts.append(record.text)
-            if not record.text.strip():
-                blank.append(record.row)
-        vectors, report = embed_long(
-            self.model,
-            self.tokenizer,
-            texts,
-            self.long_policy,
-            c.pooling,
-            c.normalize,
-            c.batch_size,
-            c.max_tokens,
-            window=c.max_length,
-        )
-        cut = self.long_policy.policy == "truncate"
-        truncated = [cut and length > self.window for length in report.lengths]
-        record = {
-            "name": piece.name,
-            "rows": len(texts),
-            "tokens": int(sum(report.lengths)),
-            "truncated": int(report.truncated),
-            "over_window": int(report.over_window),  # texts longer than the window (cut, chunked or extended)
-            "windows": int(sum(report.windows)),
-            "dimensions": int(vectors.shape[1]),
-            "precision": self.precision,
-            "node": self.node,  # Ray's node id (or this host's name), and the worker's process
-            "pid": os.getpid(),
-            **({"empty_rows": blank} if blank else {}),  # kept only with empty="keep"
-        }
-        _write_shard(
-            shard_path(c.output, piece),
-            ids,
-            quantize(vectors, c.dtype, self.ranges),
-            report,
-            truncated,
-            record,
-            self.digest,
-        )
-        return record
-
-
-class PieceTokenEmbedder:
-    """A late-interaction model's worker: each text's document token vectors, as a multi-vector shard
-    (``id``, ``vectors``: one ``dimensions``-wide vector per kept token, ``length``: their count, ``tokens``)."""
-
-    def __init__(self, *, config: EmbedConfig, precision: str, digest: str, empty: str = "refuse"):
-        if config.dtype not in ("float32", "float16"):
-            raise ValueError(f"token vectors are stored as float32 or float16, not {config.dtype}")
-        self.c, self.digest, self.node, self.precision, self.empty = config, digest, _node(), "fp32", empty
-        device = "cuda" if torch.cuda.is_available() else None
-        self.model, self.tokenizer, self.spec = load_late_interaction(config.model, device, config.max_length)
-
-    def __call__(self, piece: Piece) -> dict:
-        c, spec = self.c, self.spec
-        ids, texts = [], []
-        for source, record in read_piece(piece, c.text_column, c.on_error, self.empty, c.id_column):
-            ids.append(record.key if c.id_column is not None else f"{source}:{record.row}")
-            texts.append(record.text)
-        vectors = token_vectors(self.model, self.tokenizer, texts, spec, False, c.batch_size)
-        lengths = [
-            len(ids_) for ids_ in self.tokenizer([spec.document_prefix + t for t in texts])["input_ids"]
-        ]
-        record = {
-            "name": piece.name,
-            "rows": len(texts),
-            "tokens": int(sum(lengths)),
-            "truncated": sum(n > spec.document_length for n in lengths),
-            "windows": len(texts),
-            "dimensions": spec.dim,
-            "vectors": int(sum(len(v) for v in vectors)),
-            "precision": self.precision,
-            "node": self.node,
-            "pid": os.getpid(),
-        }
-        _write_token_shard(shard_path(c.output, piece), ids, vectors, lengths, c.dtype, record, self.digest)
-        return record
-
-
-def _write_token_shard(
-    path: Path, ids, vectors: list, lengths: list[int], dtype: str, record: dict, digest: str
-) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    dim = record["dimensions"]
-    counts = [len(v) for v in vectors]
-    flat = np.concatenate([v.numpy() for v in vectors]) if vectors else np.zeros((0, dim), np.float32)
-    rows = pa.FixedSizeListArray.from_arrays(pa.array(flat.astype(dtype).reshape(-1)), dim)
-    offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
-    table = pa.table(
-        {
-            "id": pa.array(ids, pa.string()),
-            "vectors": pa.ListArray.from_arrays(offsets, rows),
-            "length": pa.array(counts, pa.int32()),
-            "tokens": pa.array(lengths, pa.int32()),
-        }
-    )
-    table = table.replace_schema_metadata({FOOTER_KEY: json.dumps({**record, "digest": digest}).encode()})
-    with atomic_file(path, "wb") as handle:
-        pq.write_table(table, handle)
-
-
-def _node() -> str:
-    try:
-        import ray
-
-        if ray.is_initialized():
-            return ray.get_runtime_context().get_node_id()
-    except ImportError:
-        pass
-    return platform.node()
-
-
-def shard_path(output: str | Path, piece: Piece) -> Path:
-    return Path(output) / f"{piece.name}.parquet"
-
-
-def _write_shard(path: Path, ids, vectors: np.ndarray, report, truncated, record: dict, digest: str) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    flat = pa.array(vectors.reshape(-1))
-    table = pa.table(
-        {
-            "id": pa.array(ids, pa.string()),
-            "embedding": pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1]),
-            "tokens": pa.array(report.lengths, pa.int32()),
-            "truncated": pa.array(truncated, pa.bool_()),
-            "windows": pa.array(report.windows, pa.int32()),
-        }
-    )
-    footer = json.dumps({**record, "digest": digest}).encode()
-    table = table.replace_schema_metadata({FOOTER_KEY: footer})
-    with atomic_file(path, "wb") as handle:
-        pq.write_table(table, handle)
-
-
 def embed_corpus(config: EmbedConfig, empty: str = "refuse") -> CorpusResult:
     """Embed every text of ``config.input`` into parquet shards plus ``_manifest.json`` under ``config.output``,
     skipping the shards an earlier run with the same settings finished. ``empty="keep"``: a blank line is a
@@ -488,7 +173,7 @@ def embed_corpus(config: EmbedConfig, empty: str = "refuse") -> CorpusResult:
         pieces = file_pieces(plans, c.shard_rows)
         job = _open_output(out, c, plans, empty)
         done = {
-            p.name: r for p in pieces if (r := finished_shard(out, p, job.manifest["digest"])) is not None
+            p.name: r for p in pieces if (r := _finished_shard(out, p, job.manifest["digest"])) is not None
         }
         todo = [p for p in pieces if p.name not in done]
         records, pool = _run(c, engine, job, pieces, done, empty)
@@ -585,21 +270,10 @@ def _notes(result: CorpusResult, stats: Any, duplicates: Any) -> list[str]:
     return notes
 
 
-def finished_shard(output: Path, piece: Piece, digest: str) -> dict | None:
+def _finished_shard(output: Path, piece: Piece, digest: str) -> dict | None:
     """The record of ``piece``'s shard if a run with the same settings finished it, else None."""
-    import pyarrow.parquet as pq
-
-    path = shard_path(output, piece)
-    if not path.is_file():
-        return None
-    try:
-        metadata = pq.read_schema(path).metadata or {}
-        record = json.loads(metadata[FOOTER_KEY])
-    except (OSError, KeyError, ValueError):  # not a shard of ours: redone, and replaced whole
-        return None
-    if record.pop("digest", None) != digest or record.get("rows") != piece.records:
-        return None
-    return record
+    record = shard_record(shard_path(output, piece.name), digest)
+    return record if record is not None and record.get("rows") == piece.records else None
 
 
 def _settings(c: EmbedConfig, plans: list[FilePlan], empty: str) -> dict:
@@ -648,7 +322,7 @@ def _open_output(out: Path, c: EmbedConfig, plans: list[FilePlan], empty: str) -
         lambda: {"version": VERSION, "digest": digest, "settings": settings, "versions": versions()},
         check,
         c.overwrite,
-        lambda: _remove_output(out),
+        lambda: remove_output(out),
     )
     return job
 
@@ -670,10 +344,3 @@ def _differences(before: dict, now: dict) -> list[str]:
         elif before.get(key) != now.get(key):
             changed.append(f"{key}: {before.get(key)!r} -> {now.get(key)!r}")
     return changed
-
-
-def _remove_output(out: Path) -> None:
-    for path in out.glob("part-*.parquet"):
-        path.unlink()
-    (out / MANIFEST).unlink(missing_ok=True)
-    clean_temporaries(out)

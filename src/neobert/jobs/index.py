@@ -5,7 +5,8 @@ installs beside torch 2.13 (each build is tied to one torch version; the newest 
 index is the fallback the issue names: every token vector in a ``voyager`` HNSW graph (inner product), plus
 the documents' token vectors themselves for exact re-scoring. A query's token vectors each fetch their
 ``candidates`` nearest document tokens; the documents those belong to are scored exactly by MaxSim, the best
-``top_k`` returned.
+``top_k`` returned. The shards are read through :mod:`neobert.jobs.embed_format`, the format ``neobert embed``
+writes them in.
 
 Index directory: ``tokens.voyager`` (the graph; item i is token vector i), ``vectors.npy`` (all token vectors,
 float16 or float32 as the shards stored them), ``offsets.npy`` (document d's vectors are rows offsets[d] to
@@ -27,6 +28,7 @@ import torch
 from ..common.io import atomic_file, write_dir, write_json, write_text
 from ..common.tables import markdown_table
 from ..inference.late_interaction import load_late_interaction, maxsim_scores, token_vectors
+from .embed_format import read_multi_vectors
 
 __all__ = ["IndexConfig", "SearchConfig", "build_index", "exhaustive_search", "load_index", "search"]
 
@@ -79,34 +81,11 @@ class IndexResult:
         return f"indexed into {self.output}\n\n" + markdown_table(["", ""], rows)
 
 
-def read_token_shards(directory: str | os.PathLike) -> tuple[list[str], list[np.ndarray], dict]:
-    """Document ids, each document's (n, dim) vectors, and the manifest's settings, from multi-vector shards."""
-    import pyarrow.parquet as pq
-
-    directory = Path(directory)
-    manifest_file = directory / "_manifest.json"
-    if not manifest_file.is_file():
-        raise ValueError(f"{directory} holds no _manifest.json: not the output of neobert embed")
-    manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
-    ids, vectors = [], []
-    for shard in manifest["shards"]:
-        table = pq.read_table(directory / f"{shard['name']}.parquet")
-        if "vectors" not in table.column_names:
-            raise ValueError(
-                f"{directory}: single-vector shards; index needs a late-interaction model's shards"
-            )
-        ids.extend(table.column("id").to_pylist())
-        dim = shard["dimensions"]
-        for row in table.column("vectors").to_pylist():
-            vectors.append(np.asarray(row, dtype=np.float32).reshape(-1, dim))
-    return ids, vectors, manifest["settings"]
-
-
 def build_index(config: IndexConfig) -> IndexResult:
     from voyager import Index, Space
 
     start = time.perf_counter()
-    ids, vectors, settings = read_token_shards(config.input)
+    ids, vectors, settings = read_multi_vectors(config.input)
     dim = vectors[0].shape[1] if vectors else 0
     flat = np.concatenate(vectors).astype(np.float32) if vectors else np.zeros((0, dim), np.float32)
     offsets = np.concatenate([[0], np.cumsum([len(v) for v in vectors])]).astype(np.int64)

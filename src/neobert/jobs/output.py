@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common.io import LOCK, clean_temporaries, write_json
+from ..data.readers import DataError
 
 
 class JobOutput:
@@ -36,8 +37,6 @@ class JobOutput:
     ) -> dict:
         """The manifest of an earlier run (``check`` raises when its settings differ), or ``new()``'s, written
         into a directory that is missing or empty. ``overwrite``: ``remove()`` the earlier output first."""
-        from ..data.readers import DataError  # here: data.prepare imports this module while data loads
-
         if self.path.is_file() and overwrite and remove is not None:
             remove()
         if self.path.is_file():

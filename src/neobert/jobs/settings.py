@@ -1,7 +1,8 @@
 """Where a job runs: the engine settings every job's config carries (``--engine``, ``--workers``, ...).
 
-Plain data, below the engines themselves (:mod:`neobert.jobs.engine`), so that a job's config in a lower floor
-(:class:`neobert.data.prepare.PrepareConfig`) holds them as its own fields.
+Plain data, apart from the engines themselves (:mod:`neobert.jobs.engine`): every job's config
+(:class:`neobert.jobs.prepare.PrepareConfig`, :class:`neobert.jobs.embed_config.EmbedConfig`) holds them as its
+own fields.
 """
 
 from __future__ import annotations

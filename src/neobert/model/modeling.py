@@ -30,6 +30,7 @@ from .attention import (
     resolve_backend,
     unpad,
 )
+from .checkpoint import check_loading_info
 from .configuration import NeoBERTConfig
 from .layers import EncoderBlock, RMSNorm, make_norm
 from .losses import mlm_loss, sequence_loss, sequence_problem, token_loss
@@ -112,8 +113,6 @@ class NeoBERTPreTrainedModel(PreTrainedModel):
 
         A new task head (classifier) is the only thing allowed to be missing.
         """
-        from .checkpoint import check_loading_info
-
         want_info = kwargs.pop("output_loading_info", False)
         ignore_sizes = kwargs.pop("ignore_mismatched_sizes", False)
         model, info = super().from_pretrained(

@@ -19,9 +19,10 @@ import yaml
 
 from ..common.io import write_dir, write_text
 from ..common.tables import markdown_table
-from ..data import PrepareConfig, load_tokenizer, prepare, tokenizer_from_vocab, write_stdlib_corpus
+from ..data import load_tokenizer, tokenizer_from_vocab, write_stdlib_corpus
 from ..inference.encoders import load_model
 from ..inference.run import fill_mask
+from ..jobs.prepare import PrepareConfig, prepare
 from ..training.config import PretrainConfig
 from ..training.mlm_task import PretrainResult, pretrain
 

@@ -11,7 +11,10 @@ from typing import Any
 
 from ..common.config import PRESETS, ConfigError, ModelConfig, check_precision, load_mapping
 from .batching import LONG_DOCS
+from .masking import RATE_SHAPES
+from .optim import build_optimizer
 from .phases import PhaseConfig, check_phases, check_sources, plan
+from .schedule import KINDS, SHAPES
 
 
 @dataclass
@@ -66,8 +69,6 @@ class OptimConfig:
 
     def build(self, model: Any, fused: bool | None = None) -> Any:
         """The optimizer these settings describe over ``model`` (:func:`neobert.training.optim.build_optimizer`)."""
-        from .optim import build_optimizer
-
         return build_optimizer(
             model,
             name=self.name,
@@ -290,8 +291,6 @@ def with_preset_training(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_schedule(schedule: ScheduleConfig, where: str) -> None:
-    from .schedule import KINDS, SHAPES
-
     if schedule.kind not in KINDS:
         raise ConfigError(f"{where}kind must be one of {', '.join(KINDS)}, got {schedule.kind!r}")
     if schedule.decay_shape not in SHAPES:
@@ -305,8 +304,6 @@ def _check_schedule(schedule: ScheduleConfig, where: str) -> None:
 
 
 def _check_masking(data: DataConfig, where: str) -> None:
-    from .masking import RATE_SHAPES
-
     for name in ("mask_rate", "mask_rate_end", "eval_mask_rate"):
         value = getattr(data, name)
         if value is not None and not 0.0 < value < 1.0:

@@ -12,8 +12,9 @@ import numpy as np
 from ..common.config import ConfigError, ModelConfig
 from ..data import default_tokenizer_dir, load_tokenizer
 from ..data.dataset import TokenDataset
-from ..data.prepare import MANIFEST, PrepareConfig, prepare
+from ..data.shards import MANIFEST
 from ..inference.encoders import EXAMPLES_HINT
+from ..jobs.prepare import PrepareConfig, prepare
 from ..model import NeoBERTConfig, NeoBERTForMaskedLM
 from .config import PretrainConfig
 
