@@ -31,7 +31,7 @@ from neobert.inference.kinds import (
     load_for_inference,
     register_directory_kind,
 )
-from neobert.inference.kinds.transformers import TransformersKind, load_pretrained
+from neobert.inference.kinds.transformers import TransformersKind
 from neobert.inference.late_interaction import load_late_interaction, token_vectors
 from neobert.inference.run import encode
 
@@ -95,10 +95,9 @@ class ToyKind(TransformersKind):
     def matches(self, path: Path) -> bool:
         return (path / TOY_FILE).is_file()
 
-    def load(self, source, tokenizer=None, head="auto", precision="auto", sparse=False):
+    def declared_embedding(self, source) -> EmbeddingSpec:
         pooling = json.loads((Path(source) / TOY_FILE).read_text())["pooling"]
-        spec = EmbeddingSpec(pooling=pooling, normalize=False, declared_by=self.name)
-        return load_pretrained(source, tokenizer, "base", precision, spec)
+        return EmbeddingSpec(pooling=pooling, normalize=False, declared_by=self.name)
 
     def usage(self, directory: Path, head: str, texts: tuple[str, ...]) -> tuple[str, str]:
         code = f'import json\nprint(json.load(open("{TOY_FILE}"))["pooling"])'

@@ -91,7 +91,9 @@ def test_token_vectors_equal_multi_vector_encoder(server, reference):
         {"input": DOCUMENTS[:1], "return_multivector": True, "encoding_format": "base64"},
     )
     raw = np.frombuffer(base64.b64decode(packed["data"][0]["embeddings"]), dtype="<f4").reshape(-1, 16)
-    np.testing.assert_allclose(raw, got[2], atol=1e-7)
+    # computed alone here, among others above: float32 sums round with the batch and the CPU kind (2.4e-7 seen
+    # on an AMD EPYC with AVX-512 BF16), so compare at what float32 holds, as above
+    np.testing.assert_allclose(raw, got[2], atol=1e-5)
 
 
 def test_rerank_by_maxsim_in_three_shapes(server, reference):

@@ -4,7 +4,7 @@ A field ``batch_size: int = 32  # texts per batch at most`` becomes ``--batch-si
 trailing comment as its help (``field(metadata={"help": ...})`` takes precedence; ``metadata={"choices":
 ...}`` restricts the values). Types map as follows:
 ``int``/``float``/``str`` (``X | None`` alike), ``bool`` -> a flag (``--name`` when the default is False,
-``--no-name`` when it is True), ``list``/``tuple`` of ``int``/``str`` -> a comma-separated list, and
+``--no-name`` when it is True), ``bool | None`` -> both (``--name`` / ``--no-name``; neither: None), ``list``/``tuple`` of ``int``/``str`` -> a comma-separated list, and
 ``tuple[int, int]`` -> ``LO,HI``. Fields of other types (nested mappings) are left to the command.
 ``metadata={"nargs": "+"}`` takes a list as separate words, ``{"nargs": "append"}`` as a repeated option.
 
@@ -166,6 +166,11 @@ def add_options(
         default, text = _default(f), helps.get(f.name, "")
         flag = "--" + (rename or {}).get(f.name, f.name).replace("_", "-")
         unset = argparse.SUPPRESS if given_only else default
+        if hints[f.name] == bool | None:  # both spellings; neither leaves the config's None (decided later)
+            parser.add_argument(
+                flag, dest=f.name, action=argparse.BooleanOptionalAction, default=unset, help=text
+            )
+            continue
         if hints[f.name] is bool:
             if default:
                 off = f"turn off: {text}" if text else f"turn {f.name} off"

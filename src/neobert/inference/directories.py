@@ -92,6 +92,11 @@ class DirectoryKind:
         ``capabilities`` say what it serves (see :func:`neobert.inference.kinds.load_for_inference`)."""
         raise ValueError(f"{source} is a {self.name} directory, which is not loaded with PyTorch")
 
+    def declared_embedding(self, source: str | os.PathLike) -> Any:
+        """How ``source`` declares its dense embeddings (an :class:`~neobert.inference.encoders.EmbeddingSpec`:
+        pooling, normalisation, input length, prompts), or why it has none (a string)."""
+        return f"a {self.name} directory has no dense embeddings"
+
     def usage(self, directory: Path, head: str, texts: tuple[str, ...]) -> tuple[str, str]:
         """The card's first snippet (run against the directory itself) and the line it prints."""
         raise NotImplementedError

@@ -65,12 +65,36 @@ def embed(config: EmbedConfig) -> EmbedResult | CorpusResult:
     return embed_file(config) if config.to_npy else embed_corpus(config)
 
 
+def with_declared_embedding(config: EmbedConfig) -> EmbedConfig:
+    """``config`` with the pooling and normalisation it leaves to the model filled in: what the model's kind
+    declares (a sentence-transformers directory's Pooling and Normalize, else mean pooling and unit vectors),
+    as the service embeds. The manifest records them. A late-interaction model (token vectors) keeps them
+    unset; a SPLADE directory's vectors are sparse, so it is refused unless the pooling is given."""
+    if config.pooling is not None and config.normalize is not None:
+        return config
+    kind = kind_of(config.model)
+    if kind.embedding == "multi-vector":
+        return config  # its token vectors: no pooling
+    if kind.embedding == "sparse":
+        raise ValueError(
+            f"{config.model} is a {kind.name} directory: its vectors are sparse (neobert serve's /embed_sparse, "
+            "neobert eval embeddings); give --pooling to write dense vectors of its encoder instead"
+        )
+    spec = kind.declared_embedding(config.model)
+    if isinstance(spec, str):
+        raise ValueError(f"{config.model} gives no dense embeddings to write: {spec}")
+    pooling = config.pooling or spec.pooling
+    return replace(
+        config, pooling=pooling, normalize=spec.normalize if config.normalize is None else config.normalize
+    )
+
+
 def embed_file(config: EmbedConfig) -> EmbedResult:
     """Embed every line of ``config.input`` (one file) into the (lines, hidden) array ``config.output``: the
     pipeline of :func:`embed_corpus` (same reader, precision, batching, engine) into ``OUTPUT.parts/``, its
     shards gathered in order into the array, then removed. Blank lines are embedded as empty texts (row i is
     line i) and reported. A killed run leaves ``OUTPUT.parts/``; the re-run resumes from its shards."""
-    c = config
+    c = with_declared_embedding(config)
     if len(c.input) != 1:
         raise ValueError(
             "a .npy output holds one text file's lines: give one --input, or an output directory"
@@ -153,7 +177,8 @@ def embed_corpus(config: EmbedConfig, empty: str = "refuse") -> CorpusResult:
     """Embed every text of ``config.input`` into parquet shards plus ``_manifest.json`` under ``config.output``,
     skipping the shards an earlier run with the same settings finished. ``empty="keep"``: a blank line is a
     text too (row i is line i; its row is in the shard's record), as the .npy output needs."""
-    c, engine = config, engine_of(config)
+    c = with_declared_embedding(config)
+    engine = engine_of(c)
     out = shared_output(c.output)
     start = time.perf_counter()
     files = expand_inputs(c.input, exclude=[out])

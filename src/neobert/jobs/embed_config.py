@@ -53,10 +53,16 @@ class EmbedConfig(EngineSettings, FileJob):
     # a directory (parquet shards + _manifest.json), or a .npy file (one text file's lines x hidden)
     output: str
     max_tokens: int | None = field(default=None, metadata={"help": MAX_TOKENS_HELP})
-    pooling: str = field(
-        default="mean", metadata={"choices": POOLING_NAMES, "help": " | ".join(POOLING_NAMES)}
+    pooling: str | None = field(
+        default=None,
+        metadata={
+            "choices": POOLING_NAMES,
+            "help": f"{' | '.join(POOLING_NAMES)} (default: the model's, as the service embeds: a "
+            "sentence-transformers directory's Pooling, else mean)",
+        },
     )
-    normalize: bool = True  # unit L2 norm (--no-normalize keeps raw vectors)
+    # unit L2 norm (default: the model's, as the service: a sentence-transformers directory's Normalize, else on)
+    normalize: bool | None = None
     max_length: int | None = None  # truncate texts to this many tokens (default: the model's max_length)
     precision: str = precision_field("cosine > 0.99 to fp32")
     text_column: str = "text"  # tables: the column of texts

@@ -41,6 +41,9 @@ class LateInteractionKind(DirectoryKind):
     def matches(self, path: Path) -> bool:
         return is_colbert_layout(path)
 
+    def declared_embedding(self, source: str | os.PathLike) -> str:
+        return NO_DENSE
+
     def load(
         self,
         source: str | os.PathLike,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from ..capabilities import detect_head
@@ -39,6 +40,9 @@ class SpladeKind(TransformersKind):
 
     def matches(self, path: Path) -> bool:
         return "SpladePooling" in module_types(path)
+
+    def declared_embedding(self, source: str | os.PathLike) -> str:
+        return NO_DENSE
 
     def validate(self, path: Path) -> None:
         check_splade_layout(path)

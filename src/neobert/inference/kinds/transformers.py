@@ -88,9 +88,12 @@ class TransformersKind(DirectoryKind):
                 f"{source} is served for SPLADE vectors (--sparse), which need a masked-LM head's logits; "
                 f"it was loaded with the {head} head"
             )
-        embedding = source_embedding(source)
+        embedding = self.declared_embedding(source)
         declared = embedding.max_length if isinstance(embedding, EmbeddingSpec) else None
         return load_pretrained(source, tokenizer, head, precision, embedding, declared, sparse)
+
+    def declared_embedding(self, source: str | os.PathLike) -> EmbeddingSpec | str:
+        return source_embedding(source)
 
     def usage(self, directory: Path, head: str, texts: tuple[str, ...]) -> tuple[str, str]:
         entry = HEADS.get(head, HEADS["base"])
