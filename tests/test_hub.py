@@ -14,6 +14,7 @@ import pytest
 
 from helpers import FakeHub
 from neobert.cards.hub import BackgroundPusher, HubError, push
+from neobert.cli.main import main
 
 TOKEN = "hf_test_secret_token"
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -47,14 +48,37 @@ def run_push(directory: Path, *args: str, endpoint: str, token: str | None = TOK
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_push_creates_the_repo_a_branch_and_uploads_every_file(model_dir):
+@pytest.fixture
+def hub_env(monkeypatch, model_dir):
+    """This process's client pointed as run_push points a fresh one: the endpoint and token are read at each
+    call (neobert.cards.hub.endpoint, huggingface_hub.get_token); offline mode is read once at import, so
+    its constant is set where a test needs it."""
+    for name in [n for n in os.environ if n.startswith(("HF_", "HUGGING_FACE"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HF_HOME", str(model_dir.parent / "hf-home"))
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # the suite runs offline; FakeHub is on 127.0.0.1
+    return monkeypatch
+
+
+def push_here(capsys, directory: Path, *args: str) -> tuple[int, str, str]:
+    """``neobert push`` through the command line's own main in this process: (exit status, stdout, stderr)."""
+    status = main(["push", str(directory), *args])
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def test_push_creates_the_repo_a_branch_and_uploads_every_file(model_dir, hub_env, capsys):
     with FakeHub(TOKEN) as hub:
         done = run_push(
             model_dir, "--repo-id", "me/tiny", "--revision", "step-3", "--private", endpoint=hub.url
         )
         assert done.returncode == 0, done.stderr
-        again = run_push(model_dir, "--repo-id", "me/tiny", "--commit-message", "final", endpoint=hub.url)
-        assert again.returncode == 0, again.stderr
+        hub_env.setenv("HF_ENDPOINT", hub.url)
+        status, out, err = push_here(capsys, model_dir, "--repo-id", "me/tiny", "--commit-message", "final")
+        assert status == 0, err
     repo = hub.repos["me/tiny"]
     assert repo["private"] is True
     expected = {str(p.relative_to(model_dir)): p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
@@ -66,27 +90,33 @@ def test_push_creates_the_repo_a_branch_and_uploads_every_file(model_dir):
     ]
     assert "me/tiny@step-3" in done.stdout and "revision='step-3'" in done.stdout
     assert all(auth == f"Bearer {TOKEN}" for _, _, auth in hub.requests)  # the token was sent ...
-    for output in (done.stdout, done.stderr, again.stdout, again.stderr):
+    for output in (done.stdout, done.stderr, out, err):
         assert TOKEN not in output  # ... and never printed
 
 
-def test_a_refused_token_an_unreachable_endpoint_and_offline_mode_each_say_so(model_dir):
+def test_a_refused_token_an_unreachable_endpoint_and_offline_mode_each_say_so(model_dir, hub_env, capsys):
+    from huggingface_hub import constants
+
+    push = ("--repo-id", "me/tiny")
     with FakeHub(TOKEN) as hub:
-        refused = run_push(model_dir, "--repo-id", "me/tiny", endpoint=hub.url, token="hf_wrong_token_value")
-        offline = run_push(model_dir, "--repo-id", "me/tiny", endpoint=hub.url, offline="1")
+        hub_env.setenv("HF_ENDPOINT", hub.url)
+        hub_env.setenv("HF_TOKEN", "hf_wrong_token_value")
+        refused = push_here(capsys, model_dir, *push)
+        hub_env.setenv("HF_TOKEN", TOKEN)
+        hub_env.setattr(constants, "HF_HUB_OFFLINE", True)
+        offline = push_here(capsys, model_dir, *push)
+        hub_env.setattr(constants, "HF_HUB_OFFLINE", False)
         url = hub.url
-    unreachable = run_push(model_dir, "--repo-id", "me/tiny", endpoint=url)  # the server has stopped
-    for done, cause in (
+    unreachable = push_here(capsys, model_dir, *push)  # the server has stopped
+    for (status, out, err), cause in (
         (refused, "not authorised (HTTP 401)"),
         (offline, "offline mode is on"),
         (unreachable, f"cannot reach {url}"),
     ):
-        assert done.returncode == 1
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: push to me/tiny") and cause in lines[0], (
-            done.stderr
-        )
-        assert "hf_wrong_token_value" not in done.stderr + done.stdout and TOKEN not in done.stderr
+        assert status == 1
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: push to me/tiny") and cause in lines[0], err
+        assert "hf_wrong_token_value" not in err + out and TOKEN not in err
     assert hub.repos == {}
 
 

@@ -43,11 +43,6 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def minilm_onnx(tmp_path_factory):
-    return export_onnx(MINILM, tmp_path_factory.mktemp("onnx") / "minilm", quantize="int8")
-
-
-@pytest.fixture(scope="module")
 def neobert_st(tmp_path_factory, tokenizer):
     """A tiny NeoBERT in the sentence-transformers layout with CLS pooling and no normalization."""
     from neobert.integrations.sentence_transformers import save_sentence_transformer

@@ -29,14 +29,9 @@ TEXTS = ["A man is eating food.", "The new movie is awesome", "a", "Paris is the
 
 
 @pytest.fixture(scope="module")
-def minilm_export(tmp_path_factory):
-    return export_onnx(minilm.get_model_path(), tmp_path_factory.mktemp("onnx") / "minilm", quantize="int8")
-
-
-@pytest.fixture(scope="module")
-def minilm_onnx_server(minilm_export):
+def minilm_onnx_server(minilm_onnx):
     """As a user deploys it: the export directory (backend auto), the model in its own process, a key."""
-    service = Service.load(ServeConfig(model=str(minilm_export.output), api_key=KEY, threads=1))
+    service = Service.load(ServeConfig(model=str(minilm_onnx.output), api_key=KEY, threads=1))
     with BackgroundServer(service) as srv:
         yield srv
 
@@ -112,8 +107,8 @@ def test_info_names_the_backend_and_the_graph(minilm_onnx_server):
     assert call(minilm_onnx_server.url, "POST", "/embed", {"texts": ["a"]}, key=None)[0] == 401
 
 
-def test_int8_graph_stays_close_to_fp32(minilm_export):
-    with serve(minilm_export.output, onnx_variant="int8", backend="onnx", precision="auto") as srv:
+def test_int8_graph_stays_close_to_fp32(minilm_onnx):
+    with serve(minilm_onnx.output, onnx_variant="int8", backend="onnx", precision="auto") as srv:
         assert call(srv.url, "GET", "/info")[1]["precision"] == "int8"
         body = call(srv.url, "POST", "/embed", {"texts": INT8_PARAGRAPHS})[1]
     expected = st_encode(minilm.get_model_path(), INT8_PARAGRAPHS)
@@ -169,8 +164,8 @@ def test_bert_cross_encoder_export_does_not_rerank(tmp_path, tokenizer):
         assert status == 404 and "does not serve rerank" in body["error"]["message"]
 
 
-def test_settings_the_onnx_backend_cannot_honour_are_refused(minilm_export, model_dir):
-    exported = str(minilm_export.output)
+def test_settings_the_onnx_backend_cannot_honour_are_refused(minilm_onnx, model_dir):
+    exported = str(minilm_onnx.output)
     assert ServeConfig(model=exported).onnx and not ServeConfig(model=str(model_dir)).onnx
     with pytest.raises(ServeConfigError, match="long_documents chunk needs the torch backend"):
         ServeConfig(model=exported, long_documents="chunk")
@@ -180,12 +175,12 @@ def test_settings_the_onnx_backend_cannot_honour_are_refused(minilm_export, mode
         ServeConfig(model=exported, onnx_variant="fp16")
     with pytest.raises(ValueError, match=r"holds no onnx_config\.json"):
         Service.load(ServeConfig(model=str(model_dir), backend="onnx", model_process=False))
-    fp32_only = minilm_export.output.parent / "fp32-only"  # an export without --quantize int8
+    fp32_only = minilm_onnx.output.parent / "fp32-only"  # an export without --quantize int8
     fp32_only.mkdir()
-    for item in minilm_export.output.iterdir():
+    for item in minilm_onnx.output.iterdir():
         if item.name not in ("model_int8.onnx", "onnx_config.json"):
             (fp32_only / item.name).symlink_to(item)
-    settings = json.loads((minilm_export.output / "onnx_config.json").read_text())
+    settings = json.loads((minilm_onnx.output / "onnx_config.json").read_text())
     del settings["files"]["int8"]
     (fp32_only / "onnx_config.json").write_text(json.dumps(settings))
     with pytest.raises(ValueError, match="has no 'int8' model; it holds fp32"):

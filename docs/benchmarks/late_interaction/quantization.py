@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from neobert.inference.capabilities import load_for_inference
+from neobert.inference.kinds import load_for_inference
 from neobert.evaluation.embeddings import ndcg_at_k
 from neobert.inference.run import encode
 from neobert.inference.quantization import bytes_per_vector, calibration_ranges, hamming_scores, quantize, rescore
