@@ -285,18 +285,6 @@ def test_sentence_transformers_export_card(model_dir, tmp_path):
     reason="needs the onnx extra",
 )
 @needs_tokenizer
-def test_onnx_export_card(model_dir, tmp_path):
-    from neobert.export.onnx import export_onnx
-
-    result = export_onnx(model_dir, tmp_path / "onnx", license="mit")
-    card = check_card(result.output, "feature-extraction", "onnx")
-    assert card.data.license == "mit" and "README.md" in result.files
-    parity = json.loads((result.output / "onnx_config.json").read_text())["parity"]
-    assert body_row(card, "parity with PyTorch: fp32_max_abs") == f"{parity['fp32_max_abs']:.3g}"
-    printed, documented = run_card_snippet(result.output)
-    assert printed == documented == "(2, 64)"
-
-
 def test_push_settings_are_checked(tmp_path):
     from neobert.common.config import ConfigError
 

