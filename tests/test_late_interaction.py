@@ -163,6 +163,8 @@ def test_finetune_late_interaction_through_the_cli(tmp_path):
         "12",
         "--max-length",
         "24",
+        "--document-length",
+        "40",
         "--lr",
         "1e-3",
         "--warmup-steps",
@@ -174,6 +176,8 @@ def test_finetune_late_interaction_through_the_cli(tmp_path):
     assert kind_of(out).name == "late-interaction" and not (out / "checkpoints").exists()
     log = json.loads((out / "late_interaction_training.json").read_text())
     assert log["spec"]["dim"] == 8 and log["spec"]["query_length"] == 12 and len(log["losses"]) == 4
+    # trained on documents of 24 tokens, read at 40 where it is used (--document-length; default: max_length)
+    assert log["spec"]["document_length"] == 40 and load_late_interaction(out)[2].document_length == 40
     model = MultiVectorEncoder(str(out), device="cpu")
     assert model.encode_query(["the sound of a cat"])[0].shape == (12, 8)
     torch.testing.assert_close(_ours(out)[0][:12], model.encode_query(QUERIES[:1])[0], atol=1e-5, rtol=1e-5)
