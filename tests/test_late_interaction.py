@@ -299,7 +299,9 @@ def test_embed_index_search_recall_against_exhaustive_maxsim(tmp_path):
     # a long-document policy does not apply (documents are cut to document_length): refused by its name,
     # as the service refuses it, where it used to be ignored (issue 42)
     chunked = ["embed", "--model", str(directory), "--input", str(corpus), "--long-documents", "chunk"]
-    with pytest.raises(ValueError, match=r"--long-documents chunk does not apply to a late-interaction model"):
+    with pytest.raises(
+        ValueError, match=r"--long-documents chunk does not apply to a late-interaction model"
+    ):
         main(["--debug", *chunked, "--output", str(tmp_path / "chunked")])
     table = pq.read_table(tmp_path / "shards")
     model, tokenizer, spec = load_late_interaction(directory)
