@@ -220,7 +220,18 @@ def test_late_interaction_crash_and_resume_continue_exactly(tmp_path):
             **changes,
         )
 
-    reference = run(config("reference"))
+    from neobert.finetuning import contrastive
+
+    labels, settings = [], contrastive._trainer_settings
+
+    def recorded(*args):
+        labels.append(args[-1])
+        return settings(*args)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(contrastive, "_trainer_settings", recorded)
+        reference = run(config("reference"))
+    assert labels == ["late interaction"]  # the progress bar's label (it said "contrastive")
     with pytest.raises(Crash):
         run(config("crashed"), on_step_end=crash_at(3))
     resumed = run(config("crashed", resume=True))
@@ -303,6 +314,10 @@ def test_embed_index_search_recall_against_exhaustive_maxsim(tmp_path):
         ValueError, match=r"--long-documents chunk does not apply to a late-interaction model"
     ):
         main(["--debug", *chunked, "--output", str(tmp_path / "chunked")])
+    settings = json.loads((tmp_path / "shards" / "_manifest.json").read_text())["settings"]
+    assert settings["pooling"] is None and settings["normalize"] is None  # token vectors: no pooling
+    with pytest.raises(ValueError, match=r"--pooling and --normalize do not apply to a late-interaction"):
+        main(["--debug", *chunked[:5], "--pooling", "cls", "--output", str(tmp_path / "pooled")])
     table = pq.read_table(tmp_path / "shards")
     model, tokenizer, spec = load_late_interaction(directory)
     expected = token_vectors(model, tokenizer, documents[:5], spec, False)

@@ -225,7 +225,7 @@ def run(
         task.spec = built["spec"]
         return task
 
-    trained = train(config, make_task, on_step_end=on_step_end, module=module)
+    trained = train(config, make_task, on_step_end=on_step_end, module=module, description="late interaction")
     trainer, task, spec = trained.trainer, trained.task, built["saved"]
     output = Path(config.output)
     if trainer.is_main:

@@ -79,7 +79,12 @@ def with_declared_embedding(config: EmbedConfig) -> EmbedConfig:
                 "embed` cuts its documents to document_length, as ColBERT does (`neobert eval embeddings "
                 "--long-documents chunk` reads every window's token vectors)"
             )
-        return config  # its token vectors: no pooling
+        if config.pooling is not None or config.normalize is not None:
+            raise ValueError(
+                "--pooling and --normalize do not apply to a late-interaction model: it writes one unit vector "
+                "per token"
+            )
+        return config  # its token vectors: no pooling (the manifest records none)
     if config.pooling is not None and config.normalize is not None:
         return config
     if kind.embedding == "sparse":
