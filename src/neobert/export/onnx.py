@@ -13,6 +13,8 @@ What is written (atomically: the output directory appears whole or not at all)::
     config.json         the source's transformers config (labels, shapes)
     onnx_config.json    head, inputs, outputs, max_length, pooling {method, normalize, source}, labels, the
                         files, and the parity measured at export against the PyTorch model
+    parity_reference.npz  the parity check's padded batch (input_ids, attention_mask) and PyTorch fp32's
+                        outputs on it, named as the graph's: OpenVINO (:mod:`.openvino`) checks itself at load
 
 Every model goes through ``torch.onnx.export`` (the torch.export-based exporter); the one NeoBERT-specific
 step is choosing the padded SDPA attention path (no unpadding, whose data-dependent gathers do not export).
@@ -46,7 +48,14 @@ from ..inference.registration import HEADS, declared_head
 from ..inference.run import label_names
 from ..model import set_runtime
 from ..model.pooling import ONNX_POOLINGS, get_pooling, pool
-from .runtime import CONFIG_FILE, FORMAT_VERSION, OnnxEncoder
+from .runtime import (
+    CONFIG_FILE,
+    COSINE_FLOOR,
+    FORMAT_VERSION,
+    FP32_TOLERANCE,
+    REFERENCE_FILE,
+    OnnxEncoder,
+)
 
 # Encoders whose transformers implementation exports and matches PyTorch (tests/test_onnx_export.py).
 SUPPORTED_TYPES = ("neobert", "bert", "roberta", "xlm-roberta", "distilbert", "electra")
@@ -61,8 +70,6 @@ CHECK_TEXTS = (
     "of a batch must not change the real ones.",
     "Short one",
 )
-FP32_TOLERANCE = 1e-4  # max abs difference to PyTorch on real tokens / pooled vectors / logits
-INT8_COSINE_FLOOR = 0.99
 
 
 class UnsupportedModelError(ValueError):
@@ -278,9 +285,9 @@ def _notes(model: torch.nn.Module, base: bool, parity: dict[str, float]) -> list
     if base and declared_head(model.config) != "base":
         notes.append(f"head {model.config.architectures[0]} not exported: the base encoder was")
     cosine = parity.get("int8_cosine_min")
-    if cosine is not None and cosine < INT8_COSINE_FLOOR:
+    if cosine is not None and cosine < COSINE_FLOOR:
         notes.append(
-            f"int8 cosine to fp32 {cosine:.4f} < {INT8_COSINE_FLOOR} on the check texts (1-60 tokens; short "
+            f"int8 cosine to fp32 {cosine:.4f} < {COSINE_FLOOR} on the check texts (1-60 tokens; short "
             "texts move most): measure it on your own texts before choosing model_int8.onnx"
         )
     return notes
@@ -443,6 +450,13 @@ def measure_parity(graph: torch.nn.Module, directory: Path, settings: dict) -> d
     with torch.no_grad():
         expected = graph(torch.from_numpy(ids), torch.from_numpy(mask))
     expected = [t.numpy() for t in (expected if isinstance(expected, tuple) else (expected,))]
+    # PyTorch's answer kept beside the graph: another runtime (openvino.OpenVinoEncoder) checks itself at load
+    np.savez(
+        directory / REFERENCE_FILE,
+        input_ids=ids,
+        attention_mask=mask,
+        **dict(zip(settings["outputs"], expected)),
+    )
     real = mask.astype(bool)
     parity: dict[str, float] = {}
     for variant in settings["files"]:

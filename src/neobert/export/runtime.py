@@ -24,6 +24,9 @@ import numpy as np
 
 from ..inference.directories import ONNX_CONFIG_FILE as CONFIG_FILE
 
+REFERENCE_FILE = "parity_reference.npz"  # PyTorch fp32's outputs on the export's parity batch (export.onnx)
+FP32_TOLERANCE = 1e-4  # max abs difference to PyTorch on real tokens / pooled vectors / logits
+COSINE_FLOOR = 0.99  # the same vectors: min cosine to fp32 (as the bf16 fast path, `bench precision`)
 FORMAT_VERSION = 2  # 2: onnx_config.json names the exported head under "head" (1: "task")
 
 
@@ -37,7 +40,6 @@ class OnnxEncoder:
         threads: int | None = None,
         providers: Sequence[str] | None = None,
     ) -> None:
-        import onnxruntime as ort
         from tokenizers import Tokenizer
 
         self.directory = Path(directory)
@@ -60,6 +62,12 @@ class OnnxEncoder:
         if not graph.is_file():
             raise FileNotFoundError(f"{graph} is missing: {CONFIG_FILE} lists it; export the directory again")
         self.tokenizer = Tokenizer.from_file(str(self.directory / "tokenizer.json"))
+        self._open(graph, threads, providers)
+
+    def _open(self, graph: Path, threads: int | None, providers: Sequence[str] | None) -> None:
+        """Make the session that :meth:`run` calls (ONNX Runtime here; :mod:`.openvino` compiles instead)."""
+        import onnxruntime as ort
+
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
@@ -95,6 +103,11 @@ class OnnxEncoder:
         """The graph's outputs (``config["outputs"]``, in that order) for one tokenized batch."""
         return self.session.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
 
+    def output_width(self, output: int) -> int:
+        """The last dimension of output ``output`` (0 where the graph leaves it dynamic)."""
+        width = self.session.get_outputs()[output].shape[-1]
+        return width if isinstance(width, int) else 0
+
     def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """Sentence embeddings (N, C) float32, pooled and normalized as the source declared."""
         if self.head != "base":
@@ -113,8 +126,7 @@ class OnnxEncoder:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if len(texts) == 0:
-            width = self.session.get_outputs()[output].shape[-1]
-            return np.zeros((0, width if isinstance(width, int) else 0), dtype=np.float32)
+            return np.zeros((0, self.output_width(output)), dtype=np.float32)
         ids, mask = self.tokenize(texts)  # padded to the longest text of all
         lengths = mask.sum(axis=1)
         order = np.argsort(lengths, kind="stable")  # similar lengths together: less padding per batch

@@ -19,6 +19,7 @@ import os
 import platform
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,7 @@ SLOW_FACTOR = 3.0  # one bf16 call this much slower than fp32 ends the measureme
 # Timed runs: the best of at least MIN_RUNS, more (up to MAX_RUNS) while they add up to less than RUN_BUDGET
 # seconds, so a tiny workload is timed often enough that other work on the machine cannot decide it.
 MIN_RUNS, MAX_RUNS, RUN_BUDGET = 3, 20, 0.05
+GIVE_UP_RUNS = 2  # warm timed calls, all slower than the limit, that end a measurement early
 
 
 @functools.cache
@@ -179,7 +181,7 @@ def _time_block(
     training: bool,
     give_up: float | None,
 ) -> float:
-    """Best seconds of a few runs of the workload; stops early once a run exceeds ``give_up``."""
+    """Best seconds of warm runs of the workload (:func:`warm_best`); gives up once warm runs exceed ``give_up``."""
     g = torch.Generator().manual_seed(0)
     shapes = [(3 * hidden, hidden), (hidden, hidden), (2 * intermediate, hidden), (hidden, intermediate)]
     weight_dtype = torch.float32 if training else dtype
@@ -199,23 +201,92 @@ def _time_block(
         if backward:
             out.float().square().mean().backward()
 
-    best, spent = float("inf"), 0.0
+    def call() -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        started = time.perf_counter()
+        step(training)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - started
+
     with torch.inference_mode(not training):
-        for run in range(MAX_RUNS + 1):  # the first run warms up (allocations, kernel selection)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            started = time.perf_counter()
-            # a forward alone warms up a CPU measurement that may give up: it already shows an emulated bf16
-            step(training and (run > 0 or give_up is None or device.type == "cuda"))
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            seconds = time.perf_counter() - started
-            # already too slow, even warming up; a GPU's first bf16 call loads its kernels (9 ms on an H100
-            # beside 0.14 ms for a warm fp32 one), so there only timed runs end the measurement
-            if give_up is not None and seconds > give_up and (run or device.type != "cuda"):
-                return min(best, seconds)
-            if run:
-                best, spent = min(best, seconds), spent + seconds
-            if run >= MIN_RUNS and spent > RUN_BUDGET:
-                break
-    return best
+        return warm_best(call, give_up).seconds
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What :func:`warm_best` measured: the best warm call, how many calls were timed, whether it gave up."""
+
+    seconds: float
+    runs: int
+    gave_up: bool = False
+
+
+def warm_best(call: Callable[[], float], give_up: float | None = None, budget: float = RUN_BUDGET) -> Timing:
+    """The best of warm calls of ``call`` (it runs the workload once and returns the seconds it took).
+
+    The first call warms up (allocations, kernel selection, a GPU's kernel loading, a runtime's first
+    compilation) and never counts nor decides anything, on any device: a cold call can be slow for reasons
+    the workload does not have. Then at least :data:`MIN_RUNS` timed calls, more (up to :data:`MAX_RUNS`)
+    while they add up to less than ``budget`` seconds. It ends early (``gave_up``) once :data:`GIVE_UP_RUNS`
+    timed calls were all slower than ``give_up``: one slow call (another process took the core) does not."""
+    call()  # warm-up: never timed, never decisive
+    best, spent, runs = float("inf"), 0.0, 0
+    while runs < MAX_RUNS:
+        seconds = call()
+        best, spent, runs = min(best, seconds), spent + seconds, runs + 1
+        if give_up is not None and runs >= GIVE_UP_RUNS and best > give_up:
+            return Timing(best, runs, gave_up=True)
+        if runs >= MIN_RUNS and spent > budget:
+            break
+    return Timing(best, runs)
+
+
+@dataclass(frozen=True)
+class RuntimeChoice:
+    """Which candidate (runtime and precision) ``auto`` took, why, and the warm timings it compared."""
+
+    name: str
+    reason: str
+    timings_ms: dict[str, float]  # candidate -> best warm call over the rounds
+
+
+PROBE_ROUNDS = 2  # rounds over all candidates: a transient load in one round does not decide
+PROBE_BUDGET = 0.25  # seconds of timed calls per candidate and round (more calls while under it)
+
+
+def choose_fastest(
+    candidates: dict[str, Callable[[], float]],
+    exact: set[str] | frozenset[str],
+    workload: str,
+    rounds: int = PROBE_ROUNDS,
+    budget: float = PROBE_BUDGET,
+) -> RuntimeChoice:
+    """The fastest of ``candidates`` (name -> one call of the model's own workload, returning its seconds),
+    by :func:`warm_best` in each of ``rounds`` rounds (candidates interleaved; each round warms every
+    candidate up again, so no cold call decides), a candidate's time its best over the rounds. A candidate not
+    in ``exact`` (bf16: its vectors agree with fp32 within the cosine floor, not to the last digit) is taken
+    only if it beats the fastest exact one by :data:`BF16_MARGIN`, as precision ``auto`` takes bf16."""
+    if not candidates:
+        raise ValueError("no candidate to choose from")
+    best = {name: float("inf") for name in candidates}
+    for _ in range(rounds):
+        for name, call in candidates.items():
+            best[name] = min(best[name], warm_best(call, budget=budget).seconds)
+    timings = {name: seconds * 1e3 for name, seconds in best.items()}
+    ranked = sorted(best, key=best.__getitem__)
+    floats = [name for name in ranked if name in exact]
+    measured = f"{workload}, best warm call of {rounds} rounds: " + ", ".join(
+        f"{name} {timings[name]:.2f} ms" for name in ranked
+    )
+    fastest = ranked[0]
+    if not floats:
+        return RuntimeChoice(fastest, f"{fastest} fastest ({measured})", timings)
+    float_best = floats[0]
+    if fastest != float_best and best[fastest] * BF16_MARGIN <= best[float_best]:
+        ratio = best[float_best] / best[fastest]
+        why = f"{fastest} {ratio:.2f}x faster than {float_best}, the fastest exact path ({measured})"
+        return RuntimeChoice(fastest, why, timings)
+    margin = "" if fastest == float_best else f"; {fastest} not {BF16_MARGIN}x faster"
+    return RuntimeChoice(float_best, f"{float_best} fastest exact path ({measured}{margin})", timings)

@@ -12,8 +12,9 @@ from ..inference.kinds import kind_of
 from ..inference.long_documents import EXTEND_METHODS, POLICIES
 from ..inference.registration import HEADS
 
-BACKENDS = ("auto", "torch", "onnx")
-ONNX_VARIANTS = ("fp32", "int8")
+BACKENDS = ("auto", "torch", "onnx", "openvino")
+# the graphs of an export: fp32; int8 (ONNX Runtime's dynamic, --quantize int8); int8-static (NNCF's, OpenVINO)
+ONNX_VARIANTS = ("fp32", "int8", "int8-static")
 API_KEY_ENV = "NEOBERT_API_KEY"
 
 
@@ -39,12 +40,13 @@ class ServeConfig:
     calibration: str | None = None
     host: str = "127.0.0.1"  # address to listen on
     port: int = 8000  # port to listen on (0: a free one)
-    # torch, or onnx (ONNX Runtime on a `neobert export onnx` directory); auto: onnx for such a directory
+    # torch; onnx (ONNX Runtime) or openvino (OpenVINO) on a `neobert export onnx` directory; auto: torch for a
+    # model directory, for an export the faster of ONNX Runtime and OpenVINO (fp32, bf16), measured at start
     backend: str = field(default="auto", metadata={"choices": BACKENDS})
     onnx_variant: str = field(
         default="fp32", metadata={"choices": ONNX_VARIANTS}
-    )  # onnx backend: the export's fp32 graph, or int8 (written by --quantize int8)
-    precision: str = "auto"  # NeoBERT models run on the fast path (unpadded): bf16, exact fp32, or auto (the faster here, measured)
+    )  # an export's graph: fp32, int8 (ONNX Runtime's dynamic, --quantize int8) or int8-static (openvino only)
+    precision: str = "auto"  # torch: NeoBERT's fast path in bf16, exact fp32, or auto (the faster here, measured); openvino: its inference precision
     # clients must send "Authorization: Bearer KEY" (default: the NEOBERT_API_KEY environment variable)
     api_key: str | None = field(default=None, repr=False)
     # the model runs in a process of its own beside the HTTP process, so request handling (refusals
@@ -117,9 +119,16 @@ class ServeConfig:
                 f"long_documents {self.long_documents} needs the torch backend; an ONNX export truncates at "
                 "its max_length"
             )
-        if self.onnx and self.precision != "auto":
+        if self.backend == "onnx" and self.precision != "auto":
             raise ServeConfigError(
-                "precision applies to the torch backend; an ONNX export's is its variant (onnx_variant)"
+                "precision applies to the torch and openvino backends; on onnx an export's is its variant "
+                "(onnx_variant)"
+            )
+        if self.onnx and self.precision == "bf16" and self.onnx_variant != "fp32":
+            raise ServeConfigError(f"precision bf16 runs the fp32 graph; onnx_variant is {self.onnx_variant}")
+        if self.onnx_variant == "int8-static" and self.backend == "onnx":
+            raise ServeConfigError(
+                "onnx_variant int8-static (NNCF's, OpenVINO IR) needs the openvino backend"
             )
         if self.onnx and self.sparse:
             raise ServeConfigError(
@@ -130,10 +139,11 @@ class ServeConfig:
 
     @property
     def onnx(self) -> bool:
-        """Whether the model runs on ONNX Runtime (``backend`` onnx, or auto and an export directory)."""
+        """Whether the model is an export's graph (``backend`` onnx or openvino, or auto and an export
+        directory), run by ONNX Runtime or OpenVINO (:mod:`.onnx_backend`)."""
         if self.backend == "auto":
             return kind_of(self.model).backend == "onnx"
-        return self.backend == "onnx"
+        return self.backend in ("onnx", "openvino")
 
     @property
     def max_body_bytes(self) -> int:

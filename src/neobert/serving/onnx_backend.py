@@ -1,4 +1,5 @@
-"""The model behind ``neobert serve --backend onnx``: a ``neobert export onnx`` directory on ONNX Runtime.
+"""The model behind ``neobert serve --backend onnx|openvino``: a ``neobert export onnx`` directory on ONNX Runtime
+or OpenVINO (:func:`neobert.export.backends.open_export`: named, or for ``auto`` the faster here, measured).
 
 :class:`OnnxBackend` has :class:`~neobert.serving.service.TorchBackend`'s interface (``load``, ``tasks``, ``info``,
 ``call``), so the queue, the model process and the HTTP side are the same for both backends. What an export
@@ -30,6 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..export.backends import open_export
 from ..export.runtime import CONFIG_FILE, OnnxEncoder
 from ..inference.capabilities import describe
 from ..inference.encoders import EmbeddingSpec
@@ -58,6 +60,9 @@ class OnnxBackend(Backend):
     encoder: OnnxEncoder
     transformers_config: Any  # the source's config.json (labels, problem type, hidden size)
     threads: ThreadChoice | None = None
+    runtime: str = "onnx"  # onnx | openvino
+    precision: str = "fp32"  # the graph and precision that runs: fp32 | bf16 | int8 | int8-static
+    backend_reason: str = "named"  # why this runtime and precision (backend auto: the measurement)
 
     def __post_init__(self) -> None:
         self.head = self.encoder.head  # base, or a head whose graph the export writes
@@ -86,22 +91,33 @@ class OnnxBackend(Backend):
 
         if not is_onnx_export(config.model):
             raise ValueError(
-                f"--backend onnx serves a directory written by `neobert export onnx`; {config.model} holds no "
+                f"--backend {config.backend} serves a directory written by `neobert export onnx`; {config.model} holds no "
                 f"{CONFIG_FILE}"
             )
         threads = ThreadPolicy.at_start(
-            config, fixed="ONNX Runtime fixes a session's threads when it is made"
+            config, fixed="ONNX Runtime and OpenVINO fix a graph's threads when they compile it"
         )
-        encoder = OnnxEncoder(config.model, config.onnx_variant, threads=threads.threads)
+        opened = open_export(
+            config.model, config.backend, config.onnx_variant, config.precision, threads.threads
+        )
         source = json.loads((Path(config.model) / "config.json").read_text(encoding="utf-8"))
-        return cls(config, encoder, PretrainedConfig.from_dict(source), threads)
+        return cls(
+            config,
+            opened.encoder,
+            PretrainedConfig.from_dict(source),
+            threads,
+            opened.runtime,
+            opened.precision,
+            opened.reason,
+        )
 
     def info(self) -> ServedModel:
         """What the export is and serves (it crosses processes)."""
         return ServedModel.of(
             self.capabilities,
-            backend="onnx",
-            precision=self.encoder.variant,
+            backend=self.runtime,
+            precision=self.precision,
+            backend_reason=self.backend_reason,
             mask_token=self.encoder.config.get("mask_token"),
             vocab_size=self._counter.get_vocab_size(),
             threads=self.threads,

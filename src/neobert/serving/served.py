@@ -21,8 +21,8 @@ class ServedModel:
     model_type: str
     dimensions: int  # the hidden size: an embedding's width
     max_input_tokens: int
-    backend: Literal["torch", "onnx"]
-    precision: str  # torch: bf16 | fp32; onnx: the graph, fp32 | int8
+    backend: Literal["torch", "onnx", "openvino"]
+    precision: str  # torch: bf16 | fp32; onnx: the graph, fp32 | int8; openvino: fp32 | bf16 | int8-static
     pooling: str | None = None  # None: no embeddings
     normalize: bool | None = None
     embedding_settings_from: str | None = None
@@ -35,6 +35,7 @@ class ServedModel:
     vocab_size: int | None = None  # token ids are below it
     threads: ThreadChoice | None = None
     token_vectors: Mapping[str, Any] | None = None  # its token vectors' settings (a ColBERT model's)
+    backend_reason: str | None = None  # why this backend and precision (named, or what auto measured)
 
     @classmethod
     def of(cls, capabilities: Any, **backend: Any) -> ServedModel:

@@ -78,6 +78,9 @@ class TorchBackend(Backend):
             vocab_size=self.text_tokenizer().get_vocab_size(),
             threads=self.threads,
             precision="bf16" if dtype == torch.bfloat16 else "fp32",
+            backend_reason="named"
+            if self.config.backend == "torch"
+            else "a model directory runs on PyTorch (ONNX Runtime and OpenVINO run its `neobert export onnx`)",
         )
 
     def run_task(self, name: str, texts: list[Any], options: dict[str, Any]) -> Done:
@@ -159,7 +162,8 @@ class Service:
         c, model, threads = self.config, self.model, self.threads.describe()
         return (
             f"serving {c.model} ({self.head} head: {', '.join(self.tasks)}; {model.backend} "
-            f"{model.precision}; {threads}) on http://{c.host}:{c.port}  (batching "
+            f"{model.precision}{'' if model.backend_reason in (None, 'named') else ': ' + model.backend_reason}; "
+            f"{threads}) on http://{c.host}:{c.port}  (batching "
             f"{'on' if c.batching else 'off'}, queue {c.max_queue}, long documents: {c.long_documents}, model "
             f"{'in its own process' if c.model_process else 'in this process'}, API key "
             f"{'required' if self.api_key else 'off'})"

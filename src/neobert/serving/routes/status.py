@@ -27,9 +27,14 @@ class HealthResponse(BaseModel):
 
 class InfoResponse(BaseModel):
     model: str
-    backend: Literal["torch", "onnx"]
+    backend: Literal["torch", "onnx", "openvino"]
     precision: str = Field(
-        description="torch: bf16 or fp32 as chosen at start; onnx: the graph, fp32 or int8"
+        description="torch: bf16 or fp32 as chosen at start; onnx: the graph, fp32 or int8; openvino: fp32, "
+        "bf16 (the CPU's inference hint) or int8-static"
+    )
+    backend_reason: str | None = Field(
+        default=None,
+        description="why this backend and precision: named, or what --backend auto measured at start",
     )
     model_type: str
     head: str

