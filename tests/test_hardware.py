@@ -251,6 +251,7 @@ def test_doctor_reports_every_check_and_what_auto_picks(monkeypatch, capsys, fre
         ("training", "tiny", "fp32"),
     ]
     assert all(r["attention"] == "sdpa" for r in report["auto"]) or torch.cuda.is_available()
+    assert {"onnx fp32", "openvino fp32"} <= set(report["runtimes"]["candidates"])  # the dev install's
 
 
 def test_doctor_prints_tables(monkeypatch, capsys, fresh_checks):
@@ -258,6 +259,7 @@ def test_doctor_prints_tables(monkeypatch, capsys, fresh_checks):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert "fused_adamw" in out and "what auto picks here" in out and "avx2" in out
+    assert "backend auto: PyTorch for a model directory; for a `neobert export onnx` directory" in out
 
 
 @pytest.mark.parametrize(("threads", "load", "noted"), [(2, 2.5, True), (1, 2.5, False), (2, 0.3, False)])

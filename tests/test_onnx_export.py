@@ -320,18 +320,21 @@ def test_bench_onnx_puts_runtimes_side_by_side(tmp_path):
     results = run(config)
     assert "service" not in results
     rows = {r["variant"]: r for r in results["rows"]}
-    assert list(rows) == ["pytorch-fp32", "onnx-fp32", "onnx-int8"]
+    assert list(rows) == ["pytorch-fp32", "onnx-fp32", "onnx-int8", "openvino-fp32", "auto"]
     assert rows["pytorch-fp32"]["vs_pytorch_fp32"] == 1.0
-    assert rows["onnx-fp32"]["max_abs"] < 1e-4  # the same vectors from the same token arrays
+    for name in ("onnx-fp32", "openvino-fp32", "auto"):  # the same vectors from the same token arrays
+        assert rows[name]["max_abs"] < 1e-4
+    assert results["auto"].startswith("measured: ")
     assert rows["onnx-int8"]["max_abs"] > 1e-4  # a different computation, reported as such
     assert results["texts"]["count"] == 6 and 8 <= results["texts"]["min"] <= results["texts"]["max"] <= 40
     table = (tmp_path / "results.md").read_text()
-    assert "| onnx-int8 |" in table and "vs PyTorch fp32" in table
+    assert "| onnx-int8 |" in table and "vs PyTorch fp32" in table and "`auto` here: measured: " in table
 
 
-@pytest.mark.slow  # four servers, one after another (about 20 s each to start here)
+@pytest.mark.slow  # seven servers, one after another, twice (about 20 s each to start here), and NNCF
 def test_bench_onnx_through_the_service(tmp_path):
     from neobert.benchmarks.onnx import OnnxBenchConfig, run
+    from neobert.export import openvino
 
     config = OnnxBenchConfig(
         model="tiny",
@@ -342,15 +345,25 @@ def test_bench_onnx_through_the_service(tmp_path):
         bf16=True,
         output=str(tmp_path),
         progress=False,
-        serve_concurrency=4,
+        serve_concurrency=[1, 4],
         serve_duration=1.0,
+        int8_static=True,
+        calibration_texts=20,
     )
-    rows = {r["label"]: r for r in run(config)["service"]}
-    assert list(rows) == ["pytorch-fp32", "pytorch-bf16", "onnx-fp32", "onnx-int8"]
-    for row in rows.values():
-        assert row["requests"] > 0 and row["failed"] == 0 and row["concurrency"] == 4
-    assert rows["pytorch-fp32"]["vs_pytorch_fp32"] == 1.0
-    assert "## Through the service: 4 clients" in (tmp_path / "results.md").read_text()
+    results = run(config)
+    assert results["int8_static"]["cosine_floor"] == 0.99 and results["int8_static"]["pairs"] == 200
+    names = ["pytorch-fp32", "pytorch-bf16", "onnx-fp32", "onnx-int8", "openvino-fp32"]
+    names += ["openvino-bf16"] if openvino.bf16_hint_available() else []
+    names += ["openvino-int8-static", "auto"]
+    for clients in (1, 4):
+        rows = {r["label"]: r for r in results["service"] if r["clients"] == clients}
+        assert list(rows) == names
+        for row in rows.values():
+            assert row["requests"] > 0 and row["failed"] == 0 and row["concurrency"] == clients
+        assert rows["pytorch-fp32"]["vs_pytorch_fp32"] == 1.0
+        assert rows["openvino-int8-static"]["backend"] == "openvino int8-static"
+        assert rows["auto"]["backend_reason"].startswith("measured: ")
+    assert "Static int8 (NNCF, 20 calibration texts)" in (tmp_path / "results.md").read_text()
 
 
 def test_export_traces_the_real_arithmetic_rope_and_no_data_dependent_branch(tmp_path):

@@ -84,6 +84,7 @@ def test_bf16_hint_on_both_sides_of_its_probe(minilm_onnx, monkeypatch):
     monkeypatch.setattr(openvino, "bf16_hint_available", lambda: False)  # the CPU without it
     with pytest.raises(ValueError, match="this CPU has no bf16"):
         OpenVinoEncoder(minilm_onnx.output, precision="bf16")
+    monkeypatch.delenv(hardware.AUTO_PRECISION_ENV, raising=False)
     opened = backends.open_export(str(minilm_onnx.output), "openvino", threads=1)
     assert (opened.runtime, opened.precision) == ("openvino", "fp32")
     assert opened.reason == "the one candidate; no bf16 on this CPU"
@@ -182,7 +183,7 @@ def test_int8_acceptance_needs_both_the_cosine_and_the_ranking(cosine, ndcg, acc
     assert check.accepted is accepted
 
 
-def test_serve_openvino_and_auto_on_an_export_over_http(minilm_onnx):
+def test_serve_openvino_and_auto_on_an_export_over_http(minilm_onnx, monkeypatch):
     expected = st_encode(minilm.get_model_path(), TEXTS, normalize=True)
     with serve(minilm_onnx.output, backend="openvino", precision="fp32", threads=1) as srv:
         status, info, _ = call(srv.url, "GET", "/info")
@@ -194,6 +195,7 @@ def test_serve_openvino_and_auto_on_an_export_over_http(minilm_onnx):
         np.testing.assert_allclose([d["embedding"] for d in body["data"]], expected[:2], atol=1e-4, rtol=0)
         status, body, _ = call(srv.url, "POST", "/embed", {"inputs": [[101, 2023, 102]]})
         assert status == 422 and "PyTorch backend" in body["error"]["message"]
+    monkeypatch.delenv(hardware.AUTO_PRECISION_ENV, raising=False)  # the suite pins fp32: measure bf16 too
     with serve(minilm_onnx.output, backend="auto", precision="auto", threads=1) as srv:
         info = call(srv.url, "GET", "/info")[1]
         assert info["backend"] in ("onnx", "openvino") and info["backend_reason"].startswith("measured: ")
@@ -205,6 +207,14 @@ def test_serve_openvino_and_auto_on_an_export_over_http(minilm_onnx):
         body = call(srv.url, "POST", "/embed", {"texts": TEXTS})[1]
         cosine = (np.array(body["embeddings"]) * expected).sum(1)
         assert cosine.min() >= 0.99
+
+
+def test_doctor_names_what_auto_takes_for_an_export(minilm_onnx):
+    from neobert.benchmarks import doctor
+
+    found = doctor.runtime_choices(str(minilm_onnx.output))
+    assert found["choice"] in ("onnx fp32", "openvino fp32")  # the suite pins precision auto to fp32
+    assert found["reason"].startswith(f"measured: {found['choice']} fastest exact path (8 texts x 128 tokens")
 
 
 def test_settings_openvino_cannot_honour_are_refused(minilm_onnx, model_dir):

@@ -30,8 +30,9 @@ TEXTS = ["A man is eating food.", "The new movie is awesome", "a", "Paris is the
 
 @pytest.fixture(scope="module")
 def minilm_onnx_server(minilm_onnx):
-    """As a user deploys it: the export directory (backend auto), the model in its own process, a key."""
-    service = Service.load(ServeConfig(model=str(minilm_onnx.output), api_key=KEY, threads=1))
+    """As a user deploys it: the export directory on ONNX Runtime (auto measures it against OpenVINO:
+    tests/test_openvino.py), the model in its own process, a key."""
+    service = Service.load(ServeConfig(model=str(minilm_onnx.output), backend="onnx", api_key=KEY, threads=1))
     with BackgroundServer(service) as srv:
         yield srv
 
@@ -170,7 +171,9 @@ def test_settings_the_onnx_backend_cannot_honour_are_refused(minilm_onnx, model_
     with pytest.raises(ServeConfigError, match="long_documents chunk needs the torch backend"):
         ServeConfig(model=exported, long_documents="chunk")
     with pytest.raises(ServeConfigError, match="onnx_variant"):
-        ServeConfig(model=exported, precision="bf16")
+        ServeConfig(
+            model=exported, backend="onnx", precision="bf16"
+        )  # OpenVINO has a bf16 (test_openvino.py)
     with pytest.raises(ServeConfigError, match="onnx_variant must be one of"):
         ServeConfig(model=exported, onnx_variant="fp16")
     with pytest.raises(ValueError, match=r"holds no onnx_config\.json"):

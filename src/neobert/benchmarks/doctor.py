@@ -42,6 +42,7 @@ class DoctorReport:
     gpu: dict | None
     backends: list[BackendRow] = field(default_factory=list)
     auto: list[dict] = field(default_factory=list)  # one row per (use, preset): precision and kernels
+    runtimes: dict = field(default_factory=dict)  # what `--backend auto` chooses among here (and for a model)
 
     @property
     def failed(self) -> list[str]:
@@ -88,6 +89,13 @@ class DoctorReport:
         ]
         columns = ["use", "preset", "device", "precision", "why", "attention", "fused AdamW"]
         tables = markdown_table(header, rows) + "\nwhat auto picks here\n\n" + markdown_table(columns, auto)
+        runtimes = self.runtimes
+        if runtimes:
+            tables += f"\nbackend auto: {runtimes['auto']}\n"
+            if runtimes.get("model"):
+                tables += (
+                    f"backend auto for {runtimes['model']}: {runtimes['choice']} ({runtimes['reason']})\n"
+                )
         return "\n".join(lines) + "\n" + tables
 
     def as_dict(self) -> dict:
@@ -101,6 +109,7 @@ class DoctorReport:
             "gpu": self.gpu,
             "backends": rows,
             "auto": self.auto,
+            "runtimes": self.runtimes,
         }
 
 
@@ -112,8 +121,11 @@ def devices() -> list[str]:
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
-def diagnose(compile_on_cpu: bool = False, progress: Callable[[str], None] | None = None) -> DoctorReport:
-    """Run every check (and its speed comparison) for this machine's devices."""
+def diagnose(
+    compile_on_cpu: bool = False, progress: Callable[[str], None] | None = None, model: str | None = None
+) -> DoctorReport:
+    """Run every check (and its speed comparison) for this machine's devices; with ``model`` (an export),
+    also what ``--backend auto`` takes for it here and why."""
     name, _ = cpu_info()
     cpu = {
         "model": name,
@@ -152,7 +164,35 @@ def diagnose(compile_on_cpu: bool = False, progress: Callable[[str], None] | Non
     )
     say("precision")
     report.auto = auto_choices()
+    say("runtimes")
+    report.runtimes = runtime_choices(model)
     return report
+
+
+def runtime_choices(model: str | None = None) -> dict:
+    """The runtimes ``--backend auto`` measures for an export here (ONNX Runtime, OpenVINO, OpenVINO's bf16
+    hint where the CPU has it) and, for ``model`` (an export directory), the one it takes and why."""
+    import importlib.util
+
+    candidates = []
+    if importlib.util.find_spec("onnxruntime"):
+        candidates.append("onnx fp32")
+    if importlib.util.find_spec("openvino"):
+        from ..export.openvino import bf16_hint_available
+
+        candidates += ["openvino fp32"] + (["openvino bf16"] if bf16_hint_available() else [])
+    found = {
+        "candidates": candidates,
+        "auto": "PyTorch for a model directory; for a `neobert export onnx` directory the fastest of "
+        + (", ".join(candidates) or "no runtime installed (neobert[onnx], neobert[openvino])")
+        + ", measured at start on the model's own shape",
+    }
+    if model:
+        from ..export.backends import open_export
+
+        opened = open_export(model, "auto")
+        found.update(model=model, choice=opened.label, reason=opened.reason)
+    return found
 
 
 def _attention_cases(device: str) -> list[tuple[str, torch.dtype]]:

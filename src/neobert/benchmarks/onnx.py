@@ -22,7 +22,7 @@ import random
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,10 @@ VARIANTS = {
     "pytorch-bf16": "PyTorch bf16 (NeoBERT: the fast path; others cast; emulated, slow on CPUs without AVX-512 BF16 / AMX)",
     "onnx-fp32": "ONNX Runtime, model.onnx (padded attention, CPU provider)",
     "onnx-int8": "ONNX Runtime, model_int8.onnx (dynamic int8 MatMuls; FFN down-projections fp32)",
+    "openvino-fp32": "OpenVINO, model.onnx at f32 inference precision (CPU plugin)",
+    "openvino-bf16": "OpenVINO, model.onnx at the CPU's bf16 inference hint (AVX-512 BF16 / AMX only)",
+    "openvino-int8-static": "OpenVINO, openvino_int8.xml: NNCF static int8 from stdlib calibration texts",
+    "auto": "what `--backend auto` takes on the export here (measured at start: warm calls, two rounds)",
 }
 
 
@@ -64,10 +68,19 @@ class OnnxBenchConfig:
     bf16: bool = False  # add the PyTorch bf16 fast path (slow where bf16 is emulated)
     output: str | None = None  # directory for results.json and results.md
     progress: bool = True  # a progress bar
-    serve_concurrency: int = 32  # clients of the service comparison (0: offline only)
+    serve_concurrency: list[int] = field(
+        default_factory=lambda: [32]
+    )  # clients per service cell ([0]: offline only)
+    openvino: bool = True  # add OpenVINO (fp32; bf16 with --bf16 where the CPU has it) and backend auto
+    int8_static: bool = False  # add NNCF's static int8 on OpenVINO, its cosine and nDCG@10 beside it
+    calibration_texts: int = 300  # int8_static: stdlib-corpus texts after the timed ones
     serve_duration: float = 5.0  # seconds of each variant's service run per round (repeats rounds)
 
     def __post_init__(self) -> None:
+        if isinstance(self.serve_concurrency, int):
+            self.serve_concurrency = [self.serve_concurrency]
+        if any(c < 0 for c in self.serve_concurrency):
+            raise ValueError(f"serve_concurrency must be >= 0 clients, got {self.serve_concurrency}")
         if self.texts < 1 or self.batch_size < 1 or self.repeats < 1 or self.threads < 1:
             raise ValueError("texts, batch_size, repeats and threads must be >= 1")
         if self.max_length < 8:
@@ -130,9 +143,10 @@ def run(config: OnnxBenchConfig) -> dict:
             v: (exported.output / f).stat().st_size / 1e6
             for v, f in (("fp32", "model.onnx"), ("int8", "model_int8.onnx"))
         }
-        results = _measure(config, source, exported, export_s, sizes)
-        if config.serve_concurrency and exported.head == "base":
-            results["service"] = measure_service(config, source, exported.output)
+        extra = _openvino_extras(config, exported) if config.openvino else {}
+        results = _measure(config, source, exported, export_s, sizes, extra)
+        if any(config.serve_concurrency) and exported.head == "base":
+            results["service"] = measure_service(config, source, exported.output, extra)
     return publish(results, markdown, config.output)
 
 
@@ -153,7 +167,65 @@ def _forwards(
         forwards["pytorch-bf16"] = _torch_forward(graph(bf16))
     forwards["onnx-fp32"] = _onnx_forward(onnx_fp32)
     forwards["onnx-int8"] = _onnx_forward(OnnxEncoder(exported.output, "int8", threads=config.threads))
+    if config.openvino:
+        from ..export.openvino import STATIC_INT8, OpenVinoEncoder
+
+        for name in _openvino_variants(config, exported.output):
+            if name == "auto":
+                forwards[name] = _onnx_forward(_auto(exported.output, config.threads).encoder)
+                continue
+            variant = STATIC_INT8 if name.endswith(STATIC_INT8) else "fp32"
+            precision = "bf16" if name.endswith("bf16") else "fp32"
+            forwards[name] = _onnx_forward(
+                OpenVinoEncoder(exported.output, variant, threads=config.threads, precision=precision)
+            )
     return forwards
+
+
+def _openvino_variants(config: OnnxBenchConfig, directory: Path) -> list[str]:
+    """The OpenVINO rows that apply here: fp32, bf16 (asked and the CPU has it), the static int8 (written),
+    and backend auto."""
+    from ..export.openvino import STATIC_INT8_FILE, bf16_hint_available
+
+    names = ["openvino-fp32"]
+    if config.bf16 and bf16_hint_available():
+        names.append("openvino-bf16")
+    if (directory / STATIC_INT8_FILE).is_file():
+        names.append("openvino-int8-static")
+    return [*names, "auto"]
+
+
+def _auto(directory: Path, threads: int) -> Any:
+    from ..export.backends import open_export
+
+    return open_export(str(directory), "auto", threads=threads)
+
+
+def _openvino_extras(config: OnnxBenchConfig, exported: Any) -> dict[str, Any]:
+    """What auto takes here and why (measured once more in the service, at each server's start); with
+    ``int8_static``, NNCF's static int8 written and its check (its numbers, and whether the defaults of
+    ``neobert export openvino-int8`` accept it: the bench keeps it either way, to time it)."""
+    from transformers import AutoTokenizer
+
+    from ..export.openvino import COSINE_FLOOR, NDCG_TOLERANCE, quantize_static
+
+    extra: dict[str, Any] = {"auto": _auto(exported.output, config.threads).reason}
+    if config.int8_static and exported.head == "base":
+        tokenizer = AutoTokenizer.from_pretrained(exported.output)
+        count = config.texts + config.calibration_texts
+        calibration = corpus_texts(tokenizer, count, min(config.max_length, exported.max_length))[
+            config.texts :
+        ]
+        check = quantize_static(
+            exported.output,
+            calibration,
+            cosine_floor=-1.0,
+            ndcg_tolerance=float("inf"),
+            threads=config.threads,
+        )
+        defaults = replace(check, cosine_floor=COSINE_FLOOR, ndcg_tolerance=NDCG_TOLERANCE)
+        extra["int8_static"] = {**asdict(defaults), "accepted": defaults.accepted}
+    return extra
 
 
 def _time(forwards: dict[str, Any], work: list, repeats: int, progress: bool) -> dict[str, list[float]]:
@@ -195,7 +267,9 @@ def _rows(
     return rows
 
 
-def _measure(config: OnnxBenchConfig, source: Path, exported: Any, export_s: float, sizes: dict) -> dict:
+def _measure(
+    config: OnnxBenchConfig, source: Path, exported: Any, export_s: float, sizes: dict, extra: dict
+) -> dict:
     info = inspect_source(source)
     encoder = load_encoder(info.path, head=info.head)
     fp32 = encoder.model.float().eval()
@@ -227,6 +301,7 @@ def _measure(config: OnnxBenchConfig, source: Path, exported: Any, export_s: flo
         "export_s": export_s,
         "export_parity": exported.parity,
         "rows": rows,
+        **extra,
     }
 
 
@@ -236,22 +311,42 @@ SERVED = {
     "pytorch-bf16": {"backend": "torch", "precision": "bf16"},
     "onnx-fp32": {"backend": "onnx", "onnx_variant": "fp32"},
     "onnx-int8": {"backend": "onnx", "onnx_variant": "int8"},
+    "openvino-fp32": {"backend": "openvino", "precision": "fp32"},
+    "openvino-bf16": {"backend": "openvino", "precision": "bf16"},
+    "openvino-int8-static": {"backend": "openvino", "onnx_variant": "int8-static"},
+    "auto": {"backend": "auto"},  # on the export: measured at the server's start
 }
 
 
-def measure_service(config: OnnxBenchConfig, source: Path, exported: Path) -> list[dict]:
+def measure_service(config: OnnxBenchConfig, source: Path, exported: Path, extra: dict) -> list[dict]:
     """Each variant behind its own ``neobert serve``, all started first, then measured round-robin
-    (``repeats`` rounds of ``serve_duration`` seconds at ``serve_concurrency`` clients), so drift on a
-    shared machine hits every variant alike; a variant's cell pools its rounds."""
+    (``repeats`` rounds of ``serve_duration`` seconds at each of ``serve_concurrency`` client counts), so
+    drift on a shared machine hits every variant alike; a variant's cell pools its rounds."""
     texts = request_texts(512, 16)
-    variants = [v for v in SERVED if config.bf16 or v != "pytorch-bf16"]
+    variants = [
+        v for v in SERVED if (config.bf16 or v != "pytorch-bf16") and not v.startswith(("openvino", "auto"))
+    ]
+    if config.openvino:
+        variants += _openvino_variants(config, exported)
+    return [
+        row
+        for clients in config.serve_concurrency
+        if clients
+        for row in _service_rows(config, source, exported, variants, texts, clients)
+    ]
+
+
+def _service_rows(
+    config: OnnxBenchConfig, source: Path, exported: Path, variants: list[str], texts: list[str], clients: int
+) -> list[dict]:
     servers: dict[str, ServerProcess] = {}
     try:
         for name in progress_bar(variants, desc="starting servers", disable=not config.progress):
             settings = SERVED[name]
-            model = exported if settings["backend"] == "onnx" else source
+            model = source if settings["backend"] == "torch" else exported
             servers[name] = ServerProcess(ServeBenchConfig(model=str(model), output=None, **settings), True)
-            run_cell(servers[name].port, config.serve_concurrency, texts, 2.0, 200)  # warm-up
+            run_cell(servers[name].port, clients, texts, 2.0, 200)  # warm-up
+        infos = {name: server.info() for name, server in servers.items()}  # what runs (auto: its choice)
         before = {name: merged_counts(server.metrics()) for name, server in servers.items()}
         rounds: dict[str, list[dict]] = {name: [] for name in servers}
         with progress_bar(
@@ -261,7 +356,7 @@ def measure_service(config: OnnxBenchConfig, source: Path, exported: Path) -> li
                 for name, server in servers.items():
                     cell = run_cell(
                         server.port,
-                        config.serve_concurrency,
+                        clients,
                         texts,
                         config.serve_duration,
                         max_requests=10**9,
@@ -270,19 +365,26 @@ def measure_service(config: OnnxBenchConfig, source: Path, exported: Path) -> li
                     rounds[name].append(cell)
                     bar.update()
         rows = [
-            asdict(_pooled_cell(name, rounds[name], before[name], merged_counts(server.metrics()), config))
+            {
+                **asdict(
+                    _pooled_cell(name, rounds[name], before[name], merged_counts(server.metrics()), clients)
+                ),
+                "clients": clients,
+                "backend": f"{infos[name]['backend']} {infos[name]['precision']}",
+                "backend_reason": infos[name].get("backend_reason"),
+            }
             for name, server in servers.items()
         ]
     finally:
         for server in servers.values():
             server.stop()
-    base = rows[0]["requests_per_s"]
+    base = rows[0]["requests_per_s"]  # PyTorch fp32 at this client count
     for row in rows:
         row["vs_pytorch_fp32"] = row["requests_per_s"] / base if base else None
     return rows
 
 
-def _pooled_cell(name: str, rounds: list[dict], before: tuple, after: tuple, config: OnnxBenchConfig) -> Cell:
+def _pooled_cell(name: str, rounds: list[dict], before: tuple, after: tuple, clients: int) -> Cell:
     """One cell from several rounds: their requests over their seconds, percentiles of all latencies."""
     pooled = {
         "latencies": [t for r in rounds for t in r["latencies"]],
@@ -296,14 +398,14 @@ def _pooled_cell(name: str, rounds: list[dict], before: tuple, after: tuple, con
     }
     calls = after[1] - before[1]
     merged = round((after[0] - before[0]) / calls, 2) if calls else None
-    return make_cell(pooled, True, config.serve_concurrency, merged, label=name)
+    return make_cell(pooled, True, clients, merged, label=name)
 
 
 def markdown(results: dict) -> str:
     c, t, m = results["config"], results["texts"], results["model"]
     name = c["model"] if not Path(c["model"]).is_absolute() else "/".join(Path(c["model"]).parts[-2:])
     lines = [
-        f"# ONNX Runtime beside PyTorch: {name} ({m['type']}, {m['parameters'] / 1e6:.1f}M parameters, {m['head']})",
+        f"# ONNX Runtime and OpenVINO beside PyTorch: {name} ({m['type']}, {m['parameters'] / 1e6:.1f}M parameters, {m['head']})",
         "",
         f"{t['count']} stdlib-corpus texts, {t['real_tokens']:,} real tokens ({t['min']}-{t['max']} per text), "
         f"{t['batches']} batches of {c['batch_size']} grouped by length; the same token arrays for every variant. "
@@ -336,6 +438,19 @@ def markdown(results: dict) -> str:
     ]
     lines.append(markdown_table(header, rows))
     lines += ["Variants:", ""] + [f"- `{r['variant']}`: {r['what']}" for r in results["rows"]]
+    if results.get("auto"):
+        lines += ["", f"`auto` here: {results['auto']}."]
+    check = results.get("int8_static")
+    if check:
+        verdict = "accepted" if check["accepted"] else "refused"
+        lines += [
+            "",
+            f"Static int8 (NNCF, {check['calibration_texts']} calibration texts) against fp32 on "
+            f"{check['heldout_texts']} held-out texts: minimum cosine {check['cosine_min']:.4f} (floor "
+            f"{check['cosine_floor']}); nDCG@10 on {check['pairs']} held-out docstring pairs "
+            f"{check['ndcg_int8']:.4f} against {check['ndcg_float']:.4f} (within {check['ndcg_tolerance']:.0%} "
+            f"needed): `neobert export openvino-int8` would have {verdict} it; timed here either way.",
+        ]
     if results.get("service"):
         lines += service_markdown(results)
     return "\n".join(lines) + "\n"
@@ -345,24 +460,36 @@ def service_markdown(results: dict) -> list[str]:
     c = results["config"]
     lines = [
         "",
-        f"## Through the service: {c['serve_concurrency']} clients, single-text `/embed` requests of 16 words",
+        "## Through the service: single-text `/embed` requests of 16 words",
         "",
         f"`neobert serve` with each variant (dynamic batching on, the model in its own process with the "
         f"server's default threads), all started, warmed up, then {c['repeats']} interleaved rounds of "
-        f"{c['serve_duration']:g} s each; a row pools its rounds.",
+        f"{c['serve_duration']:g} s each per client count; a row pools its rounds. `runs` is what the server "
+        "said it runs (/info: for `auto`, its measured choice).",
         "",
     ]
-    header = ["variant", "requests", "req/s", "vs PyTorch fp32", "p50 ms", "p99 ms", "failed", "merged/call"]
+    header = [
+        "clients",
+        "variant",
+        "runs",
+        "requests",
+        "req/s",
+        "vs PyTorch fp32",
+        "p50 ms",
+        "p99 ms",
+        "failed",
+    ]
     rows = [
         [
+            r.get("clients", c["serve_concurrency"]),
             r["label"],
+            r.get("backend", ""),
             r["requests"],
             f"{r['requests_per_s']:.1f}",
             fmt(r["vs_pytorch_fp32"]) + "x",
             r["p50_ms"],
             r["p99_ms"],
             r["failed"],
-            r["mean_merged"],
         ]
         for r in results["service"]
     ]

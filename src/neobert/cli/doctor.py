@@ -18,11 +18,13 @@ DESCRIPTION = (
 
 def _main(args: argparse.Namespace) -> int:
     if args.json:
-        print(json.dumps(diagnose(args.compile).as_dict(), indent=2))
+        print(json.dumps(diagnose(args.compile, model=args.model).as_dict(), indent=2))
         return 0
     console = make_console()
     with console.status("checking") as status:
-        report = diagnose(args.compile, progress=lambda what: status.update(f"checking {what}"))
+        report = diagnose(
+            args.compile, progress=lambda what: status.update(f"checking {what}"), model=args.model
+        )
     say(report.markdown(), console)
     if report.failed:
         note(f"{', '.join(report.failed)} (auto uses the reference path instead)", console, "failed checks")
@@ -35,3 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON (for machines)")
     what = "also check compiled blocks on the CPU (~30 s of compilation)"
     parser.add_argument("--compile", action="store_true", help=what)
+    what = (
+        "a `neobert export onnx` directory: also measure which runtime `--backend auto` takes for it, and why"
+    )
+    parser.add_argument("--model", default=None, help=what)

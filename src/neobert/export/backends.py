@@ -10,13 +10,15 @@ own shape (:data:`PROBE_BATCH` texts of ``min(PROBE_LENGTH, max_length)`` tokens
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..runtime.hardware import RuntimeChoice, choose_fastest
+from ..common.config import check_precision
+from ..runtime.hardware import AUTO_PRECISION_ENV, RuntimeChoice, choose_fastest
 from .runtime import OnnxEncoder
 
 RUNTIMES = ("onnx", "openvino")
@@ -46,9 +48,11 @@ def open_export(
     threads: int | None = None,
 ) -> OpenedExport:
     """The export ``directory`` on ``backend`` (onnx | openvino | auto) with graph ``variant`` and, on
-    OpenVINO, ``precision`` (fp32 | bf16 | auto: the measured faster)."""
+    OpenVINO, ``precision`` (fp32 | bf16 | auto: the measured faster; ``NEOBERT_AUTO_PRECISION`` pins it)."""
     from .openvino import STATIC_INT8, OpenVinoEncoder, bf16_hint_available
 
+    if precision == "auto" and os.environ.get(AUTO_PRECISION_ENV):  # a process tree's pin (the test suite's)
+        precision = check_precision(os.environ[AUTO_PRECISION_ENV], ValueError)
     if backend not in ("auto", *RUNTIMES):
         raise ValueError(f"an export runs on {', '.join(RUNTIMES)} or auto; got {backend!r}")
     if backend == "onnx" or (backend == "auto" and variant == "int8"):

@@ -37,6 +37,8 @@ PACKAGES = (
     "sentence-transformers",
     "flash-attn",
     "onnxruntime",
+    "openvino",
+    "nncf",
     "pyarrow",
     "ray",
 )
