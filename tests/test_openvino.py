@@ -209,6 +209,22 @@ def test_serve_openvino_and_auto_on_an_export_over_http(minilm_onnx, monkeypatch
         assert cosine.min() >= 0.99
 
 
+def test_auto_choice_is_cached_per_model_and_machine_when_asked(tiny_export, tmp_path, monkeypatch):
+    cache = tmp_path / "backends.json"
+    first = backends.open_export(str(tiny_export), "auto", threads=1, cache=str(cache))
+    assert first.reason.startswith("measured: ")
+    ((key, entry),) = json.loads(cache.read_text()).items()
+    assert str(tiny_export.resolve()) in key and "threads=1" in key and entry["name"] == first.label
+    monkeypatch.setattr(backends, "measure", lambda candidates: pytest.fail("measured despite the cache"))
+    again = backends.open_export(str(tiny_export), "auto", threads=1, cache=str(cache))
+    assert again.label == first.label and again.reason == f"cached in {cache}: {first.reason}"
+    with pytest.raises(pytest.fail.Exception, match="measured despite the cache"):
+        backends.open_export(str(tiny_export), "auto", threads=2, cache=str(cache))  # another machine setting
+    cache.write_text("not json")
+    with pytest.raises(ValueError, match=r"is not JSON .*delete it to measure again"):
+        backends.open_export(str(tiny_export), "auto", threads=1, cache=str(cache))
+
+
 def test_doctor_names_what_auto_takes_for_an_export(minilm_onnx):
     from neobert.benchmarks import doctor
 

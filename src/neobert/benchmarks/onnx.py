@@ -70,7 +70,7 @@ class OnnxBenchConfig:
     progress: bool = True  # a progress bar
     serve_concurrency: list[int] = field(
         default_factory=lambda: [32]
-    )  # clients per service cell ([0]: offline only)
+    )  # clients per service cell, one cell per count (0: offline only)
     openvino: bool = True  # add OpenVINO (fp32; bf16 with --bf16 where the CPU has it) and backend auto
     int8_static: bool = False  # add NNCF's static int8 on OpenVINO, its cosine and nDCG@10 beside it
     calibration_texts: int = 300  # int8_static: stdlib-corpus texts after the timed ones

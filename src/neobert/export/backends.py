@@ -10,14 +10,17 @@ own shape (:data:`PROBE_BATCH` texts of ``min(PROBE_LENGTH, max_length)`` tokens
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..common.config import check_precision
+from ..common.io import write_json
 from ..runtime.hardware import AUTO_PRECISION_ENV, RuntimeChoice, choose_fastest
 from .runtime import OnnxEncoder
 
@@ -46,9 +49,12 @@ def open_export(
     variant: str = "fp32",
     precision: str = "auto",
     threads: int | None = None,
+    cache: str | None = None,
 ) -> OpenedExport:
     """The export ``directory`` on ``backend`` (onnx | openvino | auto) with graph ``variant`` and, on
-    OpenVINO, ``precision`` (fp32 | bf16 | auto: the measured faster; ``NEOBERT_AUTO_PRECISION`` pins it)."""
+    OpenVINO, ``precision`` (fp32 | bf16 | auto: the measured faster; ``NEOBERT_AUTO_PRECISION`` pins it).
+    ``cache``: a JSON file keeping auto's choice per model and machine (:func:`cache_key`); a choice found
+    there is loaded (and checked against PyTorch) without measuring again."""
     from .openvino import STATIC_INT8, OpenVinoEncoder, bf16_hint_available
 
     if precision == "auto" and os.environ.get(AUTO_PRECISION_ENV):  # a process tree's pin (the test suite's)
@@ -65,6 +71,16 @@ def open_export(
         )
         why = "named" if backend == "openvino" else "OpenVINO runs the static int8 graph"
         return OpenedExport(encoder, "openvino", encoder.label, why)
+    key = cache_key(directory, backend, precision, threads)
+    cached = _read_cache(cache).get(key) if cache else None
+    if cached:
+        runtime, label = cached["name"].split()
+        if runtime == "onnx":
+            encoder = OnnxEncoder(directory, threads=threads)
+        else:
+            encoder = OpenVinoEncoder(directory, threads=threads, precision=label)
+        reason = f"cached in {cache}: {cached['reason']}"
+        return OpenedExport(encoder, runtime, label, reason)
     candidates: dict[str, OnnxEncoder] = {}
     dropped: list[str] = []
     if backend == "auto" and precision != "bf16":
@@ -89,7 +105,53 @@ def open_export(
     choice = measure(candidates)
     runtime, label = choice.name.split()
     reason = "; ".join([f"measured: {choice.reason}", *dropped])
+    if cache:
+        _write_cache(cache, key, {"name": choice.name, "reason": reason, "timings_ms": choice.timings_ms})
     return OpenedExport(candidates[choice.name], runtime, label, reason, choice)
+
+
+def cache_key(directory: str, backend: str, precision: str, threads: int | None) -> str:
+    """What a cached choice holds for: the export (its path and graph's modification time), the machine
+    (CPU model and flags), the thread count, the runtimes' versions and the setting asked."""
+    from ..runtime.hardware import cpu_info, versions
+    from .openvino import openvino_version
+
+    path = Path(directory).resolve()
+    graph = path / "model.onnx"
+    stamp = graph.stat().st_mtime_ns if graph.is_file() else 0
+    name, flags = cpu_info()
+    relevant = sorted(f for f in flags if f.startswith(("avx", "amx")))
+    return "|".join(
+        [
+            str(path),
+            str(stamp),
+            name,
+            " ".join(relevant),
+            f"threads={threads or 0}",
+            f"onnxruntime={versions().get('onnxruntime')}",
+            f"openvino={openvino_version()}",
+            f"{backend}/{precision}",
+        ]
+    )
+
+
+def _read_cache(path: str) -> dict[str, Any]:
+    file = Path(path)
+    if not file.is_file():
+        return {}
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"backend cache {path} is not JSON ({error}); delete it to measure again") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"backend cache {path} holds no JSON object; delete it to measure again")
+    return data
+
+
+def _write_cache(path: str, key: str, entry: dict[str, Any]) -> None:
+    data = _read_cache(path)
+    data[key] = entry
+    write_json(Path(path), data)
 
 
 def probe_batch(encoder: OnnxEncoder) -> tuple[np.ndarray, np.ndarray]:

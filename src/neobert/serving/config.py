@@ -43,6 +43,9 @@ class ServeConfig:
     # torch; onnx (ONNX Runtime) or openvino (OpenVINO) on a `neobert export onnx` directory; auto: torch for a
     # model directory, for an export the faster of ONNX Runtime and OpenVINO (fp32, bf16), measured at start
     backend: str = field(default="auto", metadata={"choices": BACKENDS})
+    # a JSON file keeping --backend auto's measured choice per export, machine and thread count: found there,
+    # it is loaded (and checked) without measuring again; absent, measured and added (none: measured each start)
+    backend_cache: str | None = None
     onnx_variant: str = field(
         default="fp32", metadata={"choices": ONNX_VARIANTS}
     )  # an export's graph: fp32, int8 (ONNX Runtime's dynamic, --quantize int8) or int8-static (openvino only)

@@ -98,7 +98,12 @@ class OnnxBackend(Backend):
             config, fixed="ONNX Runtime and OpenVINO fix a graph's threads when they compile it"
         )
         opened = open_export(
-            config.model, config.backend, config.onnx_variant, config.precision, threads.threads
+            config.model,
+            config.backend,
+            config.onnx_variant,
+            config.precision,
+            threads.threads,
+            config.backend_cache,
         )
         source = json.loads((Path(config.model) / "config.json").read_text(encoding="utf-8"))
         return cls(
