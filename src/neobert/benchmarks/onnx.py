@@ -63,7 +63,7 @@ class OnnxBenchConfig:
     texts: int = 64  # texts of the standard-library corpus
     max_length: int = 256  # the longest text in tokens; lengths are spread evenly from 8 up to it
     batch_size: int = 16  # texts per forward, grouped by length
-    threads: int = 1  # intra-op threads, for torch and onnxruntime alike
+    threads: int = 1  # intra-op threads, for torch, onnxruntime and OpenVINO alike
     repeats: int = 3  # timed rounds (the median is reported)
     bf16: bool = False  # add the PyTorch bf16 fast path (slow where bf16 is emulated)
     output: str | None = None  # directory for results.json and results.md
@@ -409,7 +409,7 @@ def markdown(results: dict) -> str:
         "",
         f"{t['count']} stdlib-corpus texts, {t['real_tokens']:,} real tokens ({t['min']}-{t['max']} per text), "
         f"{t['batches']} batches of {c['batch_size']} grouped by length; the same token arrays for every variant. "
-        f"{c['threads']} thread(s) for torch and onnxruntime, torch {results['machine']['torch']}, "
+        f"{c['threads']} thread(s) for torch, onnxruntime and OpenVINO, torch {results['machine']['torch']}, "
         f"{results['machine'].get('cpu', '?')}; median of {c['repeats']} interleaved rounds. Outputs compared: "
         f"{'logits' if m['head'] != 'base' else 'pooled sentence embeddings'} against PyTorch fp32. Export: "
         f"{results['export_s']:.0f} s.",
