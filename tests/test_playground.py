@@ -1,7 +1,7 @@
 """The playground page of `neobert serve` (/playground), driven in a real browser: Playwright for Python over
 the system's headless Chromium, against real servers on 127.0.0.1 with real small models (the MiniLM of
 neobert[examples] for embeddings, a MiniLM cross-encoder for rerank, tiny NeoBERT classifier and tagger, a
-SPLADE directory of a tiny NeoBERT MLM for fill-mask and sparse vectors, a late-interaction directory).
+tiny NeoBERT MLM served with --sparse for fill-mask and SPLADE vectors, a late-interaction directory).
 
 Every panel is run, and the numbers it shows equal the API's answer to the same input (the cosines and the
 PCA against numpy over /embed's vectors). The page logs no console error and requests nothing outside
@@ -90,14 +90,6 @@ def tiny_tagger(tokenizer, path: Path) -> Path:
     return encoders.save_pretrained(tagger, tokenizer, path)
 
 
-def splade(path: Path) -> Path:
-    """A tiny NeoBERT MLM saved as a sentence-transformers SparseEncoder: fill-mask and sparse vectors."""
-    from neobert.finetuning.sparse import save_sparse_encoder
-    from neobert.inference.encoders import load_encoder
-
-    return save_sparse_encoder(load_encoder(save_tiny_neobert(path / "src"), head="mlm"), path / "sparse")
-
-
 def late(path: Path) -> Path:
     from neobert.inference.encoders import load_encoder
     from neobert.inference.late_interaction import (
@@ -125,7 +117,9 @@ def servers(tmp_path_factory, tokenizer):
         "rerank": (minilm_cross_encoder(root / "ce"), {}),
         "classify": (tiny_classifier(tokenizer, root / "clf"), {}),
         "tokens": (tiny_tagger(tokenizer, root / "tagger"), {}),
-        "splade": (splade(root / "splade"), {}),
+        # the SPLADE vectors of a masked LM (--sparse; a SparseEncoder directory is served the same way,
+        # tests/test_serving_sparse.py, but writing one imports sentence-transformers: 10 s here)
+        "splade": (save_tiny_neobert(root / "mlm"), {"sparse": True}),
         "late": (late(root / "late"), {}),
     }
     contexts = {
