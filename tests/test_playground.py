@@ -213,6 +213,14 @@ def values(locator) -> list[float]:
     return [float(v) for v in locator.evaluate_all("nodes => nodes.map(n => n.dataset.value)")]
 
 
+def shown(value: float, digits: int) -> str:
+    """How the page writes a number: ``digits`` decimals, or exponent notation where they would show 0."""
+    if value != 0 and abs(value) < 10**-digits:
+        mantissa, exponent = f"{value:.2e}".split("e")
+        return f"{mantissa}e{int(exponent):+d}"  # JavaScript's toExponential(2): 3.30e-5
+    return f"{value:.{digits}f}"
+
+
 def texts(locator) -> list[str]:
     return locator.all_inner_texts()
 
@@ -264,7 +272,7 @@ def test_embeddings_behind_an_api_key_heatmap_and_pca(servers, open_page):
     cosines = unit @ unit.T
     cells = panel.locator("table.cosine td")
     np.testing.assert_allclose(values(cells), cosines.ravel(), atol=1e-6)
-    assert texts(cells) == [f"{c:.3f}" for c in cosines.ravel()]
+    assert texts(cells) == [shown(c, 3) for c in cosines.ravel()]
     coords = panel.locator("table.coords td")
     np.testing.assert_allclose(np.reshape(values(coords), (-1, 2)), pca_reference(vectors), atol=1e-6)
     assert panel.locator("svg.pca circle").count() == len(EMBED_TEXTS)
@@ -348,7 +356,7 @@ def test_classification_bars(servers, open_page):
         ranked = sorted(row["probabilities"].items(), key=lambda kv: -kv[1])
         assert texts(item.locator(".label")) == [label for label, _ in ranked]
         np.testing.assert_allclose(values(item.locator(".num")), [p for _, p in ranked])
-        assert texts(item.locator(".num")) == [f"{p:.4f}" for _, p in ranked]
+        assert texts(item.locator(".num")) == [shown(p, 4) for _, p in ranked]
     shot(page, "classification")
     watch.clean()
 
@@ -394,6 +402,7 @@ def test_fill_mask_and_sparse_terms(servers, open_page):
         for ol, candidates in zip(lists.all(), masks):
             assert texts(ol.locator(".label")) == [c["token"] for c in candidates]
             np.testing.assert_allclose(values(ol.locator(".num")), [c["score"] for c in candidates])
+            assert texts(ol.locator(".num")) == [shown(c["score"], 4) for c in candidates]
     shot(page, "fill_mask")
 
     sentences = ["A cat sits on the mat.", "The stock market fell sharply today."]

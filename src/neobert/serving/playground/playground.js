@@ -84,8 +84,10 @@ function short(text, n = 40) {
   return text.length > n ? text.slice(0, n - 1) + "…" : text;
 }
 
+// A number to `digits` decimals; one too small to show so (a tiny probability) in exponent notation.
 function fixed(value, digits) {
-  return Number(value).toFixed(digits);
+  const v = Number(value);
+  return v !== 0 && Math.abs(v) < 10 ** -digits ? v.toExponential(2) : v.toFixed(digits);
 }
 
 // A number shown rounded, its full value in data-value (what the API answered, or what the page computed).
@@ -252,7 +254,7 @@ const PANELS = {
         const box = el("div", { class: "item" }, el("h2", { text: texts[i] }));
         masks.forEach((candidates, m) => {
           box.append(el("h3", { text: `mask ${m + 1}` }));
-          box.append(bars(candidates.map((c) => [c.token, c.score]), 4, 1));
+          box.append(bars(candidates.map((c) => [c.token, c.score]), 4)); // scaled to the first
         });
         return box;
       });
