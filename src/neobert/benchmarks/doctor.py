@@ -17,6 +17,8 @@ import torch
 
 from ..common.config import ModelConfig
 from ..common.tables import MISSING, markdown_table
+from ..export.backends import open_export
+from ..export.openvino import bf16_hint_available
 from ..model import attention
 from ..model.checks import BackendCheck
 from ..model.execution import check_compiled_blocks
@@ -178,8 +180,6 @@ def runtime_choices(model: str | None = None) -> dict:
     if importlib.util.find_spec("onnxruntime"):
         candidates.append("onnx fp32")
     if importlib.util.find_spec("openvino"):
-        from ..export.openvino import bf16_hint_available
-
         candidates += ["openvino fp32"] + (["openvino bf16"] if bf16_hint_available() else [])
     found = {
         "candidates": candidates,
@@ -188,8 +188,6 @@ def runtime_choices(model: str | None = None) -> dict:
         + ", measured at start on the model's own shape",
     }
     if model:
-        from ..export.backends import open_export
-
         opened = open_export(model, "auto")
         found.update(model=model, choice=opened.label, reason=opened.reason)
     return found

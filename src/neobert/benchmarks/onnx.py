@@ -32,7 +32,17 @@ import torch
 from ..common.progress import progress_bar
 from ..common.tables import fmt, markdown_table
 from ..data.corpus import iter_stdlib_documents
+from ..export.backends import open_export
 from ..export.onnx import ClassifierGraph, EncoderGraph, export_onnx, inspect_source
+from ..export.openvino import (
+    COSINE_FLOOR,
+    NDCG_TOLERANCE,
+    STATIC_INT8,
+    STATIC_INT8_FILE,
+    OpenVinoEncoder,
+    bf16_hint_available,
+    quantize_static,
+)
 from ..export.runtime import OnnxEncoder
 from ..inference.encoders import apply_precision, is_preset, load_encoder, save_pretrained
 from .measure import machine_info
@@ -168,8 +178,6 @@ def _forwards(
     forwards["onnx-fp32"] = _onnx_forward(onnx_fp32)
     forwards["onnx-int8"] = _onnx_forward(OnnxEncoder(exported.output, "int8", threads=config.threads))
     if config.openvino:
-        from ..export.openvino import STATIC_INT8, OpenVinoEncoder
-
         for name in _openvino_variants(config, exported.output):
             if name == "auto":
                 forwards[name] = _onnx_forward(_auto(exported.output, config.threads).encoder)
@@ -185,8 +193,6 @@ def _forwards(
 def _openvino_variants(config: OnnxBenchConfig, directory: Path) -> list[str]:
     """The OpenVINO rows that apply here: fp32, bf16 (asked and the CPU has it), the static int8 (written),
     and backend auto."""
-    from ..export.openvino import STATIC_INT8_FILE, bf16_hint_available
-
     names = ["openvino-fp32"]
     if config.bf16 and bf16_hint_available():
         names.append("openvino-bf16")
@@ -196,8 +202,6 @@ def _openvino_variants(config: OnnxBenchConfig, directory: Path) -> list[str]:
 
 
 def _auto(directory: Path, threads: int) -> Any:
-    from ..export.backends import open_export
-
     return open_export(str(directory), "auto", threads=threads)
 
 
@@ -206,8 +210,6 @@ def _openvino_extras(config: OnnxBenchConfig, exported: Any) -> dict[str, Any]:
     ``int8_static``, NNCF's static int8 written and its check (its numbers, and whether the defaults of
     ``neobert export openvino-int8`` accept it: the bench keeps it either way, to time it)."""
     from transformers import AutoTokenizer
-
-    from ..export.openvino import COSINE_FLOOR, NDCG_TOLERANCE, quantize_static
 
     extra: dict[str, Any] = {"auto": _auto(exported.output, config.threads).reason}
     if config.int8_static and exported.head == "base":

@@ -8,7 +8,7 @@ import argparse
 from rich.console import Console
 
 from ..export.onnx import QUANTIZATIONS, OnnxExportConfig, run
-from ..export.openvino import StaticInt8Config
+from ..export.openvino import StaticInt8Config, run_static_int8
 from ..model.pooling import ONNX_POOLINGS
 from .common import add_command, make_console, quiet_transformers, show
 from .options import add_options, config_from_args
@@ -54,8 +54,6 @@ def onnx(args: argparse.Namespace, console: Console | None = None) -> int:
 
 
 def openvino_int8(args: argparse.Namespace, console: Console | None = None) -> int:
-    from ..export.openvino import run_static_int8
-
     console = make_console(console)
     check = run_static_int8(config_from_args(StaticInt8Config, args))  # a refusal: its numbers, exit 1
     console.print(f"{check.summary}: accepted, wrote openvino_int8.xml into {args.model}", highlight=False)

@@ -21,7 +21,8 @@ import numpy as np
 
 from ..common.config import check_precision
 from ..common.io import write_json
-from ..runtime.hardware import AUTO_PRECISION_ENV, RuntimeChoice, choose_fastest
+from ..runtime.hardware import AUTO_PRECISION_ENV, RuntimeChoice, choose_fastest, cpu_info, versions
+from .openvino import STATIC_INT8, OpenVinoEncoder, ParityError, bf16_hint_available, openvino_version
 from .runtime import OnnxEncoder
 
 RUNTIMES = ("onnx", "openvino")
@@ -55,8 +56,6 @@ def open_export(
     OpenVINO, ``precision`` (fp32 | bf16 | auto: the measured faster; ``NEOBERT_AUTO_PRECISION`` pins it).
     ``cache``: a JSON file keeping auto's choice per model and machine (:func:`cache_key`); a choice found
     there is loaded (and checked against PyTorch) without measuring again."""
-    from .openvino import STATIC_INT8, OpenVinoEncoder, bf16_hint_available
-
     if precision == "auto" and os.environ.get(AUTO_PRECISION_ENV):  # a process tree's pin (the test suite's)
         precision = check_precision(os.environ[AUTO_PRECISION_ENV], ValueError)
     if backend not in ("auto", *RUNTIMES):
@@ -81,21 +80,7 @@ def open_export(
             encoder = OpenVinoEncoder(directory, threads=threads, precision=label)
         reason = f"cached in {cache}: {cached['reason']}"
         return OpenedExport(encoder, runtime, label, reason)
-    candidates: dict[str, OnnxEncoder] = {}
-    dropped: list[str] = []
-    if backend == "auto" and precision != "bf16":
-        candidates["onnx fp32"] = OnnxEncoder(directory, threads=threads)
-    if precision != "bf16":
-        candidates["openvino fp32"] = OpenVinoEncoder(directory, threads=threads)
-    if precision != "fp32" and bf16_hint_available():
-        from .openvino import ParityError
-
-        try:
-            candidates["openvino bf16"] = OpenVinoEncoder(directory, threads=threads, precision="bf16")
-        except ParityError as error:
-            dropped.append(f"openvino bf16 dropped: {error}")
-    elif precision != "fp32":
-        dropped.append("no bf16 on this CPU")
+    candidates, dropped = _candidates(directory, backend, precision, threads)
     if not candidates:
         raise ValueError(f"nothing runs {directory} at precision {precision} here: {'; '.join(dropped)}")
     if len(candidates) == 1:
@@ -110,12 +95,29 @@ def open_export(
     return OpenedExport(candidates[choice.name], runtime, label, reason, choice)
 
 
+def _candidates(
+    directory: str, backend: str, precision: str, threads: int | None
+) -> tuple[dict[str, OnnxEncoder], list[str]]:
+    """The encoders ``auto`` measures (each checked against PyTorch as it loads) and the ones left out, why."""
+    candidates: dict[str, OnnxEncoder] = {}
+    dropped: list[str] = []
+    if backend == "auto" and precision != "bf16":
+        candidates["onnx fp32"] = OnnxEncoder(directory, threads=threads)
+    if precision != "bf16":
+        candidates["openvino fp32"] = OpenVinoEncoder(directory, threads=threads)
+    if precision != "fp32" and bf16_hint_available():
+        try:
+            candidates["openvino bf16"] = OpenVinoEncoder(directory, threads=threads, precision="bf16")
+        except ParityError as error:
+            dropped.append(f"openvino bf16 dropped: {error}")
+    elif precision != "fp32":
+        dropped.append("no bf16 on this CPU")
+    return candidates, dropped
+
+
 def cache_key(directory: str, backend: str, precision: str, threads: int | None) -> str:
     """What a cached choice holds for: the export (its path and graph's modification time), the machine
     (CPU model and flags), the thread count, the runtimes' versions and the setting asked."""
-    from ..runtime.hardware import cpu_info, versions
-    from .openvino import openvino_version
-
     path = Path(directory).resolve()
     graph = path / "model.onnx"
     stamp = graph.stat().st_mtime_ns if graph.is_file() else 0

@@ -36,6 +36,10 @@ from typing import Any
 import numpy as np
 
 from ..common.io import write_json
+from ..data.corpus import stdlib_root
+from ..data.docstring_pairs import is_heldout, iter_docstring_pairs
+from ..data.text_files import read_texts
+from ..evaluation.embeddings import ndcg_at_k, rank_documents
 from .runtime import CONFIG_FILE, COSINE_FLOOR, FP32_TOLERANCE, REFERENCE_FILE, OnnxEncoder
 
 PRECISIONS = ("fp32", "bf16")  # OpenVINO's inference precision hint: f32, or the CPU's bf16
@@ -58,8 +62,6 @@ class StaticInt8Config:
 
 
 def run_static_int8(config: StaticInt8Config) -> Int8Check:
-    from ..data.text_files import read_texts
-
     texts, _ = read_texts(config.calibration)
     return quantize_static(
         config.model,
@@ -226,9 +228,6 @@ class Int8Check:
 def heldout_pairs(count: int) -> tuple[Any, ...]:
     """The first ``count`` docstring pairs of the held-out modules (:mod:`neobert.data.docstring_pairs`'s
     split: the modules a contrastive fine-tune here never trains on); only those modules are parsed."""
-    from ..data.corpus import stdlib_root
-    from ..data.docstring_pairs import is_heldout, iter_docstring_pairs
-
     names = sorted({p.stem if p.suffix == ".py" else p.name for p in stdlib_root().iterdir()})
     modules = [name for name in names if name.isidentifier() and is_heldout(name, 0.2)]
     pairs = []
@@ -269,23 +268,9 @@ def quantize_static(
         )
     heldout = texts[HELDOUT_SHARE - 1 :: HELDOUT_SHARE]
     fitted = [t for i, t in enumerate(texts) if (i + 1) % HELDOUT_SHARE]
-    import nncf
-    import openvino as ov
-
-    items = []
-    for start in range(0, len(fitted), batch_size):
-        ids, mask = fp32.tokenize(fitted[start : start + batch_size])
-        items.append({"input_ids": ids, "attention_mask": mask})
-    graph = fp32.directory / fp32.config["files"]["fp32"]
-    quantized = nncf.quantize(
-        _core().read_model(graph),
-        nncf.Dataset(items),
-        model_type=nncf.ModelType.TRANSFORMER,
-        subset_size=len(items),
-    )
     target = fp32.directory / STATIC_INT8_FILE
     partial = target.with_name(".partial-" + target.name)
-    ov.save_model(quantized, partial, compress_to_fp16=False)
+    _quantize(fp32, fitted, batch_size, partial)
     try:
         check = _check_int8(fp32, partial, heldout, len(fitted), pairs, cosine_floor, ndcg_tolerance, threads)
     except BaseException:
@@ -303,6 +288,24 @@ def quantize_static(
     return check
 
 
+def _quantize(fp32: OpenVinoEncoder, texts: list[str], batch_size: int, xml: Path) -> None:
+    """NNCF's static int8 of ``fp32``'s graph, activation ranges from ``texts``, saved as ``xml`` (+ .bin)."""
+    import nncf
+    import openvino as ov
+
+    items = []
+    for start in range(0, len(texts), batch_size):
+        ids, mask = fp32.tokenize(texts[start : start + batch_size])
+        items.append({"input_ids": ids, "attention_mask": mask})
+    quantized = nncf.quantize(
+        _core().read_model(fp32.directory / fp32.config["files"]["fp32"]),
+        nncf.Dataset(items),
+        model_type=nncf.ModelType.TRANSFORMER,
+        subset_size=len(items),
+    )
+    ov.save_model(quantized, xml, compress_to_fp16=False)
+
+
 def _remove(xml: Path) -> None:
     xml.unlink(missing_ok=True)
     xml.with_suffix(".bin").unlink(missing_ok=True)
@@ -318,8 +321,6 @@ def _check_int8(
     ndcg_tolerance: float,
     threads: int | None,
 ) -> Int8Check:
-    from ..evaluation.embeddings import ndcg_at_k, rank_documents
-
     int8 = _Compiled(fp32, xml, threads)
     pairs = heldout_pairs(count)
     queries, documents = [p.query for p in pairs], [p.document for p in pairs]
