@@ -22,7 +22,8 @@ import numpy as np
 from ..common.config import check_precision
 from ..common.io import write_json
 from ..runtime.hardware import AUTO_PRECISION_ENV, RuntimeChoice, choose_fastest, cpu_info, versions
-from .openvino import STATIC_INT8, OpenVinoEncoder, ParityError, bf16_hint_available, openvino_version
+from . import openvino  # its probe read through the module: a test forcing it forces it here too
+from .openvino import STATIC_INT8, OpenVinoEncoder, ParityError, openvino_version
 from .runtime import OnnxEncoder
 
 RUNTIMES = ("onnx", "openvino")
@@ -105,7 +106,7 @@ def _candidates(
         candidates["onnx fp32"] = OnnxEncoder(directory, threads=threads)
     if precision != "bf16":
         candidates["openvino fp32"] = OpenVinoEncoder(directory, threads=threads)
-    if precision != "fp32" and bf16_hint_available():
+    if precision != "fp32" and openvino.bf16_hint_available():
         try:
             candidates["openvino bf16"] = OpenVinoEncoder(directory, threads=threads, precision="bf16")
         except ParityError as error:
