@@ -4,7 +4,6 @@ equal to ``CrossEncoder.predict``; bad input named by its line or counted; a que
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 
@@ -194,7 +193,9 @@ def test_bad_rows_are_named_or_counted_and_a_positive_is_never_a_negative(tmp_pa
     good = tmp_path / "good.jsonl"
     good.write_text("".join(json.dumps(r) + "\n" for r in (rows[0], rows[2])))
     base["pairs"] = str(good)
-    with pytest.raises(DataError, match=r"good.jsonl, line 1: no candidate passes the filters in ranks 0 to 3"):
+    with pytest.raises(
+        DataError, match=r"good.jsonl, line 1: no candidate passes the filters in ranks 0 to 3"
+    ):
         mine(MineConfig(**base, num_negatives=1, min_score=2.0, range_max=3))
     result = mine(MineConfig(**base, num_negatives=1, min_score=2.0, on_error="skip", range_max=3))
     assert result.skipped == {"no negative in range": 2} and result.rows == 0
