@@ -9,7 +9,7 @@ from typing import Any
 
 from ..cards import CardInfo, DataSource, Result, hub_model_id, wall_time
 from ..inference.encoders import is_preset
-from ..inference.kinds import pipeline_tag
+from ..inference.kinds import DIRECTORY_KINDS, pipeline_tag
 
 
 @dataclass
@@ -42,7 +42,16 @@ def started_from(model: str) -> str:
 HEAD_TAGS = {
     "sparse-embedding": ["sparse-encoder", "splade"],
     "late-interaction": ["ColBERT", "PyLate", "multi-vector"],
+    "cross-encoder": ["cross-encoder", "reranker"],
 }
+
+
+def library_of(card_head: str) -> str:
+    """The library that loads what a card calls ``card_head``: the directory kind's that carries that name
+    (sentence-transformers for its embedding, sparse, late-interaction and cross-encoder directories), else
+    transformers."""
+    kinds = (k for k in DIRECTORY_KINDS.values() if k.card_head == card_head)
+    return next((k.library for k in kinds), "transformers")
 
 
 def finetune_card(facts: FinetuneFacts) -> CardInfo:
@@ -70,9 +79,7 @@ def finetune_card(facts: FinetuneFacts) -> CardInfo:
         head=facts.head,
         description=description,
         command=facts.command,
-        library="sentence-transformers"
-        if facts.head in ("sentence-embedding", "sparse-embedding", "late-interaction")
-        else "transformers",
+        library=library_of(facts.head),
         base_model=hub_model_id(facts.model),
         data=facts.data,
         data_stats=facts.data_stats,

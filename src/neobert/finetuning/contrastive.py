@@ -319,10 +319,12 @@ def train(
     on_step_end: Callable[[int, dict[str, float]], None] | None = None,
     module: Callable[[Encoder], torch.nn.Module] | None = None,
     description: str = "contrastive",
+    model_kwargs: dict[str, Any] | None = None,
 ) -> Trained:
-    """The training of every query/document task (``finetune contrastive``, ``finetune sparse``): load the
-    data, then ``config.model`` with ``head`` (``base``: the bare encoder is trained; ``mlm``: the whole
-    masked-LM model; ``module(encoder)``, where given: a module of the task's own around the encoder, e.g. the
+    """The training of every query/document task (``finetune contrastive``, ``sparse``, ``late-interaction``,
+    ``rerank``): load the data, then ``config.model`` with ``head`` (``base``: the bare encoder is trained;
+    ``mlm`` or ``sequence-classification``: the whole model, the head's settings from ``model_kwargs``, e.g.
+    ``num_labels``; ``module(encoder)``, where given: a module of the task's own around the encoder, e.g. the
     encoder and a projection), run ``make_task(encoder, datasets, config, trainer)`` on the trainer (AdamW,
     linear warm-up and decay), and remove the resume checkpoints of the finished run."""
     start = time.perf_counter()
@@ -331,9 +333,8 @@ def train(
     output = Path(config.output)
     datasets = load_datasets(config.data, config.instructions)  # bad data fails before the model loads
     torch.manual_seed(config.seed)
-    encoder = load_encoder(
-        config.model, config.tokenizer, head=head
-    )  # trainer.prepare moves it to the device
+    # trainer.prepare moves it to the device
+    encoder = load_encoder(config.model, config.tokenizer, head=head, **(model_kwargs or {}))
     too_wide = [d for d in getattr(config, "matryoshka_dims", []) if d > encoder.hidden_size]
     if too_wide:
         raise FinetuneConfigError(

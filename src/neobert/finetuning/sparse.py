@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from ..cards import write_card
-from ..common.io import replace_dir, write_json
+from ..common.io import move_into, write_json
 from ..inference.encoders import Encoder, tokenize, write_model_files
 from ..inference.sparse import splade_pool
 from ..training.trainer import LossTerms
@@ -196,9 +196,5 @@ def save_sparse_encoder(encoder: Encoder, output: str | os.PathLike) -> Path:
         )
         pooling = SpladePooling("max", "relu", embedding_dimension=encoder.vocab_size)
         SparseEncoder(modules=[transformer, pooling], device="cpu").save(str(built))
-        for entry in built.iterdir():
-            if entry.is_dir():
-                replace_dir(entry, output / entry.name)
-            else:
-                os.replace(entry, output / entry.name)
+        move_into(built, output)
     return output

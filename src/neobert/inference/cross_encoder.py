@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import torch
 
 from .directories import st_settings
 from .kinds import load_for_inference
-from .run import classifier_logits
+from .run import classifier_logits, pair_token_types
 
 # the activations a CrossEncoder directory may record, by their sentence-transformers name
 ACTIVATIONS = {
@@ -63,3 +65,24 @@ class CrossEncoderScorer:
             show_progress=False,
         )
         return [float(v) for v in activate(logits[:, 0], self.activation)]
+
+
+def pair_inputs(
+    model: torch.nn.Module, tokenizer: Any, queries: Sequence[str], documents: Sequence[str], max_length: int
+) -> dict[str, torch.Tensor]:
+    """The padded model inputs of (query, document) pairs as a CrossEncoder tokenizes them (the pair cut
+    longest-first to ``max_length``; token types where the model reads them), on the model's device."""
+    batch = tokenizer(
+        list(queries),
+        list(documents),
+        padding=True,
+        truncation=True,
+        max_length=max_length,
+        return_tensors="pt",
+        return_token_type_ids=True,
+    )
+    names = ["input_ids", "attention_mask"] + (
+        ["token_type_ids"] if pair_token_types(model, tokenizer) else []
+    )
+    device = next(model.parameters()).device
+    return {name: batch[name].to(device) for name in names}
