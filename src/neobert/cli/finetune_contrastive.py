@@ -134,7 +134,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         RERANK_HELP,
         RERANK_DESCRIPTION,
         rerank.RerankConfig,
-        ("matryoshka_dims", "temperature", "instructions"),
+        ("matryoshka_dims", "temperature", "instructions", "distillation", "margin_mse"),
         instructions=False,
     )
 

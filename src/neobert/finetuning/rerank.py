@@ -63,6 +63,10 @@ class RerankConfig(ContrastiveConfig):
         super().__post_init__()
         if self.matryoshka_dims:
             raise FinetuneConfigError("matryoshka_dims apply to dense embeddings, not to a cross-encoder")
+        if self.distillation or self.margin_mse:
+            raise FinetuneConfigError(
+                "a reranker distils a teacher with its loss (--loss margin_mse or kl), not distillation / margin_mse"
+            )
         if self.loss not in LOSSES:
             raise FinetuneConfigError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
         if self.hard_negatives < 0:

@@ -46,6 +46,7 @@ from .contrastive import (
     run_card,
     train,
 )
+from .distillation import Distillation
 
 
 @dataclass
@@ -94,6 +95,7 @@ def sparse_step_loss(
     n_queries: int,
     config: SparseConfig,
     step: int,
+    teacher: Distillation | None = None,
 ) -> LossTerms:
     """Summed loss of this process's queries: contrastive on dot products plus ``n_queries`` x the weighted
     FLOPS terms of the global batch (the trainer divides the sum over processes by the global query count,
@@ -108,7 +110,7 @@ def sparse_step_loss(
         config.document_regularizer, step, config.steps, config.regularizer_warmup
     )
     flops_q, flops_d = flops(all_q), flops(all_documents)
-    loss = contrastive_loss_sum(q, p, n, config.temperature, cosine=False)
+    loss = contrastive_loss_sum(q, p, n, config.temperature, cosine=False, teacher=teacher)
     loss = loss + n_queries * (w_query * flops_q + w_document * flops_d)
     with torch.no_grad():
         sums = {
@@ -125,13 +127,14 @@ class SparseTask(ContrastiveTask):
 
     step = 0
 
-    def batches(self, step: int) -> list[tuple[list[str], int]]:
+    def batches(self, step: int) -> list[tuple[list[str], int, list[list[float]]]]:
         self.step = step  # the regulariser's warm-up follows the optimizer step (resume included)
         return super().batches(step)
 
-    def loss(self, model: torch.nn.Module, batch: tuple[list[str], int]) -> LossTerms:
-        texts, n_queries = batch
-        return sparse_step_loss(model, self.encoder, texts, n_queries, self.config, self.step)
+    def loss(self, model: torch.nn.Module, batch: tuple[list[str], int, list[list[float]]]) -> LossTerms:
+        texts, n_queries, teacher = batch
+        distillation = Distillation.of(teacher, self.config)
+        return sparse_step_loss(model, self.encoder, texts, n_queries, self.config, self.step, distillation)
 
 
 def run(
