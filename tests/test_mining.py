@@ -40,7 +40,8 @@ def _read(path: Path) -> list[dict]:
     "settings",
     [
         dict(range_min=1, range_max=12, relative_margin=0.05, num_negatives=3),
-        dict(absolute_margin=0.1, num_negatives=2, max_score=0.9),
+        # the second set of settings on demand (pytest -m slow): the first is the end-to-end check
+        pytest.param(dict(absolute_margin=0.1, num_negatives=2, max_score=0.9), marks=pytest.mark.slow),
     ],
 )
 def test_dense_mining_equals_sentence_transformers(tmp_path, settings):
@@ -143,6 +144,22 @@ def test_sparse_and_late_interaction_mining_equal_an_exhaustive_ranking(tmp_path
             assert row["scores"] == pytest.approx(
                 [float(scores[i, j]) for j in [i, *expected]], rel=1e-4, abs=1e-4
             )
+    # an index of another corpus than the one given: refused, both sizes named
+    short = tmp_path / "short.jsonl"
+    short.write_text("".join(corpus.read_text().splitlines(keepends=True)[:10]))
+    index = tmp_path / "li.jsonl.work" / "index"
+    with pytest.raises(
+        ValueError, match=rf"holds {len(documents)} documents and the corpus .*short.jsonl 10"
+    ):
+        mine(
+            MineConfig(
+                model=str(late),
+                pairs=str(asked),
+                corpus=[str(short)],
+                output=str(tmp_path / "x.jsonl"),
+                index=str(index),
+            )
+        )
 
 
 def test_a_teachers_scores_are_cross_encoder_predict(tmp_path, tokenizer):

@@ -67,9 +67,10 @@ def train(kind: str, model: str, data: Path, output: Path, seed: int, a: argpars
 
 
 def mined(retriever: Path, run: Path, name: str, a: argparse.Namespace, **settings) -> Path:
+    """The training pairs' hard negatives from ``retriever``'s ranking of every training positive."""
     out = run / f"{name}.jsonl"
     if not out.is_file():
-        pairs = run / "pairs" / "train.jsonl"
+        pairs = a.run / "pairs" / "train.jsonl"
         mine(
             MineConfig(
                 model=str(retriever),
@@ -100,9 +101,8 @@ def evaluate(model: Path, task: Path, reranker: Path, work: Path) -> dict:
         candidates=256,
     )
     retriever = RETRIEVERS[kind_of(model).embedding](config, work)
-    retriever.rows_wanted = set()
     start = time.perf_counter()
-    _, rows = retriever.candidates([q["text"] for q in queries], min(DEPTH, len(ids)))
+    _, rows = retriever.candidates([q["text"] for q in queries], min(DEPTH, len(ids)), set())
     search_ms = 1000 * (time.perf_counter() - start) / len(queries)
     scorer = CrossEncoderScorer(reranker)
     first, second = [], []

@@ -231,7 +231,9 @@ class Retriever:
 
     name = ""
 
-    def candidates(self, queries: list[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def candidates(self, queries: list[str], k: int, wanted: set[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(scores, corpus rows) of each query's ``k`` best documents, best first (row -1: none); the
+        vectors of the corpus rows ``wanted`` (the positives) are kept for :meth:`pair_scores`."""
         raise NotImplementedError
 
     def pair_scores(self, queries: list[int], rows: list[int]) -> torch.Tensor:
@@ -261,7 +263,7 @@ class DenseRetriever(Retriever):
         self.encoder = load_for_inference(config.model, None, "base", precision=None)
         self.pooling = embed.pooling
 
-    def candidates(self, queries: list[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def candidates(self, queries: list[str], k: int, wanted: set[int]) -> tuple[torch.Tensor, torch.Tensor]:
         model, tokenizer = self.encoder.model, self.encoder.tokenizer
         q, _ = embed_texts(model, tokenizer, queries, pooling=self.pooling, batch_size=self.config.batch_size)
         self.queries = torch.from_numpy(np.asarray(q, dtype=np.float32))
@@ -270,7 +272,7 @@ class DenseRetriever(Retriever):
         for vectors in iter_single_vectors(self.shards):
             block = torch.from_numpy(np.array(vectors, dtype=np.float32))
             top.add(self.queries @ block.T, first)
-            for row in self.rows_wanted:
+            for row in wanted:
                 if first <= row < first + len(block):
                     self.wanted[row] = block[row - first]
             first += len(block)
@@ -294,14 +296,14 @@ class SparseRetriever(Retriever):
         e = self.encoder
         return encode_sparse(e.model, e.tokenizer, texts, self.config.batch_size, max_length=e.max_length)
 
-    def candidates(self, queries: list[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def candidates(self, queries: list[str], k: int, wanted: set[int]) -> tuple[torch.Tensor, torch.Tensor]:
         self.queries = self._encode(queries)
         top, first, self.wanted = TopK(len(queries), k), 0, {}
         texts = corpus_texts(self.config)
         while block := [t for _, t in zip(range(self.block), texts)]:
             vectors = self._encode(block)
             top.add(torch.from_numpy((self.queries @ vectors.T).toarray()), first)
-            for row in self.rows_wanted:
+            for row in wanted:
                 if first <= row < first + len(block):
                     self.wanted[row] = vectors[row - first]
             first += len(block)
@@ -336,7 +338,7 @@ class LateRetriever(Retriever):
         self.index = load_index(index)
         self.model, self.tokenizer, self.spec = load_late_interaction(config.model)
 
-    def candidates(self, queries: list[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def candidates(self, queries: list[str], k: int, wanted: set[int]) -> tuple[torch.Tensor, torch.Tensor]:
         c = self.config
         self.queries = token_vectors(self.model, self.tokenizer, queries, self.spec, True, c.batch_size)
         found = search_vectors(self.index, self.queries, k, c.candidates, max(128, c.candidates))
@@ -373,8 +375,12 @@ def mine(config: MineConfig) -> MineResult:
     if config.index is not None and kind != "multi-vector":
         raise ValueError(f"--index is a late-interaction index; {config.model} gives {kind} embeddings")
     retriever = RETRIEVERS[kind](config, work)
-    retriever.rows_wanted = {r for p in positives for r in p}
-    scores, rows = retriever.candidates(queries, k)
+    if kind == "multi-vector" and len(retriever.index.ids) != size:
+        raise ValueError(
+            f"the index {config.index or work / 'index'} holds {len(retriever.index.ids):,} documents and the "
+            f"corpus {', '.join(config.corpus)} {size:,}: give the corpus the index was built from"
+        )
+    scores, rows = retriever.candidates(queries, k, {r for p in positives for r in p})
     owners = [q for q, p in enumerate(positives) for _ in p]
     positive_scores = retriever.pair_scores(owners, [r for p in positives for r in p])
     teacher = CrossEncoderScorer(config.teacher, config.batch_size) if config.teacher else None
