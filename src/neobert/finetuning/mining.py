@@ -370,16 +370,7 @@ def mine(config: MineConfig) -> MineResult:
             positives[pair.query].append(pair.positive)
     top = config.window(max(len(p) for p in positives))
     k = min(top + max(len(p) for p in positives), size)
-    work = Path(config.work or f"{config.output}.work")
-    kind = kind_of(config.model).embedding
-    if config.index is not None and kind != "multi-vector":
-        raise ValueError(f"--index is a late-interaction index; {config.model} gives {kind} embeddings")
-    retriever = RETRIEVERS[kind](config, work)
-    if kind == "multi-vector" and len(retriever.index.ids) != size:
-        raise ValueError(
-            f"the index {config.index or work / 'index'} holds {len(retriever.index.ids):,} documents and the "
-            f"corpus {', '.join(config.corpus)} {size:,}: give the corpus the index was built from"
-        )
+    retriever = _retriever(config, size)
     scores, rows = retriever.candidates(queries, k, {r for p in positives for r in p})
     owners = [q for q, p in enumerate(positives) for _ in p]
     positive_scores = retriever.pair_scores(owners, [r for p in positives for r in p])
@@ -396,31 +387,38 @@ def mine(config: MineConfig) -> MineResult:
     kept, kept_scores, dropped = select(config, scores, rows, positives, lowest, top, repeats)
     lines, negatives = [], 0
     for pair in pairs:
-        chosen = kept[pair.query]
-        if not chosen:
+        if not kept[pair.query]:
             where = f"ranks {config.range_min} to {top}"
             message = f"line {pair.line}: no candidate passes the filters in {where} (query {pair.row['query'][:60]!r})"
             _bad(config, skipped, "no negative in range", message)
             continue
+        documents = [texts[r] for r in kept[pair.query]]
         values = [float(positive_scores[_position(positives, pair)]), *kept_scores[pair.query]]
-        documents = [texts[r] for r in chosen]
         if teacher is not None and not config.filters:  # the teacher scores what was kept
             values = teacher.scores([(pair.row["query"], t) for t in [pair.row["positive"], *documents]])
         lines.append(json.dumps({**pair.row, "negatives": documents, "scores": values}, ensure_ascii=False))
         negatives += len(documents)
     write_text(config.output, "".join(line + "\n" for line in lines))
-    result = MineResult(
-        Path(config.output),
-        len(lines),
-        negatives,
-        skipped,
-        dropped,
-        retriever.name,
-        time.perf_counter() - start,
-    )
+    seconds = time.perf_counter() - start
+    result = MineResult(Path(config.output), len(lines), negatives, skipped, dropped, retriever.name, seconds)
     if teacher is not None:
         result.notes.append(f"scores: the teacher's ({config.teacher}, activation {teacher.activation})")
     return result
+
+
+def _retriever(config: MineConfig, size: int) -> Retriever:
+    """The retriever of the model's kind over the corpus (of ``size`` texts), its embeddings in the work folder."""
+    work = Path(config.work or f"{config.output}.work")
+    kind = kind_of(config.model).embedding
+    if config.index is not None and kind != "multi-vector":
+        raise ValueError(f"--index is a late-interaction index; {config.model} gives {kind} embeddings")
+    retriever = RETRIEVERS[kind](config, work)
+    if kind == "multi-vector" and len(retriever.index.ids) != size:
+        raise ValueError(
+            f"the index {config.index or work / 'index'} holds {len(retriever.index.ids):,} documents and the "
+            f"corpus {', '.join(config.corpus)} {size:,}: give the corpus the index was built from"
+        )
+    return retriever
 
 
 def _position(positives: list[list[int]], pair: Pair) -> int:
