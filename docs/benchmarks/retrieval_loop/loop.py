@@ -154,12 +154,21 @@ def one_seed(kind: str, seed: int, run: Path, a: argparse.Namespace) -> dict:
     d = run / f"{kind}-seed{seed}"
     pairs = run / "pairs" / "train.jsonl"
     steps = {"in-batch": train(kind, start_model, pairs, d / "inbatch", seed, a)}
+    kept = {}  # margin -> its mined file, where a row kept a negative
     for margin in a.margins:
         data = mined(steps["in-batch"], d, f"mined-margin{margin}", a, relative_margin=margin or None)
-        steps[f"hard negatives (margin {margin})"] = train(
+        if not data.read_text().strip():  # the margin dropped every candidate (a weak first stage)
+            print(f"{kind} seed {seed}: relative margin {margin} kept no row; its step is left out")
+            continue
+        kept[margin] = data
+        steps[f"hard negatives (margin {margin or 'none'})"] = train(
             kind, start_model, data, d / f"hard-margin{margin}", seed, a, hard_negatives=a.negatives
         )
-    data = mined(steps["in-batch"], d, f"mined-margin{a.margins[0]}", a, relative_margin=a.margins[0] or None)
+    if not kept:
+        raise SystemExit(
+            f"{kind} seed {seed}: no margin kept a row; the reranker has no negatives to learn from"
+        )
+    data = next(iter(kept.values()))  # the reranker learns from the first margin's negatives that exist
     reranker = d / "reranker"
     if not (reranker / "config_sentence_transformers.json").is_file():
         rerank.run(
