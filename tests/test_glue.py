@@ -262,9 +262,10 @@ def _record_inits(monkeypatch):
     real = glue_module.load_classifier
 
     def recording(source, num_labels, *args, **kwargs):
-        model = real(source, num_labels, *args, **kwargs)
+        loaded = real(source, num_labels, *args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # with loading_info: (model, missing keys)
         calls.append((source, num_labels, {k: v.detach().clone() for k, v in model.state_dict().items()}))
-        return model
+        return loaded
 
     monkeypatch.setattr(glue_module, "load_classifier", recording)
     return calls
