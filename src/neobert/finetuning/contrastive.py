@@ -336,6 +336,7 @@ def train(
     head: str = "base",
     on_step_end: Callable[[int, dict[str, float]], None] | None = None,
     module: Callable[[Encoder], torch.nn.Module] | None = None,
+    description: str = "contrastive",
 ) -> Trained:
     """The training of every query/document task (``finetune contrastive``, ``finetune sparse``): load the
     data, then ``config.model`` with ``head`` (``base``: the bare encoder is trained; ``mlm``: the whole
@@ -363,7 +364,7 @@ def train(
     if config.lora:  # the adapter over the transformer the directory's root holds
         trained_module, report = adapt(trained_module, config, config.model)
     trainer = Trainer(
-        _trainer_settings(config, model_widths(encoder.base), "contrastive" if head == "base" else "sparse")
+        _trainer_settings(config, model_widths(encoder.base), description)  # the progress bar's label
     )
     task = make_task(encoder, datasets, config, trainer)
 
