@@ -23,7 +23,7 @@ from ..common.tables import fmt
 from ..data.text_files import read_table, require_columns, text_column
 from ..evaluation.metrics import MetricResult
 from ..inference.encoders import check_vocab, max_positions, resolve_tokenizer
-from ..training.lora import report_entry
+from ..training.lora import LoraReport, report_entry
 from ..training.trainer import is_main_process, wait_for_everyone
 from .card import FinetuneFacts, finetune_card, fit_run
 from .classification_task import EvalSpec, fit
@@ -45,15 +45,18 @@ class ClassifyResult:
     best_step: int
     steps: int
     labels: list[str] | None  # class names by id; None for regression
+    lora: LoraReport | None = None  # a LoRA run: what it adapted and trained (model_dir holds the adapter)
     metric_prefix: ClassVar[str] = ""  # how the metrics are named in the summary ("entity " for tokens)
 
     @property
     def summary(self) -> str:
         """The best scores (x100) and the files written, for a person."""
         scores = ", ".join(f"{self.metric_prefix}{name} {fmt(v, 100, 1)}" for name, v in self.metrics.items())
+        saved = "the model" if self.lora is None else "the LoRA adapter"
+        trained = "" if self.lora is None else f" ({fmt(self.lora.share, 100, 2)}% of the parameters trained)"
         return (
             f"best step {self.best_step} of {self.steps}: {scores}\nwrote {self.metrics_file}, "
-            f"{self.predictions_file} and the model in {self.model_dir}"
+            f"{self.predictions_file} and {saved} in {self.model_dir}{trained}"
         )
 
 
@@ -142,6 +145,7 @@ def run_classify(config: ClassifyConfig | dict[str, Any]) -> ClassifyResult:
         fitted.best.step,
         fitted.steps,
         label_map.names if label_map else None,
+        fitted.lora,
     )
 
 

@@ -215,6 +215,7 @@ def run_tokens(config: TokensConfig | dict[str, Any]) -> TokensResult:
         fitted.best.step,
         fitted.steps,
         labels,
+        fitted.lora,
     )
 
 

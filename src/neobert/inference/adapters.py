@@ -103,7 +103,7 @@ def read_adapter(path: str | os.PathLike) -> AdapterInfo:
         path=path,
         base=peft.get("base_model_name_or_path") or base.get("base_model_name_or_path") or "",
         head=base.get("head") or PEFT_TASK_HEADS.get(peft.get("task_type") or "", "base"),
-        config=dict(base.get("config") or {}),
+        config=_json_config(base.get("config") or {}),
         r=int(peft.get("r") or 0),
         alpha=float(peft.get("lora_alpha") or 0.0),
         targets=sorted(targets) if isinstance(targets, list) else [targets],
@@ -112,6 +112,15 @@ def read_adapter(path: str | os.PathLike) -> AdapterInfo:
         hidden_size=base.get("hidden_size"),
         vocab_size=base.get("vocab_size"),
     )
+
+
+def _json_config(fields: dict[str, Any]) -> dict[str, Any]:
+    """Config fields as adapter_base.json holds them, as transformers wants them: JSON's keys are text, and a
+    config's ``id2label`` is keyed by the ids (transformers converts them only where it reads a config.json)."""
+    fields = dict(fields)
+    if isinstance(fields.get("id2label"), dict):
+        fields["id2label"] = {int(k): v for k, v in fields["id2label"].items()}
+    return fields
 
 
 def head_fields(config: Any, head: str) -> dict[str, Any]:
@@ -181,6 +190,11 @@ def adapter_usage(directory: Path, texts: tuple[str, ...]) -> tuple[str, str]:
     width = {"hidden": info.hidden_size, "vocab": info.vocab_size, "labels": labels}[entry.width]
     shape = (len(texts), length, width) if entry.per_token else (len(texts), width)
     mismatched = ", ignore_mismatched_sizes=True" if info.config else ""
+    ids = (
+        'base["config"]["id2label"] = {int(k): v for k, v in base["config"]["id2label"].items()}  # JSON keys\n'
+        if "id2label" in info.config
+        else ""
+    )
     code = (
         "import json\n\n"
         "import neobert  # registers NeoBERT with transformers' Auto classes (pip install neobert peft)\n"
@@ -190,7 +204,7 @@ def adapter_usage(directory: Path, texts: tuple[str, ...]) -> tuple[str, str]:
         'path = "."  # this directory: a LoRA adapter (peft) over the base it names, and the tokenizer\n'
         'with open(f"{path}/adapter_base.json") as f:\n'
         "    base = json.load(f)  # the base model and the head fields it is loaded with\n"
-        f"model = {entry.auto_class_name}.from_pretrained(\n"
+        f"{ids}model = {entry.auto_class_name}.from_pretrained(\n"
         f'    base["base_model_name_or_path"], **base["config"]{mismatched}\n'
         ")\n"
         "model = PeftModel.from_pretrained(model, path).eval()  # the adapter, and the head trained in full\n"
