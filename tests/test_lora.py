@@ -376,6 +376,7 @@ def test_minilm_classifier_adapter_equals_ours_under_peft_and_folded(table, tmp_
         AutoModelForSequenceClassification.from_pretrained(base, **MINILM_LABELS), directory
     ).eval()
     ours = load_adapted(directory).model
+    assert ours.config.id2label == MINILM_LABELS["id2label"]  # adapter_base.json's text keys read as ids
     plain = AutoModelForSequenceClassification.from_pretrained(folded).eval()
     batch = AutoTokenizer.from_pretrained(directory)(TEXTS, padding=True, return_tensors="pt")
     with torch.no_grad():
