@@ -222,6 +222,7 @@ def test_classify_adapter_loads_with_peft_over_the_base_as_the_run_evaluated_it(
 
     from neobert.finetuning.classification_task import predict
     from neobert.finetuning.data import EncodedDataset
+    from neobert.inference.adapters import load_adapted
 
     out, base = classified[kind], bases[kind]
     directory = out / "model"
@@ -251,6 +252,11 @@ def test_classify_adapter_loads_with_peft_over_the_base_as_the_run_evaluated_it(
     assert loss == pytest.approx(best["loss"], abs=1e-5)
     rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert [["neg", "pos"][p] for p in predicted] == [r["prediction"] for r in rows]
+    ours = load_adapted(directory)  # our loader (what a service calls) over the base the adapter names
+    assert ours.base == str(base) and ours.model.config.id2label == {0: "neg", 1: "pos"}
+    batch = tokenizer(TEXTS, padding=True, return_tensors="pt", return_token_type_ids=False)
+    with torch.no_grad():
+        torch.testing.assert_close(ours.model(**batch).logits, peft(**batch).logits, atol=1e-5, rtol=1e-5)
     check_card(directory, "text-classification", "peft")
 
 
@@ -324,6 +330,10 @@ def test_lora_options_without_lora_are_refused_by_name(bases, table, tmp_path, c
     error = capsys.readouterr().err
     assert "LoRA is off, and lora_r (--lora-r), lora_targets (--lora-targets) only apply" in error
     assert "add --lora" in error and not (tmp_path / "out").exists()
+    assert main([*command, "--lora", "--lora-targets", "qkv,nope"]) == 1  # a name no layer has
+    error = capsys.readouterr().err
+    assert "LoRA target(s) nope match no linear layer of this neobert model" in error
+    assert "its linear layers are called: qkv, w12, w3, wo" in error
     with pytest.raises(FinetuneConfigError, match=r"LoRA is off, and lora_alpha \(--lora-alpha\)"):
         run_tokens({"model": "m", "train": "t", "validation": "v", "output": "o", "lora_alpha": 4})
 
