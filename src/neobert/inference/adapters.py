@@ -23,8 +23,11 @@ adapter embedded in it. The sentence-transformers files of an embedding, SPLADE 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +81,17 @@ def needs_peft(what: str) -> Any:
     except ImportError as err:
         raise ImportError(f"{what} needs peft ({err}): pip install 'neobert[lora]'") from None
     return peft
+
+
+@contextlib.contextmanager
+def quiet_peft() -> Iterator[None]:
+    """peft 0.21 asks transformers 5 for ``is_gradient_checkpointing``, which warns that the name is deprecated
+    on every adapter built or loaded: a message about the libraries, not about the user's run."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning
+        )
+        yield
 
 
 def is_adapter_dir(path: str | os.PathLike) -> bool:
@@ -263,7 +277,8 @@ def load_adapted(directory: str | os.PathLike, base: str | None = None) -> Adapt
     model = load_model(source, head=info.head, **info.config, **extra)
     _check_keys(model, info, source)
     try:
-        adapted = peft.PeftModel.from_pretrained(model, str(info.path)).eval()
+        with quiet_peft():
+            adapted = peft.PeftModel.from_pretrained(model, str(info.path)).eval()
     except (RuntimeError, ValueError) as err:
         raise ValueError(f"the adapter in {info.path} does not fit the base {source}: {err}") from err
     tokenizer = resolve_tokenizer(source, info.path)

@@ -46,6 +46,7 @@ from ..inference.adapters import (
     is_adapted,
     load_adapted,
     needs_peft,
+    quiet_peft,
     write_adapter_files,
 )
 from ..inference.encoders import is_preset, write_model_files
@@ -237,7 +238,8 @@ def adapt(
         exclude_modules=excluded or None,
         modules_to_save=fully or None,
     )
-    adapted = peft.get_peft_model(model, config)
+    with quiet_peft():
+        adapted = peft.get_peft_model(model, config)
     adapted.peft_config["default"].base_model_name_or_path = str(base)
     if name:
         setattr(module, name, adapted)
