@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field, StrictBool, StrictStr
+from pydantic import BaseModel, Field, StrictBool
 
 from ...model.pooling import POOLING_NAMES
 from ..schemas import (
     TRUNCATE,
+    ModelField,
     OneText,
     Positive,
     RerankResult,
@@ -34,11 +35,13 @@ class EmbedRequest(StrictRequest):
     )
     normalize: StrictBool | None = Field(default=None, description="unit vectors; default: the model's")
     truncate: StrictBool = TRUNCATE
+    model: ModelField = None
 
 
 class TextsRequest(StrictRequest):
     texts: Texts
     truncate: StrictBool = TRUNCATE
+    model: ModelField = None
 
 
 MASKED = "every text holds the model's mask token (/info's mask_token)"
@@ -50,6 +53,7 @@ class FillMaskRequest(StrictRequest):
     )
     top_k: TopK = 5
     truncate: StrictBool = TRUNCATE
+    model: ModelField = None
 
 
 class RerankRequest(StrictRequest):
@@ -57,7 +61,7 @@ class RerankRequest(StrictRequest):
     documents: Texts
     top_n: Positive | None = Field(default=None, description="default: every document")
     return_documents: StrictBool = False
-    model: StrictStr | None = None
+    model: ModelField = None
     truncate: StrictBool = TRUNCATE
 
 
@@ -117,7 +121,7 @@ class RerankResponse(BaseModel):
 async def embed(routes: Routes, request: EmbedRequest) -> Response:
     """``texts`` -> ``{"embeddings"}``, with the model's pooling and normalisation unless the request names
     them."""
-    model = routes.service.model
+    model = routes.model
     pooling = request.pooling or model.pooling
     normalize = model.normalize if request.normalize is None else request.normalize
     texts = routes.prompted(request.texts, None)  # the model's default prompt, as SentenceTransformer.encode
@@ -133,7 +137,7 @@ async def rerank(routes: Routes, request: RerankRequest) -> Response:
     return JSONResponse(
         {
             "results": rerank_results(request, request.documents, relevance),
-            "model": request.model or routes.config.model,
+            "model": routes.echoed(request.model),
         }
     )
 
