@@ -59,7 +59,7 @@ class TorchBackend(Backend):
         )
         fixed = loaded.capabilities.fixed_window
         if fixed and config.long_documents != "truncate":
-            raise ValueError(f"long_documents {config.long_documents} does not apply: {fixed}")
+            raise ValueError(f"--long-documents {config.long_documents} does not apply: {fixed}")
         model = cls(config, loaded, threads)
         if threads is None:
             key = (entry.source, config.precision, loaded.capabilities.head)
