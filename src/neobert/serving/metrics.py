@@ -46,6 +46,12 @@ class ServiceMetrics:
             buckets=SIZE_BUCKETS,
             registry=registry,
         )
+        self.batch_adapters = Histogram(
+            "neobert_batch_adapters",
+            "Adapters of one base (and the base itself) whose requests ran in one model call",
+            buckets=SIZE_BUCKETS,
+            registry=registry,
+        )
         self.restarts = Gauge(
             "neobert_model_process_restarts", "Model processes replaced after they exited", registry=registry
         )

@@ -131,6 +131,8 @@ class Service:
             for name in needed:
                 self.states.get(name, {}).pop("loading", None)
         self.note(counts.pop("models", None))
+        if call.rows:  # requests for several adapters of one base, run together
+            self.metrics.batch_adapters.observe(len(set(call.rows)))
         self.threads.answered(len(texts))
         self.metrics.calls_by_threads.labels("unknown" if threads is None else str(threads)).inc()
         if counts["long"]:
