@@ -432,3 +432,29 @@ def test_a_model_larger_than_the_budget_is_refused_at_start_with_both_sizes(stor
     message = load_error(model=[f"b={store['base']}"], max_memory="1MB")
     assert "model b" in message and "1,000,000" in message
     assert len(re.findall(r"\d{1,3}(?:,\d{3})+", message)) >= 2, message
+
+
+def test_adapters_that_do_not_fit_together_run_one_after_another(store):
+    """A budget that holds the base and one adapter: requests for two adapters that merge into one call run
+    one adapter at a time (each loaded in turn, the other evicted), and answer what they answer alone."""
+    s = store
+    sizes = [sum(f.stat().st_size for f in Path(d).glob("*.safetensors")) for d in (s["base"], s["ad"][0])]
+    budget = sizes[0] + int(sizes[1] * 1.5)
+    models = [f"base={s['base']}", f"a0={s['ad'][0]}", f"a1={s['ad'][1]}"]
+    with serve(models, max_memory=str(budget)) as srv:
+        url = srv.url
+        alone = {name: embed(url, name) for name in ("a0", "a1")}
+        before = metric(url, "neobert_model_evictions_total")
+        long_texts = [("word " * 200).strip()] * 64
+        with ThreadPoolExecutor(3) as pool:
+            busy = pool.submit(embed, url, "base", long_texts)
+            time.sleep(0.05)
+            together = {name: pool.submit(embed, url, name) for name in ("a0", "a1")}
+            busy.result()
+            for name, future in together.items():
+                np.testing.assert_allclose(future.result(), alone[name], atol=1e-5)
+        calls = metric(url, "neobert_batch_adapters_bucket")
+        assert calls['{le="1.0"}'] < calls['{le="2.0"}']  # a0 and a1 ran in one call
+        after = metric(url, "neobert_model_evictions_total")
+        assert sum(after.values()) > sum(before.values())
+        assert sum(c["bytes"] for c in cards(url).values() if c["state"] == "loaded") <= budget

@@ -27,6 +27,7 @@ import gc
 import itertools
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -144,18 +145,20 @@ class ModelSet:
 
     # --- loading and evicting ---------------------------------------------------------------------------
 
-    def ensure(self, name: str) -> Any:
+    def ensure(self, name: str, keep: frozenset[str] = frozenset()) -> Any:
         """The backend ``name`` runs on (an adapter: its base's, the adapter loaded into it), loaded if it
-        is not, and marked used."""
+        is not, and marked used; ``keep``: models that must not be evicted to make room (the others of the
+        same call)."""
         with self.lock:
             entry = self.catalog[name]
-            base = self.ensure(entry.base) if entry.adapter else None
+            kept = {name, entry.base, *keep}
+            base = self.ensure(entry.base, keep) if entry.adapter else None
             if name not in self.held:
-                self.make_room(self.estimate(entry) or 0, keep={name, entry.base})
+                self.make_room(self.estimate(entry) or 0, keep=kept)
                 self.held[name] = self.load_one(entry, base)
                 self.loads[name] = self.loads.get(name, 0) + 1
                 self.version += 1
-                self.make_room(0, keep={name, entry.base})
+                self.make_room(0, keep=kept)
             self.held[name].used = next(self.clock)
             return self.held[name].backend
 
@@ -194,8 +197,12 @@ class ModelSet:
             self.evict(victim)
 
     def victim(self, keep: set[str | None]) -> str | None:
-        """The least recently used model that may go: not pinned, not kept, no kept adapter over it."""
-        kept_bases = {self.catalog[n].base for n in keep if n in self.catalog and self.catalog[n].adapter}
+        """The least recently used model that may go: not pinned, not kept, no kept or pinned adapter over
+        it."""
+        pinned = {e.name for e in self.catalog.entries if e.pinned}
+        kept_bases = {
+            self.catalog[n].base for n in keep | pinned if n in self.catalog and self.catalog[n].adapter
+        }
         free = [
             (held.used, name)
             for name, held in self.held.items()
@@ -247,14 +254,28 @@ class ModelSet:
             answer: tuple[list[Any], int, dict[str, Any]] = (results, 0, {"long": 0, "truncated": 0})
         else:
             name = call.model or self.catalog.default
-            backend = self.ensure(name)
-            for adapter in sorted({row for row in call.rows if row is not None}):
-                self.ensure(adapter)
-            answer = run_rows(backend, call, texts)
+            adapters = sorted({row for row in call.rows if row is not None})
+            keep = frozenset(adapters)
+            try:
+                backend = self.ensure(name, keep)
+                for adapter in adapters:
+                    self.ensure(adapter, keep)
+            except BudgetError:
+                if len(adapters) < 2:
+                    raise
+                # the call's adapters do not fit together: one adapter's rows at a time, each loaded in turn
+                answer = by_row_group(call, texts, lambda row, part: self.run_group(name, call, row, part))
+            else:
+                answer = run_rows(backend, call, texts)
         if self.version != self.sent:
             self.sent = self.version
             answer[2]["models"] = self.info()
         return answer
+
+    def run_group(self, name: str, call: ModelCall, row: str | None, texts: list[Any]) -> Any:
+        """The rows of one adapter (``row``; None: the model ``name`` itself) of ``call``."""
+        backend = self.ensure(name if row is None else row)
+        return run_rows(backend, replace(call, rows=(row,) * len(texts)), texts)
 
     def control(self, call: ModelCall, texts: list[Any]) -> ServedModel | None:
         """``load``: an entry (texts[0]: a new one, or None for a known name) loaded, what it serves;
@@ -290,21 +311,33 @@ def run_rows(backend: Any, call: ModelCall, texts: list[Any]) -> tuple[list[Any]
         return backend.call(
             call, [text if row is None else tagged(text, row) for text, row in zip(texts, rows)]
         )
+
+    def under_tag(row: str | None, part: list[Any]) -> tuple[list[Any], int, dict[str, Any]]:
+        outer = ROW_TAGS.set(RowTags((row,), uniform=True))
+        try:
+            return backend.call(call, part)
+        finally:
+            ROW_TAGS.reset(outer)
+
+    return by_row_group(call, texts, under_tag)
+
+
+def by_row_group(
+    call: ModelCall, texts: list[Any], run: Callable[[str | None, list[Any]], tuple[list[Any], int, dict]]
+) -> tuple[list[Any], int, dict[str, Any]]:
+    """``run(row, texts)`` for each adapter's texts of ``call`` in turn, the answers put back in order."""
+    rows = call.rows or (None,) * len(texts)
     groups: dict[str | None, list[int]] = {}
     for i, row in enumerate(rows):
         groups.setdefault(row, []).append(i)
     answers: list[Any] = [None] * len(texts)
     tokens, counts = 0, {"long": 0, "truncated": 0}
     for row, members in groups.items():
-        outer = ROW_TAGS.set(RowTags((row,), uniform=True))
-        try:
-            part, used, seen = backend.call(call, [texts[i] for i in members])
-        finally:
-            ROW_TAGS.reset(outer)
+        part, used, seen = run(row, [texts[i] for i in members])
         for i, answer in zip(members, part):
             answers[i] = answer
         tokens += used
-        counts = {name: counts[name] + seen[name] for name in counts}
+        counts = {name: counts[name] + seen.get(name, 0) for name in counts}
     return answers, tokens, counts
 
 
