@@ -97,7 +97,8 @@ class Service:
         return cls(config, models.info(), models.call)
 
     def startup_line(self) -> str:
-        """What ``neobert serve`` prints once the model is up: what is served, how, and the threads chosen."""
+        """What ``neobert serve`` prints once the model is up: what is served, how, the threads chosen, and the
+        playground's address."""
         c, model, threads = self.config, self.model, self.threads.describe()
         several = ""
         if self.catalog.several:
@@ -108,7 +109,7 @@ class Service:
             f"{model.precision}; {threads}){several} on http://{c.host}:{c.port}  (batching "
             f"{'on' if c.batching else 'off'}, queue {c.max_queue}, long documents: {c.long_documents}, model "
             f"{'in its own process' if c.model_process else 'in this process'}, API key "
-            f"{'required' if self.api_key else 'off'})"
+            f"{'required' if self.api_key else 'off'}); try it in a browser: http://{c.host}:{c.port}/playground"
         )
 
     def run(self, call: ModelCall, texts: list[Any]) -> tuple[list[Any], int]:
