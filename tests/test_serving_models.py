@@ -458,3 +458,47 @@ def test_adapters_that_do_not_fit_together_run_one_after_another(store):
         after = metric(url, "neobert_model_evictions_total")
         assert sum(after.values()) > sum(before.values())
         assert sum(c["bytes"] for c in cards(url).values() if c["state"] == "loaded") <= budget
+
+
+def test_classifier_adapters_with_their_own_head_run_mixed(tmp_path, tokenizer):
+    """Adapters over a sequence classifier that train the head in full (peft's modules_to_save): requests
+    for two of them and the base, merged into one call, answer /classify as peft's model with that adapter
+    set answers."""
+    from neobert.inference.encoders import load_model, save_pretrained
+
+    labels = {0: "no", 1: "yes"}
+    torch.manual_seed(0)
+    model = load_model("tiny", "sequence-classification", vocab_size=30522, num_labels=2, id2label=labels)
+    base = save_pretrained(model, tokenizer, tmp_path / "clf")
+    for i in range(2):
+        torch.manual_seed(20 + i)
+        config = peft.LoraConfig(
+            r=4, target_modules=TARGETS, modules_to_save=["classifier"], init_lora_weights=False
+        )
+        wrapped = peft.get_peft_model(load_model(str(base), "sequence-classification"), config)
+        with torch.no_grad():
+            wrapped.base_model.model.classifier.modules_to_save["default"].weight.normal_(0, 2.0)
+        wrapped.save_pretrained(str(tmp_path / f"c{i}"))
+    reference = peft.PeftModel.from_pretrained(
+        load_model(str(base), "sequence-classification"), str(tmp_path / "c0"), adapter_name="c0"
+    )
+    reference.load_adapter(str(tmp_path / "c1"), adapter_name="c1")
+    reference.eval()
+    batch = tokenizer(TEXTS, padding=True, return_tensors="pt", return_token_type_ids=False)
+    expected = {}
+    for name in ("c0", "c1"):
+        reference.set_adapter(name)
+        with torch.no_grad():
+            expected[name] = torch.softmax(reference(**batch).logits, -1)[:, 1].numpy()
+    with serve([f"base={base}", f"c0={tmp_path / 'c0'}", f"c1={tmp_path / 'c1'}"]) as srv:
+
+        def yes(name: str) -> np.ndarray:
+            status, answer, _ = call(srv.url, "POST", "/classify", {"texts": TEXTS, "model": name})
+            assert status == 200, answer
+            return np.array([row["probabilities"]["yes"] for row in answer["results"]])
+
+        with ThreadPoolExecutor(3) as pool:
+            got = dict(zip(("c0", "c1", "base"), pool.map(yes, ("c0", "c1", "base"))))
+    for name in ("c0", "c1"):
+        np.testing.assert_allclose(got[name], expected[name], atol=1e-5)
+    assert np.abs(got["c0"] - got["c1"]).max() > 1e-3 and np.abs(got["c0"] - got["base"]).max() > 1e-3
