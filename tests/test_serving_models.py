@@ -428,9 +428,13 @@ def test_an_adapter_whose_targets_the_model_lacks_is_refused(store, tmp_path):
     assert "adapter t" in message and "query" in message and "value" in message and "qkv" in message
 
 
-def test_a_model_larger_than_the_budget_is_refused_at_start_with_both_sizes(store):
+def test_a_model_larger_than_the_budget_is_refused_at_start_with_both_sizes(store, capsys):
     message = load_error(model=[f"b={store['base']}"], max_memory="1MB")
     assert "model b" in message and "1,000,000" in message
+    from neobert.cli.main import main  # the command: one line, before any model process starts
+
+    assert main(["serve", "--model", f"b={store['base']}", "--max-memory", "1MB", "--port", "0"]) == 1
+    assert "more than --max-memory 1,000,000 bytes" in capsys.readouterr().err
     assert len(re.findall(r"\d{1,3}(?:,\d{3})+", message)) >= 2, message
 
 

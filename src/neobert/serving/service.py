@@ -87,6 +87,7 @@ class Service:
     def load(cls, config: ServeConfig) -> Service:
         """The models in ``config.workers`` processes of their own (``model_process``), or in this one (a
         :class:`.registry.ModelSet` each: the default model loaded at start, the others as it decides)."""
+        ModelSet(config).check_sizes()  # a model over the budget is refused before any process starts
         if config.model_process:
             pool = WorkerPool(config, ModelSet.load)
             service = cls(config, pool.model, pool.call, pool.close, pool.alive)
