@@ -139,11 +139,6 @@ LOCAL_IMPORTS = {
     ("neobert.recipes.demo", "neobert.integrations.sentence_transformers"): (
         "sentence-transformers, the 'st' extra: without it the demo skips its step 5, naming the extra"
     ),
-    ("neobert.serving.service", "neobert.serving.onnx_backend"): (
-        "the ONNX backend, loaded only for an exported directory (`ServeConfig.onnx`); its comment names "
-        "onnxruntime, which export/runtime.py now imports where used, so this one could move to the top "
-        "(serving/ is another change's: left as it is)"
-    ),
 }
 
 
