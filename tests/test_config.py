@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pytest
 import yaml
@@ -403,3 +404,30 @@ def test_one_rename_table_serves_settings_files_and_the_command_line(monkeypatch
     )
     with pytest.raises(ValueError, match="give the value it meant"):
         config_module.Rename("fp16", "precision", "training", switch=True)
+
+
+def test_a_setting_is_read_as_its_fields_type_or_refused_naming_key_and_value(tmp_path):
+    """YAML 1.1 reads ``1e-4`` (no dot) as a string: ``--set optim.lr=1e-4``, the example of the docs and of
+    ``pretrain --help``, ended in a TypeError deep in the optimizer (issue 42)."""
+    from neobert.finetuning.classify import ClassifyConfig
+    from neobert.finetuning.config import FinetuneConfigError
+    from neobert.training.config import PretrainConfig
+
+    config = PretrainConfig.from_file(None, **{"optim.lr": "1e-4", "data.seq_len": "128", "max_steps": 20.0})
+    assert (config.optim.lr, config.data.seq_len, config.max_steps) == (1e-4, 128, 20)
+    assert type(config.optim.lr) is float and type(config.max_steps) is int
+    (tmp_path / "run.yaml").write_text("optim:\n  lr: 3e-4\n  weight_decay: 1\n")
+    config = PretrainConfig.from_file(tmp_path / "run.yaml")
+    assert config.optim.lr == 3e-4 and type(config.optim.weight_decay) is float
+    for key, value, words in (
+        ("optim.lr", "fast", "optim.lr: 'fast' is not a float"),
+        ("max_steps", 2.5, "max_steps: 2.5 is not a int"),
+        ("data.seq_len", "many", "data.seq_len: 'many' is not a int"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            PretrainConfig.from_file(None, **{key: value})
+    assert ModelConfig.from_name("tiny", hidden_size="64").hidden_size == 64
+    settings = {"model": "tiny", "train": "t.csv", "validation": "v.csv", "output": "o", "lr": "5e-5"}
+    assert ClassifyConfig.from_dict(settings).lr == 5e-5
+    with pytest.raises(FinetuneConfigError, match=r"epochs: 'three' is not a int"):
+        ClassifyConfig.from_dict({**settings, "epochs": "three"})

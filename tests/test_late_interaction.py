@@ -163,6 +163,8 @@ def test_finetune_late_interaction_through_the_cli(tmp_path):
         "12",
         "--max-length",
         "24",
+        "--document-length",
+        "40",
         "--lr",
         "1e-3",
         "--warmup-steps",
@@ -174,6 +176,8 @@ def test_finetune_late_interaction_through_the_cli(tmp_path):
     assert kind_of(out).name == "late-interaction" and not (out / "checkpoints").exists()
     log = json.loads((out / "late_interaction_training.json").read_text())
     assert log["spec"]["dim"] == 8 and log["spec"]["query_length"] == 12 and len(log["losses"]) == 4
+    # trained on documents of 24 tokens, read at 40 where it is used (--document-length; default: max_length)
+    assert log["spec"]["document_length"] == 40 and load_late_interaction(out)[2].document_length == 40
     model = MultiVectorEncoder(str(out), device="cpu")
     assert model.encode_query(["the sound of a cat"])[0].shape == (12, 8)
     torch.testing.assert_close(_ours(out)[0][:12], model.encode_query(QUERIES[:1])[0], atol=1e-5, rtol=1e-5)
@@ -216,7 +220,18 @@ def test_late_interaction_crash_and_resume_continue_exactly(tmp_path):
             **changes,
         )
 
-    reference = run(config("reference"))
+    from neobert.finetuning import contrastive
+
+    labels, settings = [], contrastive._trainer_settings
+
+    def recorded(*args):
+        labels.append(args[-1])
+        return settings(*args)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(contrastive, "_trainer_settings", recorded)
+        reference = run(config("reference"))
+    assert labels == ["late interaction"]  # the progress bar's label (it said "contrastive")
     with pytest.raises(Crash):
         run(config("crashed"), on_step_end=crash_at(3))
     resumed = run(config("crashed", resume=True))
@@ -292,6 +307,17 @@ def test_embed_index_search_recall_against_exhaustive_maxsim(tmp_path):
         )
         == 0
     )
+    # a long-document policy does not apply (documents are cut to document_length): refused by its name,
+    # as the service refuses it, where it used to be ignored (issue 42)
+    chunked = ["embed", "--model", str(directory), "--input", str(corpus), "--long-documents", "chunk"]
+    with pytest.raises(
+        ValueError, match=r"--long-documents chunk does not apply to a late-interaction model"
+    ):
+        main(["--debug", *chunked, "--output", str(tmp_path / "chunked")])
+    settings = json.loads((tmp_path / "shards" / "_manifest.json").read_text())["settings"]
+    assert settings["pooling"] is None and settings["normalize"] is None  # token vectors: no pooling
+    with pytest.raises(ValueError, match=r"--pooling and --normalize do not apply to a late-interaction"):
+        main(["--debug", *chunked[:5], "--pooling", "cls", "--output", str(tmp_path / "pooled")])
     table = pq.read_table(tmp_path / "shards")
     model, tokenizer, spec = load_late_interaction(directory)
     expected = token_vectors(model, tokenizer, documents[:5], spec, False)

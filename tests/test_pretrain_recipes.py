@@ -63,7 +63,9 @@ def _logged(output: Path, key: str) -> dict[int, float]:
     return {r["step"]: r[key] for r in records if key in r}
 
 
-def test_a_decay_branched_from_a_stable_checkpoint_equals_a_run_planned_with_that_decay(prepared, tmp_path):
+def test_a_decay_branched_from_a_stable_checkpoint_equals_a_run_planned_with_that_decay(
+    prepared, tmp_path, capsys
+):
     wsd = {"schedule.kind": "wsd", "schedule.warmup_steps": 2, "schedule.final_ratio": 0.0}
     stable = tiny_pretrain_config(
         prepared, tmp_path / "stable", max_steps=8, **wsd, **{"schedule.decay_steps": 0}
@@ -81,6 +83,7 @@ def test_a_decay_branched_from_a_stable_checkpoint_equals_a_run_planned_with_tha
     )
     result = pretrain(branch, progress_bar=False)
     assert result.steps == 7
+    assert "branched from" in capsys.readouterr().out  # not "resumed from": it is a run of its own
     assert_same_weights(_weights(tmp_path / "planned"), _weights(tmp_path / "branch"), tol=0)
     lrs = _logged(tmp_path / "branch", "train/lr")
     assert sorted(lrs) == [5, 6, 7] and lrs[7] == 0.0  # the lr of the step to come: 0 after the last

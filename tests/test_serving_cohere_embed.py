@@ -57,6 +57,9 @@ def test_cohere_embed_types_equal_sentence_transformers(model_dir, tmp_path):
         assert types["enum"] == ["float", "binary", "ubinary"]
         status, body, _ = call(plain.url, "POST", "/v2/embed", {"texts": ["x " * 900], "truncate": "NONE"})
         assert status == 413 and body["error"]["param"] == "texts[0]"
+        # in Cohere's words, not another dialect's (truncate: false / true): issue 42
+        message = body["error"]["message"]
+        assert 'truncate: "NONE"' in message and "truncate: false" not in message, message
     with serve(model_dir, calibration=str(calibration)) as calibrated:
         client = cohere.ClientV2(api_key=KEY, base_url=calibrated.url, timeout=30)
         whole = client.embed(

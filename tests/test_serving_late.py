@@ -182,5 +182,5 @@ def test_schemathesis_finds_nothing_on_a_late_interaction_server(server):
 def test_what_does_not_apply_is_refused_at_start(late_dir):
     with pytest.raises(ValueError, match="no masked-LM logits"):
         serve(late_dir, sparse=True)
-    with pytest.raises(ValueError, match="long_documents chunk does not apply"):
+    with pytest.raises(ValueError, match="--long-documents chunk does not apply"):
         serve(late_dir, long_documents="chunk")

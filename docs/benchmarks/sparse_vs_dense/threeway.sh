@@ -25,16 +25,10 @@ COMMON="--data docstrings=$R/pairs/train.jsonl --steps 100 --batch-size 16 --lr 
     --max-length 64 --log-every 20 --seed 0 --device cpu --precision fp32"
 [ -f "$R/dense/modules.json" ] || t neobert finetune contrastive --model "$M" $COMMON --output "$R/dense"
 [ -f "$R/sparse/modules.json" ] || t neobert finetune sparse --model "$R/minilm_mlm" $COMMON --output "$R/sparse"
-[ -f "$R/late/modules.json" ] || t neobert finetune late-interaction --model "$M" $COMMON --output "$R/late"
+[ -f "$R/late/modules.json" ] || t neobert finetune late-interaction --model "$M" $COMMON --output "$R/late" \
+    --document-length 512
 # documents were cut at 64 tokens in training (all three); at evaluation every model reads up to its window
-# (512 tokens, as the dense and sparse directories record): PyLate's document_length is a load-time setting
-python - "$R/late" <<'PY'
-import json, sys, pathlib
-d = pathlib.Path(sys.argv[1])
-for name, key, value in (("config_sentence_transformers.json", "document_length", 512),
-                         ("sentence_bert_config.json", "max_seq_length", 511)):
-    s = json.loads((d / name).read_text()); s[key] = value; (d / name).write_text(json.dumps(s, indent=2))
-PY
+# (512 tokens, as the dense and sparse directories record): the late-interaction directory by --document-length
 
 # 4. the long-document task: the same held-out queries against whole module documentation (rewrites the same pairs)
 [ -f "$R/pairs/long/retrieval/modules/qrels.tsv" ] || t neobert data docstring-pairs --output "$R/pairs" \

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import types
+import typing
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -138,6 +140,56 @@ def check_known_keys(
         raise error(f"unknown {what} key(s): {', '.join(unknown)}; known keys: {', '.join(sorted(known))}")
 
 
+def typed_settings(
+    cls: type, data: dict[str, Any], where: str = "", error: type[Exception] = ConfigError
+) -> dict[str, Any]:
+    """``data`` with each scalar setting converted to its field's type (``int``, ``float``, ``bool``, ``str``,
+    optional or not), so that ``lr: 1e-4`` (YAML 1.1 reads a number without a dot as a string), ``--set
+    optim.lr=1e-4`` or ``steps: "20"`` mean what they say. A value that is not of its field's type raises
+    ``error`` naming the key (``where`` + name), the value and the type; other fields pass through."""
+    hints = typing.get_type_hints(cls)
+    out = dict(data)
+    for key, value in data.items():
+        kinds = _scalar_kinds(hints.get(key))
+        if not kinds or value is None or type(value) in kinds:
+            continue
+        converted = _convert(value, kinds)
+        if converted is _INVALID:
+            names = " or ".join(k.__name__ for k in kinds)
+            raise error(f"{where}{key}: {value!r} is not a {names}")
+        out[key] = converted
+    return out
+
+
+_INVALID = object()
+_SCALARS = (bool, int, float, str)
+
+
+def _scalar_kinds(hint: Any) -> tuple[type, ...]:
+    """The scalar types a field's hint allows (``float | None`` -> (float,)); () for any other hint."""
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    args = tuple(a for a in args if a is not type(None))
+    return args if args and all(a in _SCALARS for a in args) else ()
+
+
+def _convert(value: Any, kinds: tuple[type, ...]) -> Any:
+    """``value`` as the first of ``kinds`` it reads as exactly (``"1e-4"`` -> 0.0001, 3 -> 3.0; ``2.5`` is no
+    int, ``"yes"`` no bool); ``_INVALID`` where none does."""
+    for kind in kinds:
+        if kind is float and isinstance(value, (int, str)) and not isinstance(value, bool):
+            try:
+                return float(value)
+            except ValueError:
+                continue
+        if kind is int and isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+            return int(value)
+        if kind is int and isinstance(value, float) and value.is_integer():
+            return int(value)
+        if kind is bool and isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+    return _INVALID
+
+
 @dataclass
 class ModelConfig:
     """Architecture of a NeoBERT encoder.
@@ -248,7 +300,7 @@ class ModelConfig:
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         """Build from a mapping, raising :class:`ConfigError` naming any unknown key."""
         check_known_keys(cls, data, "model config")
-        return cls(**data)
+        return cls(**typed_settings(cls, data, "model."))
 
     @classmethod
     def from_name(cls, name: str, **overrides: Any) -> ModelConfig:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..common.config import check_known_keys, check_precision, load_mapping, renamed_settings
+from ..common.config import check_known_keys, check_precision, load_mapping, renamed_settings, typed_settings
 from ..model.pooling import CLASSIFIER_POOLINGS
 
 
@@ -72,6 +72,7 @@ def config_from_dict(cls: type, data: dict[str, Any]) -> Any:
     (:func:`neobert.common.config.renamed_settings`); unknown keys and missing required settings raise."""
     data = renamed_settings(data, cls.__name__)
     check_known_keys(cls, data, cls.__name__, FinetuneConfigError)
+    data = typed_settings(cls, data, "", FinetuneConfigError)
     required = [
         f.name
         for f in dataclasses.fields(cls)

@@ -318,6 +318,7 @@ def train(
     head: str = "base",
     on_step_end: Callable[[int, dict[str, float]], None] | None = None,
     module: Callable[[Encoder], torch.nn.Module] | None = None,
+    description: str = "contrastive",
 ) -> Trained:
     """The training of every query/document task (``finetune contrastive``, ``finetune sparse``): load the
     data, then ``config.model`` with ``head`` (``base``: the bare encoder is trained; ``mlm``: the whole
@@ -342,7 +343,7 @@ def train(
         module(encoder) if module is not None else encoder.base if head == "base" else encoder.model
     )
     trainer = Trainer(
-        _trainer_settings(config, model_widths(encoder.base), "contrastive" if head == "base" else "sparse")
+        _trainer_settings(config, model_widths(encoder.base), description)  # the progress bar's label
     )
     task = make_task(encoder, datasets, config, trainer)
 

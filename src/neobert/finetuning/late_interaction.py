@@ -62,6 +62,9 @@ class LateInteractionConfig(ContrastiveConfig):
     # weight of the KL divergence from a teacher's scores (the data's "scores": positive, then each negative,
     # e.g. a cross-encoder's) to the student's MaxSim over the same candidates, added to the contrastive loss
     distillation: float = 0.0
+    # the longest document the saved model reads where it is used (embed, index, serve, eval embeddings); the
+    # default is max_length, the length it was trained on: give more to train short and read long documents
+    document_length: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -71,15 +74,19 @@ class LateInteractionConfig(ContrastiveConfig):
             raise FinetuneConfigError(f"distillation must be >= 0, got {self.distillation}")
         if self.dim < 1 or self.query_length < 2 or self.max_length < 2:
             raise FinetuneConfigError("dim must be >= 1, query_length and max_length >= 2")
+        if self.document_length is not None and self.document_length < 2:
+            raise FinetuneConfigError(f"document_length must be >= 2, got {self.document_length}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LateInteractionConfig:
         return config_from_dict(cls, data)
 
-    def spec(self, window: int | None = None) -> LateInteractionSpec:
-        """The settings of the saved model; ``max_length`` capped at the encoder's ``window``."""
+    def spec(self, window: int | None = None, saved: bool = False) -> LateInteractionSpec:
+        """The settings training uses (documents cut at ``max_length``) or, ``saved``, those of the saved model
+        (at ``document_length``, default ``max_length``); capped at the encoder's ``window``."""
         skip = LateInteractionSpec().skiplist_words if self.skip_punctuation else []
-        length = min(self.max_length, window) if window else self.max_length
+        length = (self.document_length or self.max_length) if saved else self.max_length
+        length = min(length, window) if window else length
         return LateInteractionSpec(
             dim=self.dim,
             query_length=self.query_length,
@@ -207,9 +214,10 @@ def run(
     built: dict[str, Any] = {}
 
     def module(encoder: Encoder) -> LateInteractionModel:
-        spec = config.spec(max_positions(encoder.base, encoder.tokenizer))
+        window = max_positions(encoder.base, encoder.tokenizer)
+        spec = config.spec(window)
         add_markers(encoder, spec)
-        built["spec"] = spec
+        built["spec"], built["saved"] = spec, config.spec(window, saved=True)
         return LateInteractionModel(encoder.base, spec.dim)
 
     def make_task(encoder: Encoder, datasets: list, cfg: Any, trainer: Any) -> LateInteractionTask:
@@ -217,8 +225,8 @@ def run(
         task.spec = built["spec"]
         return task
 
-    trained = train(config, make_task, on_step_end=on_step_end, module=module)
-    trainer, task, spec = trained.trainer, trained.task, built["spec"]
+    trained = train(config, make_task, on_step_end=on_step_end, module=module, description="late interaction")
+    trainer, task, spec = trained.trainer, trained.task, built["saved"]
     output = Path(config.output)
     if trainer.is_main:
         save_late_interaction(trained.module, trained.encoder.tokenizer, spec, output)

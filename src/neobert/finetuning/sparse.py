@@ -139,7 +139,7 @@ def run(
 ) -> SparseResult:
     """Train ``config.model`` (with its masked-LM head) as a SPLADE model and save a ``SparseEncoder``
     directory to ``config.output`` (see :func:`save_sparse_encoder`)."""
-    trained = train(config, SparseTask, head="mlm", on_step_end=on_step_end)
+    trained = train(config, SparseTask, head="mlm", on_step_end=on_step_end, description="sparse")
     encoder, trainer, task = trained.encoder, trained.trainer, trained.task
     output = Path(config.output)
     if trainer.is_main:

@@ -1,4 +1,4 @@
-"""Corpus embedding as a resumable job: ``neobert embed INPUTS --output DIR``, the driver.
+"""Corpus embedding as a resumable job: ``neobert embed --input INPUTS --output DIR``, the driver.
 
 The inputs (files, directories, globs of .txt, .jsonl, .csv, .parquet; local or fsspec URLs) are planned
 first (:func:`neobert.data.pieces.plan_file`: every row read once, bad rows found before the model loads),
@@ -69,12 +69,24 @@ def with_declared_embedding(config: EmbedConfig) -> EmbedConfig:
     """``config`` with the pooling and normalisation it leaves to the model filled in: what the model's kind
     declares (a sentence-transformers directory's Pooling and Normalize, else mean pooling and unit vectors),
     as the service embeds. The manifest records them. A late-interaction model (token vectors) keeps them
-    unset; a SPLADE directory's vectors are sparse, so it is refused unless the pooling is given."""
-    if config.pooling is not None and config.normalize is not None:
-        return config
+    unset and is cut to its document length (a long-document policy is refused by name, as the service
+    refuses it); a SPLADE directory's vectors are sparse, so it is refused unless the pooling is given."""
     kind = kind_of(config.model)
     if kind.embedding == "multi-vector":
-        return config  # its token vectors: no pooling
+        if config.long_documents != "truncate":
+            raise ValueError(
+                f"--long-documents {config.long_documents} does not apply to a late-interaction model: `neobert "
+                "embed` cuts its documents to document_length, as ColBERT does (`neobert eval embeddings "
+                "--long-documents chunk` reads every window's token vectors)"
+            )
+        if config.pooling is not None or config.normalize is not None:
+            raise ValueError(
+                "--pooling and --normalize do not apply to a late-interaction model: it writes one unit vector "
+                "per token"
+            )
+        return config  # its token vectors: no pooling (the manifest records none)
+    if config.pooling is not None and config.normalize is not None:
+        return config
     if kind.embedding == "sparse":
         raise ValueError(
             f"{config.model} is a {kind.name} directory: its vectors are sparse (neobert serve's /embed_sparse, "

@@ -78,8 +78,9 @@ class EmbedConfig(EngineSettings, FileJob):
             ),
         },
     )
-    # int8 / uint8: a .npy of float embeddings (N, dim) of representative texts (e.g. `neobert embed SAMPLE.txt
-    # --output cal.npy`); their per-dimension minimum and maximum are the buckets, stored with the output
+    # int8 / uint8: a .npy of float embeddings (N, dim) of representative texts (e.g. `neobert embed --model
+    # MODEL --input SAMPLE.txt --output cal.npy`); their per-dimension minimum and maximum are the buckets,
+    # stored with the output
     calibration: str | None = None
     shard_rows: int = 4096  # texts per output shard (and per piece of work)
     on_error: str = field(

@@ -61,7 +61,7 @@ class TorchBackend(Backend):
         )
         fixed = loaded.capabilities.fixed_window
         if fixed and config.long_documents != "truncate":
-            raise ValueError(f"long_documents {config.long_documents} does not apply: {fixed}")
+            raise ValueError(f"--long-documents {config.long_documents} does not apply: {fixed}")
         model = cls(config, loaded)
         key = (config.model, config.precision, loaded.capabilities.head)
         model.threads = ThreadPolicy.at_start(config, ServingProbe(model), key=key)

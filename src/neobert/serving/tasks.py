@@ -27,17 +27,21 @@ from ..inference.long_documents import LongReport
 from ..inference.run import TokenIds
 from ..token_classification.tagging import tag
 
+# How a dialect spells a request that refuses over-long texts, and one that lets them be cut (ours, TEI's and
+# OpenAI's ``truncate`` flag); a route of another dialect passes its own words (Cohere's ``truncate``).
+TRUNCATE_WORDS = ("truncate: false", "truncate: true")
+
 
 @dataclass(frozen=True)
 class Refusal:
     """One text refused in the model process; ``message`` has ``{noun}`` and ``{i}`` for the route to fill
-    (the text's place in its own request)."""
+    (the text's place in its own request), and ``{refused}`` / ``{allowed}`` for its dialect's words."""
 
     status: int
     message: str
 
-    def describe(self, noun: str, i: int) -> str:
-        return self.message.format(noun=noun, i=i)
+    def describe(self, noun: str, i: int, words: tuple[str, str] = TRUNCATE_WORDS) -> str:
+        return self.message.format(noun=noun, i=i, refused=words[0], allowed=words[1])
 
 
 @dataclass
@@ -144,8 +148,8 @@ class Backend:
 def _too_long(length: int, limit: int, policy: str) -> Refusal:
     return Refusal(
         413,
-        f"{{noun}} {{i}} has {length:,} tokens; the model takes at most {limit:,} (truncate: false; with "
-        f"truncate: true the server's {policy} policy applies)",
+        f"{{noun}} {{i}} has {length:,} tokens; the model takes at most {limit:,} ({{refused}}; with "
+        f"{{allowed}} the server's {policy} policy applies)",
     )
 
 

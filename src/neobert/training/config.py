@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..common.config import PRESETS, ConfigError, ModelConfig, check_precision, load_mapping
+from ..common.config import PRESETS, ConfigError, ModelConfig, check_precision, load_mapping, typed_settings
 from .batching import LONG_DOCS
 from .masking import RATE_SHAPES
 from .optim import build_optimizer
@@ -353,6 +353,7 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
         raise ConfigError(f"unknown config key(s): {dotted}; allowed here: {', '.join(names)}")
     hints = typing.get_type_hints(cls)
     kwargs = {}
+    data = typed_settings(cls, data, where)
     for key, value in data.items():
         hint = hints[key]
         item = typing.get_args(hint)[0] if typing.get_origin(hint) is list and typing.get_args(hint) else None

@@ -384,7 +384,8 @@ class Trainer:
                 "or choose another output"
             )
         may_change: tuple[str, ...] = ()
-        if path is None and self.settings.start_from is not None:
+        branched = path is None and self.settings.start_from is not None
+        if branched:
             path, may_change = Path(self.settings.start_from), self.settings.branch_may_change
         elif not resume:
             return
@@ -397,7 +398,8 @@ class Trainer:
             sync_lr(self.scheduler)  # a branched run's schedule, not the one stored with the checkpoint
         if self.is_main and self.settings.log_dir is not None:
             _forget_after(Path(self.settings.log_dir) / "metrics.jsonl", state["step"])
-        self.print(f"resumed from {path} at step {state['step']}")
+        what = "branched from" if branched else "resumed from"  # a decay from a stable run's checkpoint
+        self.print(f"{what} {path} at step {state['step']}")
 
     def _check_fingerprint(
         self, path: Path, fingerprint: dict[str, Any], may_change: tuple[str, ...]

@@ -19,6 +19,9 @@ from .core import Routes, rerank_results
 
 # --- requests -------------------------------------------------------------------------------------------
 
+# Cohere's words for refusing an over-long text and for cutting it (its ``truncate``)
+COHERE_TRUNCATE = ('truncate: "NONE"', 'truncate: "END" (or "START")')
+
 
 class RerankDocumentIn(LenientRequest):
     text: Annotated[StrictStr, TextInput(many=False)]
@@ -148,7 +151,7 @@ def add_embed(routes: Routes) -> None:
         direction = "left" if request.truncate == "START" else "right"
         normalize = bool(routes.service.model.normalize)
         vectors, tokens = await routes.vectors(
-            texts, "texts", request.truncate != "NONE", normalize, side=direction
+            texts, "texts", request.truncate != "NONE", normalize, side=direction, words=COHERE_TRUNCATE
         )
         return JSONResponse(
             {

@@ -25,7 +25,7 @@ from fastapi.security import HTTPBearer
 
 from ...inference.capabilities import heads_offering
 from ..errors import MODEL_ERRORS, ServiceError, unicode_problem
-from ..tasks import COUNT, ModelCall, Refusal
+from ..tasks import COUNT, TRUNCATE_WORDS, ModelCall, Refusal
 
 log = logging.getLogger(__name__)
 SERVICE_ROUTES = ("/info", "/health", "/metrics", "/v1/models")
@@ -120,18 +120,26 @@ class Routes:
         self.model_route(path, task, response_model)(route)
 
     async def run(
-        self, task: str, texts: list[Any], field: str, truncate: bool, noun: str = "text", **options: Any
+        self,
+        task: str,
+        texts: list[Any],
+        field: str,
+        truncate: bool,
+        noun: str = "text",
+        words: tuple[str, str] = TRUNCATE_WORDS,
+        **options: Any,
     ) -> list[tuple[Any, int]]:
         """``texts`` through the queue to the model's ``task`` with its ``options`` (its function's keyword
         arguments, :class:`..tasks.ModelCall`): (value, tokens) per text; a text the model refused (too long
-        with ``truncate: false``, no mask to fill) is answered with its status."""
+        with ``truncate: false``, no mask to fill) is answered with its status, in the words of the dialect
+        called (``words``: how it spells refusing and allowing a cut)."""
         self.require(task)
         self.check_texts(texts, field)
         future = self.service.submit(ModelCall.of(task, truncate, **options), texts)
         answers = await asyncio.wrap_future(future)
         for i, (value, _) in enumerate(answers):
             if isinstance(value, Refusal):
-                raise ServiceError(value.status, value.describe(noun, i), f"{field}[{i}]")
+                raise ServiceError(value.status, value.describe(noun, i, words), f"{field}[{i}]")
         return answers
 
     async def check_answer(
@@ -276,6 +284,7 @@ class Routes:
         normalize: bool,
         dimensions: int | None = None,
         side: str = "right",
+        words: tuple[str, str] = TRUNCATE_WORDS,
     ) -> tuple[np.ndarray, int]:
         """Embeddings of texts or token ids with the model's pooling, and the tokens they took."""
         answers = await self.run(
@@ -283,6 +292,7 @@ class Routes:
             items,
             field,
             truncate,
+            words=words,
             pooling=self.service.model.pooling,
             normalize=normalize,
             side=side,
