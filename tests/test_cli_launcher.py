@@ -104,6 +104,26 @@ def test_help_and_version_leave_torch_and_transformers_out(live, monkeypatch):
     assert answers == expected
 
 
+# transformers' part of `import neobert`: what registering NeoBERT's classes with the Auto classes needs
+TRANSFORMERS_FLOOR = (
+    "from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification, "
+    "AutoModelForTokenClassification, PreTrainedModel"
+)
+MODULES = "\nimport json, sys; print(json.dumps(sorted(sys.modules)))"
+
+
+def test_import_neobert_adds_only_its_own_modules_to_what_registering_needs():
+    """``import neobert`` costs what transformers' PreTrainedModel costs (torch, torch.distributed, scipy...:
+    docs/architecture.md) and nothing more: every module it loads beyond that floor is one of its own."""
+    loaded = [
+        json.loads(fresh_python(code + MODULES).stdout.splitlines()[-1])
+        for code in (TRANSFORMERS_FLOOR, "import neobert")
+    ]
+    floor, package = set(loaded[0]), set(loaded[1])
+    assert {"torch", "transformers.modeling_utils"} <= floor <= package
+    assert sorted(m for m in package - floor if m.split(".")[0] != "neobert") == []
+
+
 def test_a_real_command_runs_through_the_launcher_in_a_fresh_interpreter():
     code = (
         "import json, sys; from neobert_cli.launcher import main; code = main(['info', 'neobert']); "
