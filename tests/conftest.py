@@ -45,6 +45,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         module = item.module.__name__
         groups[item] = SAME_WORKER.get(module, module)
+        if module == "test_docs" and "[" in item.name:  # a document's blocks share a sandbox: one group each
+            groups[item] = "docs:" + item.name.split("[", 1)[1].split(":", 1)[0]
         item.add_marker(pytest.mark.xdist_group(groups[item]))
     order = {item: i for i, item in enumerate(items)}
     items.sort(key=lambda item: (-LONGEST_FIRST.get(groups[item], 0), order[item]))

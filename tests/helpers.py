@@ -396,3 +396,117 @@ def run_card_snippet(directory: Path, timeout: int = 240) -> tuple[str, str]:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.strip().splitlines()[-1], documented
+
+
+def write_jsonl(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+ANIMAL_SOUNDS = {
+    "cat": "meow",
+    "dog": "woof",
+    "horse": "neigh",
+    "sheep": "baa",
+    "goat": "bleat",
+    "mouse": "squeak",
+    "owl": "hoot",
+    "snake": "hiss",
+    "bee": "buzz",
+    "lion": "roar",
+    "duck": "quack",
+    "cow": "moo",
+}
+
+
+def write_tasks_dir(root):
+    """One small task of each family of `neobert eval embeddings` under ``root`` (docs/evaluation.md's shapes)."""
+    write_jsonl(
+        root / "sts" / "mini-sts.jsonl",
+        [
+            {"sentence1": "a cat sleeps", "sentence2": "a cat is sleeping", "score": 5},
+            {"sentence1": "a dog runs", "sentence2": "the stock market fell", "score": 0},
+            {"sentence1": "it rains", "sentence2": "rain is falling", "score": 4},
+        ],
+    )
+    write_jsonl(
+        root / "pair_classification" / "dups.jsonl",
+        [
+            {"sentence1": "how to cook rice", "sentence2": "cooking rice", "label": 1},
+            {"sentence1": "how to cook rice", "sentence2": "car repair", "label": 0},
+            {"sentence1": "best tea", "sentence2": "good tea", "label": 1},
+        ],
+    )
+    write_jsonl(
+        root / "clustering" / "topics.jsonl",
+        [{"text": f"{w} text", "label": w[0]} for w in ["apple", "avocado", "bread", "bagel"]],
+    )
+    write_jsonl(
+        root / "classification" / "sentiment" / "train.jsonl",
+        [
+            {"text": "great movie", "label": "pos"},
+            {"text": "awful film", "label": "neg"},
+            {"text": "loved it", "label": "pos"},
+            {"text": "hated it", "label": "neg"},
+        ],
+    )
+    write_jsonl(
+        root / "classification" / "sentiment" / "test.jsonl",
+        [
+            {"text": "great film", "label": "pos"},
+            {"text": "meh", "label": "neutral"},
+        ],
+    )
+    retrieval = root / "retrieval" / "animals"
+    write_jsonl(
+        retrieval / "queries.jsonl",
+        [{"_id": f"q{i}", "text": f"the sound of a {a}"} for i, a in enumerate(ANIMAL_SOUNDS)],
+    )
+    write_jsonl(
+        retrieval / "corpus.jsonl",
+        [
+            {"_id": f"d{i}", "title": "sound", "text": f"it goes {ANIMAL_SOUNDS[a]} all day"}
+            for i, a in enumerate(ANIMAL_SOUNDS)
+        ],
+    )
+    (retrieval / "qrels.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(len(ANIMAL_SOUNDS))),
+        encoding="utf-8",
+    )
+    return root
+
+
+NAMES = ["john", "mary", "alice", "peter", "susan", "george", "linda", "robert"]
+SURNAMES = ["smith", "jones", "brown", "taylor"]
+CITIES = ["paris", "london", "berlin", "madrid", "rome", "vienna"]
+FILLER = ["the", "a", "visited", "saw", "today", "and", "then", "quickly", "went", "to", "from", "with"]
+
+
+def synthetic_ner(n: int, seed: int) -> list[dict]:
+    """Sentences of filler words, names (B-PER, sometimes with a surname: I-PER) and cities (B-LOC)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n):
+        tokens, tags = [], []
+        for _ in range(int(rng.integers(3, 9))):
+            kind = rng.random()
+            if kind < 0.25:
+                tokens.append(str(rng.choice(NAMES)))
+                tags.append("B-PER")
+                if rng.random() < 0.5:
+                    tokens.append(str(rng.choice(SURNAMES)))
+                    tags.append("I-PER")
+            elif kind < 0.45:
+                tokens.append(str(rng.choice(CITIES)))
+                tags.append("B-LOC")
+            else:
+                tokens.append(str(rng.choice(FILLER)))
+                tags.append("O")
+        rows.append({"tokens": tokens, "tags": tags})
+    return rows
+
+
+def write_conll(path, rows) -> None:
+    path.write_text(
+        "".join("".join(f"{t} {g}\n" for t, g in zip(r["tokens"], r["tags"])) + "\n" for r in rows)
+    )

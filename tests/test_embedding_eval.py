@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from embedding_fixtures import NEEDS_TOKENIZER, save_tiny_bert, save_tiny_neobert
+from helpers import ANIMAL_SOUNDS, write_jsonl, write_tasks_dir
 from neobert.evaluation import embeddings as E
 from neobert.evaluation.embedding_files import discover_tasks, read_jsonl, read_qrels, run
 from neobert.evaluation.instructions import TaskInstruction
@@ -106,86 +107,8 @@ def test_degenerate_inputs_are_reported_not_raised():
     assert math.isnan(E.evaluate_clustering(embed, "k", ["cat", "sun"], ["a", "a"], none).main_score)
 
 
-def _write_jsonl(path, rows):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-
-
-SOUNDS = {
-    "cat": "meow",
-    "dog": "woof",
-    "horse": "neigh",
-    "sheep": "baa",
-    "goat": "bleat",
-    "mouse": "squeak",
-    "owl": "hoot",
-    "snake": "hiss",
-    "bee": "buzz",
-    "lion": "roar",
-    "duck": "quack",
-    "cow": "moo",
-}
-ANIMALS = list(SOUNDS)
-
-
-def _tasks_dir(root):
-    _write_jsonl(
-        root / "sts" / "mini-sts.jsonl",
-        [
-            {"sentence1": "a cat sleeps", "sentence2": "a cat is sleeping", "score": 5},
-            {"sentence1": "a dog runs", "sentence2": "the stock market fell", "score": 0},
-            {"sentence1": "it rains", "sentence2": "rain is falling", "score": 4},
-        ],
-    )
-    _write_jsonl(
-        root / "pair_classification" / "dups.jsonl",
-        [
-            {"sentence1": "how to cook rice", "sentence2": "cooking rice", "label": 1},
-            {"sentence1": "how to cook rice", "sentence2": "car repair", "label": 0},
-            {"sentence1": "best tea", "sentence2": "good tea", "label": 1},
-        ],
-    )
-    _write_jsonl(
-        root / "clustering" / "topics.jsonl",
-        [{"text": f"{w} text", "label": w[0]} for w in ["apple", "avocado", "bread", "bagel"]],
-    )
-    _write_jsonl(
-        root / "classification" / "sentiment" / "train.jsonl",
-        [
-            {"text": "great movie", "label": "pos"},
-            {"text": "awful film", "label": "neg"},
-            {"text": "loved it", "label": "pos"},
-            {"text": "hated it", "label": "neg"},
-        ],
-    )
-    _write_jsonl(
-        root / "classification" / "sentiment" / "test.jsonl",
-        [
-            {"text": "great film", "label": "pos"},
-            {"text": "meh", "label": "neutral"},
-        ],
-    )
-    retrieval = root / "retrieval" / "animals"
-    _write_jsonl(
-        retrieval / "queries.jsonl",
-        [{"_id": f"q{i}", "text": f"the sound of a {a}"} for i, a in enumerate(ANIMALS)],
-    )
-    _write_jsonl(
-        retrieval / "corpus.jsonl",
-        [
-            {"_id": f"d{i}", "title": "sound", "text": f"it goes {SOUNDS[a]} all day"}
-            for i, a in enumerate(ANIMALS)
-        ],
-    )
-    (retrieval / "qrels.tsv").write_text(
-        "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(len(ANIMALS))),
-        encoding="utf-8",
-    )
-    return root
-
-
 def test_task_discovery_and_qrels(tmp_path):
-    root = _tasks_dir(tmp_path / "tasks")
+    root = write_tasks_dir(tmp_path / "tasks")
     found = [(t.family, t.name) for t in discover_tasks(root)]
     assert found == [
         ("classification", "sentiment"),
@@ -213,7 +136,7 @@ def test_end_to_end_zero_shot_and_after_contrastive_fine_tuning(tmp_path):
     from neobert.finetuning.contrastive import ContrastiveConfig
     from neobert.finetuning.contrastive import run as finetune
 
-    root = _tasks_dir(tmp_path / "tasks")
+    root = write_tasks_dir(tmp_path / "tasks")
     neo, bert = save_tiny_neobert(tmp_path / "neo"), save_tiny_bert(tmp_path / "bert")
     out = tmp_path / "results"
     assert (
@@ -244,9 +167,12 @@ def test_end_to_end_zero_shot_and_after_contrastive_fine_tuning(tmp_path):
 
     # fine-tune on the retrieval task's own pairs: its nDCG@10 must rise above the zero-shot one
     pairs = tmp_path / "pairs.jsonl"
-    _write_jsonl(
+    write_jsonl(
         pairs,
-        [{"query": f"the sound of a {a}", "positive": f"sound it goes {SOUNDS[a]} all day"} for a in ANIMALS],
+        [
+            {"query": f"the sound of a {a}", "positive": f"sound it goes {ANIMAL_SOUNDS[a]} all day"}
+            for a in ANIMAL_SOUNDS
+        ],
     )
     tuned = finetune(
         ContrastiveConfig(

@@ -6,6 +6,7 @@ to sentence-transformers' MultiVectorEncoder on the same directory; the answer b
 from __future__ import annotations
 
 import base64
+import string
 
 import numpy as np
 import pytest
@@ -114,9 +115,42 @@ def test_rerank_by_maxsim_in_three_shapes(server, reference):
     assert len(cohere["results"]) == 2 and ours["results"][0]["document"]["text"] == DOCUMENTS[order[0]]
 
 
+def test_maxsim_alignment_token_by_token(late_dir, server, reference):
+    """/maxsim: per document the query's and the document's tokens, their similarities and each query token's
+    match, equal to MultiVectorEncoder's token vectors and the tokenizer's tokens; the score is /rerank's."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(late_dir))
+    answer = _post(server, "/maxsim", {"query": QUERY, "documents": DOCUMENTS})["results"]
+    reranked = _post(server, "/rerank", {"query": QUERY, "documents": DOCUMENTS})["results"]
+    assert [r["index"] for r in answer] == [r["index"] for r in reranked]
+    query = reference.encode_query([QUERY])[0].float().numpy()
+    documents = [d.float().numpy() for d in reference.encode_document(DOCUMENTS)]
+    asked = tokenizer.convert_ids_to_tokens(tokenizer("[Q] " + QUERY)["input_ids"])
+    expansion = [tokenizer.mask_token] * (32 - len(asked))
+    for row, ranked in zip(answer, reranked):
+        assert row["query_tokens"] == asked + expansion
+        ids = tokenizer("[D] " + DOCUMENTS[row["index"]], truncation=True, max_length=64)["input_ids"]
+        words = [t for t in tokenizer.convert_ids_to_tokens(ids) if t not in string.punctuation]
+        assert row["document_tokens"] == words
+        expected = query @ documents[row["index"]].T
+        np.testing.assert_allclose(row["similarities"], expected, atol=1e-5)
+        assert row["matched"] == expected.argmax(axis=1).tolist()
+        assert row["score"] == pytest.approx(float(expected.max(axis=1).sum()), abs=1e-4)
+        assert row["score"] == pytest.approx(ranked["relevance_score"], abs=1e-5)
+    status, _, _ = call(server, "POST", "/maxsim", {"query": QUERY, "documents": []}, key=None)
+    assert status == 422
+
+
 def test_info_schema_budget_and_refusals(late_dir, server):
     status, info, _ = call(server, "GET", "/info", key=None)
-    assert status == 200 and info["serves"] == ["token_vectors", "rerank", "tokenize", "decode"]
+    assert status == 200 and info["serves"] == [
+        "token_vectors",
+        "rerank",
+        "maxsim_alignment",
+        "tokenize",
+        "decode",
+    ]
     late = info["token_vectors"]
     assert (late["dim"], late["query_length"], late["document_length"], late["similarity"]) == (
         16,
@@ -143,6 +177,13 @@ def test_info_schema_budget_and_refusals(late_dir, server):
         assert status == 413 and "128 tokens x 16 numbers as float" in answer["error"]["message"]
         body["input"] = ["a", "b", "c"]  # 30,720 bytes
         assert call(small.url, "POST", "/v1/embeddings", body, key=None)[0] == 200
+        # /maxsim: 32 query tokens x 20 bytes per document token; the long document's 64 tokens: 40,960 bytes
+        body = {"query": QUERY, "documents": DOCUMENTS[2:3]}
+        status, answer, _ = call(small.url, "POST", "/maxsim", body, key=None)
+        assert status == 413 and answer["error"]["param"] == "documents"
+        assert "64 tokens x 32 query tokens' similarities" in answer["error"]["message"]
+        body["documents"] = DOCUMENTS[:1]
+        assert call(small.url, "POST", "/maxsim", body, key=None)[0] == 200
 
 
 @pytest.mark.slow

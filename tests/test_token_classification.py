@@ -11,7 +11,16 @@ import pytest
 import torch
 
 from embedding_fixtures import tiny_bert_config
-from helpers import Crash, assert_same_weights, check_card, crash_at, run_script, torchrun
+from helpers import (
+    Crash,
+    assert_same_weights,
+    check_card,
+    crash_at,
+    run_script,
+    synthetic_ner,
+    torchrun,
+    write_conll,
+)
 
 pytest.importorskip("seqeval")
 
@@ -157,42 +166,6 @@ def test_words_and_entities_carry_character_offsets():
     # a word cut off by truncation has no logits: tagged O
     cut = entities_of("x y", [Word(0, 1, "B-PER", 0.9), Word(2, 3, "O", float("nan"))])
     assert [e.text for e in cut] == ["x"]
-
-
-NAMES = ["john", "mary", "alice", "peter", "susan", "george", "linda", "robert"]
-SURNAMES = ["smith", "jones", "brown", "taylor"]
-CITIES = ["paris", "london", "berlin", "madrid", "rome", "vienna"]
-FILLER = ["the", "a", "visited", "saw", "today", "and", "then", "quickly", "went", "to", "from", "with"]
-
-
-def synthetic_ner(n: int, seed: int) -> list[dict]:
-    """Sentences of filler words, names (B-PER, sometimes with a surname: I-PER) and cities (B-LOC)."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for _ in range(n):
-        tokens, tags = [], []
-        for _ in range(int(rng.integers(3, 9))):
-            kind = rng.random()
-            if kind < 0.25:
-                tokens.append(str(rng.choice(NAMES)))
-                tags.append("B-PER")
-                if rng.random() < 0.5:
-                    tokens.append(str(rng.choice(SURNAMES)))
-                    tags.append("I-PER")
-            elif kind < 0.45:
-                tokens.append(str(rng.choice(CITIES)))
-                tags.append("B-LOC")
-            else:
-                tokens.append(str(rng.choice(FILLER)))
-                tags.append("O")
-        rows.append({"tokens": tokens, "tags": tags})
-    return rows
-
-
-def write_conll(path, rows) -> None:
-    path.write_text(
-        "".join("".join(f"{t} {g}\n" for t, g in zip(r["tokens"], r["tags"])) + "\n" for r in rows)
-    )
 
 
 def test_finetune_tokens_then_tag_end_to_end(tmp_path, tokenizer):

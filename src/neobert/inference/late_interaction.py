@@ -48,6 +48,7 @@ __all__ = [
     "maxsim",
     "maxsim_scores",
     "save_late_interaction",
+    "scored_tokens",
     "token_vectors",
 ]
 
@@ -185,6 +186,18 @@ def token_vectors(
             out.extend(v[m].cpu() for v, m in zip(vectors, inputs["scoring_mask"]))
             bar.update(min(batch_size, len(texts) - start))
     return out
+
+
+def scored_tokens(
+    tokenizer: Any, texts: Sequence[str], spec: LateInteractionSpec, is_query: bool
+) -> list[list[str]]:
+    """Per text, the vocabulary entries of the tokens :func:`token_vectors` gives a vector (the same rows, in
+    the same order): a query's marker and expansion (mask) tokens included, a document's skiplist dropped."""
+    inputs = tokenize_late(tokenizer, texts, spec, is_query)
+    return [
+        tokenizer.convert_ids_to_tokens(ids[mask].tolist())
+        for ids, mask in zip(inputs["input_ids"], inputs["scoring_mask"])
+    ]
 
 
 def maxsim(query: torch.Tensor, document: torch.Tensor) -> torch.Tensor:

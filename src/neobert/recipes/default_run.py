@@ -54,8 +54,9 @@ class DefaultRunResult:
         return f"{self.pretrain.summary}\nfill-mask (top 3)\n\n{table}\nreport: {self.report}"
 
 
-# What a flag or --set cannot change in the default run: its data and pinned tokenizer.
-FIXED = ("data.paths", "data.tokenizer")
+# What a flag or --set cannot change in the default run: its data and pinned tokenizer (each setting with the
+# words an error names it by: the option and the --set key)
+FIXED = {"data.paths": "data.paths", "data.tokenizer": "--tokenizer (data.tokenizer)"}
 VOCAB_FILE = "default_vocab.txt"
 
 
@@ -84,7 +85,7 @@ def run_default(
     """The default run in ``output`` (or ``overrides["output"]``); ``overrides`` (dotted keys, as
     :meth:`PretrainConfig.override`) change its training settings (not its data or tokenizer: refused)."""
     overrides = dict(overrides or {})
-    fixed = [key for key in FIXED if key in overrides]
+    fixed = [name for key, name in FIXED.items() if key in overrides]
     if fixed:
         raise ValueError(
             f"{' and '.join(fixed)}: the embedded default run (no --data, --config or --preset) trains "

@@ -2,7 +2,8 @@
 put together from its parts: :mod:`.routes` (one module per dialect over a shared core, one small function per
 endpoint, each dialect's request and response shapes beside its routes), :mod:`.schemas` (what the shapes
 share, and the limits the OpenAPI schema states), :mod:`.errors` (OpenAI-shaped errors and their mapping) and
-:mod:`.middleware` (API key, paced refusals, body limit, metrics). The model runs behind the queue
+:mod:`.middleware` (API key, paced refusals, body limit, metrics) and :mod:`.playground` (the page a person
+tries the model in). The model runs behind the queue
 (:mod:`.tasks` in the model process); nothing here tokenizes.
 """
 
@@ -17,6 +18,7 @@ from fastapi import FastAPI
 
 from .errors import add_error_handlers
 from .middleware import Guard
+from .playground import add_playground
 from .routes import DIALECTS, LIMITS, SERVICE_ROUTES, add_routes
 from .schemas import request_shapes, state_limits
 
@@ -56,6 +58,7 @@ def create_app(service: Any, dialects: Sequence[Any] = DIALECTS) -> FastAPI:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+    add_playground(app)  # the page (docs/serving.md, "The playground"), outside the schema
     add_error_handlers(app, service)
     app.add_middleware(
         Guard, service=service, model_paths=dict(model_routes), paths=(*model_routes, *SERVICE_ROUTES)

@@ -13,8 +13,10 @@ from starlette.exceptions import HTTPException
 
 from . import memory
 from .errors import error_body, error_response
+from .playground import open_path
 
-OPEN_PATHS = ("/health", "/openapi.json", "/docs", "/docs/oauth2-redirect")  # no API key needed
+# no API key needed (nor for reading the playground page, which asks for the key: playground.open_path)
+OPEN_PATHS = ("/health", "/openapi.json", "/docs", "/docs/oauth2-redirect")
 TRIM_DELAY_S = 0.2  # a trim waits this long after a large answer, so answers ending together share one
 
 
@@ -67,7 +69,12 @@ class Guard:
             await send(message)
 
         try:
-            if self.expected is not None and path not in OPEN_PATHS and not self._authorized(scope):
+            if (
+                self.expected is not None
+                and path not in OPEN_PATHS
+                and not open_path(scope.get("method", ""), path)
+                and not self._authorized(scope)
+            ):
                 await _send_raw(send_status, self.unauthorized)
                 return
             if path in self.model_paths and self.service.batcher.full():

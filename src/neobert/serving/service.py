@@ -155,14 +155,15 @@ class Service:
         return cls(config, model.info(), model.call)
 
     def startup_line(self) -> str:
-        """What ``neobert serve`` prints once the model is up: what is served, how, and the threads chosen."""
+        """What ``neobert serve`` prints once the model is up: what is served, how, the threads chosen, and the
+        playground's address."""
         c, model, threads = self.config, self.model, self.threads.describe()
         return (
             f"serving {c.model} ({self.head} head: {', '.join(self.tasks)}; {model.backend} "
             f"{model.precision}; {threads}) on http://{c.host}:{c.port}  (batching "
             f"{'on' if c.batching else 'off'}, queue {c.max_queue}, long documents: {c.long_documents}, model "
             f"{'in its own process' if c.model_process else 'in this process'}, API key "
-            f"{'required' if self.api_key else 'off'})"
+            f"{'required' if self.api_key else 'off'}); try it in a browser: http://{c.host}:{c.port}/playground"
         )
 
     def run(self, call: ModelCall, texts: list[Any]) -> tuple[list[Any], int]:

@@ -351,6 +351,43 @@ def maxsim_rerank(model: Any, pairs: list[tuple[str, str]], raw: bool = False, s
     return Done(scores, lengths)
 
 
+@task("maxsim_alignment")
+def maxsim_alignment(model: Any, pairs: list[tuple[str, str]]) -> Done:
+    """A late-interaction model's MaxSim of each (query, document) pair, shown: the query's and the document's
+    scored tokens (:func:`neobert.inference.late_interaction.scored_tokens`), every query token's dot product
+    with every document token (``similarities``, query tokens x document tokens), the document token each
+    query token matched (``matched``: its index) and the score, the sum of the matched products (what
+    :func:`maxsim_rerank` scores). Each distinct query is encoded once."""
+    spec, batch = model.spec, model.budget["batch_size"]
+    queries = sorted({q for q, _ in pairs})
+    encoded = late_interaction.token_vectors(
+        model.model, model.tokenizer, queries, spec, True, batch_size=batch
+    )
+    query_tokens = late_interaction.scored_tokens(model.tokenizer, queries, spec, True)
+    by_query = {q: (v, t) for q, v, t in zip(queries, encoded, query_tokens)}
+    texts = [d for _, d in pairs]
+    documents = late_interaction.token_vectors(
+        model.model, model.tokenizer, texts, spec, False, batch_size=batch
+    )
+    document_tokens = late_interaction.scored_tokens(model.tokenizer, texts, spec, False)
+    values = []
+    for (q, _), vectors, tokens_ in zip(pairs, documents, document_tokens):
+        query_vectors, query_tokens_ = by_query[q]
+        similarities = query_vectors.float() @ vectors.float().T  # (query tokens, document tokens)
+        best, matched = similarities.max(dim=1)
+        values.append(
+            {
+                "score": float(best.sum()),
+                "query_tokens": query_tokens_,
+                "document_tokens": tokens_,
+                "matched": matched.tolist(),
+                "similarities": similarities.tolist(),
+            }
+        )
+    lengths = [spec.query_length + min(n, spec.document_length) for n in late_lengths(model, pairs)]
+    return Done(values, lengths)
+
+
 @task("tokens")
 def tokens(model: Any, texts: list[str]) -> Done:
     entities, report = tag(model.model, model.tokenizer, texts, model.long_policy, **model.budget)

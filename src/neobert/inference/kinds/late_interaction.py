@@ -17,9 +17,10 @@ from ..encoders import Encoder
 from ..late_interaction import DENSE_DIR, is_colbert_layout, load_late_interaction
 from ..registration import declared_head
 
-# What it serves: its token vectors (queries and documents) and MaxSim rerank, beside its tokenizer's tasks;
-# a pooled vector or raw hidden states would not be what MultiVectorEncoder computes.
-TASKS = ("token_vectors", "rerank")
+# What it serves: its token vectors (queries and documents), MaxSim rerank and MaxSim's alignment (which
+# document token each query token matched), beside its tokenizer's tasks; a pooled vector or raw hidden
+# states would not be what MultiVectorEncoder computes.
+TASKS = ("token_vectors", "rerank", "maxsim_alignment")
 NO_DENSE = (
     "a late-interaction (ColBERT) directory: it serves token vectors (/v1/embeddings with "
     "return_multivector) and MaxSim /rerank; one pooled vector or the encoder's hidden states would "

@@ -1,5 +1,5 @@
 """Our dialect: ``texts`` in, named fields out (``/embed``'s and ``/rerank``'s own shape, ``/classify``,
-``/tokens``, ``/fill-mask``): its request and response shapes, then its routes."""
+``/tokens``, ``/fill-mask``, ``/maxsim``): its request and response shapes, then its routes."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, StrictBool, StrictStr
 
 from ...model.pooling import POOLING_NAMES
 from ..schemas import (
+    BYTES_PER_NUMBER,
     TRUNCATE,
     OneText,
     Positive,
@@ -58,6 +59,12 @@ class RerankRequest(StrictRequest):
     top_n: Positive | None = Field(default=None, description="default: every document")
     return_documents: StrictBool = False
     model: StrictStr | None = None
+    truncate: StrictBool = TRUNCATE
+
+
+class MaxSimRequest(StrictRequest):
+    query: OneText
+    documents: Texts
     truncate: StrictBool = TRUNCATE
 
 
@@ -111,6 +118,25 @@ class RerankResponse(BaseModel):
     model: str
 
 
+class Alignment(BaseModel):
+    index: int = Field(description="the document's place in `documents`")
+    score: float = Field(description="MaxSim: the sum over query tokens of their matched similarity")
+    query_tokens: list[str] = Field(
+        description="the query's tokens, one per vector: marker and expansion (mask) tokens included"
+    )
+    document_tokens: list[str] = Field(
+        description="the document's tokens, one per vector: marker included, skiplist (punctuation) dropped"
+    )
+    matched: list[int] = Field(description="per query token, the index of the document token it matched")
+    similarities: list[list[float]] = Field(
+        description="query tokens x document tokens: the dot product of their unit vectors"
+    )
+
+
+class MaxSimResponse(BaseModel):
+    results: list[Alignment] = Field(description="one per document, most relevant first")
+
+
 # --- routes ---------------------------------------------------------------------------------------------
 
 
@@ -152,6 +178,25 @@ def add(routes: Routes) -> None:
         """Entities with character offsets (end exclusive) per text."""
         answers = await routes.run("tokens", request.texts, "texts", request.truncate)
         return JSONResponse({"results": [{"entities": row} for row, _ in answers]})
+
+    @routes.model_route("/maxsim", "maxsim_alignment", MaxSimResponse)
+    async def maxsim(request: MaxSimRequest) -> Response:
+        """A late-interaction (ColBERT) model's MaxSim of each document, shown token by token: the query's
+        and the document's tokens, their similarities, the document token each query token matched (its
+        index) and the score (what ``/rerank`` answers), most relevant first. The answer grows with query
+        tokens x document tokens and must fit max_answer_bytes (413 before the model runs)."""
+        routes.require("maxsim_alignment")
+        routes.check_text(request.query, "query", "the query")
+        settings = routes.service.model.token_vectors
+        per_token = settings["query_length"] * BYTES_PER_NUMBER["float"]
+        what = f"{settings['query_length']} query tokens' similarities as JSON numbers"
+        await routes.check_answer("maxsim_alignment", request.documents, "documents", per_token, what)
+        pairs = [(request.query, d) for d in request.documents]
+        answers = await routes.run(
+            "maxsim_alignment", pairs, "documents", request.truncate, noun="query + document"
+        )
+        rows = [{"index": i, **value} for i, (value, _) in enumerate(answers)]
+        return JSONResponse({"results": sorted(rows, key=lambda row: -row["score"])})
 
     @routes.model_route("/fill-mask", "fill-mask", FillMaskResponse)
     async def fill_mask(request: FillMaskRequest) -> Response:
