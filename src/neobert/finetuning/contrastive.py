@@ -39,16 +39,17 @@ from ..common.tables import fmt
 from ..data.readers import ON_ERROR
 from ..evaluation.instructions import TEMPLATE, apply_instruction
 from ..inference.encoders import MATRYOSHKA_KEY, Encoder, embed_batch, load_encoder, tokenize
+from ..training.lora import LoraReport, LoraSettings, adapt, fingerprint, save_with_adapter
 from ..training.schedule import make_scheduler
 from ..training.trainer import LossTerms, Trainer, TrainerSettings, model_widths
 from .card import FinetuneFacts, finetune_card
-from .config import FinetuneConfigError, config_from_dict
+from .config import FinetuneConfigError, check_lora, config_from_dict
 from .contrastive_data import BatchSampler, ContrastiveDataset, Example, load_datasets
 from .distillation import Distillation
 
 
 @dataclass
-class ContrastiveConfig:
+class ContrastiveConfig(LoraSettings):
     model: str  # model directory, NeoBERT preset or hub id
     data: list[str]  # data set specs, see contrastive_data.parse_data_spec
     output: str  # directory for the fine-tuned model
@@ -96,6 +97,7 @@ class ContrastiveConfig:
             )
         if self.on_error not in ON_ERROR:
             raise FinetuneConfigError(f"on_error must be one of {', '.join(ON_ERROR)}, got {self.on_error!r}")
+        check_lora(self)
         dims = list(self.matryoshka_dims or [])
         if any(int(d) < 1 for d in dims) or len(set(dims)) != len(dims):
             raise FinetuneConfigError(f"matryoshka_dims must be distinct positive widths, got {dims}")
@@ -320,9 +322,9 @@ def run(
 
     ``on_step_end(step, metrics)`` is called after every step (and its checkpoint, if one is due)."""
     trained = train(config, ContrastiveTask, on_step_end=on_step_end)
-    encoder, trainer, task = trained.encoder, trained.trainer, trained.task
+    trainer, task = trained.trainer, trained.task
     if trainer.is_main:
-        save_embedding_model(encoder, config.output, config.matryoshka_dims)
+        save_trained(trained, config.output, lambda e, d: save_embedding_model(e, d, config.matryoshka_dims))
         _write_log(Path(config.output), config, trained.datasets, trained.losses, task.dataset_steps)
         limits = [
             "Mean pooling, vectors not normalized: compare them with cosine similarity.",
@@ -364,6 +366,22 @@ class Trained:
     module: torch.nn.Module | None = (
         None  # what was trained (the encoder, or the task's own module around it)
     )
+    lora: LoraReport | None = None  # a LoRA run: what was adapted (``module`` holds the peft model)
+
+
+def save_trained(trained: Trained, output: str | os.PathLike, save: Callable[[Encoder, Path], Any]) -> None:
+    """The trained model into ``output`` by ``save`` (the run's saver of a whole model); after a LoRA run,
+    the same directory with the transformer at its root as the adapter (:func:`neobert.training.lora.
+    save_with_adapter`)."""
+    encoder = trained.encoder
+    if trained.lora is None:
+        save(encoder, Path(output))
+        return
+
+    def whole(model: torch.nn.Module, directory: Path) -> None:
+        save(Encoder(model, encoder.tokenizer, encoder.name, encoder.max_length), directory)
+
+    save_with_adapter(trained.module, encoder.tokenizer, output, whole)
 
 
 def train(
@@ -398,6 +416,9 @@ def train(
     trained_module = (
         module(encoder) if module is not None else encoder.base if head == "base" else encoder.model
     )
+    report = None
+    if config.lora:  # the adapter over the transformer the directory's root holds
+        trained_module, report = adapt(trained_module, config, config.model)
     trainer = Trainer(
         _trainer_settings(config, model_widths(encoder.base), description)  # the progress bar's label
     )
@@ -409,13 +430,13 @@ def train(
     task = make_task(encoder, datasets, config, trainer)
 
     _prepare(trainer, trained_module, config)
-    fingerprint = {k: v for k, v in asdict(config).items() if k not in _RUN_CONTROLS}
-    trainer.run(task, resume=config.resume, fingerprint=fingerprint, on_step_end=on_step_end)
+    recorded = fingerprint({k: v for k, v in asdict(config).items() if k not in _RUN_CONTROLS})
+    trainer.run(task, resume=config.resume, fingerprint=recorded, on_step_end=on_step_end)
     encoder.model.eval()
     losses = _window_losses(output / "metrics.jsonl") if trainer.is_main else []
     if trainer.is_main:
         shutil.rmtree(output / "checkpoints", ignore_errors=True)  # finished: the resume state has served
-    return Trained(encoder, trainer, task, datasets, losses, start, trained_module)
+    return Trained(encoder, trainer, task, datasets, losses, start, trained_module, report)
 
 
 def _prepare(trainer: Trainer, module: torch.nn.Module, config: ContrastiveConfig) -> None:
@@ -508,6 +529,7 @@ def run_card(
         run=run,
         license=config.license,
         limits=limits,
+        lora=trained.lora,
     )
     return finetune_card(facts)
 

@@ -34,6 +34,7 @@ from ..inference.late_interaction import (
     save_late_interaction,
     tokenize_late,
 )
+from ..training.lora import save_with_adapter
 from ..training.trainer import LossTerms
 from .config import FinetuneConfigError, config_from_dict
 from .contrastive import (
@@ -171,6 +172,20 @@ class LateInteractionTask(ContrastiveTask):
         )
 
 
+def _save(trained: Any, spec: Any, output: Path) -> None:
+    """The trained model into ``output``: PyLate's layout, with the encoder as a LoRA adapter after a LoRA
+    run (beside the token projection, trained in full)."""
+    tokenizer = trained.encoder.tokenizer
+    if trained.lora is None:
+        save_late_interaction(trained.module, tokenizer, spec, output)
+        return
+
+    def whole(module: torch.nn.Module, directory: Path) -> None:
+        save_late_interaction(module, tokenizer, spec, directory)
+
+    save_with_adapter(trained.module, tokenizer, output, whole)
+
+
 def run(
     config: LateInteractionConfig, on_step_end: Callable[[int, dict[str, float]], None] | None = None
 ) -> LateInteractionResult:
@@ -180,7 +195,8 @@ def run(
     def module(encoder: Encoder) -> LateInteractionModel:
         window = max_positions(encoder.base, encoder.tokenizer)
         spec = config.spec(window)
-        add_markers(encoder, spec)
+        if not config.lora:  # under LoRA the markers stay text: the base's vocabulary is the adapter's
+            add_markers(encoder, spec)
         built["spec"], built["saved"] = spec, config.spec(window, saved=True)
         return LateInteractionModel(encoder.base, spec.dim)
 
@@ -193,7 +209,7 @@ def run(
     trainer, task, spec = trained.trainer, trained.task, built["saved"]
     output = Path(config.output)
     if trainer.is_main:
-        save_late_interaction(trained.module, trained.encoder.tokenizer, spec, output)
+        _save(trained, spec, output)
         write_json(
             output / "late_interaction_training.json",
             {

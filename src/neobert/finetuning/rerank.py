@@ -43,7 +43,15 @@ from ..inference.cross_encoder import pair_inputs
 from ..inference.encoders import Encoder, write_model_files
 from ..training.trainer import LossTerms
 from .config import FinetuneConfigError, config_from_dict
-from .contrastive import ContrastiveConfig, ContrastiveResult, ContrastiveTask, dataset_sizes, run_card, train
+from .contrastive import (
+    ContrastiveConfig,
+    ContrastiveResult,
+    ContrastiveTask,
+    dataset_sizes,
+    run_card,
+    save_trained,
+    train,
+)
 
 LOSSES = ("bce", "lambdaloss", "listnet", "ranknet", "margin_mse", "kl")
 DISTILLATION = ("margin_mse", "kl")  # the losses that read a teacher's scores
@@ -197,7 +205,9 @@ def run(
     )
     trainer, task, output = trained.trainer, trained.task, Path(config.output)
     if trainer.is_main:
-        save_cross_encoder(trained.encoder, output, config.activation, config.max_length)
+        save_trained(
+            trained, output, lambda e, d: save_cross_encoder(e, d, config.activation, config.max_length)
+        )
         write_json(
             output / "rerank_training.json",
             {

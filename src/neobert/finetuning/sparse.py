@@ -44,6 +44,7 @@ from .contrastive import (
     dataset_sizes,
     gather_rows,
     run_card,
+    save_trained,
     train,
 )
 from .distillation import Distillation
@@ -143,10 +144,10 @@ def run(
     """Train ``config.model`` (with its masked-LM head) as a SPLADE model and save a ``SparseEncoder``
     directory to ``config.output`` (see :func:`save_sparse_encoder`)."""
     trained = train(config, SparseTask, head="mlm", on_step_end=on_step_end, description="sparse")
-    encoder, trainer, task = trained.encoder, trained.trainer, trained.task
+    trainer, task = trained.trainer, trained.task
     output = Path(config.output)
     if trainer.is_main:
-        save_sparse_encoder(encoder, output)
+        save_trained(trained, output, save_sparse_encoder)
         write_json(
             output / "sparse_training.json",
             {

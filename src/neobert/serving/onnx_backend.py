@@ -1,6 +1,6 @@
 """The model behind ``neobert serve --backend onnx``: a ``neobert export onnx`` directory on ONNX Runtime.
 
-:class:`OnnxBackend` has :class:`~neobert.serving.service.TorchBackend`'s interface (``load``, ``tasks``, ``info``,
+:class:`OnnxBackend` has :class:`~neobert.serving.torch_backend.TorchBackend`'s interface (``load``, ``tasks``, ``info``,
 ``call``), so the queue, the model process and the HTTP side are the same for both backends. What an export
 serves:
 
@@ -37,6 +37,7 @@ from ..inference.kinds import kind_of
 from ..inference.long_documents import LongReport
 from ..inference.run import classifier_rows, label_scores, relevance, token_batches
 from ..model.pooling import pool
+from .catalog import ModelEntry
 from .config import ServeConfig
 from .served import ServedModel
 from .tasks import Backend, Done, Refusal, whole_texts
@@ -81,20 +82,26 @@ class OnnxBackend(Backend):
         self._counter = whole_texts(self.encoder.tokenizer)  # whole lengths (usage, truncate: false)
 
     @classmethod
-    def load(cls, config: ServeConfig) -> OnnxBackend:
+    def load(cls, config: ServeConfig, entry: ModelEntry | None = None, threads: Any = None) -> OnnxBackend:
+        """``entry`` (default: the config's default model), an export; its session's threads are one less
+        than the cores whatever ``threads`` the process chose on another model."""
         from transformers import PretrainedConfig
 
-        if not is_onnx_export(config.model):
+        source = (entry or config.default).source
+        if not is_onnx_export(source):
             raise ValueError(
-                f"--backend onnx serves a directory written by `neobert export onnx`; {config.model} holds no "
+                f"--backend onnx serves a directory written by `neobert export onnx`; {source} holds no "
                 f"{CONFIG_FILE}"
             )
-        threads = ThreadPolicy.at_start(
-            config, fixed="ONNX Runtime fixes a session's threads when it is made"
-        )
-        encoder = OnnxEncoder(config.model, config.onnx_variant, threads=threads.threads)
-        source = json.loads((Path(config.model) / "config.json").read_text(encoding="utf-8"))
-        return cls(config, encoder, PretrainedConfig.from_dict(source), threads)
+        chosen = ThreadPolicy.at_start(config, fixed="ONNX Runtime fixes a session's threads when it is made")
+        encoder = OnnxEncoder(source, config.onnx_variant, threads=chosen.threads)
+        settings = json.loads((Path(source) / "config.json").read_text(encoding="utf-8"))
+        return cls(config, encoder, PretrainedConfig.from_dict(settings), chosen)
+
+    def nbytes(self) -> int:
+        """The bytes of the graph's files (its weights are its initializers)."""
+        graph = self.encoder.directory / self.encoder.config["files"][self.encoder.variant]
+        return sum(f.stat().st_size for f in graph.parent.glob(f"{graph.name}*"))
 
     def info(self) -> ServedModel:
         """What the export is and serves (it crosses processes)."""

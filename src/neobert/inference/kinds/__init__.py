@@ -3,8 +3,7 @@ loader that loads any source for inference by its kind (:func:`load_for_inferenc
 
 Each kind is a module here with a :class:`~neobert.inference.directories.DirectoryKind` subclass
 (:mod:`.onnx`, :mod:`.late_interaction`, :mod:`.splade`, :mod:`.cross_encoder`, :mod:`.sentence_transformers`,
-:mod:`.transformers`);
-the first whose ``matches`` holds is a directory's kind, and the plain transformers kind is asked last (it
+:mod:`.adapter`, :mod:`.transformers`); the first whose ``matches`` holds is a directory's kind, and the plain transformers kind is asked last (it
 also loads what is no directory: a preset or a Hub id). A new kind is one module and its line in
 :data:`DIRECTORY_KINDS` below, or a :func:`register_directory_kind` call.
 """
@@ -17,6 +16,7 @@ from pathlib import Path
 from ..directories import Directory, DirectoryKind
 from ..encoders import Encoder
 from ..registration import HEADS
+from .adapter import AdapterKind
 from .cross_encoder import CrossEncoderKind
 from .late_interaction import LateInteractionKind
 from .onnx import OnnxKind
@@ -45,6 +45,8 @@ for _kind in (
     SpladeKind(),
     CrossEncoderKind(),
     SentenceTransformersKind(),
+    # a LoRA adapter loads its base by the base's own kind (the functions below, resolved when called)
+    AdapterKind(lambda *args: load_for_inference(*args), lambda source: kind_of(source)),
     TransformersKind(),
 ):
     register_directory_kind(_kind)
