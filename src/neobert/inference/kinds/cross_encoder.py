@@ -23,7 +23,8 @@ class CrossEncoderKind(TransformersKind):
     pipeline_tag = "text-ranking"
 
     def matches(self, path: Path) -> bool:
-        return st_settings(path).get("model_type") == "CrossEncoder"
+        """CrossEncoder's settings over a whole model (a LoRA run's adapter directory holds no config.json)."""
+        return (path / "config.json").is_file() and st_settings(path).get("model_type") == "CrossEncoder"
 
     def declared_embedding(self, source: str | os.PathLike) -> str:
         return NO_EMBEDDING
