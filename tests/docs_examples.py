@@ -235,9 +235,12 @@ def path_like(word: str) -> bool:
 
 def named_paths(argv: list[str]) -> list[str]:
     """The paths a ``neobert`` command reads: the values of its input options that look like paths (a
-    trailing ``@...`` variant of a model, e.g. ``DIR@yarn:8192``, cut off)."""
+    trailing ``@...`` variant of a model, e.g. ``DIR@yarn:8192``, cut off; a ``NAME=`` before it too)."""
     found, take = [], False
     for word in argv:
+        name, sep, source = word.partition("=")
+        if take and sep and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:+-]*", name):
+            word = source  # serve's --model NAME=PATH names the model at PATH
         if take and path_like(word):
             found.append(word.split("@")[0].rstrip("/") or word)
         take = word in PATH_OPTIONS or (take and not word.startswith("-"))
@@ -347,6 +350,7 @@ TINY = {
     "finetune contrastive": {"--steps": "2"},
     "finetune sparse": {"--steps": "2"},
     "finetune late-interaction": {"--steps": "2"},
+    "finetune rerank": {"--steps": "2"},
 }
 LARGE_PRESETS = ("neobert", "neobert-1024", "120m", "250m-wide", "bert-baseline", "small")
 # programs a block may name without running them: what installs, what is this suite, what only displays

@@ -262,9 +262,10 @@ def _record_inits(monkeypatch):
     real = glue_module.load_classifier
 
     def recording(source, num_labels, *args, **kwargs):
-        model = real(source, num_labels, *args, **kwargs)
+        loaded = real(source, num_labels, *args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # with loading_info: (model, missing keys)
         calls.append((source, num_labels, {k: v.detach().clone() for k, v in model.state_dict().items()}))
-        return model
+        return loaded
 
     monkeypatch.setattr(glue_module, "load_classifier", recording)
     return calls
@@ -445,3 +446,37 @@ def test_update_card_puts_the_dev_scores_into_the_base_models_card(glue_dir, ber
                 "update_card": True,
             }
         )
+
+
+def test_glue_lora_keeps_the_best_adapter_and_peft_reproduces_its_score(glue_dir, bert_dir, tmp_path):
+    """`finetune glue --lora`: each task's `best` is an adapter over --model; peft's own loading of it over the
+    base scores the dev split exactly as the run reported."""
+    from peft import PeftModel
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    out = tmp_path / "glue"
+    settings = {"epochs": 3, "eval_every": 6, "patience": None, "lora": True, "lora_r": 4, "lr": 1e-2}
+    results = run_glue(
+        {
+            "model": str(bert_dir),
+            **FAST,
+            **settings,
+            "tasks": ["sst2"],
+            "data_dir": str(glue_dir),
+            "output": str(out),
+        }
+    )
+    best = out / "sst2" / "best"
+    assert (best / "adapter_config.json").is_file() and not (best / "config.json").exists()
+    fields = json.loads((best / "adapter_base.json").read_text())["config"]
+    base = AutoModelForSequenceClassification.from_pretrained(
+        bert_dir, num_labels=fields["num_labels"], id2label={int(k): v for k, v in fields["id2label"].items()}
+    )
+    model = PeftModel.from_pretrained(base, best).eval()
+    tokenizer = AutoTokenizer.from_pretrained(best)
+    dev = pd.read_csv(glue_dir / "SST-2" / "dev.csv")
+    with torch.no_grad():
+        logits = model(**tokenizer(dev.sentence.tolist(), padding=True, return_tensors="pt")).logits
+    accuracy = (logits.argmax(-1).numpy() == dev.label.to_numpy()).mean()
+    assert accuracy == pytest.approx(results.tasks["sst2"].metrics["validation"]["accuracy"])
+    check_card(best, "text-classification", "peft")

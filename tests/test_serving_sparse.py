@@ -103,8 +103,8 @@ def test_top_k_and_return_tokens(splade_server, tokenizer):
 
 def test_a_splade_model_measures_its_threads_on_its_sparse_vectors(splade_dir):
     from neobert.serving import ServeConfig
-    from neobert.serving.service import TorchBackend
     from neobert.serving.threads import ServingProbe
+    from neobert.serving.torch_backend import TorchBackend
 
     model = TorchBackend.load(ServeConfig(model=str(splade_dir[1]), precision="fp32"))  # threads 0: measured
     assert ServingProbe(model).call.task == "embed_sparse" and model.threads.threads >= 1

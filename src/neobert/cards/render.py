@@ -11,6 +11,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..common.io import write_text
 from ..common.tables import MISSING, fmt, markdown_table
+from ..inference.adapters import is_adapter_dir
 from ..inference.directories import directory_config
 from ..inference.kinds import describe_directory, pipeline_tag
 from ..inference.model_info import model_info
@@ -42,6 +43,8 @@ def architecture(directory: Path) -> str:
         "max_position_embeddings",
     )
     rows = [(k, config[k]) for k in keys if k in config]
+    if not rows and is_adapter_dir(directory):
+        return "The base model's: this directory holds a LoRA adapter over it (see LoRA below).\n"
     return markdown_table(["field", "value"], rows) if rows else "Not recorded in this directory.\n"
 
 
@@ -198,8 +201,10 @@ def _limits(directory: Path, info: CardInfo) -> str:
 def write_card(directory: str | os.PathLike, info: CardInfo) -> Path:
     """Write ``directory/README.md`` for ``info`` (atomically) and return its path."""
     directory = Path(directory)
-    if not (directory / "config.json").is_file():
-        raise CardError(f"{directory} is not a model directory (no config.json); the card describes one")
+    if not (directory / "config.json").is_file() and not is_adapter_dir(directory):
+        raise CardError(
+            f"{directory} is not a model directory (no config.json, no LoRA adapter); the card describes one"
+        )
     return write_text(directory / CARD, render(directory, info))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..inference.adapters import adapter_usage, is_adapter_dir
 from ..inference.directories import DirectoryKind
 from ..inference.kinds import DIRECTORY_KINDS, describe_directory
 from .facts import CardInfo
@@ -19,11 +20,20 @@ def _kind(directory: Path) -> DirectoryKind:
 
 def usage(directory: Path, info: CardInfo) -> tuple[str, str, str]:
     """The card's first Python snippet (run against the directory itself: ``path = "."``), the line it
-    prints (the output's shape, computed from the directory's config and tokenizer) and the library it uses."""
+    prints (the output's shape, computed from the directory's config and tokenizer) and the library it uses.
+    A LoRA adapter directory's is peft's over the base it names, whatever files sit beside the adapter."""
+    if is_adapter_dir(directory):
+        return (*adapter_usage(directory, EXAMPLE_TEXTS), "peft over its base model")
     kind = _kind(directory)
     return (*kind.usage(directory, info.head, EXAMPLE_TEXTS), kind.loaded_with)
 
 
 def other_ways(directory: Path, info: CardInfo) -> str:
-    """How else to load it: the other two of transformers, sentence-transformers and ONNX Runtime."""
+    """How else to load it: the other two of transformers, sentence-transformers and ONNX Runtime (an
+    adapter directory: folded into a plain model directory first)."""
+    if is_adapter_dir(directory):
+        return (
+            "Folded into a plain model directory (`neobert merge --method lora --inputs . --output FOLDED`), "
+            "it loads as any model of its kind, without peft.\n"
+        )
     return _kind(directory).other_ways(info.head)

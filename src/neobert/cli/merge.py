@@ -14,11 +14,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         subparsers,
         "merge",
         run_from_args,
-        help="merge checkpoints: the average of the last k, an EMA, or TIES over decay runs",
+        help="merge checkpoints (the average of the last k, an EMA, TIES) or fold a LoRA adapter into its base",
         description=(
             "Merge model directories or training checkpoints of one architecture (a run directory stands for "
             "its checkpoints) into a model directory with its card: --method mean (checkpoint averaging, "
-            "with --last K), ema (in the inputs' order), ties (runs decayed from --base)."
+            "with --last K), ema (in the inputs' order), ties (runs decayed from --base), lora (the one input, "
+            "a LoRA adapter directory, folded into its base: a plain model directory)."
         ),
     )
     add_options(parser, MergeConfig, choices={"method": METHODS})

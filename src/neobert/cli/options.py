@@ -188,7 +188,7 @@ def add_options(
         if many:  # a list as separate words (nargs "+") or as a repeated option ("append")
             kind = _optional(typing.get_args(_optional(hints[f.name]))[0])
             metavar = None
-        if default not in (None, "") and not f.metadata.get("required"):
+        if default not in (None, "", []) and not f.metadata.get("required"):
             text = f"{text} (default: {_shown(default)})" if text else f"default: {_shown(default)}"
         required = f.metadata.get("required", f.default is f.default_factory is dataclasses.MISSING)
         required = required and not given_only

@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from ..cards import CardInfo, DataSource, Result, hub_model_id, wall_time
+from ..common.tables import fmt, markdown_table
 from ..inference.encoders import is_preset
-from ..inference.kinds import pipeline_tag
+from ..inference.kinds import DIRECTORY_KINDS, pipeline_tag
+from ..training.lora import LoraReport
 
 
 @dataclass
@@ -29,6 +31,9 @@ class FinetuneFacts:
     labels: list[str] | None = None
     license: str | None = None
     limits: list[str] = field(default_factory=list)
+    lora: LoraReport | None = (
+        None  # a LoRA run: the directory holds an adapter over the model it started from
+    )
 
 
 def started_from(model: str) -> str:
@@ -42,7 +47,16 @@ def started_from(model: str) -> str:
 HEAD_TAGS = {
     "sparse-embedding": ["sparse-encoder", "splade"],
     "late-interaction": ["ColBERT", "PyLate", "multi-vector"],
+    "cross-encoder": ["cross-encoder", "reranker"],
 }
+
+
+def library_of(card_head: str) -> str:
+    """The library that loads what a card calls ``card_head``: the directory kind's that carries that name
+    (sentence-transformers for its embedding, sparse, late-interaction and cross-encoder directories), else
+    transformers."""
+    kinds = (k for k in DIRECTORY_KINDS.values() if k.card_head == card_head)
+    return next((k.library for k in kinds), "transformers")
 
 
 def finetune_card(facts: FinetuneFacts) -> CardInfo:
@@ -66,13 +80,20 @@ def finetune_card(facts: FinetuneFacts) -> CardInfo:
     sections = []
     if facts.labels:
         sections.append(("Labels", ", ".join(f"`{label}`" for label in facts.labels) + "\n"))
+    library = library_of(facts.head)
+    tags = [facts.command.split()[-1], *HEAD_TAGS.get(facts.head, [])]
+    if facts.lora is not None:
+        description = (
+            f"A LoRA adapter (peft) for {facts.task} over {started_from(facts.model)}, trained with "
+            f"`{facts.command}`: {fmt(facts.lora.share, 100, 2)}% of the parameters trained (see LoRA below)."
+        )
+        sections.append(("LoRA", lora_section(facts.lora)))
+        library, tags = "peft", [*tags, "lora"]
     return CardInfo(
         head=facts.head,
         description=description,
         command=facts.command,
-        library="sentence-transformers"
-        if facts.head in ("sentence-embedding", "sparse-embedding", "late-interaction")
-        else "transformers",
+        library=library,
         base_model=hub_model_id(facts.model),
         data=facts.data,
         data_stats=facts.data_stats,
@@ -82,7 +103,18 @@ def finetune_card(facts: FinetuneFacts) -> CardInfo:
         license=facts.license,
         limits=limits,
         sections=sections,
-        tags=[facts.command.split()[-1], *HEAD_TAGS.get(facts.head, [])],
+        tags=tags,
+    )
+
+
+def lora_section(report: LoraReport) -> str:
+    """The card's LoRA section: what was adapted and trained, and how to fold the adapter."""
+    return (
+        markdown_table(["", "value"], report.rows())
+        + "\nThis directory holds the adapter (`adapter_config.json`, `adapter_model.safetensors`: peft's "
+        "layout) and `adapter_base.json` (the head and labels the base is loaded with), not the weights: "
+        "the snippet above loads the base it names and applies the adapter. `neobert merge --method lora "
+        "--inputs DIR --output FOLDED` folds it into a plain model directory.\n"
     )
 
 

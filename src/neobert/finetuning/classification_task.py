@@ -19,7 +19,7 @@ import json
 import math
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -30,9 +30,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..evaluation.metrics import MetricResult, compute_metrics
-from ..inference.encoders import save_pretrained
+from ..inference.adapters import save_model
 from ..model.execution import eval_mode
 from ..model.losses import sequence_loss
+from ..training.lora import LoraReport, adapt, fingerprint
 from ..training.optim import build_optimizer
 from ..training.schedule import make_scheduler
 from ..training.trainer import LossTerms, Trainer, TrainerSettings, model_widths
@@ -82,6 +83,7 @@ class FitResult:
     checkpoint: Path
     seconds: float
     precision: str = "fp32"  # the precision actually run (bf16 autocast or fp32)
+    lora: LoraReport | None = None  # what LoRA adapted and trained (None: every weight trained)
 
 
 def is_better(new: float, old: float | None) -> bool:
@@ -193,7 +195,7 @@ class BestKeeper:
             self.best, self.stale = current, 0
             if self.write:
                 extra = {"eval_results.json": json.dumps(current.to_dict(), indent=2) + "\n"}
-                save_pretrained(self.model, self.tokenizer, self.checkpoint, extra_files=extra)
+                save_model(self.model, self.tokenizer, self.checkpoint, extra_files=extra)
             return False
         self.stale += 1
         return self.patience is not None and self.stale >= self.patience
@@ -323,13 +325,18 @@ def fit(
     resume: bool = False,
     on_step_end: Callable[[int, dict[str, float]], None] | None = None,
     task_class: type[ClassificationTask] = ClassificationTask,
+    base: str | None = None,
+    missing_keys: Collection[str] = (),
 ) -> FitResult:
     """Train ``model`` on ``train``; the best evaluation's model and tokenizer end up in ``checkpoint``.
 
     With ``state_dir``, a resumable checkpoint is written at every evaluation (``resume=True`` continues
-    from the last one) and removed once the run has finished.
+    from the last one) and removed once the run has finished. With ``settings.lora`` the model trains a LoRA
+    adapter over ``base`` (the source the model was loaded from; ``missing_keys``: what its checkpoint
+    lacked, trained in full) and ``checkpoint`` holds the adapter (:mod:`neobert.training.lora`).
     """
     start = time.perf_counter()
+    model, report = _adapted(model, settings, base, missing_keys)
     torch.manual_seed(settings.seed)  # dropout masks
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     trainer = _trainer(model, state_dir, log_dir, precision, device, settings, show_progress, description)
@@ -342,22 +349,29 @@ def fit(
         lambda m, fused: _optimizer(m, settings, fused),
         lambda optimizer: _scheduler(optimizer, settings, task.total),
     )
-    fingerprint = {"settings": settings.to_dict(), "train_examples": len(train), "world": trainer.world}
-    trainer.run(task, resume=resume, fingerprint=fingerprint, on_step_end=on_step_end)
+    recorded = {
+        "settings": fingerprint(settings.to_dict()),
+        "train_examples": len(train),
+        "world": trainer.world,
+    }
+    trainer.run(task, resume=resume, fingerprint=recorded, on_step_end=on_step_end)
     trainer.accelerator.wait_for_everyone()
     if state_dir is not None and trainer.is_main:
         _remove_resume_state(Path(state_dir))
     model.eval()
-    seconds = time.perf_counter() - start
-    return FitResult(
-        keeper.best,
-        keeper.history,
-        trainer.state.step,
-        trainer.state.stopped,
-        Path(checkpoint),
-        seconds,
-        trainer.precision,
-    )
+    run = (keeper.best, keeper.history, trainer.state.step, trainer.state.stopped, Path(checkpoint))
+    return FitResult(*run, time.perf_counter() - start, trainer.precision, report)
+
+
+def _adapted(
+    model: torch.nn.Module, settings: TrainSettings, base: str | None, missing_keys: Collection[str]
+) -> tuple[torch.nn.Module, LoraReport | None]:
+    """The model a run trains: ``model``, or with ``settings.lora`` a LoRA adapter over it (and what was done)."""
+    if not settings.lora:
+        return model, None
+    if base is None:
+        raise ValueError("a LoRA run needs the base model it adapts (fit's base)")
+    return adapt(model, settings, base, missing_keys)
 
 
 def _trainer(

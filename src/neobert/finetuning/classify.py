@@ -23,6 +23,7 @@ from ..common.tables import fmt
 from ..data.text_files import read_table, require_columns, text_column
 from ..evaluation.metrics import MetricResult
 from ..inference.encoders import check_vocab, max_positions, resolve_tokenizer
+from ..training.lora import LoraReport, report_entry
 from ..training.trainer import is_main_process, wait_for_everyone
 from .card import FinetuneFacts, finetune_card, fit_run
 from .classification_task import EvalSpec, fit
@@ -44,15 +45,18 @@ class ClassifyResult:
     best_step: int
     steps: int
     labels: list[str] | None  # class names by id; None for regression
+    lora: LoraReport | None = None  # a LoRA run: what it adapted and trained (model_dir holds the adapter)
     metric_prefix: ClassVar[str] = ""  # how the metrics are named in the summary ("entity " for tokens)
 
     @property
     def summary(self) -> str:
         """The best scores (x100) and the files written, for a person."""
         scores = ", ".join(f"{self.metric_prefix}{name} {fmt(v, 100, 1)}" for name, v in self.metrics.items())
+        saved = "the model" if self.lora is None else "the LoRA adapter"
+        trained = "" if self.lora is None else f" ({fmt(self.lora.share, 100, 2)}% of the parameters trained)"
         return (
             f"best step {self.best_step} of {self.steps}: {scores}\nwrote {self.metrics_file}, "
-            f"{self.predictions_file} and the model in {self.model_dir}"
+            f"{self.predictions_file} and {saved} in {self.model_dir}{trained}"
         )
 
 
@@ -106,12 +110,13 @@ def run_classify(config: ClassifyConfig | dict[str, Any]) -> ClassifyResult:
     torch.manual_seed(config.seed)  # the new head's initialisation
     tokenizer = resolve_tokenizer(config.model, config.tokenizer)
     num_labels = len(label_map.names) if label_map else 1
-    model = load_classifier(
+    model, missing = load_classifier(
         config.model,
         num_labels,
         label_map.id2label if label_map else None,
         config.preset_overrides,
         pooling=config.pooling,
+        loading_info=True,
     )
     check_vocab(model, tokenizer)
     max_length = min(config.max_length, max_positions(model, tokenizer))
@@ -121,7 +126,7 @@ def run_classify(config: ClassifyConfig | dict[str, Any]) -> ClassifyResult:
     validation = EncodedDataset(tokenizer, val_texts, val_pairs, val_labels, max_length, config.show_progress)
 
     output = Path(config.output)
-    fitted = _fit(config, model, tokenizer, train, validation, regression=label_map is None)
+    fitted = _fit(config, model, tokenizer, (train, validation), label_map is None, missing)
     predictions_file, metrics_file = output / "predictions.jsonl", output / "metrics.json"
     if is_main_process():  # under torchrun every process trained the same model; one writes
         _write_predictions(
@@ -140,6 +145,7 @@ def run_classify(config: ClassifyConfig | dict[str, Any]) -> ClassifyResult:
         fitted.best.step,
         fitted.steps,
         label_map.names if label_map else None,
+        fitted.lora,
     )
 
 
@@ -147,12 +153,13 @@ def _fit(
     config: ClassifyConfig,
     model: Any,
     tokenizer: Any,
-    train: EncodedDataset,
-    validation: EncodedDataset,
+    data: tuple[EncodedDataset, EncodedDataset],
     regression: bool,
+    missing: list[str],
 ) -> Any:
-    """The fine-tuning run: the best step's model into OUTPUT/model, resumable state in OUTPUT, selected on
-    the validation file by :func:`selection_score`."""
+    """The fine-tuning run: the best step's model (or LoRA adapter) into OUTPUT/model, resumable state in
+    OUTPUT, selected on the validation file by :func:`selection_score`."""
+    train, validation = data
     output = Path(config.output)
     spec = EvalSpec(REGRESSION_METRICS if regression else CLASSIFICATION_METRICS, selection_score, regression)
     return fit(
@@ -170,6 +177,8 @@ def _fit(
         description=f"classify {Path(config.train).name}",
         state_dir=output,
         resume=config.resume,
+        base=config.model,
+        missing_keys=missing,
     )
 
 
@@ -192,6 +201,7 @@ def _card(config: ClassifyConfig, fitted, label_map, num_train: int, num_validat
         results={(name, name, "validation"): best.values},
         labels=label_map.names if label_map else None,
         license=config.license,
+        lora=fitted.lora,
         limits=[
             f"Inputs are truncated at {config.max_length} tokens (or the model's limit).",
             "Selected on the validation file above: its scores are optimistic for unseen data.",
@@ -217,6 +227,7 @@ def _write_report(config, fitted, model, label_map, num_train: int, num_validati
         "model_type": model.config.model_type,
         "seconds": round(fitted.seconds, 2),
         "config": config.to_dict(),
+        "lora": report_entry(fitted.lora),
         "history": [e.to_dict() for e in fitted.history],
     }
     return write_json(Path(config.output) / "metrics.json", report, allow_nan=False, default=str)

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..common.config import check_known_keys, check_precision, load_mapping, renamed_settings, typed_settings
 from ..model.pooling import CLASSIFIER_POOLINGS
+from ..training.lora import LoraSettings
 
 
 class FinetuneConfigError(ValueError):
@@ -20,8 +21,8 @@ class FinetuneConfigError(ValueError):
 
 
 @dataclass(kw_only=True)
-class TrainSettings:
-    """One fine-tuning run's hyperparameters (one point of a sweep)."""
+class TrainSettings(LoraSettings):
+    """One fine-tuning run's hyperparameters (one point of a sweep), LoRA's included."""
 
     epochs: int = 10  # maximum epochs (the paper's bound; early stopping usually ends a run sooner)
     batch_size: int = 32  # examples per optimizer step
@@ -49,6 +50,7 @@ class TrainSettings:
             raise FinetuneConfigError(f"weight_decay must be non-negative, got {self.weight_decay}")
         if not 0 <= self.warmup_ratio < 1:
             raise FinetuneConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        check_lora(self)
 
     def train_settings(self) -> TrainSettings:
         """The :class:`TrainSettings` part of this config (subclasses carry more)."""
@@ -65,6 +67,14 @@ class TrainSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def check_lora(config: LoraSettings) -> None:
+    """The LoRA settings of a fine-tuning config, checked (a bad one raises FinetuneConfigError)."""
+    try:
+        LoraSettings.__post_init__(config)
+    except ValueError as err:
+        raise FinetuneConfigError(str(err)) from None
 
 
 def config_from_dict(cls: type, data: dict[str, Any]) -> Any:

@@ -23,7 +23,7 @@ from ..inference.encoders import check_vocab, is_preset, max_positions, resolve_
 from ..training.trainer import is_main_process, wait_for_everyone
 from .card import FinetuneFacts, finetune_card
 from .classification_task import EvalSpec, fit, is_better
-from .config import GlueConfig, TrainSettings
+from .config import FinetuneConfigError, GlueConfig, TrainSettings
 from .data import EncodedDataset
 from .glue_report import GlueResults, GlueTaskResult, table3_average, write_glue_report, write_sweep_report
 from .glue_tasks import HUB_DATASET, MNLI_TRANSFER_TASKS, GlueTask, load_split, local_file, resolve_tasks
@@ -36,6 +36,7 @@ def run_glue(config: GlueConfig | dict[str, Any]) -> GlueResults:
     if isinstance(config, dict):
         config = GlueConfig.from_dict(config)
     tasks = resolve_tasks(config.tasks)
+    _check_lora_transfer(config, tasks)
     points = expand_grid(load_grid(config.grid), config.train_settings(), config.max_configs, config.seed)
     tokenizer = resolve_tokenizer(config.model, config.tokenizer)
     output = Path(config.output)
@@ -61,6 +62,19 @@ def run_glue(config: GlueConfig | dict[str, Any]) -> GlueResults:
     return report or GlueResults(
         config.model, results, table3_average(results), output / "results.md", output / "results.json"
     )
+
+
+def _check_lora_transfer(config: GlueConfig, tasks: list[GlueTask]) -> None:
+    """LoRA with the MNLI transfer is refused: MNLI's best is an adapter over --model, and an adapter for
+    RTE, MRPC or STS-B over that adapter would name a base no directory holds."""
+    lora = config.lora or any(load_grid(config.grid).get("lora", []))  # on, or on at a grid point
+    transfer = [t.name for t in tasks if t.name in MNLI_TRANSFER_TASKS]
+    names = {t.name for t in tasks}
+    if lora and transfer and (config.from_mnli or (config.transfer_from_mnli and "mnli" in names)):
+        raise FinetuneConfigError(
+            f"LoRA trains adapters over --model, and {', '.join(transfer)} would start from MNLI's model: "
+            "pass --no-mnli-transfer (and no --from-mnli), or fine-tune in full (no --lora)"
+        )
 
 
 def _encode(
@@ -92,7 +106,7 @@ def _run_task(
     )
     for point, settings in sweep:
         torch.manual_seed(settings.seed)  # the same head initialisation for every grid point
-        model = load_classifier(source, task.num_labels, id2label, overrides)
+        model, missing = load_classifier(source, task.num_labels, id2label, overrides, loading_info=True)
         check_vocab(model, tokenizer)
         max_length = min(settings.max_length, max_positions(model, tokenizer))
         if max_length not in cache:  # tokenize once per task (unless the grid sweeps max_length)
@@ -100,7 +114,15 @@ def _run_task(
         train, splits = cache[max_length]
         start = time.perf_counter()
         fitted = _fit_point(
-            config, task, model, tokenizer, (train, splits), spec, settings, task_dir, run_label(point)
+            config,
+            task,
+            (model, source, missing),
+            tokenizer,
+            (train, splits),
+            spec,
+            settings,
+            task_dir,
+            run_label(point),
         )
         rows.append(SweepRow.from_fit(point, fitted, time.perf_counter() - start))
         precision = fitted.precision
@@ -129,7 +151,7 @@ def _run_task(
 def _fit_point(
     config: GlueConfig,
     task: GlueTask,
-    model: Any,
+    loaded: tuple[Any, str, list[str]],
     tokenizer: Any,
     data: tuple[EncodedDataset, dict[str, EncodedDataset]],
     spec: EvalSpec,
@@ -139,8 +161,9 @@ def _fit_point(
 ) -> Any:
     """One grid point's fine-tuning into ``task_dir/.candidate-LABEL`` (the result's ``checkpoint``), its
     resumable state and TensorBoard log under the same label, so the points of a sweep never share a
-    directory."""
+    directory. ``loaded``: the model, the source it was loaded from, the weights its checkpoint lacked."""
     train, splits = data
+    model, source, missing = loaded
     return fit(
         model,
         tokenizer,
@@ -156,6 +179,8 @@ def _fit_point(
         description=f"{task.title} {label}",
         state_dir=task_dir / f".state-{label}",
         resume=config.resume,
+        base=source,
+        missing_keys=missing,
     )
 
 
@@ -202,6 +227,7 @@ def _card(
         results={(f"GLUE {task.title}", kind, split): m for split, m in chosen.metrics.items()},
         labels=list(task.label_names) or None,
         license=config.license,
+        lora=chosen.lora,
         limits=["Scores are on GLUE's validation (dev) split, which also selected the run and the step."],
     )
     return finetune_card(facts)

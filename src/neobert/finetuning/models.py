@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from transformers import AutoConfig
 
 from ..inference.encoders import is_preset, load_model, model_dir
@@ -33,9 +32,11 @@ def load_classifier(
     preset_overrides: dict[str, Any] | None = None,
     head: str = "sequence-classification",
     pooling: str | None = None,
-) -> torch.nn.Module:
+    loading_info: bool = False,
+) -> Any:
     """A model with a ``head`` (sequence- or token-classification) with a ``num_labels`` head (sequences: 1 =
-    regression).
+    regression); with ``loading_info``, (model, the names of the weights its checkpoint lacked), which a
+    LoRA run trains in full.
 
     A checkpoint whose head has another label count (MNLI's 3 classes for RTE's 2) keeps its encoder and
     gets a freshly initialised classifier; a head of the right size is kept. ``pooling`` (cls | mean)
@@ -47,7 +48,8 @@ def load_classifier(
     if pooling is not None:
         fields["classifier_pooling"] = pooling
     if is_preset(source):
-        return load_model(source, head=head, **(preset_overrides or {}), **fields)
+        model = load_model(source, head=head, **(preset_overrides or {}), **fields)
+        return (model, sorted(model.state_dict())) if loading_info else model
     if preset_overrides:
         raise ValueError(f"preset overrides apply to presets only, and {source} is not one")
     config = AutoConfig.from_pretrained(model_dir(source) or source, **fields)
@@ -56,4 +58,10 @@ def load_classifier(
             f"pooling={pooling!r} sets a NeoBERT head's pooling, and {source} is a {config.model_type} "
             "model, whose head pools its own way; leave pooling unset"
         )
-    return load_model(source, head=head, config=config, ignore_mismatched_sizes=True)
+    if not loading_info:
+        return load_model(source, head=head, config=config, ignore_mismatched_sizes=True)
+    model, info = load_model(
+        source, head=head, config=config, ignore_mismatched_sizes=True, output_loading_info=True
+    )
+    mismatched = [key for key, *_ in info.get("mismatched_keys") or ()]  # a head of another label count
+    return model, sorted({*info.get("missing_keys", ()), *mismatched})

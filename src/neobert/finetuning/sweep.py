@@ -93,6 +93,7 @@ class SweepRow:
     metrics: dict[str, dict[str, float]]  # split -> metric -> value
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    lora: Any = None  # the run's LoraReport (a LoRA run), for the card
 
     @classmethod
     def from_fit(cls, point: dict[str, Any], fitted: FitResult, seconds: float) -> SweepRow:
@@ -106,6 +107,7 @@ class SweepRow:
             {split: dict(r.values) for split, r in best.results.items()},
             [f"{split}: {note}" for split, r in best.results.items() for note in r.notes],
             seconds,
+            fitted.lora,
         )
 
     def to_dict(self) -> dict[str, Any]:

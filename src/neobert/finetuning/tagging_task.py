@@ -25,6 +25,7 @@ from ..inference.encoders import check_vocab, max_positions, resolve_tokenizer
 from ..model.execution import eval_mode
 from ..model.losses import token_loss
 from ..token_classification.entities import entity_scores, spans
+from ..training.lora import report_entry
 from ..training.trainer import LossTerms, is_main_process, wait_for_everyone
 from .card import FinetuneFacts, finetune_card, fit_run
 from .classification_task import ClassificationTask, EvalSpec, fit
@@ -51,12 +52,23 @@ class TokensResult(ClassifyResult):
     metric_prefix: ClassVar[str] = "entity "
 
 
-def load_token_classifier(source: str, labels: list[str], preset_overrides: dict[str, Any] | None = None):
+def load_token_classifier(
+    source: str,
+    labels: list[str],
+    preset_overrides: dict[str, Any] | None = None,
+    loading_info: bool = False,
+):
     """A token classifier with one output per label: a NeoBERT preset (random weights) or any encoder
-    by directory / hub id (a head of another size is replaced by a fresh one)."""
+    by directory / hub id (a head of another size is replaced by a fresh one); ``loading_info``: with the
+    weights its checkpoint lacked, as :func:`~neobert.finetuning.models.load_classifier`."""
     try:
         return load_classifier(
-            source, len(labels), dict(enumerate(labels)), preset_overrides, head="token-classification"
+            source,
+            len(labels),
+            dict(enumerate(labels)),
+            preset_overrides,
+            head="token-classification",
+            loading_info=loading_info,
         )
     except ValueError as err:
         if "preset overrides" in str(err):
@@ -154,7 +166,7 @@ def run_tokens(config: TokensConfig | dict[str, Any]) -> TokensResult:
     labels = label_names(train_sentences)
     torch.manual_seed(config.seed)  # the new head's initialisation
     tokenizer = resolve_tokenizer(config.model, config.tokenizer)
-    model = load_token_classifier(config.model, labels, config.preset_overrides)
+    model, missing = load_token_classifier(config.model, labels, config.preset_overrides, loading_info=True)
     check_vocab(model, tokenizer)
     max_length = min(config.max_length, max_positions(model) or config.max_length)
     label2id = {name: i for i, name in enumerate(labels)}
@@ -179,6 +191,8 @@ def run_tokens(config: TokensConfig | dict[str, Any]) -> TokensResult:
         state_dir=output,
         resume=config.resume,
         task_class=TokenClassificationTask,
+        base=config.model,
+        missing_keys=missing,
     )
     predicted = _tag_names(fitted.best.predictions["validation"], labels)
     best = fitted.best.results["validation"]
@@ -201,6 +215,7 @@ def run_tokens(config: TokensConfig | dict[str, Any]) -> TokensResult:
         fitted.best.step,
         fitted.steps,
         labels,
+        fitted.lora,
     )
 
 
@@ -223,6 +238,7 @@ def _report(config, fitted, best, val_sentences, predicted, datasets, labels, mo
         "model_type": model.config.model_type,
         "seconds": round(fitted.seconds, 2),
         "config": config.to_dict(),
+        "lora": report_entry(fitted.lora),
         "history": [e.to_dict() for e in fitted.history],
     }
 
@@ -249,6 +265,7 @@ def _card_facts(
         results={(name, name, "validation"): metrics},
         labels=labels,
         license=config.license,
+        lora=fitted.lora,
         limits=[
             "Entity-level precision, recall and F1 (seqeval's definition) on the validation file, "
             "which also selected the saved step.",

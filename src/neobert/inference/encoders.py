@@ -106,7 +106,8 @@ def load_model(source: str | os.PathLike, head: str = "base", **kw: Any) -> torc
 
     For a preset (random weights), ``kw`` entries that are :class:`ModelConfig` fields override the preset
     and the rest go to the transformers config (e.g. ``num_labels``). For directories and hub ids ``kw``
-    goes to ``from_pretrained``.
+    goes to ``from_pretrained``; with ``output_loading_info=True``, (model, transformers' loading info) as
+    ``from_pretrained`` gives them (a preset's info: every key missing).
     """
     entry = registered_head(head)
     path = model_dir(source)
@@ -114,8 +115,10 @@ def load_model(source: str | os.PathLike, head: str = "base", **kw: Any) -> torc
         fields = {f.name for f in dataclasses.fields(ModelConfig)}
         overrides = {k: v for k, v in kw.items() if k in fields}
         extra = {k: v for k, v in kw.items() if k not in fields}
+        info = extra.pop("output_loading_info", False)
         config = NeoBERTConfig.from_model_config(ModelConfig.from_name(str(source), **overrides), **extra)
-        return entry.neobert_class(config).eval()
+        model = entry.neobert_class(config).eval()
+        return (model, {"missing_keys": set(model.state_dict())}) if info else model
     try:
         model = entry.auto_class.from_pretrained(path or str(source), **kw)
     except OSError as err:
@@ -124,6 +127,8 @@ def load_model(source: str | os.PathLike, head: str = "base", **kw: Any) -> torc
         raise OSError(
             f"{source} is not a local directory, not a preset, and not loadable as a hub id: {err}"
         ) from err
+    if kw.get("output_loading_info"):  # transformers' (model, loading info): what the checkpoint lacked
+        return model[0].eval(), model[1]
     return model.eval()
 
 
@@ -342,10 +347,18 @@ def write_model_files(
 ) -> None:
     """The files of :func:`save_pretrained`, written into ``directory`` as they are (not atomic)."""
     model.save_pretrained(directory, state_dict=state_dict)
+    if is_neobert(model):
+        _drop_auto_map(directory / "config.json")
+    write_tokenizer_files(model, tokenizer, directory)
+
+
+def write_tokenizer_files(model: torch.nn.Module, tokenizer: Any, directory: Path) -> None:
+    """The tokenizer files a model directory of ``model`` holds, into ``directory``: a NeoBERT model's with
+    its ``max_length``, its input names, ``vocab.txt`` and the special-token map; any other model's as its
+    tokenizer saves them."""
     if not is_neobert(model):
         tokenizer.save_pretrained(directory)
         return
-    _drop_auto_map(directory / "config.json")
     tokenizer.model_max_length = model.config.max_length
     tokenizer.model_input_names = list(MODEL_INPUT_NAMES)
     tokenizer.save_pretrained(directory)

@@ -176,16 +176,20 @@ def tokenize_rows(
     window: int | None = None,
 ) -> tuple[Rows, Any]:
     """The texts' rows under ``settings``, and the tokenizer's encoding (content ids, character offsets);
-    ``window``: rows of at most that many tokens instead of the model's window."""
+    ``window``: rows of at most that many tokens instead of the model's window. A row carries its text's tag
+    (:func:`neobert.inference.run.tagged`)."""
     if isinstance(texts, str):
         raise TypeError("texts must be a list of strings, not one string")
     prefix, suffix = special_frame(tokenizer)
     window = window or model_window(model, tokenizer)
+    tags = [run.tag_of(text) for text in texts]
     if settings.policy == "truncate" and settings.side == "right":  # tokenized only a little past the window
         width = window - len(prefix) - len(suffix)
         texts = [_kept_part(tokenizer, text, width) for text in texts]
     encoding = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
     rows = plan_rows(encoding["input_ids"], window, settings, prefix, suffix)
+    if any(tag is not None for tag in tags):
+        rows.ids = TokenIds(run.tagged(row, tags[owner]) for row, owner in zip(rows.ids, rows.owner))
     if settings.policy == "extend" and max(rows.scale, default=1) > 1:
         _rope_config(model)  # fails early for models without RoPE
     return rows, encoding

@@ -8,7 +8,9 @@ any transformers encoder (NeoBERT, BERT, RoBERTa, ModernBERT ...).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,6 +25,7 @@ from .registration import require_head
 
 __all__ = [  # loading and saving: neobert.inference.encoders; tokenizer files: neobert.data
     "CPU_MAX_TOKENS",
+    "ROW_TAGS",
     "TOKENIZE_CHUNK",
     "classifier_logits",
     "classifier_rows",
@@ -83,6 +86,68 @@ class TokenIds(list):
     rows)."""
 
 
+# --- tagged rows: a text may carry a tag that follows it into the forward that runs it -------------------
+#
+# The service runs requests for several LoRA adapters of one base as one forward (peft's mixed-adapter
+# batches): each text carries the adapter it runs through (:func:`tagged`), the tag follows the text into
+# its rows (a long document's windows too, :func:`neobert.inference.long_documents.tokenize_rows`) and
+# :func:`batched_inputs` sets :data:`ROW_TAGS` while each batch runs, which the model's LoRA layers read.
+
+
+class TaggedText(str):
+    """A text carrying a tag (:func:`tagged`)."""
+
+    tag: Hashable = None
+
+
+class TaggedIds(list):
+    """A row of token ids carrying a tag (:func:`tagged`)."""
+
+    tag: Hashable = None
+
+
+def tagged(item: Any, tag: Hashable) -> Any:
+    """``item`` (a text, a row of token ids, or a (text, text) pair: its first text) carrying ``tag``."""
+    if isinstance(item, tuple):
+        return (tagged(item[0], tag), *item[1:])
+    made = TaggedIds(item) if isinstance(item, list) else TaggedText(item)
+    made.tag = tag
+    return made
+
+
+def tag_of(item: Any) -> Hashable:
+    """The tag ``item`` carries (a pair: its first text's), or None."""
+    return getattr(item[0] if isinstance(item, tuple) else item, "tag", None)
+
+
+@dataclass(frozen=True)
+class RowTags:
+    """The tags of the rows of the forward being run (``uniform``: one tag for every row) and each row's real
+    tokens, so that a module inside the model can treat each row by its tag whether it sees rows (B, ...) or,
+    on the unpadded path, tokens (T, ...): :meth:`per_item`."""
+
+    tags: tuple[Hashable, ...]
+    lengths: tuple[int, ...] = ()
+    uniform: bool = False
+
+    def per_item(self, count: int) -> list[Hashable]:
+        """The tag of each of ``count`` items along a module input's first dimension: rows, or tokens."""
+        if self.uniform:
+            return [self.tags[0]] * count
+        if count == len(self.tags):
+            return list(self.tags)
+        if count == sum(self.lengths):
+            return [tag for tag, length in zip(self.tags, self.lengths) for _ in range(length)]
+        raise ValueError(
+            f"an input of {count} items is neither the batch's {len(self.tags)} rows nor its "
+            f"{sum(self.lengths)} tokens"
+        )
+
+
+# the tags of the batch being run (None: untagged); set by batched_inputs, read inside the model
+ROW_TAGS: ContextVar[RowTags | None] = ContextVar("row_tags", default=None)
+
+
 def batched_inputs(
     tokenizer: Any,
     texts: Sequence[str] | TokenIds,
@@ -92,7 +157,9 @@ def batched_inputs(
     max_length: int,
     device: torch.device,
 ) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
-    """(row indices, padded model inputs) for every text, in few-padding batches (see :func:`token_batches`)."""
+    """(row indices, padded model inputs) for every text, in few-padding batches (see :func:`token_batches`).
+    Where the texts carry tags (:func:`tagged`), :data:`ROW_TAGS` holds the batch's while the caller runs it
+    (until it asks for the next batch)."""
     if max_tokens is None and device.type == "cpu":
         max_tokens = CPU_MAX_TOKENS
     by_chars = sorted(
@@ -123,7 +190,16 @@ def batched_inputs(
                 input_ids[row, : len(ids[j])] = torch.tensor(ids[j])
                 attention_mask[row, : len(ids[j])] = 1
             inputs = {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
-            yield [chunk[j] for j in batch], inputs
+            tags = tuple(tag_of(texts[chunk[j]]) for j in batch)
+            if all(tag is None for tag in tags):
+                yield [chunk[j] for j in batch], inputs
+                continue
+            outer = ROW_TAGS.get()
+            ROW_TAGS.set(RowTags(tags, tuple(len(ids[j]) for j in batch)))
+            try:
+                yield [chunk[j] for j in batch], inputs
+            finally:
+                ROW_TAGS.set(outer)
 
 
 def encode(
@@ -197,7 +273,7 @@ def classifier_logits(
     check_vocab(inner, tokenizer)
     max_length = max_length or max_positions(inner, tokenizer)
     device = next(inner.parameters()).device
-    token_types = pairs is not None and _pair_token_types(inner, tokenizer)
+    token_types = pairs is not None and pair_token_types(inner, tokenizer)
     out = np.empty((len(texts), inner.config.num_labels), dtype=np.float32)
     batches = batched_inputs(tokenizer, texts, pairs, batch_size, max_tokens, max_length, device)
     progress = progress_bar(total=len(texts), unit="text", disable=not show_progress)
@@ -315,7 +391,7 @@ def token_states(
     return out
 
 
-def _pair_token_types(model: torch.nn.Module, tokenizer: Any) -> bool:
+def pair_token_types(model: torch.nn.Module, tokenizer: Any) -> bool:
     """Whether the model takes token types and the tokenizer gives a pair's second text type 1 (BERT-style)."""
     if getattr(model.config, "type_vocab_size", 0) < 2 or tokenizer.sep_token_id is None:
         return False

@@ -21,6 +21,7 @@ from .middleware import Guard
 from .playground import add_playground
 from .routes import DIALECTS, LIMITS, SERVICE_ROUTES, add_routes
 from .schemas import request_shapes, state_limits
+from .served import ServedModel
 
 
 def create_app(service: Any, dialects: Sequence[Any] = DIALECTS) -> FastAPI:
@@ -45,15 +46,21 @@ def create_app(service: Any, dialects: Sequence[Any] = DIALECTS) -> FastAPI:
         app, service, dialects
     )  # this app's own: path -> its task
     limits = {name: getattr(service.config, name) for name in LIMITS}
+    stated: list[Any] = [None]  # the models the schema was stated for
 
-    def openapi() -> dict[str, Any]:  # FastAPI's schema, with this model's and these limits' bounds stated
-        if app.openapi_schema is None:
+    def openapi() -> dict[str, Any]:  # FastAPI's schema, with these models' and limits' bounds stated
+        names = tuple(service.catalog.names) if service.catalog.several else ()
+        known = (names, tuple(service.served))
+        if app.openapi_schema is None or stated[0] != known:  # a model loaded or added since: stated anew
+            app.openapi_schema, stated[0] = None, known
+            models = [service.served[name] for name in service.served if name in service.catalog]
             app.openapi_schema = state_limits(
                 FastAPI.openapi(app),
                 request_shapes(app),
                 limits,
-                service.model,
+                service.model if not names else ServedModel.envelope(models),
                 calibrated=bool(service.config.calibration),
+                names=names,
             )
         return app.openapi_schema
 

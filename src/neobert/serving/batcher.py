@@ -1,8 +1,10 @@
 """Dynamic batching: a bounded queue of requests and model worker threads that merge what is waiting.
 
 A worker takes the oldest request, then (with merging on) every request already waiting with the same
-task and options, up to ``max_texts`` texts; runs them as one model call (which cuts its rows into
-token-budgeted batches); and hands each caller exactly its own rows. During the call, :meth:`Batcher.backlog`
+key (task, options and model), up to ``max_texts`` texts; runs them as one model call (which cuts its rows
+into token-budgeted batches); and hands each caller exactly its own rows. A request may carry a tag (the
+adapter its texts run through): requests of equal keys merge whatever their tags, and the call then gets
+``key.with_rows(tags)``, each text's tag. During the call, :meth:`Batcher.backlog`
 (in the worker's thread) says how many other requests were waiting when its batch was taken (the model's
 thread count under load depends on it, :func:`neobert.serving.threads.threads_for_call`). A full queue refuses at once
 (:class:`QueueFull`) instead of growing a backlog.
@@ -32,8 +34,9 @@ class ShuttingDown(Exception):
 
 @dataclass
 class Job:
-    key: Hashable  # task and options: only jobs with the same key share a model call
+    key: Hashable  # task, options and model: only jobs with the same key share a model call
     texts: Sequence[str]
+    tag: Hashable = None  # the adapter its texts run through (None: the key's model itself)
     future: Future = field(default_factory=Future)
     enqueued: float = field(default_factory=time.perf_counter)
 
@@ -84,10 +87,13 @@ class Batcher:
         decides under the lock)."""
         return len(self._waiting) >= self.max_queue
 
-    def submit(self, key: Hashable, texts: Sequence[str], first: bool = False) -> Future:
+    def submit(
+        self, key: Hashable, texts: Sequence[str], first: bool = False, tag: Hashable = None
+    ) -> Future:
         """Queue ``texts`` (``first``: ahead of the waiting requests, for a quick call such as counting
-        tokens); the future resolves to their results in order. Raises :class:`QueueFull`."""
-        job = Job(key, list(texts))
+        tokens; ``tag``: see the module doc); the future resolves to their results in order. Raises
+        :class:`QueueFull`."""
+        job = Job(key, list(texts), tag)
         with self._ready:
             if self._closed:
                 raise ShuttingDown("the service is shutting down")
@@ -138,9 +144,12 @@ class Batcher:
 
     def _process(self, jobs: list[Job]) -> None:
         texts = [text for job in jobs for text in job.texts]
+        key, tags = jobs[0].key, tuple(job.tag for job in jobs for _ in job.texts)
+        if any(tag is not None for tag in tags):
+            key = key.with_rows(tags)
         start = time.perf_counter()
         try:
-            results, tokens = self._run(jobs[0].key, texts)
+            results, tokens = self._run(key, texts)
         except Exception as err:  # every caller of the call learns it failed; the worker lives on
             log.exception("model call failed")
             for job in jobs:

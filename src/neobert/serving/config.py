@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from ..common.config import PRECISIONS, check_known_keys, renamed_settings
 from ..inference.kinds import kind_of
 from ..inference.long_documents import EXTEND_METHODS, POLICIES
 from ..inference.registration import HEADS
+from .catalog import Catalog, CatalogError, ModelEntry, build_catalog, check_roots, parse_bytes
 
 BACKENDS = ("auto", "torch", "onnx", "openvino")
 # the graphs of an export: fp32; int8 (ONNX Runtime's dynamic, --quantize int8); int8-static (NNCF's, OpenVINO)
@@ -29,7 +31,20 @@ class ServeConfigError(ValueError):
 
 @dataclass(kw_only=True)
 class ServeConfig:
-    model: str  # model directory, preset name (random weights) or hub id
+    # model directory, preset name (random weights), hub id or LoRA adapter directory; NAME=PATH names it:
+    # repeated, several models in one service, the first the default (docs/serving.md, Several models)
+    model: list[str] = field(default_factory=list, metadata={"nargs": "append"})
+    # a YAML or JSON file of the models to serve: names, paths, adapters' bases, pins (docs/serving.md)
+    models_file: str | None = None
+    # bytes the models' weights may take in each model process (e.g. 8GiB, 500MB): models and adapters load
+    # on first use, the least recently used are evicted to make room; default: no limit, all loaded at start
+    max_memory: str | None = None
+    pin: list[str] = field(
+        default_factory=list, metadata={"nargs": "append"}
+    )  # a model never evicted (repeatable)
+    # a directory below which POST /v1/load_lora_adapter may load adapters (repeatable); without one,
+    # loading over HTTP is refused
+    model_root: list[str] = field(default_factory=list, metadata={"nargs": "append"})
     tokenizer: str | None = None  # tokenizer directory (default: the model's; bert-base-uncased for presets)
     head: str = "auto"  # which head to load; auto: the directory's architecture (presets: mlm)
     # also serve a masked-LM model's SPLADE vectors (POST /embed_sparse); a SPLADE SparseEncoder directory serves them without it
@@ -80,6 +95,13 @@ class ServeConfig:
     graceful_timeout: float = 30.0  # seconds to finish in-flight requests on shutdown
 
     def __post_init__(self) -> None:
+        if isinstance(self.model, str):  # one model, as the Python API has always taken it
+            self.model = [self.model]
+        self._check_numbers()
+        self._check_models()
+        self._check_backends()
+
+    def _check_numbers(self) -> None:
         for name in (
             "port",
             "max_batch_tokens",
@@ -117,12 +139,37 @@ class ServeConfig:
             raise ServeConfigError(
                 f"refusal_delay must be between 0 and 60 seconds, got {self.refusal_delay}"
             )
-        if self.onnx and self.long_documents != "truncate":
+        if self.api_key is not None and not self.api_key.strip():
+            raise ServeConfigError("api_key must not be empty (leave it out to serve without a key)")
+
+    def _check_models(self) -> None:
+        try:
+            catalog, budget = self.catalog, self.memory_budget
+            check_roots(self.model_root)
+        except CatalogError as err:
+            raise ServeConfigError(str(err)) from None
+        for entry in catalog.entries:
+            if entry.head not in head_choices():
+                raise ServeConfigError(f"model {entry.name}: head must be one of {', '.join(head_choices())}")
+        if budget is not None and self.workers > 1:
+            raise ServeConfigError(
+                "max_memory with several model processes (--workers) is not supported: each would load and "
+                "evict models of its own; serve with --workers 1"
+            )
+        if self.long_documents == "extend" and any(e.adapter for e in catalog.entries):
+            raise ServeConfigError(
+                "long_documents extend rebuilds the model per window scale, without its adapters; serve "
+                "adapters with truncate or chunk"
+            )
+
+    def _check_backends(self) -> None:
+        onnx = [self.runs_onnx(entry) for entry in self.catalog.entries]
+        if any(onnx) and self.long_documents != "truncate":
             raise ServeConfigError(
                 f"long_documents {self.long_documents} needs the torch backend; an ONNX export truncates at "
                 "its max_length"
             )
-        if self.backend == "onnx" and self.precision != "auto":
+        if self.backend == "onnx" and all(onnx) and self.precision != "auto":
             raise ServeConfigError(
                 "precision applies to the torch and openvino backends; on onnx an export's is its variant "
                 "(onnx_variant)"
@@ -133,20 +180,49 @@ class ServeConfig:
             raise ServeConfigError(
                 "onnx_variant int8-static (NNCF's, OpenVINO IR) needs the openvino backend"
             )
-        if self.onnx and self.sparse:
+        if any(onnx) and self.sparse:
             raise ServeConfigError(
                 "sparse (SPLADE vectors) needs the torch backend; an ONNX export has no MLM logits"
             )
-        if self.api_key is not None and not self.api_key.strip():
-            raise ServeConfigError("api_key must not be empty (leave it out to serve without a key)")
+
+    @cached_property
+    def catalog(self) -> Catalog:
+        """The models served, by name (:mod:`.catalog`): ``model`` and ``models_file``, ``pin`` marked."""
+        return build_catalog(self.model, self.models_file, self.head, self.tokenizer, self.pin)
+
+    def with_catalog(self, catalog: Catalog) -> ServeConfig:
+        """These settings serving ``catalog`` (the models as they stand after loads over HTTP)."""
+        copy = dataclasses.replace(self)
+        copy.__dict__["catalog"] = catalog
+        return copy
+
+    @property
+    def default(self) -> ModelEntry:
+        """The model of a request that names none (the first given, or the models file's ``default``)."""
+        return self.catalog[self.catalog.default]
+
+    @property
+    def default_model(self) -> str:
+        """The default model's name (the ``--model`` value of a service of one model)."""
+        return self.catalog.default
+
+    @property
+    def memory_budget(self) -> int | None:
+        """``max_memory`` in bytes (None: no limit)."""
+        return None if self.max_memory is None else parse_bytes(self.max_memory)
+
+    def runs_onnx(self, entry: ModelEntry) -> bool:
+        """Whether ``entry`` is an export's graph, run by ONNX Runtime or OpenVINO (``backend`` onnx or
+        openvino, or auto and an export directory)."""
+        if self.backend == "auto":
+            return kind_of(entry.source).backend == "onnx"
+        return self.backend in ("onnx", "openvino")
 
     @property
     def onnx(self) -> bool:
-        """Whether the model is an export's graph (``backend`` onnx or openvino, or auto and an export
-        directory), run by ONNX Runtime or OpenVINO (:mod:`.onnx_backend`)."""
-        if self.backend == "auto":
-            return kind_of(self.model).backend == "onnx"
-        return self.backend in ("onnx", "openvino")
+        """Whether the default model is an export's graph (``backend`` onnx or openvino, or auto and an
+        export directory), run by ONNX Runtime or OpenVINO (:mod:`.onnx_backend`)."""
+        return self.runs_onnx(self.default)
 
     @property
     def max_body_bytes(self) -> int:

@@ -27,7 +27,9 @@ log = logging.getLogger(__name__)
 def documented(*codes: int) -> dict[int | str, dict[str, Any]]:
     what = {
         401: "no or wrong API key (Authorization: Bearer KEY)",
-        404: "the model does not serve this endpoint",
+        403: "loading models over HTTP is off (no --model-root), or the path lies outside the model roots",
+        404: "the model does not serve this endpoint, or no model of that name is served",
+        409: "a model of that name is already served",
         413: "too many texts, a text too long (characters, or tokens with truncate: false), body too large",
         422: "malformed JSON, wrong types, missing or unknown fields, bad option values",
         500: "unexpected error (details in the server log only)",
@@ -54,7 +56,9 @@ class ServiceError(Exception):
 
 ERROR_TYPES = {
     401: "unauthorized",
+    403: "forbidden",
     404: "not_found",
+    409: "conflict",
     413: "request_too_large",
     422: "invalid_request",
     503: "overloaded",

@@ -1,5 +1,5 @@
-"""ASGI middleware of the service (:class:`Guard`): the API key, paced queue-full refusals, the body limit
-and the request metrics, before any routing or parsing."""
+"""ASGI middleware of the service (:class:`Guard`): the model a URL names, the API key, paced queue-full
+refusals, the body limit and the request metrics, before any routing or parsing."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException
 from . import memory
 from .errors import error_body, error_response
 from .playground import open_path
+from .routes.core import ASKED, MODELS_PREFIX, Asked
 
 # no API key needed (nor for reading the playground page, which asks for the key: playground.open_path)
 OPEN_PATHS = ("/health", "/openapi.json", "/docs", "/docs/oauth2-redirect")
@@ -34,7 +35,8 @@ class Guard:
         self.release_memory, self._trim_pending = getattr(config, "release_memory", True), False
         key = service.api_key
         self.expected = key.encode() if key else None  # the token after the scheme
-        self.model_paths = {path for path, task in model_paths.items() if task in service.tasks}
+        several = service.catalog.several  # any model route may be asked of some model
+        self.model_paths = {path for path, task in model_paths.items() if several or task in service.tasks}
         self.paths = set(paths)  # the metrics' endpoint label; others count as "other"
         busy = error_body(
             503,
@@ -57,6 +59,9 @@ class Guard:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
+        asked = Asked()
+        scope = self.routed(scope, asked)
+        token = ASKED.set(asked)
         path = scope["path"]
         endpoint = path if path in self.paths else "other"
         status, sent = [500], [0]
@@ -90,11 +95,26 @@ class Guard:
                 return
             await self.app(scope, self._limited(receive), send_status)
         finally:
-            metrics = self.service.metrics
-            metrics.requests.labels(endpoint, str(status[0])).inc()
-            metrics.latency.labels(endpoint).observe(time.perf_counter() - start)
+            ASKED.reset(token)
+            model = asked.model or (asked.prefix or "")
+            self.service.metrics.request(endpoint, status[0], model, time.perf_counter() - start)
             if sent[0] >= memory.TRIM_BYTES and self.release_memory:
                 self._trim_soon()
+
+    def routed(self, scope: dict, asked: Asked) -> dict:
+        """``/models/NAME/PATH`` is ``PATH`` asked of model NAME (a served name, the longest that fits;
+        else the first segment, which the route then answers 404 naming the models served)."""
+        path = scope["path"]
+        if not path.startswith(MODELS_PREFIX):
+            return scope
+        rest = path[len(MODELS_PREFIX) :]
+        names = sorted(self.service.catalog.names, key=len, reverse=True)
+        name = next((n for n in names if rest.startswith(n + "/")), rest.split("/", 1)[0])
+        if not rest.startswith(name + "/"):
+            return scope
+        asked.prefix = name
+        inner = rest[len(name) :]
+        return {**scope, "path": inner, "raw_path": inner.encode()}
 
     def _trim_soon(self) -> None:
         """After a large answer (sent, its buffers freed): return free memory to the system in a moment,

@@ -1,7 +1,7 @@
 """The model behind ``neobert serve --backend onnx|openvino``: a ``neobert export onnx`` directory on ONNX Runtime
 or OpenVINO (:func:`neobert.export.backends.open_export`: named, or for ``auto`` the faster here, measured).
 
-:class:`OnnxBackend` has :class:`~neobert.serving.service.TorchBackend`'s interface (``load``, ``tasks``, ``info``,
+:class:`OnnxBackend` has :class:`~neobert.serving.torch_backend.TorchBackend`'s interface (``load``, ``tasks``, ``info``,
 ``call``), so the queue, the model process and the HTTP side are the same for both backends. What an export
 serves:
 
@@ -39,6 +39,7 @@ from ..inference.kinds import kind_of
 from ..inference.long_documents import LongReport
 from ..inference.run import classifier_rows, label_scores, relevance, token_batches
 from ..model.pooling import pool
+from .catalog import ModelEntry
 from .config import ServeConfig
 from .served import ServedModel
 from .tasks import Backend, Done, Refusal, whole_texts
@@ -86,35 +87,43 @@ class OnnxBackend(Backend):
         self._counter = whole_texts(self.encoder.tokenizer)  # whole lengths (usage, truncate: false)
 
     @classmethod
-    def load(cls, config: ServeConfig) -> OnnxBackend:
+    def load(cls, config: ServeConfig, entry: ModelEntry | None = None, threads: Any = None) -> OnnxBackend:
+        """``entry`` (default: the config's default model), an export; its session's threads are one less
+        than the cores whatever ``threads`` the process chose on another model."""
         from transformers import PretrainedConfig
 
-        if not is_onnx_export(config.model):
+        source = (entry or config.default).source
+        if not is_onnx_export(source):
             raise ValueError(
-                f"--backend {config.backend} serves a directory written by `neobert export onnx`; {config.model} holds no "
-                f"{CONFIG_FILE}"
+                f"--backend {config.backend} serves a directory written by `neobert export onnx`; {source} holds "
+                f"no {CONFIG_FILE}"
             )
-        threads = ThreadPolicy.at_start(
+        chosen = ThreadPolicy.at_start(
             config, fixed="ONNX Runtime and OpenVINO fix a graph's threads when they compile it"
         )
         opened = open_export(
-            config.model,
+            source,
             config.backend,
             config.onnx_variant,
             config.precision,
-            threads.threads,
+            chosen.threads,
             config.backend_cache,
         )
-        source = json.loads((Path(config.model) / "config.json").read_text(encoding="utf-8"))
+        settings = json.loads((Path(source) / "config.json").read_text(encoding="utf-8"))
         return cls(
             config,
             opened.encoder,
-            PretrainedConfig.from_dict(source),
-            threads,
+            PretrainedConfig.from_dict(settings),
+            chosen,
             opened.runtime,
             opened.precision,
             opened.reason,
         )
+
+    def nbytes(self) -> int:
+        """The bytes of the graph's files (its weights are its initializers)."""
+        graph = self.encoder.directory / self.encoder.config["files"][self.encoder.variant]
+        return sum(f.stat().st_size for f in graph.parent.glob(f"{graph.name}*"))
 
     def info(self) -> ServedModel:
         """What the export is and serves (it crosses processes)."""

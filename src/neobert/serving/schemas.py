@@ -52,11 +52,14 @@ def shape_by_field(field: str) -> Any:
 
 class Given(NamedTuple):
     """What a marker states a field's bounds from: the server's limits, its model
-    (:class:`.served.ServedModel`) and whether it has calibration ranges (``--calibration``)."""
+    (:class:`.served.ServedModel`; a service of several models: what any of them accepts,
+    :meth:`.served.ServedModel.envelope`), whether it has calibration ranges (``--calibration``), and the
+    names of the models it serves (a service of several; empty for one)."""
 
     limits: dict[str, Any]
     model: Any
     calibrated: bool
+    names: tuple[str, ...] = ()
 
 
 class Stated:
@@ -94,6 +97,18 @@ class TextInput(Stated):
             _pattern(field, re.escape(given.model.mask_token))
         if self.texts_only_for is not None and self.texts_only_for in given.model.serves:
             _texts_only(field)
+
+
+@dataclass(frozen=True)
+class ModelName(Stated):
+    """A model's name (``model``): a service of several models takes one of theirs (else 404); a service of
+    one model takes any name, its model answering it (OpenAI's clients always send one)."""
+
+    def state(self, field: dict[str, Any], shape: dict[str, Any], given: Given) -> None:
+        if given.names:
+            field.pop("anyOf", None)
+            field["anyOf"] = [{"type": "string", "enum": list(given.names)}, {"type": "null"}]
+            field["description"] = "one of the models served (GET /v1/models); none: the default"
 
 
 @dataclass(frozen=True)
@@ -153,6 +168,7 @@ InputForms = (
 )
 Inputs = Annotated[InputForms, TextInput(ids=True)]
 Dimensions = Annotated[Positive | None, ModelWidth()]
+ModelField = Annotated[StrictStr | None, ModelName()]  # a request's model: the name of a served model
 
 
 # an answer's bytes per number as sent, by encoding_format (the answer budget, max_answer_bytes): the JSON
@@ -206,17 +222,21 @@ def state_limits(
     limits: dict[str, Any],
     model: Any,
     calibrated: bool = False,
+    names: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """``openapi`` (FastAPI's) with what this server's model and limits accept stated on every marked field
     of the request ``shapes`` (:func:`request_shapes`): texts per request (``max_texts``) and characters per
     text (``max_chars``; token ids per text alike), token ids below the vocabulary, the mask token a
     fill-mask text must hold (:class:`TextInput`), ``dimensions`` up to the model's, the prompt names it
     has, Cohere's int8 / uint8 ``embedding_types`` only where the server has calibration ranges
-    (``calibrated``), the answer budget (``model``: the :class:`.served.ServedModel`). A client generated
-    from it is refused nothing the schema allows."""
+    (``calibrated``), the answer budget (``model``: the :class:`.served.ServedModel`), the names of the
+    models served (``names``: a service of several). A client generated from it is refused nothing the
+    schema allows."""
     components = openapi.get("components", {}).get("schemas", {})
     openapi.setdefault("info", {})["x-limits"] = dict(limits)
-    given = Given(dict(limits), model, calibrated)
+    if names:
+        openapi["info"]["x-models"] = list(names)
+    given = Given(dict(limits), model, calibrated, tuple(names))
     for shape in shapes:
         marked = {name: _markers(shape, name, info) for name, info in shape.model_fields.items()}
         marked = {name: markers for name, markers in marked.items() if markers}

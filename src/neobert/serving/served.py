@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 from .threads import ThreadChoice
@@ -49,6 +49,22 @@ class ServedModel:
                 served[name] = tuple(served[name])
         return cls(**served)
 
+    @classmethod
+    def envelope(cls, models: Sequence[ServedModel]) -> ServedModel:
+        """What any of ``models`` accepts, for the OpenAPI schema of a service of several: the widest width
+        and vocabulary, every prompt, the mask token only where they share one, and only the tasks they all
+        serve (a late-interaction model's texts-only inputs are stated only where every model is one)."""
+        first, masks = models[0], {m.mask_token for m in models}
+        serves = [task for task in first.serves if all(task in m.serves for m in models)]
+        return replace(
+            first,
+            serves=tuple(serves),
+            dimensions=max(m.dimensions for m in models),
+            vocab_size=max((m.vocab_size or 0 for m in models), default=0) or None,
+            prompts={name: text for m in models for name, text in m.prompts.items()},
+            mask_token=first.mask_token if len(masks) == 1 else None,
+        )
+
     def info(self) -> dict[str, Any]:
         """The model's part of ``/info`` (plain JSON data)."""
         body: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "threads"}
@@ -58,3 +74,20 @@ class ServedModel:
         body["token_vectors"] = dict(self.token_vectors) if self.token_vectors else None
         threads = self.threads
         return {**body, "threads": threads and threads.threads, "threads_reason": threads and threads.reason}
+
+
+@dataclass(frozen=True)
+class ServedSet:
+    """What a model process serves, several models or one (:mod:`.registry`): the default's name, the models
+    described so far (name -> :class:`ServedModel`: each one loaded once; an adapter's is its base's), every
+    model's state (name -> loaded, bytes, loads, evictions) and the memory budget (None: no limit)."""
+
+    default: str
+    models: Mapping[str, ServedModel]
+    state: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    budget: int | None = None
+
+    @property
+    def model(self) -> ServedModel:
+        """The default model's description."""
+        return self.models[self.default]

@@ -1,111 +1,47 @@
-"""The model behind ``neobert serve`` (:class:`TorchBackend`: loading, one model call per merged batch of
-requests) and the service the HTTP layer talks to (:class:`Service`: the queue, the metrics, what the
-model serves), with the model in a process of its own (:mod:`.worker`) or in threads of this one.
-
-Every task (:mod:`.tasks`) goes through the library's own functions (``long_documents.embed`` / ``classify``
-over ``inference.encode`` / ``classify``, ``token_classification.tag``, ``inference.fill_mask``), so the
-service computes exactly what the command-line tools compute. What the model can do is
-:mod:`neobert.inference.capabilities`'.
+"""The service the HTTP layer talks to (:class:`Service`): the queue in front of the model processes, the
+metrics, and what the models serve, by name. The models themselves run behind it, in processes of their own
+(:mod:`.worker`) or in threads of this one, each process holding a :class:`.registry.ModelSet` (one model or
+several, on PyTorch, :mod:`.torch_backend`, or ONNX Runtime, :mod:`.onnx_backend`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any
 
-import torch
-
-from ..inference.encoders import Encoder
-from ..inference.kinds import load_for_inference
-from ..inference.long_documents import LongDocuments
 from .batcher import Batcher
+from .catalog import Catalog, CatalogError, ModelEntry, adapter_entry, inside_roots
 from .config import API_KEY_ENV, ServeConfig
 from .metrics import ServiceMetrics
-from .served import ServedModel
-from .tasks import COUNT, LENGTHS, TASKS, Backend, Done, ModelCall, whole_texts
-from .threads import ServingProbe, ThreadChoice, ThreadPolicy
+from .registry import ModelSet
+from .served import ServedModel, ServedSet
+from .tasks import LOAD, UNLOAD, ModelCall
+from .threads import ThreadPolicy
 from .worker import WorkerPool
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class TorchBackend(Backend):
-    """The PyTorch backend: a model loaded for inference (:func:`neobert.inference.capabilities.load_for_inference`)
-    and the one function the queue calls, ``call(model_call, texts)`` (:class:`.tasks.Backend`), which runs the
-    task's function of :data:`.tasks.TASKS`."""
-
-    config: ServeConfig
-    loaded: Encoder
-    threads: ThreadChoice | None = None  # what the model's thread count is, and why
-
-    def __post_init__(self) -> None:
-        self.model, self.tokenizer = self.loaded.model, self.loaded.tokenizer
-        self.capabilities = self.loaded.capabilities
-        self.policy = self.config.long_documents
-        self.long_policy = LongDocuments(
-            self.config.long_documents, self.config.stride, self.config.rope_scaling
-        )
-        self.budget = {"batch_size": self.config.max_batch_texts, "max_tokens": self.config.max_batch_tokens}
-        self._whole: Any = None
-        self.spec = self.loaded.spec  # its kind's settings beside the weights (a ColBERT model's)
-        self.aliases = self.capabilities.aliases  # a task asked by its common name -> its kind's task
-
-    @classmethod
-    def load(cls, config: ServeConfig) -> TorchBackend:
-        loaded = load_for_inference(
-            config.model, config.tokenizer, config.head, config.precision, config.sparse
-        )
-        fixed = loaded.capabilities.fixed_window
-        if fixed and config.long_documents != "truncate":
-            raise ValueError(f"--long-documents {config.long_documents} does not apply: {fixed}")
-        model = cls(config, loaded)
-        key = (config.model, config.precision, loaded.capabilities.head)
-        model.threads = ThreadPolicy.at_start(config, ServingProbe(model), key=key)
-        return model
-
-    def info(self) -> ServedModel:
-        """What the model is and serves (it crosses processes): its capabilities, the backend, the
-        precision and the threads chosen at start."""
-        dtype = next(self.model.parameters()).dtype
-        return ServedModel.of(
-            self.capabilities,
-            backend="torch",
-            mask_token=self.tokenizer.mask_token,
-            vocab_size=self.text_tokenizer().get_vocab_size(),
-            threads=self.threads,
-            precision="bf16" if dtype == torch.bfloat16 else "fp32",
-            backend_reason="named"
-            if self.config.backend == "torch"
-            else "a model directory runs on PyTorch (ONNX Runtime and OpenVINO run its `neobert export onnx`)",
-        )
-
-    def run_task(self, name: str, texts: list[Any], options: dict[str, Any]) -> Done:
-        return TASKS[self.aliases.get(name, name)](self, texts, **options)
-
-    def lengths(self, texts: list[Any]) -> list[int]:
-        return LENGTHS[self.aliases.get(COUNT, COUNT)](self, texts)
-
-    def text_tokenizer(self) -> Any:
-        if self._whole is None:
-            if not hasattr(self.tokenizer, "backend_tokenizer"):
-                raise ValueError("tokenize and decode need a fast (Rust) tokenizer")
-            self._whole = whole_texts(self.tokenizer.backend_tokenizer)
-        return self._whole
+# call(model call, texts[, threads]) -> (one result per text, tokens computed, {"long", "truncated"} counts,
+# and "models": the model set's state where it changed); the model processes' call also takes the torch
+# threads to run on (ThreadPolicy.adaptive)
+CallFn = Callable[[ModelCall, list[Any]], tuple[list[Any], int, dict[str, Any]]]
 
 
-# call(model call, texts[, threads]) -> (one result per text, tokens computed, {"long", "truncated"} counts);
-# the model processes' call also takes the torch threads to run on (ThreadPolicy.adaptive)
-CallFn = Callable[[ModelCall, list[Any]], tuple[list[Any], int, dict[str, int]]]
+class UnknownModel(LookupError):
+    """A request names a model this service does not serve."""
 
 
 class Service:
     """What the HTTP layer talks to: the bounded queue in front of the model workers, the metrics and what
-    the model serves (``model``, a :class:`.served.ServedModel` from the model process). It holds no
-    tokenizer: token counts come back from the model with the results.
+    the models serve: ``model``, the default's :class:`.served.ServedModel` (what a request that names no
+    model gets), ``served`` (name -> its description, each learnt from the model process once it was
+    loaded) and ``catalog`` (every name, its kind and base). It holds no tokenizer: token counts come back
+    from the model with the results.
 
     Each model call runs on the count its :class:`.threads.ThreadPolicy` (``threads``) picks: the start-up
     choice with no request waiting; under a backlog, where the count adapts (one torch model process, a
@@ -116,18 +52,26 @@ class Service:
     def __init__(
         self,
         config: ServeConfig,
-        model: ServedModel,
+        model: ServedModel | ServedSet,
         call: CallFn,
         close_workers: Callable[[], None] = lambda: None,
         alive: Callable[[], bool] = lambda: True,
     ):
-        self.config, self.model = config, model
-        self.head, self.tasks = model.head, model.serves  # its head; the tasks (endpoints) it serves
-        self.hidden_size, self.max_input_tokens = model.dimensions, model.max_input_tokens
+        served = (
+            model
+            if isinstance(model, ServedSet)
+            else ServedSet(config.default_model, {config.default_model: model})
+        )
+        self.config, self.catalog, self.model = config, config.catalog, served.model
+        self.served, self.states, self.budget = dict(served.models), dict(served.state), served.budget
+        self.head, self.tasks = self.model.head, self.model.serves  # the default's head and tasks (endpoints)
+        self.hidden_size, self.max_input_tokens = self.model.dimensions, self.model.max_input_tokens
         self.api_key = config.api_key or os.environ.get(API_KEY_ENV) or None
         self._call, self._close_workers, self.alive = call, close_workers, alive
-        self.pool: WorkerPool | None = None  # the model processes, where the model runs in processes
-        self.threads = ThreadPolicy.serving(config, model)  # the model's threads per call
+        self.pool: WorkerPool | None = None  # the model processes, where the models run in processes
+        self.threads = ThreadPolicy.serving(config, self.model)  # the model's threads per call
+        self.loading: dict[str, Future] = {}  # a model being loaded for a first request: its one load call
+        self.removing: set[str] = set()  # adapters being unloaded over HTTP: no new request takes them
         self.batcher = Batcher(
             self.run,
             max_queue=config.max_queue,
@@ -136,35 +80,35 @@ class Service:
             workers=config.workers,
             on_call=self._on_call,
         )
-        self.metrics = ServiceMetrics(self.batcher.depth)
+        self.metrics = ServiceMetrics(self.batcher.depth, several=self.catalog.several)
+        self.metrics.models(self.states, self.budget)
 
     @classmethod
     def load(cls, config: ServeConfig) -> Service:
-        """The model in ``config.workers`` processes of its own (``model_process``), or in this one; on
-        ONNX Runtime for an exported directory (:mod:`.onnx_backend`), else on PyTorch."""
-        if config.onnx:
-            from .onnx_backend import OnnxBackend  # onnxruntime: the optional 'onnx' extra
-
-            load: Callable[[ServeConfig], Any] = OnnxBackend.load
-        else:
-            load = TorchBackend.load
+        """The models in ``config.workers`` processes of their own (``model_process``), or in this one (a
+        :class:`.registry.ModelSet` each: the default model loaded at start, the others as it decides)."""
+        ModelSet(config).check_sizes()  # a model over the budget is refused before any process starts
         if config.model_process:
-            pool = WorkerPool(config, load)
+            pool = WorkerPool(config, ModelSet.load)
             service = cls(config, pool.model, pool.call, pool.close, pool.alive)
             service.pool = pool
             service.metrics.restarts.set_function(lambda: pool.restarts)
             return service
-        model = load(config)
-        return cls(config, model.info(), model.call)
+        models = ModelSet.load(config)
+        return cls(config, models.info(), models.call)
 
     def startup_line(self) -> str:
         """What ``neobert serve`` prints once the model is up: what is served, how, the threads chosen, and the
         playground's address."""
         c, model, threads = self.config, self.model, self.threads.describe()
+        several = ""
+        if self.catalog.several:
+            budget = f"within {self.budget:,} bytes" if self.budget else "no memory limit"
+            several = f" and {len(self.catalog.entries) - 1} more model(s) ({budget})"
         return (
-            f"serving {c.model} ({self.head} head: {', '.join(self.tasks)}; {model.backend} "
+            f"serving {c.default_model} ({self.head} head: {', '.join(self.tasks)}; {model.backend} "
             f"{model.precision}{'' if model.backend_reason in (None, 'named') else ': ' + model.backend_reason}; "
-            f"{threads}) on http://{c.host}:{c.port}  (batching "
+            f"{threads}){several} on http://{c.host}:{c.port}  (batching "
             f"{'on' if c.batching else 'off'}, queue {c.max_queue}, long documents: {c.long_documents}, model "
             f"{'in its own process' if c.model_process else 'in this process'}, API key "
             f"{'required' if self.api_key else 'off'}); try it in a browser: http://{c.host}:{c.port}/playground"
@@ -172,12 +116,26 @@ class Service:
 
     def run(self, call: ModelCall, texts: list[Any]) -> tuple[list[Any], int]:
         """One model call through the workers (on the threads :meth:`call_threads` picks, where they adapt),
-        with the long-document counts, the thread count and this process's CPU per text recorded."""
+        with the long-document counts, the thread count, this process's CPU per text and the models' state
+        recorded."""
         threads = self.threads.for_call(self.batcher.backlog())
-        if self.threads.adaptive:
-            results, tokens, counts = self._call(call, texts, threads)
-        else:
-            results, tokens, counts = self._call(call, texts)
+        asked = () if call.task == UNLOAD else (call.model, *call.rows)
+        needed = [name for name in asked if name and not self.loaded(name)]
+        for name in needed:
+            self.states.setdefault(name, {})["loading"] = True
+        try:
+            if self.pool is not None and call.task in (LOAD, UNLOAD) and texts != [None]:
+                results, tokens, counts = self.each(call, texts)
+            elif self.threads.adaptive:
+                results, tokens, counts = self._call(call, texts, threads)
+            else:
+                results, tokens, counts = self._call(call, texts)
+        finally:
+            for name in needed:
+                self.states.get(name, {}).pop("loading", None)
+        self.note(counts.pop("models", None))
+        if call.rows:  # requests for several adapters of one base, run together
+            self.metrics.batch_adapters.observe(len(set(call.rows)))
         self.threads.answered(len(texts))
         self.metrics.calls_by_threads.labels("unknown" if threads is None else str(threads)).inc()
         if counts["long"]:
@@ -186,9 +144,106 @@ class Service:
             self.metrics.truncated.inc(counts["truncated"])
         return results, tokens
 
-    def submit(self, call: ModelCall, texts: list[Any], first: bool = False):
-        """``texts`` queued for ``call`` (ahead of the queue where ``first``): a future of their answers."""
-        return self.batcher.submit(call, texts, first)
+    def each(self, call: ModelCall, texts: list[Any]) -> tuple[list[Any], int, dict[str, Any]]:
+        """``call`` in every model process (an adapter added or removed over HTTP): the first's answer."""
+        assert self.pool is not None
+        answers = self.pool.each(call, texts)
+        for _, _, counts in answers[1:]:
+            counts.pop("models", None)
+        return answers[0]
+
+    def note(self, models: ServedSet | None) -> None:
+        """The model set's state as a call's answer carried it (where it changed)."""
+        if models is None:
+            return
+        self.served.update(models.models)
+        self.states = {name: dict(state) for name, state in models.state.items()}
+        self.metrics.models(self.states, self.budget)
+
+    def submit(
+        self, call: ModelCall, texts: list[Any], first: bool = False, model: str | None = None
+    ) -> Future:
+        """``texts`` queued for ``call`` (ahead of the queue where ``first``) on ``model`` (a name; None: the
+        default): a future of their answers. An adapter's request runs on its base, merged with the
+        requests of the base's other adapters."""
+        entry = self.entry(model)
+        if entry.adapter:
+            return self.batcher.submit(replace(call, model=entry.base), texts, first, tag=entry.name)
+        return self.batcher.submit(replace(call, model=entry.name), texts, first)
+
+    def entry(self, name: str | None) -> ModelEntry:
+        """The served model ``name`` (None: the default); :class:`UnknownModel` naming those served."""
+        name = self.catalog.default if name is None else name
+        if name not in self.catalog or name in self.removing:
+            raise UnknownModel(
+                f"the model {name!r} is not served here; it serves {', '.join(self.catalog.names)}"
+            )
+        return self.catalog[name]
+
+    def loaded(self, name: str) -> bool:
+        return bool(self.states.get(name, {}).get("loaded", name in self.served))
+
+    async def describe(self, name: str | None) -> ServedModel:
+        """What model ``name`` serves, loading it first where it was never loaded (one load for every
+        request that waits for it)."""
+        entry = self.entry(name)
+        if entry.name not in self.served:
+            future = self.loading.get(entry.name)
+            if future is None:
+                future = self.batcher.submit(ModelCall.of(LOAD, model=entry.name), [None], first=True)
+                self.loading[entry.name] = future
+                future.add_done_callback(lambda _: self.loading.pop(entry.name, None))
+            [(served, _)] = await asyncio.wrap_future(future)
+            self.served[entry.name] = served
+        return self.served[entry.name]
+
+    async def add_adapter(self, name: str, path: str, base: str | None) -> ServedModel:
+        """Load the adapter at ``path`` (inside a ``--model-root``) as ``name`` over ``base`` (or the served
+        model it names) in every model process: what it serves."""
+        roots = self.config.model_root
+        if not roots:
+            raise PermissionError(
+                "loading models over HTTP is off: the server was started without --model-root"
+            )
+        found = inside_roots(path, roots)
+        if found is None:
+            raise PermissionError(
+                f"{path!r} is not inside the directories this server may load from (--model-root)"
+            )
+        entry = adapter_entry(self.catalog, name, found, base)
+        [(served, _)] = await self.everywhere(ModelCall.of(LOAD, model=name), [entry], first=True)
+        self.set_catalog(self.catalog.with_entry(entry))
+        self.served[name] = served
+        return served
+
+    async def remove(self, name: str) -> None:
+        """Stop serving adapter ``name``: new requests for it are refused at once (404), those already
+        queued are answered, then it is unloaded from every model process."""
+        entry = self.entry(name)
+        if not entry.adapter:
+            raise CatalogError(
+                f"{name} is a served model, not an adapter: only adapters are unloaded over HTTP"
+            )
+        self.removing.add(name)
+        try:
+            await self.everywhere(ModelCall.of(UNLOAD, model=name), [name])
+            self.set_catalog(self.catalog.without(name))
+        finally:
+            self.removing.discard(name)
+        self.served.pop(name, None)
+        self.states.pop(name, None)
+        self.metrics.forget(name)
+
+    async def everywhere(self, call: ModelCall, texts: list[Any], first: bool = False) -> list[Any]:
+        """``call`` through the queue (``first``: ahead of it; else after every request queued before it),
+        run in every model process."""
+        return await asyncio.wrap_future(self.batcher.submit(call, texts, first))
+
+    def set_catalog(self, catalog: Catalog) -> None:
+        """The models served from now on; a replacement model process starts with them."""
+        self.catalog = catalog
+        if self.pool is not None:
+            self.pool.config = self.config.with_catalog(catalog)
 
     def close(self, timeout: float | None = None) -> None:
         """Finish every queued request, then stop the model workers."""

@@ -57,18 +57,27 @@ class Done:
 
 @dataclass(frozen=True)
 class ModelCall:
-    """What one model call runs: the task, whether over-long texts are cut (``truncate``) or refused, and
-    the task's options by name (the keyword arguments of its function, :func:`task`). Hashable: the queue
-    merges the requests of equal calls into one model call. Made by :meth:`of`."""
+    """What one model call runs: the task, whether over-long texts are cut (``truncate``) or refused, the
+    task's options by name (the keyword arguments of its function, :func:`task`), and the model it runs on
+    (its name; for an adapter, its base's: None, the service's default). Hashable: the queue merges the
+    requests of equal calls into one model call, so requests for different models never share one, and
+    requests for different adapters of one base do: the merged call's ``rows`` then name, per text, the
+    adapter it runs through (None: the model itself). Made by :meth:`of`."""
 
     task: str
     truncate: bool = True
     options: tuple[tuple[str, Hashable], ...] = ()
+    model: str | None = None
+    rows: tuple[str | None, ...] = ()
 
     @classmethod
-    def of(cls, task: str, truncate: bool = True, **options: Hashable) -> ModelCall:
-        """The call of ``task`` with ``options`` (in any order: equal options make equal calls)."""
-        return cls(task, truncate, tuple(sorted(options.items())))
+    def of(cls, task: str, truncate: bool = True, model: str | None = None, **options: Hashable) -> ModelCall:
+        """The call of ``task`` with ``options`` (in any order: equal options make equal calls) on ``model``."""
+        return cls(task, truncate, tuple(sorted(options.items())), model)
+
+    def with_rows(self, rows: tuple[str | None, ...]) -> ModelCall:
+        """This call with each text's adapter (:attr:`rows`)."""
+        return dataclasses.replace(self, rows=rows)
 
     @property
     def kwargs(self) -> dict[str, Any]:
@@ -80,6 +89,9 @@ TaskFn = Callable[..., Done]  # (model, texts, **options) -> Done
 # every backend's task for the HTTP side (no endpoint): each text's whole length in tokens, special tokens
 # included, before a model task runs (the answer budget, routes.Routes.check_answer); the tokenizer only
 COUNT = "count"
+# the model side's own calls (no endpoint): load a model (or register and load an adapter added over HTTP)
+# and answer what it serves; unload one (:mod:`.registry`)
+LOAD, UNLOAD = "load", "unload"
 TASKS: dict[str, TaskFn] = {}
 
 
@@ -198,7 +210,7 @@ def token_rows(model: Any, items: list[Any], side: str) -> tuple[TokenIds, list[
     for i, item in enumerate(items):
         if isinstance(item, list):
             lengths[i] = len(item)
-            out[i] = item[:window] if side == "right" else item[-window:]
+            out[i] = run.tagged(item[:window] if side == "right" else item[-window:], run.tag_of(item))
             if max(item) >= vocab:
                 refusals[i] = Refusal(
                     422, f"{{noun}} {{i}} holds token id {max(item)}; the vocabulary has {vocab}"
@@ -207,7 +219,7 @@ def token_rows(model: Any, items: list[Any], side: str) -> tuple[TokenIds, list[
     return out, lengths, refusals
 
 
-# --- the PyTorch backend's tasks (model: serving.service.TorchBackend) -------------------------------------------
+# --- the PyTorch backend's tasks (model: serving.torch_backend.TorchBackend) -------------------------------------
 
 
 @task("embed")

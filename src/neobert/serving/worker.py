@@ -8,9 +8,9 @@ limits and every refusal; a model process only ever sees merged batches, over a 
 
     parent -> child   (call, texts, threads)            one model call (a tasks.ModelCall; texts may be (query, doc) pairs) on
                                                         ``threads`` torch threads (None: as they are)
-    child -> parent   ("ok", results, tokens, counts)   or ("error", "Type: message")
+    child -> parent   ("ok", results, tokens, counts)   or ("error", "Type: message", refused: a ValueError)
 
-A child loads the model with ``load(config)`` (a picklable function, e.g. ``TorchBackend.load``) and answers
+A child loads the model with ``load(config)`` (a picklable function, e.g. ``registry.ModelSet.load``) and answers
 ``("ready", info)`` or ``("error", message)`` once. It ignores SIGINT (a Ctrl-C reaches the whole process
 group; the HTTP process decides when to stop) and ends when its pipe closes, so it never outlives the
 HTTP process. The child is a fresh interpreter (``python -m neobert.serving.worker FD``) on one end of a
@@ -51,6 +51,11 @@ class ModelProcessGone(ModelProcessError):
     """The model process exited (killed, out of memory) before answering; the pool starts another."""
 
 
+class ModelCallRefused(ValueError):
+    """A model call the model process refused as asked (a ValueError there: e.g. an adapter that does not fit
+    its model): the message says why, and nothing failed."""
+
+
 def _main(fd: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn = Connection(fd)
@@ -75,7 +80,7 @@ def _main(fd: int) -> None:
             data = ForkingPickler.dumps(("ok", *model.call(call, texts)))
         except Exception as err:
             traceback.print_exc()  # the server log (the child shares the parent's stderr)
-            conn.send(("error", f"{type(err).__name__}: {err}"))
+            conn.send(("error", f"{type(err).__name__}: {err}", isinstance(err, ValueError)))
             continue
         conn.send_bytes(
             data
@@ -130,7 +135,8 @@ class ModelProcess:
                 f"the model process exited (code {self.process.returncode}) during this request"
             ) from err
         if status == "error":
-            raise ModelProcessError(payload[0])
+            message, refused = payload
+            raise (ModelCallRefused if refused else ModelProcessError)(message)
         results, tokens, counts = payload
         return results, tokens, counts
 
@@ -155,14 +161,14 @@ class WorkerPool:
     """
 
     def __init__(self, config: Any, load: Callable[[Any], Any]):
-        self._load, self._config, self.restarts = load, config, 0
+        self._load, self.config, self.restarts = load, config, 0
         self.processes = [ModelProcess(load, config) for _ in range(config.workers)]
         try:
             infos = [p.ready() for p in self.processes]  # they load side by side
         except BaseException:
             self.close()
             raise
-        self.model = infos[0]  # what the model serves (a ServedModel)
+        self.model = infos[0]  # what the models serve (a ServedSet)
         self._idle: queue.SimpleQueue[ModelProcess] = queue.SimpleQueue()
         for process in self.processes:
             self._idle.put(process)
@@ -182,11 +188,21 @@ class WorkerPool:
         finally:
             self._idle.put(process)
 
+    def each(self, call: ModelCall, texts: list[Any]) -> list[tuple[list[Any], int, dict[str, Any]]]:
+        """One call on every process in turn, each taken when idle (loading or unloading a model over HTTP:
+        every process holds its own models)."""
+        taken = [self._idle.get() for _ in self.processes]
+        try:
+            return [process.call(call, texts) for process in taken]
+        finally:
+            for process in taken:
+                self._idle.put(process)
+
     def _replace(self, dead: ModelProcess) -> ModelProcess:
         """A fresh process for ``dead`` (which is kept, and tried again next call, if the new one fails)."""
         log.warning("the model process exited (code %s); starting another", dead.process.poll())
         dead.close(timeout=1)
-        fresh = ModelProcess(self._load, self._config)
+        fresh = ModelProcess(self._load, self.config)
         try:
             fresh.ready()
         except Exception:

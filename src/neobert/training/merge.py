@@ -11,6 +11,12 @@ to its ``density`` largest entries by magnitude (the rest set to 0), a sign is e
 of the sum of the trimmed vectors, and the merged vector is the mean of the trimmed entries that agree with
 it (0 where none does); the model is base + ``scale`` x merged. Arithmetic is float64, stored in the inputs'
 dtype.
+
+``lora`` folds a LoRA adapter directory (``finetune ... --lora``) into its base: W + (alpha / r) B A for each
+adapted layer and the modules trained in full taken whole (peft's ``merge_and_unload``), written as the
+directory a full fine-tuning would have written (:func:`neobert.training.lora.fold`). It is a merge, as TIES
+is (a base plus a task's update), so it lives here with ``--base`` meaning the same; ``neobert export`` makes
+artefacts for other runtimes (ONNX), and a folded directory exports like any other.
 """
 
 from __future__ import annotations
@@ -23,12 +29,14 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..cards import CardInfo, write_card
+from ..cards import CardInfo, hub_model_id, write_card
 from ..common.io import write_dir
 from ..common.tables import markdown_table
+from ..inference.kinds import describe_directory
 from .checkpointing import list_checkpoints
+from .lora import fold
 
-METHODS = ("mean", "ema", "ties")
+METHODS = ("mean", "ema", "ties", "lora")
 WEIGHTS = "model.safetensors"
 
 
@@ -38,14 +46,16 @@ class MergeConfig:
 
     inputs: list[str] = field(
         default_factory=list, metadata={"nargs": "+"}
-    )  # model directories, checkpoints, or a run directory (its checkpoints)
+    )  # model directories, checkpoints, or a run directory (its checkpoints); lora: one adapter directory
     output: str = "runs/merged"  # the merged model directory
-    method: str = "mean"  # mean (checkpoint averaging) | ema (in the inputs' order) | ties (needs base)
+    # mean (checkpoint averaging) | ema (in the inputs' order) | ties (needs base) | lora (an adapter folded
+    # into its base: a plain model directory)
+    method: str = "mean"
     last: int | None = None  # keep only the last K inputs (a run directory's last K checkpoints)
     ema_decay: float = 0.5  # ema: merged = decay x merged + (1 - decay) x next input, from the first input on
-    base: str | None = (
-        None  # ties: the model the runs started from (e.g. the stable checkpoint they decayed from)
-    )
+    # ties: the model the runs started from (e.g. the stable checkpoint they decayed from); lora: the base
+    # the adapter is folded into (default: the one its adapter_config.json names; another is refused)
+    base: str | None = None
     density: float = (
         0.2  # ties: the share of each task vector's entries kept (largest magnitudes, per tensor)
     )
@@ -140,6 +150,8 @@ def merge(config: MergeConfig) -> MergeResult:
     """Merge ``config.inputs`` by ``config.method`` into ``config.output`` (config, tokenizer, weights, card)."""
     if config.method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}; got {config.method!r}")
+    if config.method == "lora":
+        return fold_adapter(config)
     paths = resolve_inputs(config.inputs, config.last)
     if len(paths) < 2 and config.method != "ties":
         raise ValueError(f"merging needs at least two inputs; got {len(paths)}")
@@ -161,6 +173,45 @@ def merge(config: MergeConfig) -> MergeResult:
     template = find_template(paths, config.template)
     write_dir(lambda tmp: _write(tmp, template, merged, config, paths), config.output)
     return MergeResult(Path(config.output), config.method, paths, len(merged))
+
+
+def fold_adapter(config: MergeConfig) -> MergeResult:
+    """``--method lora``: the adapter directory (the one input) folded into its base (``config.base``, or
+    the base it names), written with every other file of the directory and a card: a plain model directory
+    that the usual loaders read without peft (:func:`neobert.training.lora.fold`)."""
+    if len(config.inputs) != 1:
+        raise ValueError(f"--method lora folds one adapter directory; got {len(config.inputs)} inputs")
+    adapter = Path(config.inputs[0])
+    folded: dict = {}
+
+    def build(tmp: Path) -> None:
+        merged, adapted = fold(adapter, tmp, config.base)
+        folded.update(tensors=len(merged.state_dict()), base=adapted.base)
+        write_card(tmp, fold_card(tmp, adapter, adapted.base, config))
+
+    write_dir(build, config.output)
+    return MergeResult(Path(config.output), "lora", [adapter], folded["tensors"])
+
+
+def fold_card(directory: Path, adapter: Path, base: str, config: MergeConfig) -> CardInfo:
+    """The card of a folded adapter: what the directory is (its kind's name for it), the adapter and base."""
+    described = describe_directory(directory)
+    head = described.card_head if described is not None else "base"
+    description = (
+        f"The LoRA adapter `{adapter.name}` folded into its base model `{base}` with `neobert merge "
+        "--method lora` (peft's merge_and_unload): a plain model directory, no adapter, no peft needed."
+    )
+    return CardInfo(
+        head=head,
+        description=description,
+        command="neobert merge --method lora",
+        library=described.library if described is not None else "transformers",
+        base_model=hub_model_id(base),
+        settings=vars(config).copy(),
+        run=[("adapter", str(adapter)), ("base", base)],
+        tags=["lora", "merge"],
+        name=Path(config.output).name,
+    )
 
 
 def find_template(paths: list[Path], template: str | None) -> Path:

@@ -9,7 +9,11 @@ use"):
   ``/embed_sparse``, ``/predict``, ``/tokenize``, ``/decode``, ``POST /`` by the model's head);
 * :mod:`.openai`: OpenAI's (``/v1/embeddings``, ``/v1/models``);
 * :mod:`.cohere`: Cohere's and Jina's rerank (``/v1/rerank``, ``/v2/rerank``), Cohere's ``/v2/embed``;
+* :mod:`.vllm`: vLLM's adapters loaded while serving (``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter``);
 * :mod:`.status`: ``/info``, ``/health``, ``/metrics``.
+
+A request's model (its ``model`` field, or the ``/models/NAME/`` its URL starts with: TEI's dialect has no
+field) is resolved in one place, :meth:`Routes.answering`, for every model route.
 
 Each dialect's module holds its request and response shapes beside its routes (what they share:
 :mod:`..schemas`), and an ``add(routes)`` that declares its routes through :class:`Routes`; :data:`DIALECTS`
@@ -28,7 +32,7 @@ from fastapi import FastAPI
 from pydantic import Tag
 
 from ..schemas import shape_by_field
-from . import cohere, openai, ours, status, tei
+from . import cohere, openai, ours, status, tei, vllm
 from .core import LIMITS, SERVICE_ROUTES, Routes, as_items, encode_vector, warn
 from .ours import EmbedRequest, EmbedResponse, RerankRequest, RerankResponse
 from .tei import TEIEmbedRequest, TEIRerankItem, TEIRerankRequest, Vectors
@@ -45,7 +49,7 @@ __all__ = (
 )
 
 # the dialects every app speaks, in the order their routes are declared: a new dialect is one entry
-DIALECTS: tuple[ModuleType, ...] = (ours, tei, openai, cohere, status)
+DIALECTS: tuple[ModuleType, ...] = (ours, tei, openai, cohere, vllm, status)
 
 # the request of a path two dialects share: either dialect's shape, told apart by a field
 EmbedBody = Annotated[

@@ -14,7 +14,17 @@ from pydantic import BaseModel, Field, StrictBool, StrictStr
 
 from ...inference.quantization import CALIBRATED, calibration_ranges, quantize
 from ..errors import ServiceError
-from ..schemas import TRUNCATE, Calibrated, LenientRequest, OneText, Positive, RerankResult, TextInput, Texts
+from ..schemas import (
+    TRUNCATE,
+    Calibrated,
+    LenientRequest,
+    ModelField,
+    OneText,
+    Positive,
+    RerankResult,
+    TextInput,
+    Texts,
+)
 from .core import Routes, rerank_results
 
 # --- requests -------------------------------------------------------------------------------------------
@@ -30,7 +40,7 @@ class RerankDocumentIn(LenientRequest):
 class CohereRerankRequest(LenientRequest):
     query: OneText
     documents: Annotated[list[StrictStr | RerankDocumentIn], Field(min_length=1), TextInput()]
-    model: StrictStr | None = None
+    model: ModelField = None
     top_n: Positive | None = None
     return_documents: StrictBool = False
     truncate: StrictBool = TRUNCATE
@@ -48,7 +58,7 @@ COHERE_INPUT_TYPES = ("search_query", "search_document", "classification", "clus
 
 class CohereEmbedRequest(LenientRequest):
     texts: Texts
-    model: StrictStr | None = None
+    model: ModelField = None
     input_type: Literal[COHERE_INPUT_TYPES] | None = Field(
         default=None,
         description=(
@@ -139,24 +149,30 @@ def by_type(vectors: np.ndarray, types: list[str], ranges: np.ndarray | None) ->
     return out
 
 
+def fitting(ranges: np.ndarray | None, vectors: np.ndarray) -> np.ndarray | None:
+    """The calibration ranges where they are for vectors of this width (else none)."""
+    return ranges if ranges is not None and ranges.shape[1] == vectors.shape[1] else None
+
+
 def add_embed(routes: Routes) -> None:
-    """Cohere's ``/v2/embed`` (``texts``, ``input_type``, ``embedding_types``, ``truncate``)."""
+    """Cohere's ``/v2/embed`` (``texts``, ``input_type``, ``embedding_types``, ``truncate``); the calibration
+    ranges are for the default model's width (models of another width are offered no int8 / uint8)."""
     ranges = server_ranges(routes.config, routes.service.hidden_size)
 
     @routes.model_route("/v2/embed", "embed", CohereEmbedResponse)
     async def cohere_embed(request: CohereEmbedRequest) -> Response:
         """Cohere's embed API (v2): the model's vectors by ``embedding_types``, ``embeddings_by_type``."""
         name = PROMPT_OF.get(request.input_type or "")
-        texts = routes.prompted(request.texts, name if name in routes.service.model.prompts else None)
+        texts = routes.prompted(request.texts, name if name in routes.model.prompts else None)
         direction = "left" if request.truncate == "START" else "right"
-        normalize = bool(routes.service.model.normalize)
+        normalize = bool(routes.model.normalize)
         vectors, tokens = await routes.vectors(
             texts, "texts", request.truncate != "NONE", normalize, side=direction, words=COHERE_TRUNCATE
         )
         return JSONResponse(
             {
                 "id": uuid.uuid4().hex,
-                "embeddings": by_type(vectors, request.embedding_types, ranges),
+                "embeddings": by_type(vectors, request.embedding_types, fitting(ranges, vectors)),
                 "texts": request.texts,
                 "response_type": "embeddings_by_type",
                 "meta": {"api_version": {"version": "2"}, "billed_units": {"input_tokens": tokens}},
@@ -177,7 +193,7 @@ def add_rerank(routes: Routes, path: str, api: str) -> None:
             {
                 "id": uuid.uuid4().hex,
                 "results": rerank_results(request, documents, relevance),
-                "model": request.model or routes.config.model,
+                "model": routes.echoed(request.model),
                 "meta": {"api_version": {"version": api}, "billed_units": {"search_units": 1}},
                 "usage": {"total_tokens": tokens},
             }

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextvars
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -25,10 +27,18 @@ from fastapi.security import HTTPBearer
 
 from ...inference.capabilities import heads_offering
 from ..errors import MODEL_ERRORS, ServiceError, unicode_problem
+from ..service import UnknownModel
 from ..tasks import COUNT, TRUNCATE_WORDS, ModelCall, Refusal
 
 log = logging.getLogger(__name__)
-SERVICE_ROUTES = ("/info", "/health", "/metrics", "/v1/models")
+SERVICE_ROUTES = (
+    "/info",
+    "/health",
+    "/metrics",
+    "/v1/models",
+    "/v1/load_lora_adapter",
+    "/v1/unload_lora_adapter",
+)
 LIMITS = (
     "max_texts",
     "max_chars",
@@ -41,6 +51,30 @@ LIMITS = (
 # the Warning header values of the request being answered (a fresh list per request: WarningRoute)
 WARNINGS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("warnings", default=None)
 Handler = Callable[["Routes", Any], Awaitable[Response]]  # a dialect's answer to one request shape
+MODELS_PREFIX = (
+    "/models/"  # /models/NAME/<any path>: that path for model NAME (TEI's dialect has no model field)
+)
+
+
+@dataclass
+class Asked:
+    """Which model a request is for: the one its URL names (``/models/NAME/...``; the middleware reads it
+    before routing), and the one it was answered for (the metrics' ``model`` label)."""
+
+    prefix: str | None = None
+    model: str = ""
+
+
+@dataclass(frozen=True)
+class Answering:
+    """The model the request being answered runs on: its name and what it serves."""
+
+    name: str
+    served: Any  # a ServedModel
+
+
+ASKED: contextvars.ContextVar[Asked | None] = contextvars.ContextVar("asked", default=None)
+ANSWERING: contextvars.ContextVar[Answering | None] = contextvars.ContextVar("answering", default=None)
 
 
 class WarningRoute(APIRoute):
@@ -90,13 +124,62 @@ class Routes:
         return MappingProxyType(self._table)
 
     def model_route(self, path: str, task: str, response_model: Any) -> Callable:
-        """``@model_route(path, task, Response)``: a POST route that needs the model's ``task``."""
+        """``@model_route(path, task, Response)``: a POST route that needs the model's ``task``, answered by
+        the model the request names (:meth:`answering`)."""
         if path in self._table:
             raise ValueError(f"two model routes for {path}: a second request shape is Routes.by_shape's")
         self._table[path] = task
-        return self.app.post(
+        post = self.app.post(
             path, response_model=response_model, responses=MODEL_ERRORS, dependencies=self.bearer
         )
+
+        def register(handler: Callable[..., Awaitable[Response]]) -> Any:
+            @functools.wraps(handler)
+            async def answered(*args: Any, **kwargs: Any) -> Response:
+                body = next(iter(kwargs.values())) if kwargs else args[0]
+                token = ANSWERING.set(await self.answering(getattr(body, "model", None)))
+                try:
+                    return await handler(*args, **kwargs)
+                finally:
+                    ANSWERING.reset(token)
+
+            return post(answered)
+
+        return register
+
+    async def answering(self, named: str | None) -> Answering:
+        """The model a request is for, the one place it is decided: its ``model`` field, else the model its
+        URL names (``/models/NAME/...``), else the default. A service of one model answers any name with
+        its model (as it always has); a service of several answers an unknown name 404, naming those it
+        serves, and waits for a model that is not loaded yet to load."""
+        asked, service = ASKED.get(), self.service
+        prefix = asked.prefix if asked else None
+        # one model: whatever a model field says (OpenAI's clients always send one) gets it
+        name = (named or prefix) if service.catalog.several else prefix
+        try:
+            served = await service.describe(name)
+            name = service.entry(name).name
+        except UnknownModel as err:
+            raise ServiceError(404, str(err), "model", code="model_not_found") from None
+        if asked is not None:
+            asked.model = name
+        return Answering(name, served)
+
+    @property
+    def model(self) -> Any:
+        """What the model the request being answered runs on serves (outside a model route: the default's)."""
+        answering = ANSWERING.get()
+        return self.service.model if answering is None else answering.served
+
+    @property
+    def model_name(self) -> str:
+        """The name of the model the request being answered runs on."""
+        answering = ANSWERING.get()
+        return self.service.catalog.default if answering is None else answering.name
+
+    def echoed(self, named: str | None) -> str:
+        """The ``model`` an answer names: the model answering; a service of one model echoes the name asked."""
+        return self.model_name if self.service.catalog.several else (named or self.model_name)
 
     def by_shape(
         self,
@@ -135,7 +218,7 @@ class Routes:
         called (``words``: how it spells refusing and allowing a cut)."""
         self.require(task)
         self.check_texts(texts, field)
-        future = self.service.submit(ModelCall.of(task, truncate, **options), texts)
+        future = self.service.submit(ModelCall.of(task, truncate, **options), texts, model=self.model_name)
         answers = await asyncio.wrap_future(future)
         for i, (value, _) in enumerate(answers):
             if isinstance(value, Refusal):
@@ -159,13 +242,15 @@ class Routes:
         every item answers exactly that many tokens (a late-interaction model's expanded queries)."""
         self.require(task)
         self.check_texts(items, field)
-        budget, window = self.config.max_answer_bytes, tokens_each or self.service.max_input_tokens
+        budget, window = self.config.max_answer_bytes, tokens_each or self.model.max_input_tokens
         tokens = [min(len(item), window) if isinstance(item, list) else window for item in items]
         if sum(tokens) * per_token <= budget:
             return
         texts = [i for i, item in enumerate(items) if not isinstance(item, list)]
         if texts and tokens_each is None:
-            future = self.service.submit(ModelCall.of(COUNT), [items[i] for i in texts], first=True)
+            future = self.service.submit(
+                ModelCall.of(COUNT), [items[i] for i in texts], first=True, model=self.model_name
+            )
             for i, (length, _) in zip(texts, await asyncio.wrap_future(future)):
                 tokens[i] = min(length, window)
         size = sum(tokens) * per_token
@@ -180,15 +265,17 @@ class Routes:
 
     def require(self, task: str) -> None:
         """404 for a task the model does not offer, with why where its head has it (``not_served``)."""
-        if task not in self.service.tasks:
+        model = self.model
+        if task not in model.serves:
             heads = heads_offering(task)
-            why = self.service.model.not_served.get(task) or (
-                f"it needs a {' or '.join(heads)} head" if heads and self.service.head not in heads else None
+            why = model.not_served.get(task) or (
+                f"it needs a {' or '.join(heads)} head" if heads and model.head not in heads else None
             )
+            whose = f"the model {self.model_name}" if self.service.catalog.several else "this server's model"
             raise ServiceError(
                 404,
-                f"this server's model ({self.service.head} head) does not serve {task}"
-                f"{f' ({why})' if why else ''}; it serves {', '.join(self.service.tasks)}",
+                f"{whose} ({model.head} head) does not serve {task}"
+                f"{f' ({why})' if why else ''}; it serves {', '.join(model.serves)}",
             )
 
     def check_texts(self, texts: list[Any], field: str) -> None:
@@ -220,8 +307,8 @@ class Routes:
     def prompted(self, items: list[Any], prompt_name: str | None) -> list[Any]:
         """The texts with the named prompt before them (else the model's default prompt, as
         ``SentenceTransformer.encode``); token ids as given."""
-        prompts, name = self.service.model.prompts, prompt_name
-        name = name if name is not None else self.service.model.default_prompt_name
+        prompts, name = self.model.prompts, prompt_name
+        name = name if name is not None else self.model.default_prompt_name
         if name is None:
             return items
         if name not in prompts:
@@ -233,7 +320,7 @@ class Routes:
 
     def shortened(self, vectors: np.ndarray, dimensions: int | None, normalize: bool) -> np.ndarray:
         """The first ``dimensions`` components of each vector (renormalised where the vectors are unit)."""
-        hidden = self.service.hidden_size
+        hidden = self.model.dimensions
         if dimensions is None or dimensions == hidden:
             return vectors
         if dimensions > hidden:
@@ -250,14 +337,14 @@ class Routes:
         """A width the model was trained for (``/info``'s ``matryoshka_dims``) passes silently; another is
         served with a ``Warning`` header and one log line per width, or refused (422) with
         ``strict_dimensions``."""
-        trained = list(self.service.model.matryoshka_dims)
+        trained = list(self.model.matryoshka_dims)
         if dimensions in trained:
             return
         widths = (
             f"it was trained for {', '.join(map(str, trained))}"
             if trained
             else "it declares no Matryoshka widths"
-        ) + f" and its full {self.service.hidden_size}"
+        ) + f" and its full {self.model.dimensions}"
         if getattr(self.config, "strict_dimensions", False):
             raise ServiceError(
                 422,
@@ -293,7 +380,7 @@ class Routes:
             field,
             truncate,
             words=words,
-            pooling=self.service.model.pooling,
+            pooling=self.model.pooling,
             normalize=normalize,
             side=side,
         )

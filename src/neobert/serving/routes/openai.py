@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field, StrictBool, StrictStr
+from pydantic import BaseModel, Field, StrictBool
 
 from ..errors import ServiceError, documented
 from ..schemas import (
@@ -17,6 +17,7 @@ from ..schemas import (
     Dimensions,
     InputForms,
     LenientRequest,
+    ModelField,
     TextInput,
 )
 from .core import Routes, as_items, encode_vector
@@ -30,7 +31,7 @@ class OpenAIEmbeddingRequest(LenientRequest):
     input: Annotated[InputForms, TextInput(ids=True, texts_only_for="token_vectors")] = Field(
         description="a text, texts, or token ids of our tokenizer (special tokens included)"
     )
-    model: StrictStr | None = None
+    model: ModelField = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Dimensions = DIMENSIONS
     truncate: StrictBool = TRUNCATE
@@ -76,11 +77,23 @@ class OpenAIEmbeddingResponse(BaseModel):
     usage: Usage
 
 
-class ModelCard(BaseModel):  # OpenAI's model object
+class ModelCard(BaseModel):  # OpenAI's model object, and what this server holds of it
     id: str
     object: Literal["model"]
     created: int
     owned_by: str
+    kind: str = Field(
+        description="its directory kind: transformers, sentence-transformers, splade, late-interaction, onnx, "
+        "or adapter (a LoRA adapter, which runs over its base)"
+    )
+    base: str | None = Field(description="an adapter: the model it runs over")
+    state: Literal["loaded", "loading", "not loaded"]
+    bytes: int | None = Field(
+        description="its weights' bytes in memory (an adapter: its own): measured once loaded, estimated "
+        "from its files before"
+    )
+    pinned: bool = Field(description="never evicted (--pin)")
+    default: bool = Field(description="the model of a request that names none")
 
 
 class ModelList(BaseModel):
@@ -92,7 +105,7 @@ class ModelList(BaseModel):
 
 
 def add(routes: Routes) -> None:
-    app, config = routes.app, routes.config
+    app = routes.app
 
     @routes.model_route("/v1/embeddings", "embed", OpenAIEmbeddingResponse)
     async def openai_embeddings(request: OpenAIEmbeddingRequest) -> Response:
@@ -110,18 +123,17 @@ def add(routes: Routes) -> None:
             {
                 "object": "list",
                 "data": data,
-                "model": request.model or config.model,
+                "model": routes.echoed(request.model),
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
             }
         )
 
-    def card() -> dict[str, Any]:
-        return {"id": config.model, "object": "model", "created": routes.started, "owned_by": "neobert"}
-
     @app.get("/v1/models", response_model=ModelList, responses=documented(401), dependencies=routes.bearer)
     async def models() -> Response:
-        """OpenAI's model list: the one model this server serves (its id: the --model value)."""
-        return JSONResponse({"object": "list", "data": [card()]})
+        """OpenAI's model list: every model this server serves (an id: its name, or the --model value), with
+        its kind, its base (an adapter), whether it is loaded and its bytes."""
+        catalog = routes.service.catalog
+        return JSONResponse({"object": "list", "data": [card(routes, entry) for entry in catalog.entries]})
 
     @app.get(
         "/v1/models/{model_id:path}",
@@ -130,15 +142,39 @@ def add(routes: Routes) -> None:
         dependencies=routes.bearer,
     )
     async def model(model_id: str) -> Response:
-        """OpenAI's model object of ``model_id``: 404 for any model but the one served."""
-        if model_id != config.model:
+        """OpenAI's model object of ``model_id``: 404 for a model not served, naming those served."""
+        catalog = routes.service.catalog
+        if model_id not in catalog:
+            served = ", ".join(repr(name) for name in catalog.names)
             raise ServiceError(
                 404,
-                f"the model {model_id!r} does not exist here; this server serves {config.model!r}",
+                f"the model {model_id!r} does not exist here; this server serves {served}",
                 "model",
                 code="model_not_found",
             )
-        return JSONResponse(card())
+        return JSONResponse(card(routes, catalog[model_id]))
+
+
+def card(routes: Routes, entry: Any) -> dict[str, Any]:
+    """A served model as OpenAI's model object, with its kind, base, state and bytes."""
+    state = routes.service.states.get(entry.name, {})
+    loaded = (
+        "loading"
+        if state.get("loading")
+        else ("loaded" if routes.service.loaded(entry.name) else "not loaded")
+    )
+    return {
+        "id": entry.name,
+        "object": "model",
+        "created": routes.started,
+        "owned_by": "neobert",
+        "kind": entry.kind,
+        "base": entry.base,
+        "state": loaded,
+        "bytes": state.get("bytes"),
+        "pinned": entry.pinned,
+        "default": entry.name == routes.service.catalog.default,
+    }
 
 
 async def multivector(routes: Routes, request: OpenAIEmbeddingRequest) -> Response:
@@ -152,7 +188,7 @@ async def multivector(routes: Routes, request: OpenAIEmbeddingRequest) -> Respon
             "return_multivector takes texts, not token ids (the markers are put before the text)",
             "input",
         )
-    settings = routes.service.model.token_vectors
+    settings = routes.model.token_vectors
     kind = "query" if (request.task or "").endswith(".query") else "document"
     per_token = settings["dim"] * BYTES_PER_NUMBER[request.encoding_format]
     what = f"{settings['dim']} numbers as {request.encoding_format}"
@@ -168,7 +204,7 @@ async def multivector(routes: Routes, request: OpenAIEmbeddingRequest) -> Respon
         {
             "object": "list",
             "data": data,
-            "model": request.model or routes.config.model,
+            "model": routes.echoed(request.model),
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
     )

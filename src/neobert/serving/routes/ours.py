@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field, StrictBool, StrictStr
+from pydantic import BaseModel, Field, StrictBool
 
 from ...model.pooling import POOLING_NAMES
 from ..schemas import (
     BYTES_PER_NUMBER,
     TRUNCATE,
+    ModelField,
     OneText,
     Positive,
     RerankResult,
@@ -35,11 +36,13 @@ class EmbedRequest(StrictRequest):
     )
     normalize: StrictBool | None = Field(default=None, description="unit vectors; default: the model's")
     truncate: StrictBool = TRUNCATE
+    model: ModelField = None
 
 
 class TextsRequest(StrictRequest):
     texts: Texts
     truncate: StrictBool = TRUNCATE
+    model: ModelField = None
 
 
 MASKED = "every text holds the model's mask token (/info's mask_token)"
@@ -51,6 +54,7 @@ class FillMaskRequest(StrictRequest):
     )
     top_k: TopK = 5
     truncate: StrictBool = TRUNCATE
+    model: ModelField = None
 
 
 class RerankRequest(StrictRequest):
@@ -58,7 +62,7 @@ class RerankRequest(StrictRequest):
     documents: Texts
     top_n: Positive | None = Field(default=None, description="default: every document")
     return_documents: StrictBool = False
-    model: StrictStr | None = None
+    model: ModelField = None
     truncate: StrictBool = TRUNCATE
 
 
@@ -66,6 +70,7 @@ class MaxSimRequest(StrictRequest):
     query: OneText
     documents: Texts
     truncate: StrictBool = TRUNCATE
+    model: ModelField = None
 
 
 # --- responses (for the OpenAPI schema; the endpoints build them as plain JSON) --------------------------
@@ -143,7 +148,7 @@ class MaxSimResponse(BaseModel):
 async def embed(routes: Routes, request: EmbedRequest) -> Response:
     """``texts`` -> ``{"embeddings"}``, with the model's pooling and normalisation unless the request names
     them."""
-    model = routes.service.model
+    model = routes.model
     pooling = request.pooling or model.pooling
     normalize = model.normalize if request.normalize is None else request.normalize
     texts = routes.prompted(request.texts, None)  # the model's default prompt, as SentenceTransformer.encode
@@ -159,7 +164,7 @@ async def rerank(routes: Routes, request: RerankRequest) -> Response:
     return JSONResponse(
         {
             "results": rerank_results(request, request.documents, relevance),
-            "model": request.model or routes.config.model,
+            "model": routes.echoed(request.model),
         }
     )
 
@@ -187,7 +192,7 @@ def add(routes: Routes) -> None:
         tokens x document tokens and must fit max_answer_bytes (413 before the model runs)."""
         routes.require("maxsim_alignment")
         routes.check_text(request.query, "query", "the query")
-        settings = routes.service.model.token_vectors
+        settings = routes.model.token_vectors
         per_token = settings["query_length"] * BYTES_PER_NUMBER["float"]
         what = f"{settings['query_length']} query tokens' similarities as JSON numbers"
         await routes.check_answer("maxsim_alignment", request.documents, "documents", per_token, what)

@@ -1,6 +1,7 @@
-"""The service's own routes, the same in every dialect: ``/info`` (the one description: the model's, the
-service's and text-embeddings-inference's fields), ``/health`` and ``/metrics``: their answers' shapes, then the
-routes (OpenAI's ``/v1/models`` is :mod:`.openai`'s)."""
+"""The service's own routes, the same in every dialect: ``/info`` (the one description of a model: the
+model's, the service's and text-embeddings-inference's fields; ``?model=NAME`` or ``/models/NAME/info`` for
+another than the default), ``/health`` and ``/metrics``: their answers' shapes, then the routes (OpenAI's
+``/v1/models`` is :mod:`.openai`'s)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from ..errors import documented
-from .core import LIMITS, Routes
+from .core import LIMITS, Answering, Routes
 
 # --- responses (for the OpenAPI schema; the endpoints build them as plain JSON) --------------------------
 
@@ -26,7 +27,10 @@ class HealthResponse(BaseModel):
 
 
 class InfoResponse(BaseModel):
-    model: str
+    model: str = Field(description="the model described: its name (one model: the --model value)")
+    models: list[str] = Field(description="every model served (GET /v1/models has their kinds and states)")
+    kind: str = Field(description="its directory kind (an adapter: adapter, which runs over its base)")
+    base: str | None = Field(description="an adapter: the model it runs over")
     backend: Literal["torch", "onnx", "openvino"]
     precision: str = Field(
         description="torch: bf16 or fp32 as chosen at start; onnx: the graph, fp32 or int8; openvino: fp32, "
@@ -94,19 +98,22 @@ class InfoResponse(BaseModel):
 # --- routes ---------------------------------------------------------------------------------------------
 
 
-def info_body(routes: Routes) -> dict[str, Any]:
-    """The one ``/info`` description: the model's (from the model process), the service's, and
+def info_body(routes: Routes, answering: Answering) -> dict[str, Any]:
+    """The one ``/info`` description of a model: the model's (from the model process), the service's, and
     text-embeddings-inference's fields."""
     config, service = routes.config, routes.service
-    model = service.model
+    model, entry = answering.served, service.catalog[answering.name]
     body = {
         **model.info(),
-        "model": config.model,
+        "model": entry.name,
+        "models": service.catalog.names,
+        "kind": entry.kind,
+        "base": entry.base,
         "long_documents": config.long_documents,
         "limits": {name: getattr(config, name) for name in LIMITS},
         "auth": service.api_key is not None,
         **service.threads.state(),
-        "model_id": config.model,
+        "model_id": entry.name,
         "model_sha": None,
         "model_dtype": {"bf16": "bfloat16", "fp32": "float32"}.get(model.precision, model.precision),
         "max_concurrent_requests": config.max_queue,
@@ -124,10 +131,11 @@ def info_body(routes: Routes) -> dict[str, Any]:
 def add(routes: Routes) -> None:
     app, service = routes.app, routes.service
 
-    @app.get("/info", response_model=InfoResponse, responses=documented(401), dependencies=routes.bearer)
-    async def info() -> Response:
-        """The model, what it serves, its dimensions and input limit, pooling, threads, and the limits."""
-        return JSONResponse(info_body(routes))
+    @app.get("/info", response_model=InfoResponse, responses=documented(401, 404), dependencies=routes.bearer)
+    async def info(model: str | None = None) -> Response:
+        """The model (``model``: a served model's name; default: the default model), what it serves, its
+        dimensions and input limit, pooling, threads, and the limits."""
+        return JSONResponse(info_body(routes, await routes.answering(model)))
 
     @app.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}})
     async def health() -> Response:
@@ -135,7 +143,7 @@ def add(routes: Routes) -> None:
         closing, alive = service.batcher.closed, service.alive()
         body = {
             "status": "shutting down" if closing else ("ok" if alive else "the model process exited"),
-            "model": routes.config.model,
+            "model": service.catalog.default,
             "head": service.head,
             "serves": list(service.tasks),
             "queue_depth": service.batcher.depth(),

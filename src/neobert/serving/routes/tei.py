@@ -238,7 +238,7 @@ def add_embedding_routes(routes: Routes) -> None:
         float32 / float16, row-major (tokens x hidden). Bounded by ``max_answer_bytes`` (413 before the
         model runs)."""
         items = routes.prompted(as_items(request.inputs), request.prompt_name)
-        encoding, hidden = request.encoding_format, routes.service.hidden_size
+        encoding, hidden = request.encoding_format, routes.model.dimensions
         await routes.check_answer(
             "embed_all",
             items,
@@ -363,7 +363,7 @@ async def root_fill_mask(routes: Routes, request: RootMaskedLMRequest) -> Respon
     ``prompt_name``, ``dimensions``), are embedded as TEI's ``/embed`` answers (a list of vectors): what
     ``InferenceClient.feature_extraction`` asks of a masked LM such as the released NeoBERT."""
     texts, single = text_inputs(request.inputs, pairs=False)
-    mask = routes.service.model.mask_token
+    mask = routes.model.mask_token
     if request.model_fields_set & set(EMBED_FIELDS) or not all(mask and mask in text for text in texts):
         return await embed(routes, request)
     top_k = (request.parameters.top_k if request.parameters else None) or 5
