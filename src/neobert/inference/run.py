@@ -185,7 +185,9 @@ def batched_inputs(
             )["input_ids"]
         for batch in token_batches([len(row) for row in ids], batch_size, max_tokens):
             tags = [tag_of(texts[chunk[j]]) for j in batch]
-            if any(tag is not None for tag in tags):  # each tag's rows contiguous (a LoRA layer adds by slice)
+            if any(
+                tag is not None for tag in tags
+            ):  # each tag's rows contiguous (a LoRA layer adds by slice)
                 order = sorted(range(len(batch)), key=lambda r: (tags[r] is not None, str(tags[r])))
                 batch = [batch[r] for r in order]
             width = max(len(ids[j]) for j in batch)
