@@ -350,6 +350,7 @@ TINY = {
     "finetune contrastive": {"--steps": "2"},
     "finetune sparse": {"--steps": "2"},
     "finetune late-interaction": {"--steps": "2"},
+    "finetune rerank": {"--steps": "2"},
 }
 LARGE_PRESETS = ("neobert", "neobert-1024", "120m", "250m-wide", "bert-baseline", "small")
 # programs a block may name without running them: what installs, what is this suite, what only displays

@@ -368,6 +368,7 @@ def test_distillation_adds_the_kl_to_the_teachers_scores_over_each_querys_own_ca
     """loss(weight w) - loss(0) = w x sum over queries of KL(softmax(teacher) || softmax(MaxSim of its own
     positive and negatives)), the MaxSim taken from per-pair token vectors."""
     from neobert.finetuning.contrastive_data import read_jsonl_examples
+    from neobert.finetuning.distillation import Distillation
     from neobert.finetuning.late_interaction import late_step_loss
 
     directory = _saved(tmp_path, "bert")
@@ -382,7 +383,7 @@ def test_distillation_adds_the_kl_to_the_teachers_scores_over_each_querys_own_ca
     texts = queries + positives + [n for ns in negatives for n in ns]
     torch.manual_seed(0)
     base = late_step_loss(model, tokenizer, texts, 3, spec, 1.0).loss_sum
-    with_kl = late_step_loss(model, tokenizer, texts, 3, spec, 1.0, teacher, 0.5).loss_sum
+    with_kl = late_step_loss(model, tokenizer, texts, 3, spec, 1.0, Distillation(teacher, kl=0.5)).loss_sum
     q = token_vectors(model, tokenizer, queries, spec, True)
     expected = 0.0
     for i in range(3):

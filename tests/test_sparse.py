@@ -412,6 +412,18 @@ sparse.run(sparse.SparseConfig(**json.loads(open(sys.argv[1]).read())))
 """
 
 
+def with_teacher_scores(path):
+    """A copy of a pairs file whose rows carry a teacher's scores of their positive and negatives."""
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    out = path.with_name(path.stem + "_scored.jsonl")
+    lines = [
+        json.dumps({**r, "scores": [3.0 - i % 3] + [1.0 + i % 2] * len(r.get("negatives", []))})
+        for i, r in enumerate(rows)
+    ]
+    out.write_text("".join(line + "\n" for line in lines))
+    return out
+
+
 def test_sparse_two_processes_equal_one(tmp_path):
     """issue 26: `finetune sparse` in 2 CPU processes (torchrun, gloo) of 2 queries each trains exactly as 1
     process of the same 4 queries: the contrastive term gathers every process's candidates and the FLOPS term
@@ -424,12 +436,15 @@ def test_sparse_two_processes_equal_one(tmp_path):
     from neobert.finetuning.sparse import SparseConfig, run
 
     model_dir = save_tiny_neobert(tmp_path / "tiny")
-    animals, colors = write_pairs(tmp_path)
+    # issue 40: with a teacher's scores distilled (KL and MarginMSE), found among every process's candidates
+    animals, colors = (with_teacher_scores(path) for path in write_pairs(tmp_path))
 
     def config(name, batch_size):  # a strong regulariser from the first step: the FLOPS term shapes the run
         return SparseConfig(
             model=str(model_dir),
             data=[str(animals), str(colors)],
+            distillation=0.5,
+            margin_mse=0.01,
             output=str(tmp_path / name),
             steps=4,
             batch_size=batch_size,

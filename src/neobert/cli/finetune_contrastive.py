@@ -15,7 +15,7 @@ from typing import Any
 from rich.markup import escape
 
 from ..evaluation.instructions import dataset_instructions
-from ..finetuning import late_interaction, sparse
+from ..finetuning import late_interaction, rerank, sparse
 from ..finetuning.contrastive import ContrastiveConfig, run
 from ..training.trainer import is_main_process
 from .common import add_command, make_console, quiet_transformers
@@ -46,6 +46,13 @@ def _late(args: argparse.Namespace) -> int:
     )
     return _report(
         late_interaction.run, config, "a late-interaction (PyLate ColBERT / MultiVectorEncoder) model"
+    )
+
+
+def _rerank(args: argparse.Namespace) -> int:
+    config = config_from_args(rerank.RerankConfig, args)
+    return _report(
+        rerank.run, config, f"a sentence-transformers CrossEncoder ({config.activation} activation)"
     )
 
 
@@ -90,6 +97,16 @@ LATE_DESCRIPTION = (
 )
 
 
+RERANK_HELP = "cross-encoder (reranker) fine-tuning: BCE, LambdaLoss, ListNet, RankNet, MarginMSE or KL"
+RERANK_DESCRIPTION = (
+    "Any encoder with a one-logit head reads each (query, document) pair; each query's positive and up to "
+    "--hard-negatives negatives are scored together (the data files of finetune contrastive, e.g. neobert mine's); "
+    "pointwise BCE, listwise LambdaLoss (NDCG-Loss2 weights) or ListNet, pairwise RankNet, or distillation of the "
+    "data's teacher scores (MarginMSE, KL); saves a sentence-transformers CrossEncoder (sigmoid activation after "
+    "bce, none after the other losses)."
+)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     _register(subparsers, "contrastive", _main, HELP, DESCRIPTION, ContrastiveConfig, ())
     _register(
@@ -110,6 +127,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         late_interaction.LateInteractionConfig,
         ("matryoshka_dims",),
     )
+    _register(
+        subparsers,
+        "rerank",
+        _rerank,
+        RERANK_HELP,
+        RERANK_DESCRIPTION,
+        rerank.RerankConfig,
+        ("matryoshka_dims", "temperature", "instructions", "distillation", "margin_mse"),
+        instructions=False,
+    )
 
 
 def _register(
@@ -120,7 +147,10 @@ def _register(
     description: str,
     config: type,
     skipped: tuple[str, ...],
+    instructions: bool = True,
 ) -> None:
+    """The command ``name``: an option per field of ``config`` but ``skipped``; ``instructions``: the queries
+    take their data set's instruction (--instruction, --instructions)."""
     skip = ("data", "template", "show_progress", *skipped)
     parser = add_command(subparsers, name, func, help, description, config=config, skip=skip)
     parser.add_argument(
@@ -131,6 +161,8 @@ def _register(
         help="a data set: FILE.jsonl (query, positive, optional negatives), hub:ID[:CONFIG][@SPLIT], or a "
         "known name (all-nli, gooaq); repeat for several",
     )
+    if not instructions:
+        return
     parser.add_argument(
         "--instruction", action="append", metavar="NAME=TEXT", help="instruction of data set NAME"
     )

@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "info",
     "embed",
     "index",
+    "mine",
     "fill_mask",
     "demo",
     "finetune",

@@ -127,6 +127,16 @@ def replace_dir(source: str | os.PathLike, target: str | os.PathLike) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def move_into(built: str | os.PathLike, output: str | os.PathLike) -> None:
+    """Move every entry of directory ``built`` into ``output``, each replacing its old version whole (files
+    already in ``output`` that ``built`` lacks stay)."""
+    for entry in Path(built).iterdir():
+        if entry.is_dir():
+            replace_dir(entry, Path(output) / entry.name)
+        else:
+            os.replace(entry, Path(output) / entry.name)
+
+
 def clean_temporaries(directory: str | os.PathLike) -> None:
     """Remove what an interrupted :func:`atomic_file` / :func:`atomic_dir` left in ``directory``."""
     directory = Path(directory)

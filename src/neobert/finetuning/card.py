@@ -10,7 +10,7 @@ from typing import Any
 from ..cards import CardInfo, DataSource, Result, hub_model_id, wall_time
 from ..common.tables import fmt, markdown_table
 from ..inference.encoders import is_preset
-from ..inference.kinds import pipeline_tag
+from ..inference.kinds import DIRECTORY_KINDS, pipeline_tag
 from ..training.lora import LoraReport
 
 
@@ -47,7 +47,16 @@ def started_from(model: str) -> str:
 HEAD_TAGS = {
     "sparse-embedding": ["sparse-encoder", "splade"],
     "late-interaction": ["ColBERT", "PyLate", "multi-vector"],
+    "cross-encoder": ["cross-encoder", "reranker"],
 }
+
+
+def library_of(card_head: str) -> str:
+    """The library that loads what a card calls ``card_head``: the directory kind's that carries that name
+    (sentence-transformers for its embedding, sparse, late-interaction and cross-encoder directories), else
+    transformers."""
+    kinds = (k for k in DIRECTORY_KINDS.values() if k.card_head == card_head)
+    return next((k.library for k in kinds), "transformers")
 
 
 def finetune_card(facts: FinetuneFacts) -> CardInfo:
@@ -71,11 +80,7 @@ def finetune_card(facts: FinetuneFacts) -> CardInfo:
     sections = []
     if facts.labels:
         sections.append(("Labels", ", ".join(f"`{label}`" for label in facts.labels) + "\n"))
-    library = (
-        "sentence-transformers"
-        if facts.head in ("sentence-embedding", "sparse-embedding", "late-interaction")
-        else "transformers"
-    )
+    library = library_of(facts.head)
     tags = [facts.command.split()[-1], *HEAD_TAGS.get(facts.head, [])]
     if facts.lora is not None:
         description = (

@@ -36,6 +36,7 @@ from ..cards import CardInfo, DataSource, wall_time, write_card
 from ..common.config import PRECISIONS, check_precision, load_mapping
 from ..common.io import write_dir, write_json
 from ..common.tables import fmt
+from ..data.readers import ON_ERROR
 from ..evaluation.instructions import TEMPLATE, apply_instruction
 from ..inference.encoders import MATRYOSHKA_KEY, Encoder, embed_batch, load_encoder, tokenize
 from ..training.lora import LoraReport, LoraSettings, adapt, fingerprint, save_with_adapter
@@ -44,6 +45,7 @@ from ..training.trainer import LossTerms, Trainer, TrainerSettings, model_widths
 from .card import FinetuneFacts, finetune_card
 from .config import FinetuneConfigError, check_lora, config_from_dict
 from .contrastive_data import BatchSampler, ContrastiveDataset, Example, load_datasets
+from .distillation import Distillation
 
 
 @dataclass
@@ -76,9 +78,25 @@ class ContrastiveConfig(LoraSettings):
     license: str | None = None  # the license the model card names (none unless given), e.g. apache-2.0
     # Matryoshka: the loss at each of these widths (the first N dimensions), summed; e.g. 768,512,256,128,64
     matryoshka_dims: list[int] = field(default_factory=list)
+    # a bad data row (a missing field, teacher scores of the wrong length): raise naming its file and line, or
+    # skip and count it
+    on_error: str = field(default="raise", metadata={"choices": ON_ERROR})
+    # weight of the KL divergence from a teacher's scores (the data's "scores": positive, then each negative,
+    # e.g. a cross-encoder's from neobert mine --teacher) to the student's over the same candidates (its logits:
+    # similarity / temperature), added to the contrastive loss
+    distillation: float = 0.0
+    # weight of MarginMSE to the teacher's scores: ((s_pos - s_neg) - (t_pos - t_neg))^2 over each query's own
+    # negatives (s the similarity itself), averaged per query, added to the contrastive loss
+    margin_mse: float = 0.0
 
     def __post_init__(self) -> None:
         check_precision(self.precision, FinetuneConfigError)
+        if self.distillation < 0 or self.margin_mse < 0:
+            raise FinetuneConfigError(
+                f"distillation and margin_mse must be >= 0, got {self.distillation}, {self.margin_mse}"
+            )
+        if self.on_error not in ON_ERROR:
+            raise FinetuneConfigError(f"on_error must be one of {', '.join(ON_ERROR)}, got {self.on_error!r}")
         check_lora(self)
         dims = list(self.matryoshka_dims or [])
         if any(int(d) < 1 for d in dims) or len(set(dims)) != len(dims):
@@ -125,10 +143,15 @@ def info_nce(
 
     queries (B, C), candidates (N, C), targets (B,) index of each query's positive among the candidates.
     """
+    logits = similarity(queries, candidates, cosine) / temperature  # (B, N)
+    return F.cross_entropy(logits, targets, reduction=reduction)
+
+
+def similarity(queries: torch.Tensor, candidates: torch.Tensor, cosine: bool = True) -> torch.Tensor:
+    """(B, N) cosine similarity (or dot product) of queries (B, C) and candidates (N, C), in float32."""
     q = F.normalize(queries.float(), dim=-1) if cosine else queries.float()
     c = F.normalize(candidates.float(), dim=-1) if cosine else candidates.float()
-    logits = q @ c.T / temperature  # (B, N)
-    return F.cross_entropy(logits, targets, reduction=reduction)
+    return q @ c.T
 
 
 def _distributed() -> bool:
@@ -170,23 +193,37 @@ def gather_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
     return _GatherRows.apply(x), int(sum(int(c) for c in counts[: dist.get_rank()]))
 
 
+def candidate_scores(
+    queries: torch.Tensor, positives: torch.Tensor, negatives: torch.Tensor, cosine: bool = True
+) -> tuple[torch.Tensor, int, int]:
+    """(B, N) similarity of this process's queries to every process's positives, then every process's hard
+    negatives (cosine, or the dot product); where this process's positives and its negatives start among them.
+
+    queries and positives (B, C), row i of one paired with row i of the other; negatives (M, C), any count
+    (a hard negative of one query is an in-batch negative of all others)."""
+    all_positives, offset = gather_rows(positives)
+    all_negatives, negative_offset = gather_rows(negatives)
+    candidates = torch.cat([all_positives, all_negatives])
+    return similarity(queries, candidates, cosine), offset, all_positives.shape[0] + negative_offset
+
+
 def contrastive_loss_sum(
     queries: torch.Tensor,
     positives: torch.Tensor,
     negatives: torch.Tensor,
     temperature: float = 0.07,
     cosine: bool = True,
+    teacher: Distillation | None = None,
 ) -> torch.Tensor:
-    """Summed InfoNCE of this process's queries against every positive and hard negative of every process.
-
-    queries and positives (B, C), row i of one paired with row i of the other; negatives (M, C), any count
-    (a hard negative of one query is an in-batch negative of all others). Summed over processes and divided
-    by the global query count, this is the global batch's mean loss.
-    """
-    all_positives, offset = gather_rows(positives)
-    candidates = torch.cat([all_positives, gather_rows(negatives)[0]])
+    """Summed InfoNCE of this process's queries against every positive and hard negative of every process
+    (:func:`candidate_scores`), plus the ``teacher``'s distillation terms. Summed over processes and divided
+    by the global query count, this is the global batch's mean loss."""
+    scores, offset, negatives_at = candidate_scores(queries, positives, negatives, cosine)
     targets = offset + torch.arange(queries.shape[0], device=queries.device)
-    return info_nce(queries, candidates, targets, temperature, reduction="sum", cosine=cosine)
+    loss = F.cross_entropy(scores / temperature, targets, reduction="sum")
+    if teacher is not None:
+        loss = loss + teacher.loss(scores, temperature, offset, negatives_at)
+    return loss
 
 
 def batch_texts(
@@ -202,18 +239,29 @@ def batch_texts(
     return queries + positives + negatives, len(queries), len(negatives)
 
 
-def step_loss(encoder: Encoder, texts: list[str], n_queries: int, config: ContrastiveConfig) -> torch.Tensor:
-    """Summed loss of this process's queries (see :func:`contrastive_loss_sum`)."""
+def step_loss(
+    encoder: Encoder,
+    texts: list[str],
+    n_queries: int,
+    config: ContrastiveConfig,
+    teacher: Distillation | None = None,
+) -> torch.Tensor:
+    """Summed loss of this process's queries (see :func:`contrastive_loss_sum`); the teacher's terms at the
+    full width."""
     # One forward over every text of the step: one graph, which DDP requires, and one padded batch.
     # precision is the trainer's: it autocasts the prepared model's forward (see training.trainer)
     inputs = tokenize(encoder, texts, config.max_length)
     vectors = embed_batch(encoder, inputs)  # (T, C)
     q, p, n = vectors.split([n_queries, n_queries, len(texts) - 2 * n_queries])
     if not config.matryoshka_dims:
-        return contrastive_loss_sum(q, p, n, config.temperature)
+        return contrastive_loss_sum(q, p, n, config.temperature, teacher=teacher)
     # Matryoshka (Kusupati et al. 2022): the same loss on the first d dimensions, for each d, summed
+    widths = config.matryoshka_dims
     return sum(
-        contrastive_loss_sum(q[:, :d], p[:, :d], n[:, :d], config.temperature) for d in config.matryoshka_dims
+        contrastive_loss_sum(
+            q[:, :d], p[:, :d], n[:, :d], config.temperature, teacher=teacher if i == 0 else None
+        )
+        for i, d in enumerate(widths)
     )
 
 
@@ -233,20 +281,26 @@ class ContrastiveTask:
         )
         self.dataset_steps = {d.name: 0 for d in datasets}
 
-    def batches(self, step: int) -> list[tuple[list[str], int]]:
+    def batches(self, step: int) -> list[tuple[list[str], int, list[list[float]]]]:
+        """The step's texts (:func:`batch_texts`), its query count and the teacher's scores of exactly the
+        candidates it took (each query's positive and first ``hard_negatives`` negatives)."""
         index, examples = self.sampler.next_batch()
         self.dataset_steps[self.datasets[index].name] += 1
         texts, n_queries, _ = batch_texts(examples, self.datasets[index], self.config)
-        return [(texts, n_queries)]
+        k = self.config.hard_negatives
+        teacher = [list(ex.scores[: 1 + min(len(ex.negatives), k)]) for ex in examples]
+        return [(texts, n_queries, teacher)]
 
-    def count(self, batch: tuple[list[str], int]) -> torch.Tensor:
+    def count(self, batch: tuple[list[str], int, list[list[float]]]) -> torch.Tensor:
         return torch.tensor(batch[1])
 
-    def loss(self, model: torch.nn.Module, batch: tuple[list[str], int]) -> LossTerms:
-        texts, n_queries = batch
+    def loss(self, model: torch.nn.Module, batch: tuple[list[str], int, list[list[float]]]) -> LossTerms:
+        texts, n_queries, teacher = batch
         # the prepared (possibly DDP-wrapped) bare encoder stands in for the encoder's own
         encoder = Encoder(model, self.encoder.tokenizer, self.encoder.name, self.encoder.max_length)
-        return LossTerms(step_loss(encoder, texts, n_queries, self.config))
+        return LossTerms(
+            step_loss(encoder, texts, n_queries, self.config, Distillation.of(teacher, self.config))
+        )
 
     def after_step(self, step: int, final: bool) -> tuple[dict[str, float], bool]:
         return {}, False
@@ -337,21 +391,23 @@ def train(
     on_step_end: Callable[[int, dict[str, float]], None] | None = None,
     module: Callable[[Encoder], torch.nn.Module] | None = None,
     description: str = "contrastive",
+    model_kwargs: dict[str, Any] | None = None,
 ) -> Trained:
-    """The training of every query/document task (``finetune contrastive``, ``finetune sparse``): load the
-    data, then ``config.model`` with ``head`` (``base``: the bare encoder is trained; ``mlm``: the whole
-    masked-LM model; ``module(encoder)``, where given: a module of the task's own around the encoder, e.g. the
+    """The training of every query/document task (``finetune contrastive``, ``sparse``, ``late-interaction``,
+    ``rerank``): load the data, then ``config.model`` with ``head`` (``base``: the bare encoder is trained;
+    ``mlm`` or ``sequence-classification``: the whole model, the head's settings from ``model_kwargs``, e.g.
+    ``num_labels``; ``module(encoder)``, where given: a module of the task's own around the encoder, e.g. the
     encoder and a projection), run ``make_task(encoder, datasets, config, trainer)`` on the trainer (AdamW,
     linear warm-up and decay), and remove the resume checkpoints of the finished run."""
     start = time.perf_counter()
     if config.steps < 1 or config.batch_size < 1 or config.save_every < 1:
         raise ValueError("steps, batch_size and save_every must be positive")
     output = Path(config.output)
-    datasets = load_datasets(config.data, config.instructions)  # bad data fails before the model loads
+    # bad data fails before the model loads
+    datasets = load_datasets(config.data, config.instructions, config.on_error)
     torch.manual_seed(config.seed)
-    encoder = load_encoder(
-        config.model, config.tokenizer, head=head
-    )  # trainer.prepare moves it to the device
+    # trainer.prepare moves it to the device
+    encoder = load_encoder(config.model, config.tokenizer, head=head, **(model_kwargs or {}))
     too_wide = [d for d in getattr(config, "matryoshka_dims", []) if d > encoder.hidden_size]
     if too_wide:
         raise FinetuneConfigError(
@@ -366,6 +422,11 @@ def train(
     trainer = Trainer(
         _trainer_settings(config, model_widths(encoder.base), description)  # the progress bar's label
     )
+    for d in datasets:
+        if d.skipped:
+            trainer.print(
+                f"{len(d.skipped):,} bad row(s) of {d.name} skipped (on-error skip), e.g. {d.skipped[0]}"
+            )
     task = make_task(encoder, datasets, config, trainer)
 
     _prepare(trainer, trained_module, config)

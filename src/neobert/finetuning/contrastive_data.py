@@ -39,6 +39,7 @@ class ContrastiveDataset:
     examples: list[Example]
     instruction: str = ""
     source: str = ""
+    skipped: list[str] = field(default_factory=list)  # the bad rows skipped (on_error skip), each named
 
     def __len__(self) -> int:
         return len(self.examples)
@@ -77,21 +78,31 @@ def _scores(row: dict, negatives: int, where: str) -> tuple[float, ...]:
     return tuple(float(v) for v in value)
 
 
-def read_jsonl_examples(path: str | os.PathLike) -> list[Example]:
-    """One example per line: {"query", "positive", optional "negatives": [...] or "negative": "..."}."""
+def read_jsonl_examples(
+    path: str | os.PathLike, on_error: str = "raise", skipped: list[str] | None = None
+) -> list[Example]:
+    """One example per line: {"query", "positive", optional "negatives": [...] or "negative": "...", optional
+    "scores": [positive's, each negative's]}. A bad row raises naming its line, or (``on_error="skip"``) is
+    left out and its message appended to ``skipped``."""
     examples = []
     for number, row in json_objects(path, what="contrastive data file"):
         where = f"{path}, line {number}"
-        missing = [k for k in ("query", "positive") if not isinstance(row.get(k), str)]
-        if missing:
-            raise ValueError(
-                f"{where}: missing text field(s) {', '.join(missing)}; "
-                f"available: {', '.join(sorted(row)) or 'none'}"
+        try:
+            missing = [k for k in ("query", "positive") if not isinstance(row.get(k), str)]
+            if missing:
+                raise ValueError(
+                    f"{where}: missing text field(s) {', '.join(missing)}; "
+                    f"available: {', '.join(sorted(row)) or 'none'}"
+                )
+            negatives = _negatives(row, where)
+            examples.append(
+                Example(row["query"], row["positive"], negatives, _scores(row, len(negatives), where))
             )
-        negatives = _negatives(row, where)
-        examples.append(
-            Example(row["query"], row["positive"], negatives, _scores(row, len(negatives), where))
-        )
+        except ValueError as error:
+            if on_error == "raise":
+                raise ValueError(f"{error} (--on-error skip skips such rows and counts them)") from None
+            if skipped is not None:
+                skipped.append(str(error))
     if not examples:
         raise ValueError(f"contrastive data file {path} is empty: expected JSONL with query and positive")
     return examples
@@ -150,17 +161,20 @@ def parse_data_spec(spec: str) -> tuple[str, str]:
 
 
 def load_datasets(
-    specs: Sequence[str], instructions: dict[str, str] | None = None
+    specs: Sequence[str], instructions: dict[str, str] | None = None, on_error: str = "raise"
 ) -> list[ContrastiveDataset]:
-    """Read every data set named in ``specs``; each gets its instruction from the table (or overrides)."""
+    """Read every data set named in ``specs``; each gets its instruction from the table (or overrides);
+    ``on_error`` as :func:`read_jsonl_examples` (each data set keeps its skipped rows' messages)."""
     datasets = []
     for spec in specs:
         name, source = parse_data_spec(spec)
+        skipped: list[str] = []
         if source.startswith("hub:"):
             examples = load_hub_examples(source.removeprefix("hub:"))
         else:
-            examples = read_jsonl_examples(source)
-        datasets.append(ContrastiveDataset(name, examples, dataset_instruction(name, instructions), source))
+            examples = read_jsonl_examples(source, on_error, skipped)
+        instruction = dataset_instruction(name, instructions)
+        datasets.append(ContrastiveDataset(name, examples, instruction, source, skipped))
     names = [d.name for d in datasets]
     if len(set(names)) != len(names):
         raise ValueError(f"data set names must differ, got {names}; name them with NAME=SOURCE")

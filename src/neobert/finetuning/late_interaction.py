@@ -42,12 +42,12 @@ from .contrastive import (
     ContrastiveResult,
     ContrastiveTask,
     _distributed,
-    batch_texts,
     dataset_sizes,
     gather_rows,
     run_card,
     train,
 )
+from .distillation import Distillation
 
 
 @dataclass
@@ -60,9 +60,6 @@ class LateInteractionConfig(ContrastiveConfig):
     query_length: int = 32  # queries are padded with mask tokens (or truncated) to exactly this many tokens
     skip_punctuation: bool = True  # drop punctuation tokens from documents (ColBERT's skiplist)
     attend_to_expansion_tokens: bool = False  # let the encoder attend to the queries' mask tokens
-    # weight of the KL divergence from a teacher's scores (the data's "scores": positive, then each negative,
-    # e.g. a cross-encoder's) to the student's MaxSim over the same candidates, added to the contrastive loss
-    distillation: float = 0.0
     # the longest document the saved model reads where it is used (embed, index, serve, eval embeddings); the
     # default is max_length, the length it was trained on: give more to train short and read long documents
     document_length: int | None = None
@@ -71,8 +68,6 @@ class LateInteractionConfig(ContrastiveConfig):
         super().__post_init__()
         if self.matryoshka_dims:
             raise FinetuneConfigError("matryoshka_dims apply to dense embeddings, not to late interaction")
-        if self.distillation < 0:
-            raise FinetuneConfigError(f"distillation must be >= 0, got {self.distillation}")
         if self.dim < 1 or self.query_length < 2 or self.max_length < 2:
             raise FinetuneConfigError("dim must be >= 1, query_length and max_length >= 2")
         if self.document_length is not None and self.document_length < 2:
@@ -118,22 +113,6 @@ def _gathered(
     return all_vectors, gather_rows(mask.float())[0] > 0, offset
 
 
-def distillation_kl(
-    scores: torch.Tensor, columns: list[list[int]], teacher: list[list[float]]
-) -> torch.Tensor:
-    """Summed over queries with teacher scores: KL(softmax(teacher) || softmax(student)) over each query's own
-    candidates (``columns[i]``: its positive's and its negatives' columns of ``scores``), as PyLate's
-    ``Distillation`` (a KL divergence between the two distributions over a query's candidates)."""
-    total = scores.new_zeros(())
-    for row, (cols, target) in enumerate(zip(columns, teacher)):
-        if not target:
-            continue
-        student = F.log_softmax(scores[row, cols], dim=-1)
-        wanted = F.log_softmax(torch.tensor(target, device=scores.device, dtype=scores.dtype), dim=-1)
-        total = total + F.kl_div(student, wanted, reduction="sum", log_target=True)
-    return total
-
-
 def late_step_loss(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -141,11 +120,10 @@ def late_step_loss(
     n_queries: int,
     spec: LateInteractionSpec,
     temperature: float,
-    teacher: list[list[float]] | None = None,
-    distillation: float = 0.0,
+    teacher: Distillation | None = None,
 ) -> LossTerms:
     """Summed InfoNCE on MaxSim of this process's queries against every process's positives and negatives,
-    plus ``distillation`` x the KL to the ``teacher``'s scores of each query's own candidates."""
+    plus the ``teacher``'s distillation terms on MaxSim over each query's own candidates."""
     device = next(model.parameters()).device
     q_in = tokenize_late(tokenizer, texts[:n_queries], spec, True, device)
     d_in = tokenize_late(tokenizer, texts[n_queries:], spec, False, device)
@@ -164,16 +142,11 @@ def late_step_loss(
     valid = torch.cat(
         [F.pad(p_mask, (0, width - p_mask.shape[1])), F.pad(n_mask, (0, width - n_mask.shape[1]))]
     )
-    scores = padded_maxsim(q, candidates, valid) / temperature  # (B, N)
+    scores = padded_maxsim(q, candidates, valid)  # (B, N)
     targets = offset + torch.arange(n_queries, device=device)
-    loss = F.cross_entropy(scores, targets, reduction="sum")
-    if distillation and teacher:
-        columns, start = [], positives.shape[0] + n_offset
-        for i, target in enumerate(teacher):
-            own = max(len(target) - 1, 0)  # this query's negatives follow the previous queries' in the batch
-            columns.append([offset + i, *range(start, start + own)])
-            start += own
-        loss = loss + distillation * distillation_kl(scores, columns, teacher)
+    loss = F.cross_entropy(scores / temperature, targets, reduction="sum")
+    if teacher is not None:
+        loss = loss + teacher.loss(scores, temperature, offset, positives.shape[0] + n_offset)
     with torch.no_grad():
         correct = (scores.argmax(dim=1) == targets).sum().float()
     return LossTerms(
@@ -186,14 +159,6 @@ class LateInteractionTask(ContrastiveTask):
 
     spec: LateInteractionSpec
 
-    def batches(self, step: int) -> list[tuple[list[str], int, list[list[float]]]]:
-        index, examples = self.sampler.next_batch()
-        self.dataset_steps[self.datasets[index].name] += 1
-        texts, n_queries, _ = batch_texts(examples, self.datasets[index], self.config)
-        k = self.config.hard_negatives  # the teacher's scores of exactly the candidates batch_texts took
-        teacher = [list(ex.scores[: 1 + min(len(ex.negatives), k)]) for ex in examples]
-        return [(texts, n_queries, teacher)]
-
     def loss(self, model: torch.nn.Module, batch: tuple[list[str], int, list[list[float]]]) -> LossTerms:
         texts, n_queries, teacher = batch
         return late_step_loss(
@@ -203,8 +168,7 @@ class LateInteractionTask(ContrastiveTask):
             n_queries,
             self.spec,
             self.config.temperature,
-            teacher,
-            self.config.distillation,
+            Distillation.of(teacher, self.config),
         )
 
 

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from ..cards import write_card
-from ..common.io import replace_dir, write_json
+from ..common.io import move_into, write_json
 from ..inference.encoders import Encoder, tokenize, write_model_files
 from ..inference.sparse import splade_pool
 from ..training.trainer import LossTerms
@@ -47,6 +47,7 @@ from .contrastive import (
     save_trained,
     train,
 )
+from .distillation import Distillation
 
 
 @dataclass
@@ -95,6 +96,7 @@ def sparse_step_loss(
     n_queries: int,
     config: SparseConfig,
     step: int,
+    teacher: Distillation | None = None,
 ) -> LossTerms:
     """Summed loss of this process's queries: contrastive on dot products plus ``n_queries`` x the weighted
     FLOPS terms of the global batch (the trainer divides the sum over processes by the global query count,
@@ -109,7 +111,7 @@ def sparse_step_loss(
         config.document_regularizer, step, config.steps, config.regularizer_warmup
     )
     flops_q, flops_d = flops(all_q), flops(all_documents)
-    loss = contrastive_loss_sum(q, p, n, config.temperature, cosine=False)
+    loss = contrastive_loss_sum(q, p, n, config.temperature, cosine=False, teacher=teacher)
     loss = loss + n_queries * (w_query * flops_q + w_document * flops_d)
     with torch.no_grad():
         sums = {
@@ -126,13 +128,14 @@ class SparseTask(ContrastiveTask):
 
     step = 0
 
-    def batches(self, step: int) -> list[tuple[list[str], int]]:
+    def batches(self, step: int) -> list[tuple[list[str], int, list[list[float]]]]:
         self.step = step  # the regulariser's warm-up follows the optimizer step (resume included)
         return super().batches(step)
 
-    def loss(self, model: torch.nn.Module, batch: tuple[list[str], int]) -> LossTerms:
-        texts, n_queries = batch
-        return sparse_step_loss(model, self.encoder, texts, n_queries, self.config, self.step)
+    def loss(self, model: torch.nn.Module, batch: tuple[list[str], int, list[list[float]]]) -> LossTerms:
+        texts, n_queries, teacher = batch
+        distillation = Distillation.of(teacher, self.config)
+        return sparse_step_loss(model, self.encoder, texts, n_queries, self.config, self.step, distillation)
 
 
 def run(
@@ -197,9 +200,5 @@ def save_sparse_encoder(encoder: Encoder, output: str | os.PathLike) -> Path:
         )
         pooling = SpladePooling("max", "relu", embedding_dimension=encoder.vocab_size)
         SparseEncoder(modules=[transformer, pooling], device="cpu").save(str(built))
-        for entry in built.iterdir():
-            if entry.is_dir():
-                replace_dir(entry, output / entry.name)
-            else:
-                os.replace(entry, output / entry.name)
+        move_into(built, output)
     return output

@@ -280,7 +280,7 @@ def classifier_logits(
     check_vocab(inner, tokenizer)
     max_length = max_length or max_positions(inner, tokenizer)
     device = next(inner.parameters()).device
-    token_types = pairs is not None and _pair_token_types(inner, tokenizer)
+    token_types = pairs is not None and pair_token_types(inner, tokenizer)
     out = np.empty((len(texts), inner.config.num_labels), dtype=np.float32)
     batches = batched_inputs(tokenizer, texts, pairs, batch_size, max_tokens, max_length, device)
     progress = progress_bar(total=len(texts), unit="text", disable=not show_progress)
@@ -398,7 +398,7 @@ def token_states(
     return out
 
 
-def _pair_token_types(model: torch.nn.Module, tokenizer: Any) -> bool:
+def pair_token_types(model: torch.nn.Module, tokenizer: Any) -> bool:
     """Whether the model takes token types and the tokenizer gives a pair's second text type 1 (BERT-style)."""
     if getattr(model.config, "type_vocab_size", 0) < 2 or tokenizer.sep_token_id is None:
         return False

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -150,16 +150,20 @@ def shard_records(directory: str | os.PathLike) -> list[dict]:
     return read_manifest(directory)["shards"]
 
 
-def read_single_vectors(directory: str | os.PathLike) -> np.ndarray:
-    """Every stored vector of a single-vector output in order, as one (texts, width) array of the stored type."""
+def iter_single_vectors(directory: str | os.PathLike) -> Iterator[np.ndarray]:
+    """Each shard's stored vectors of a single-vector output, in order, as a (rows, width) array of the stored
+    type: one shard in memory at a time."""
     import pyarrow.parquet as pq
 
-    arrays = []
     for shard in shard_records(directory):
         table = pq.read_table(shard_path(directory, shard["name"]), columns=[EMBEDDING])
         flat = table.column(EMBEDDING).combine_chunks().flatten().to_numpy(zero_copy_only=False)
-        arrays.append(flat.reshape(shard["rows"], -1))  # packed bits (binary) are narrower than dimensions
-    return np.concatenate(arrays)
+        yield flat.reshape(shard["rows"], -1)  # packed bits (binary) are narrower than dimensions
+
+
+def read_single_vectors(directory: str | os.PathLike) -> np.ndarray:
+    """Every stored vector of a single-vector output in order, as one (texts, width) array of the stored type."""
+    return np.concatenate(list(iter_single_vectors(directory)))
 
 
 def read_multi_vectors(directory: str | os.PathLike) -> tuple[list[str], list[np.ndarray], dict]:

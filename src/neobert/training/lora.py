@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from ..common.io import replace_dir
+from ..common.io import move_into
 from ..common.tables import fmt
 from ..inference.adapters import (
     ADAPTER_FILES,
@@ -292,11 +292,7 @@ def save_with_adapter(
         for name in WEIGHT_FILES:
             (built / name).unlink(missing_ok=True)
         write_adapter_files(module if is_adapted(module) else _peft_child(module)[1], tokenizer, built)
-        for entry in built.iterdir():
-            if entry.is_dir():
-                replace_dir(entry, output / entry.name)
-            else:
-                os.replace(entry, output / entry.name)
+        move_into(built, output)
     return output
 
 

@@ -2,9 +2,8 @@
 loader that loads any source for inference by its kind (:func:`load_for_inference`).
 
 Each kind is a module here with a :class:`~neobert.inference.directories.DirectoryKind` subclass
-(:mod:`.onnx`, :mod:`.late_interaction`, :mod:`.splade`, :mod:`.sentence_transformers`, :mod:`.adapter`,
-:mod:`.transformers`);
-the first whose ``matches`` holds is a directory's kind, and the plain transformers kind is asked last (it
+(:mod:`.onnx`, :mod:`.late_interaction`, :mod:`.splade`, :mod:`.cross_encoder`, :mod:`.sentence_transformers`,
+:mod:`.adapter`, :mod:`.transformers`); the first whose ``matches`` holds is a directory's kind, and the plain transformers kind is asked last (it
 also loads what is no directory: a preset or a Hub id). A new kind is one module and its line in
 :data:`DIRECTORY_KINDS` below, or a :func:`register_directory_kind` call.
 """
@@ -19,6 +18,7 @@ from ..directories import Directory, DirectoryKind
 from ..encoders import Encoder
 from ..registration import HEADS
 from .adapter import AdapterKind
+from .cross_encoder import CrossEncoderKind
 from .late_interaction import LateInteractionKind
 from .onnx import OnnxKind
 from .sentence_transformers import SentenceTransformersKind
@@ -44,6 +44,7 @@ for _kind in (
     OnnxKind(),
     LateInteractionKind(),
     SpladeKind(),
+    CrossEncoderKind(),
     SentenceTransformersKind(),
     # a LoRA adapter loads its base by the base's own kind (the functions below, resolved when called)
     AdapterKind(lambda *args, **kw: load_for_inference(*args, **kw), lambda source: kind_of(source)),

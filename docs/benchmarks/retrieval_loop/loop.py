@@ -1,0 +1,342 @@
+"""The retrieval loop, measured: for dense, SPLADE and late interaction from one starting encoder at matched budgets
+(the same pairs, steps, batch, learning rate, schedule, input length), over several seeds, nDCG@10 and MRR@10 on
+the held-out docstring pairs and on the whole-module long documents of:
+
+1. the first stage trained on in-batch negatives;
+2. the same trained on hard negatives mined with (1) (``neobert mine``, relative margin swept);
+3. the same distilled from a reranker (``neobert finetune rerank`` on (2)'s negatives, its scores mined back with
+   ``neobert mine --teacher``, then ``--distillation`` / ``--margin-mse``);
+4. each followed by the reranker on its top 50;
+
+and the reranker's added latency per query through the service (``POST /rerank`` of a query's top 50, one client).
+
+    PYTHONPATH=src python docs/benchmarks/retrieval_loop/loop.py RUN_DIR --model MODEL [--sparse-model MLM_MODEL] \\
+        [--steps 200] [--seeds 0 1 2] [--margins 0 0.05 0.1] [--kinds dense sparse late]
+    PYTHONPATH=src python docs/benchmarks/retrieval_loop/loop.py RUN_DIR --tiny   # the check: minutes, not results
+
+Every stage skips what RUN_DIR already holds (a stopped run continues). It writes RUN_DIR/results.json, and
+results.md and results.png beside this file (``--report-dir`` elsewhere; ``--tiny`` writes them into RUN_DIR).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from neobert.common.tables import markdown_table
+from neobert.data.docstring_pairs import write_docstring_retrieval
+from neobert.evaluation.embedding_files import read_jsonl, read_qrels
+from neobert.evaluation.embeddings import mrr_at_k, ndcg_at_k
+from neobert.finetuning import contrastive, late_interaction, rerank, sparse
+from neobert.finetuning.mining import RETRIEVERS, MineConfig, mine
+from neobert.inference.cross_encoder import CrossEncoderScorer
+from neobert.inference.kinds import kind_of
+
+HERE = Path(__file__).parent
+TRAINERS = {
+    "dense": (contrastive.ContrastiveConfig, contrastive.run),
+    "sparse": (sparse.SparseConfig, sparse.run),
+    "late": (late_interaction.LateInteractionConfig, late_interaction.run),
+}
+TASKS = {"docstrings": "pairs/heldout/retrieval/docstrings", "modules": "pairs/long/retrieval/modules"}
+DEPTH = 50  # the reranker reads a first stage's top 50
+
+
+def train(kind: str, model: str, data: Path, output: Path, seed: int, a: argparse.Namespace, **extra) -> Path:
+    if (output / "modules.json").is_file():
+        return output
+    config_class, run = TRAINERS[kind]
+    budget = dict(steps=a.steps, batch_size=a.batch_size, lr=a.lr, warmup_steps=max(1, a.steps // 10))
+    config = config_class(
+        model=model,
+        data=[f"docstrings={data}"],
+        output=str(output),
+        seed=seed,
+        max_length=a.max_length,
+        log_every=max(1, a.steps // 5),
+        show_progress=False,
+        precision="fp32",
+        **budget,
+        **extra,
+    )
+    run(config)
+    return output
+
+
+def mined(retriever: Path, run: Path, name: str, a: argparse.Namespace, **settings) -> Path:
+    """The training pairs' hard negatives from ``retriever``'s ranking of every training positive."""
+    out = run / f"{name}.jsonl"
+    if not out.is_file():
+        pairs = a.run / "pairs" / "train.jsonl"
+        mine(
+            MineConfig(
+                model=str(retriever),
+                pairs=str(pairs),
+                corpus=[str(pairs)],
+                text_column="positive",
+                output=str(out),
+                num_negatives=a.negatives,
+                on_error="skip",
+                **settings,
+            )
+        )
+    return out
+
+
+def evaluate(model: Path, task: Path, reranker: Path, work: Path) -> dict:
+    """nDCG@10 and MRR@10 of ``model``'s ranking of the task's corpus, and of ``reranker`` on its top 50."""
+    queries = read_jsonl(task / "queries.jsonl", ("_id", "text"))
+    ids = [str(r["_id"]) for r in read_jsonl(task / "corpus.jsonl", ("_id", "text"))]
+    texts = {str(r["_id"]): r["text"] for r in read_jsonl(task / "corpus.jsonl", ("_id", "text"))}
+    qrels = read_qrels(task)
+    config = MineConfig(
+        model=str(model),
+        pairs="-",
+        corpus=[str(task / "corpus.jsonl")],
+        output="-",
+        work=str(work),
+        candidates=256,
+    )
+    retriever = RETRIEVERS[kind_of(model).embedding](config, work)
+    start = time.perf_counter()
+    _, rows = retriever.candidates([q["text"] for q in queries], min(DEPTH, len(ids)), set())
+    search_ms = 1000 * (time.perf_counter() - start) / len(queries)
+    scorer = CrossEncoderScorer(reranker)
+    first, second = [], []
+    for query, top in zip(queries, rows.tolist()):
+        ranking = [ids[r] for r in top if r >= 0]
+        scores = scorer.scores([(query["text"], texts[d]) for d in ranking])
+        reranked = [d for _, d in sorted(zip(scores, ranking), key=lambda x: -x[0])]
+        relevance = qrels.get(str(query["_id"]), {})
+        first.append((ndcg_at_k(ranking, relevance), mrr_at_k(ranking, relevance)))
+        second.append((ndcg_at_k(reranked, relevance), mrr_at_k(reranked, relevance)))
+    mean = lambda pairs, i: statistics.fmean(p[i] for p in pairs)  # noqa: E731
+    return {
+        "ndcg@10": mean(first, 0),
+        "mrr@10": mean(first, 1),
+        "reranked ndcg@10": mean(second, 0),
+        "reranked mrr@10": mean(second, 1),
+        "search ms/query": search_ms,
+    }
+
+
+def rerank_latency(reranker: Path, task: Path, queries: int = 20) -> float:
+    """Median ms of one POST /rerank of a query and 50 documents, through the service (one client)."""
+    from neobert.serving import ServeConfig
+    from neobert.serving.server import BackgroundServer
+    from neobert.serving.service import Service
+
+    rows = read_jsonl(task / "queries.jsonl", ("_id", "text"))[:queries]
+    documents = [r["text"] for r in read_jsonl(task / "corpus.jsonl", ("_id", "text"))][:DEPTH]
+    import http.client
+
+    times = []
+    service = Service.load(ServeConfig(model=str(reranker), precision="fp32", model_process=False))
+    with BackgroundServer(service) as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=600)
+        for i, row in enumerate([rows[0]] * 3 + rows):  # three warm-ups
+            body = json.dumps({"query": row["text"], "documents": documents}).encode()
+            start = time.perf_counter()
+            conn.request("POST", "/rerank", body=body, headers={"Content-Type": "application/json"})
+            conn.getresponse().read()
+            if i >= 3:
+                times.append(1000 * (time.perf_counter() - start))
+    return statistics.median(times)
+
+
+def one_seed(kind: str, seed: int, run: Path, a: argparse.Namespace) -> dict:
+    """Every step of the loop for one retriever kind and seed; the results by step and task."""
+    start_model = a.sparse_model if kind == "sparse" else a.model
+    d = run / f"{kind}-seed{seed}"
+    pairs = run / "pairs" / "train.jsonl"
+    steps = {"in-batch": train(kind, start_model, pairs, d / "inbatch", seed, a)}
+    kept = {}  # margin -> its mined file, where a row kept a negative
+    for margin in a.margins:
+        data = mined(steps["in-batch"], d, f"mined-margin{margin}", a, relative_margin=margin or None)
+        if not data.read_text().strip():  # the margin dropped every candidate (a weak first stage)
+            print(f"{kind} seed {seed}: relative margin {margin} kept no row; its step is left out")
+            continue
+        kept[margin] = data
+        steps[f"hard negatives (margin {margin or 'none'})"] = train(
+            kind, start_model, data, d / f"hard-margin{margin}", seed, a, hard_negatives=a.negatives
+        )
+    if not kept:
+        raise SystemExit(
+            f"{kind} seed {seed}: no margin kept a row; the reranker has no negatives to learn from"
+        )
+    data = next(iter(kept.values()))  # the reranker learns from the first margin's negatives that exist
+    reranker = d / "reranker"
+    if not (reranker / "config_sentence_transformers.json").is_file():
+        rerank.run(
+            rerank.RerankConfig(
+                model=a.model,
+                data=[f"docstrings={data}"],
+                output=str(reranker),
+                seed=seed,
+                steps=a.steps,
+                batch_size=max(2, a.batch_size // 4),
+                lr=a.lr,
+                warmup_steps=max(1, a.steps // 10),
+                max_length=2 * a.max_length,
+                hard_negatives=a.negatives,
+                loss="lambdaloss",
+                show_progress=False,
+                precision="fp32",
+            )
+        )
+    scored = mined(steps["in-batch"], d, "scored", a, teacher=str(reranker))
+    steps["distilled"] = train(
+        kind,
+        start_model,
+        scored,
+        d / "distilled",
+        seed,
+        a,
+        hard_negatives=a.negatives,
+        distillation=1.0,
+        margin_mse=a.margin_mse,
+    )
+    results = {}
+    for step, model in steps.items():
+        for task, where in TASKS.items():
+            key = f"{step} | {task}"
+            results[key] = evaluate(model, run / where, reranker, d / "eval" / f"{model.name}-{task}")
+    results["rerank ms/query"] = rerank_latency(reranker, run / TASKS["docstrings"])
+    return results
+
+
+def report(results: dict, out: Path) -> str:
+    """Mean and spread (min-max over seeds) per kind, step and task; the plot."""
+    rows, plot = [], {}
+    for kind, seeds in results.items():
+        keys = [k for k in seeds[0] if " | " in k]
+        for key in keys:
+            step, task = key.split(" | ")
+            cell = []
+            for metric in ("ndcg@10", "mrr@10", "reranked ndcg@10", "reranked mrr@10"):
+                values = [100 * s[key][metric] for s in seeds]
+                cell.append(f"{statistics.fmean(values):.1f} ({min(values):.1f}-{max(values):.1f})")
+            search = statistics.fmean(s[key]["search ms/query"] for s in seeds)
+            rows.append([kind, step, task, *cell, f"{search:.1f}"])
+            plot.setdefault((kind, task), []).append(
+                (
+                    step,
+                    [100 * s[key]["ndcg@10"] for s in seeds],
+                    [100 * s[key]["reranked ndcg@10"] for s in seeds],
+                )
+            )
+        latency = statistics.fmean(s["rerank ms/query"] for s in seeds)
+        rows.append(
+            [
+                kind,
+                "reranker, top 50 through the service",
+                "docstrings",
+                "",
+                "",
+                "",
+                "",
+                f"{latency:.1f} (added)",
+            ]
+        )
+    header = [
+        "retriever",
+        "step",
+        "task",
+        "nDCG@10",
+        "MRR@10",
+        "nDCG@10 reranked",
+        "MRR@10 reranked",
+        "ms / query",
+    ]
+    table = markdown_table(header, rows)
+    _plot(plot, out / "results.png")
+    return table
+
+
+def _plot(points: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = sorted({t for _, t in points})
+    kinds = sorted({k for k, _ in points})
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for i, kind in enumerate(kinds):
+            steps = points.get((kind, task), [])
+            for j, (_, first, second) in enumerate(steps):
+                x = j + 0.25 * i
+                for values, marker in ((first, "o"), (second, "^")):
+                    mean = statistics.fmean(values)
+                    ax.errorbar(
+                        x,
+                        mean,
+                        yerr=[[mean - min(values)], [max(values) - mean]],
+                        fmt=marker,
+                        color=f"C{i}",
+                        label=f"{kind}{' + reranker' if marker == '^' else ''}" if j == 0 else None,
+                    )
+            ax.set_xticks(range(len(steps)), [s[0] for s in steps], rotation=20, ha="right", fontsize=7)
+        ax.set_title(task)
+        ax.set_ylabel("nDCG@10 x 100 (mean, min-max over seeds)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path)
+    parser.add_argument(
+        "--model", default=None, help="the starting encoder (dense, late interaction, reranker)"
+    )
+    parser.add_argument(
+        "--sparse-model", default=None, help="SPLADE's start: a masked-LM model (default --model)"
+    )
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=5e-5)
+    parser.add_argument("--max-length", type=int, default=64)
+    parser.add_argument("--negatives", type=int, default=3)
+    parser.add_argument("--margin-mse", type=float, default=0.1)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--margins", type=float, nargs="+", default=[0.05, 0.0, 0.1])
+    parser.add_argument("--kinds", nargs="+", default=["dense", "sparse", "late"], choices=list(TRAINERS))
+    parser.add_argument("--modules", nargs="*", default=None, help="stdlib modules (default: all)")
+    parser.add_argument("--report-dir", type=Path, default=HERE)
+    parser.add_argument(
+        "--tiny", action="store_true", help="the check: a tiny random NeoBERT, 3 steps, 5 modules"
+    )
+    a = parser.parse_args()
+    if a.tiny:
+        a.model, a.steps, a.batch_size, a.max_length, a.report_dir = "tiny", 3, 8, 32, a.run
+        a.modules = a.modules or ["json", "csv", "textwrap", "string", "email"]
+    if a.model is None:
+        parser.error("--model is required (or --tiny)")
+    a.sparse_model = a.sparse_model or a.model
+    a.run.mkdir(parents=True, exist_ok=True)
+    if not (a.run / "pairs" / "long" / "retrieval" / "modules" / "qrels.tsv").is_file():
+        write_docstring_retrieval(
+            a.run / "pairs", heldout_share=0.4 if a.tiny else 0.3, modules=a.modules, module_documents=True
+        )
+    saved = a.run / "results.json"
+    results = json.loads(saved.read_text()) if saved.is_file() else {}
+    for kind in a.kinds:
+        done = {r["seed"] for r in results.get(kind, [])}
+        for seed in a.seeds:
+            if seed not in done:
+                results.setdefault(kind, []).append({"seed": seed, **one_seed(kind, seed, a.run, a)})
+                saved.write_text(json.dumps(results, indent=2))
+    a.report_dir.mkdir(parents=True, exist_ok=True)
+    table = report(results, a.report_dir)
+    (a.report_dir / "results.md").write_text(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
