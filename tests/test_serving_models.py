@@ -571,3 +571,45 @@ def test_a_classifier_adapter_whose_head_cannot_be_placed_is_refused_naming_the_
     (two / "adapter_base.json").write_text(json.dumps({**facts, "config": {"num_labels": 2}}))
     message = load_error(model=[f"base={store['base']}", f"clf={two}"])
     assert "base_model.model.classifier.weight [3, " in message and "the model's is [2, " in message, message
+
+
+def test_lora_layers_add_each_adapters_delta_by_slice_as_peft_computes_it(store):
+    """route_rows' LoRA layers against peft's own mixed batches (adapter_names): rows of two adapters and the
+    base, contiguous (a slice each) and interleaved (peft's path), one adapter alone, and untagged rows (the
+    base alone)."""
+    from neobert.inference.encoders import load_model
+    from neobert.inference.kinds.adapter import attach, route_rows
+    from neobert.inference.run import ROW_TAGS, RowTags
+
+    def wrapped():
+        from neobert.inference.adapters import read_adapter
+
+        wrapper = attach(load_model(str(store["base"]), "base"), read_adapter(store["ad"][0]), "a0")
+        return attach(wrapper.base_model.model, read_adapter(store["ad"][1]), "a1", wrapper)
+
+    ours, theirs = (
+        wrapped(),
+        peft.PeftModel.from_pretrained(
+            load_model(str(store["base"]), "base"), str(store["ad"][0]), adapter_name="a0"
+        ),
+    )
+    theirs.load_adapter(str(store["ad"][1]), adapter_name="a1")
+    theirs.eval()
+    route_rows(ours.base_model.model)
+    ids = torch.randint(5, 1000, (6, 9))
+    mask = torch.ones_like(ids)
+    for rows in [(None, None, "a0", "a0", "a1", "a1"), ("a1", None, "a0", "a1", None, "a0"), ("a0",) * 6]:
+        outer = ROW_TAGS.set(RowTags(rows, (9,) * 6))
+        try:
+            with torch.no_grad():
+                got = ours(input_ids=ids, attention_mask=mask)[0]
+        finally:
+            ROW_TAGS.reset(outer)
+        names = ["__base__" if row is None else row for row in rows]
+        with torch.no_grad():
+            expected = theirs(input_ids=ids, attention_mask=mask, adapter_names=names)[0]
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    with torch.no_grad(), theirs.disable_adapter():
+        torch.testing.assert_close(
+            ours(input_ids=ids, attention_mask=mask)[0], theirs(input_ids=ids, attention_mask=mask)[0]
+        )

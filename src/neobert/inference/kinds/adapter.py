@@ -4,18 +4,16 @@ module keeps what is the kind's and the service's own. Loaded alone (:meth:`Adap
 its base, loaded by the base's own kind with the head its ``adapter_base.json`` describes, the adapter merged
 into the weights; the service instead keeps one base and many adapters beside it (:func:`attach`,
 :func:`detach`), and runs rows of different adapters in one forward: each LoRA layer reads the rows' adapters
-from :data:`neobert.inference.run.ROW_TAGS` (:func:`route_rows`), peft's mixed-adapter batches
-(``adapter_names``), or, where every row of a forward has one adapter, that adapter set active (no per-row
-gather in every layer).
+from :data:`neobert.inference.run.ROW_TAGS` (:func:`route_rows`) and adds each adapter's delta to its rows'
+slice (peft's mixed-adapter batches, ``adapter_names``, where the rows are not ordered by adapter).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from collections.abc import Callable, Iterable
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +114,7 @@ def route_rows(model: torch.nn.Module) -> None:
         if getattr(module, "_rows", False):
             continue
         if isinstance(module, LoraLayer) and isinstance(module, torch.nn.Module):
-            module.forward = functools.partial(_lora_rows, module, module.forward)
+            module.forward = partial(_lora_rows, module, module.forward)
             module._rows = True
         elif isinstance(module, AuxiliaryTrainingWrapper):
             module.register_forward_pre_hook(_adapter_names, with_kwargs=True)
@@ -201,10 +199,10 @@ class AdapterKind(DirectoryKind):
         self, source, tokenizer=None, head="auto", precision="auto", sparse=False, fields=None
     ) -> Encoder:
         """The base (by its kind, on the padded fp32 path; with the head and config fields its
-        ``adapter_base.json`` describes unless ``head`` names one) with the adapter merged into its weights,
+        ``adapter_base.json`` describes unless ``head`` names another) with the adapter merged into its weights,
         then ``precision``: what the base serves, computed as base plus adapter."""
         adapter = read_adapter(source)
-        if head == "auto" and adapter.described:
+        if adapter.described and head in ("auto", adapter.head):
             head, fields = adapter.head, {**adapter.config, **(fields or {})}
         encoder = self.load_base(adapter.source, tokenizer, head, None, sparse, fields)
         attach(encoder.model, adapter, "adapter").merge_and_unload()
