@@ -506,3 +506,110 @@ def test_classifier_adapters_with_their_own_head_run_mixed(tmp_path, tokenizer):
     for name in ("c0", "c1"):
         np.testing.assert_allclose(got[name], expected[name], atol=1e-5)
     assert np.abs(got["c0"] - got["c1"]).max() > 1e-3 and np.abs(got["c0"] - got["base"]).max() > 1e-3
+
+
+@pytest.fixture(scope="module")
+def trained(store, tmp_path_factory):
+    """A classifier adapter trained by `neobert finetune classify --lora` over the tiny base (three labels: its
+    head is the adapter's, described by its adapter_base.json), and what load_adapted computes with it."""
+    import pandas as pd
+
+    from neobert.cli.main import main
+    from neobert.inference.adapters import load_adapted
+
+    root = tmp_path_factory.mktemp("trained")
+    words = {"good": "pos", "bad": "neg", "fine": "meh"}
+    rows = [{"text": f"the film was {w} {i}", "label": label} for i in range(8) for w, label in words.items()]
+    pd.DataFrame(rows).to_csv(root / "train.csv", index=False)
+    pd.DataFrame(rows[:9]).to_csv(root / "val.csv", index=False)
+    command = ["finetune", "classify", "--model", str(store["base"]), "--output", str(root / "run")]
+    command += ["--train", str(root / "train.csv"), "--validation", str(root / "val.csv"), "--lora"]
+    command += ["--lora-r", "4", "--epochs", "1", "--batch-size", "8", "--lr", "0.01", "--quiet"]
+    command += ["--no-tensorboard"]
+    assert main(command) == 0
+    adapter = root / "run" / "model"
+    adapted = load_adapted(adapter)
+    batch = adapted.tokenizer(TEXTS, padding=True, return_tensors="pt", return_token_type_ids=False)
+    with torch.no_grad():
+        probabilities = torch.softmax(adapted.model(**batch).logits, -1).numpy()
+    labels = adapted.model.config.id2label
+    expected = [{labels[j]: float(row[j]) for j in range(len(row))} for row in probabilities]
+    return {"adapter": adapter, "expected": expected}
+
+
+def test_a_trained_classifier_adapter_is_served_with_its_head_beside_its_base(store, trained):
+    """`finetune classify --lora` over the base, served beside the base: the adapter runs over the base loaded
+    with the head and labels its adapter_base.json describes (as load_adapted loads it), while the base
+    itself still embeds as before."""
+    with serve([f"base={store['base']}", f"clf={trained['adapter']}"]) as srv:
+        status, answer, _ = call(srv.url, "POST", "/models/clf/predict", {"inputs": [[t] for t in TEXTS]})
+        assert status == 200, answer
+        for got, expected in zip(answer, trained["expected"]):
+            assert {row["label"] for row in got} == set(expected) == {"pos", "neg", "meh"}
+            for row in got:
+                assert abs(row["score"] - expected[row["label"]]) < 1e-5
+        status, info, _ = call(srv.url, "GET", "/models/clf/info")
+        assert status == 200 and info["kind"] == "adapter" and info["base"] == "base:sequence-classification"
+        np.testing.assert_allclose(embed(srv.url, "base"), embed(srv.url, None), atol=0)
+
+
+def test_a_classifier_adapter_whose_head_cannot_be_placed_is_refused_naming_the_tensors(
+    store, trained, tmp_path
+):
+    """Without its adapter_base.json (and peft's task type) the adapter runs over the bare base, which has no
+    classifier for its head's tensors; with fewer labels than it was trained on, its head's shape differs."""
+    import shutil
+
+    bare = shutil.copytree(trained["adapter"], tmp_path / "bare")
+    (bare / "adapter_base.json").unlink()
+    config = json.loads((bare / "adapter_config.json").read_text())
+    (bare / "adapter_config.json").write_text(json.dumps({**config, "task_type": None}))
+    message = load_error(model=[f"base={store['base']}", f"clf={bare}"])
+    assert "base_model.model.classifier.weight" in message and str(store["base"]) in message, message
+    two = shutil.copytree(trained["adapter"], tmp_path / "two")
+    facts = json.loads((two / "adapter_base.json").read_text())
+    (two / "adapter_base.json").write_text(json.dumps({**facts, "config": {"num_labels": 2}}))
+    message = load_error(model=[f"base={store['base']}", f"clf={two}"])
+    assert "base_model.model.classifier.weight [3, " in message and "the model's is [2, " in message, message
+
+
+def test_lora_layers_add_each_adapters_delta_by_slice_as_peft_computes_it(store):
+    """route_rows' LoRA layers against peft's own mixed batches (adapter_names): rows of two adapters and the
+    base, contiguous (a slice each) and interleaved (peft's path), one adapter alone, and untagged rows (the
+    base alone)."""
+    from neobert.inference.encoders import load_model
+    from neobert.inference.kinds.adapter import attach, route_rows
+    from neobert.inference.run import ROW_TAGS, RowTags
+
+    def wrapped():
+        from neobert.inference.adapters import read_adapter
+
+        wrapper = attach(load_model(str(store["base"]), "base"), read_adapter(store["ad"][0]), "a0")
+        return attach(wrapper.base_model.model, read_adapter(store["ad"][1]), "a1", wrapper)
+
+    ours, theirs = (
+        wrapped(),
+        peft.PeftModel.from_pretrained(
+            load_model(str(store["base"]), "base"), str(store["ad"][0]), adapter_name="a0"
+        ),
+    )
+    theirs.load_adapter(str(store["ad"][1]), adapter_name="a1")
+    theirs.eval()
+    route_rows(ours.base_model.model)
+    ids = torch.randint(5, 1000, (6, 9))
+    mask = torch.ones_like(ids)
+    for rows in [(None, None, "a0", "a0", "a1", "a1"), ("a1", None, "a0", "a1", None, "a0"), ("a0",) * 6]:
+        outer = ROW_TAGS.set(RowTags(rows, (9,) * 6))
+        try:
+            with torch.no_grad():
+                got = ours(input_ids=ids, attention_mask=mask)[0]
+        finally:
+            ROW_TAGS.reset(outer)
+        names = ["__base__" if row is None else row for row in rows]
+        with torch.no_grad():
+            expected = theirs(input_ids=ids, attention_mask=mask, adapter_names=names)[0]
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    with torch.no_grad(), theirs.disable_adapter():
+        torch.testing.assert_close(
+            ours(input_ids=ids, attention_mask=mask)[0], theirs(input_ids=ids, attention_mask=mask)[0]
+        )

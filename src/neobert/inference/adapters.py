@@ -55,6 +55,11 @@ ADAPTER_FILES = (ADAPTER_CONFIG, ADAPTER_WEIGHTS, ADAPTER_BASE)
 PEFT_TASK_HEADS = {"SEQ_CLS": "sequence-classification", "TOKEN_CLS": "token-classification"}
 # config fields a labelled head is loaded with (the rest is the base's own)
 HEAD_FIELDS = ("num_labels", "id2label", "label2id", "problem_type", "classifier_pooling")
+LORA = "LORA"  # the one peft type read here: LoRA's
+
+
+class AdapterError(ValueError):
+    """An adapter directory that cannot be read or applied to its base: the message names the adapter and why."""
 
 
 @dataclass
@@ -62,20 +67,35 @@ class AdapterInfo:
     """An adapter directory, described: its base, the head its base is loaded with, its LoRA settings."""
 
     path: Path
-    base: str  # adapter_config.json's base_model_name_or_path
+    base: str  # adapter_config.json's base_model_name_or_path, as written
     head: str  # a HEADS key
     config: dict[str, Any] = field(default_factory=dict)  # config fields the base is loaded with
     r: int = 0
     alpha: float = 0.0
-    targets: list[str] = field(default_factory=list)
+    targets: list[str] | str = field(default_factory=list)  # a regular expression where peft was given one
     trained_fully: list[str] = field(default_factory=list)  # peft's modules_to_save
     model_type: str | None = None  # the base's (transformers' config.model_type)
     hidden_size: int | None = None
     vocab_size: int | None = None
+    described: bool = False  # it has an adapter_base.json (its head and config are known, not guessed)
+
+    @property
+    def weights(self) -> Path:
+        return self.path / ADAPTER_WEIGHTS
+
+    @property
+    def source(self) -> str:
+        """Where the base is here: a directory as written (from here), or beside the adapter where the name
+        is relative; otherwise as written (a preset, a Hub id)."""
+        for candidate in (Path(self.base).expanduser(), self.path / self.base):
+            if candidate.is_dir():
+                return str(candidate.resolve())
+        return self.base
 
 
 def needs_peft(what: str) -> Any:
-    """The peft package (the ``lora`` extra), or an error saying ``what`` needs it and how to install it."""
+    """The peft package (the ``lora`` extra), or an error saying ``what`` needs it and how to install it
+    (peft is imported only where it is used)."""
     try:
         import peft
     except ImportError as err:
@@ -105,26 +125,41 @@ def is_adapted(model: Any) -> bool:
 
 
 def read_adapter(path: str | os.PathLike) -> AdapterInfo:
-    """The adapter directory ``path``, described; a clear error where it holds no adapter."""
+    """The adapter directory ``path``, described; a clear error where it holds no adapter, an unreadable one,
+    another peft type than LoRA, or one that names no base."""
     path = Path(path).expanduser()
     if not is_adapter_dir(path):
         raise FileNotFoundError(f"{path} is not a LoRA adapter directory: it holds no {ADAPTER_CONFIG}")
-    peft = json.loads((path / ADAPTER_CONFIG).read_text(encoding="utf-8"))
-    base_file = path / ADAPTER_BASE
-    base = json.loads(base_file.read_text(encoding="utf-8")) if base_file.is_file() else {}
+    try:
+        peft = json.loads((path / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+        base_file = path / ADAPTER_BASE
+        base = json.loads(base_file.read_text(encoding="utf-8")) if base_file.is_file() else {}
+    except (OSError, ValueError) as err:
+        raise AdapterError(f"{path}: not a readable adapter directory ({err})") from None
+    kind = str(peft.get("peft_type", "")).upper()
+    if kind != LORA:
+        raise AdapterError(
+            f"{path / ADAPTER_CONFIG}: peft_type {kind or 'missing'}; only LoRA adapters are read"
+        )
+    declared = peft.get("base_model_name_or_path") or base.get("base_model_name_or_path")
+    if not declared:
+        raise AdapterError(
+            f"{path / ADAPTER_CONFIG}: base_model_name_or_path is missing, so its base is unknown"
+        )
     targets = peft.get("target_modules") or []
     return AdapterInfo(
         path=path,
-        base=peft.get("base_model_name_or_path") or base.get("base_model_name_or_path") or "",
+        base=str(declared),
         head=base.get("head") or PEFT_TASK_HEADS.get(peft.get("task_type") or "", "base"),
         config=_json_config(base.get("config") or {}),
         r=int(peft.get("r") or 0),
         alpha=float(peft.get("lora_alpha") or 0.0),
-        targets=sorted(targets) if isinstance(targets, list) else [targets],
+        targets=targets if isinstance(targets, str) else sorted(targets),
         trained_fully=list(peft.get("modules_to_save") or []),
         model_type=base.get("model_type"),
         hidden_size=base.get("hidden_size"),
         vocab_size=base.get("vocab_size"),
+        described=bool(base.get("head")),
     )
 
 
@@ -258,46 +293,87 @@ def load_adapted(directory: str | os.PathLike, base: str | None = None) -> Adapt
     preset base or weights that do not fit the base are refused, naming both."""
     peft = needs_peft(f"loading the LoRA adapter {directory}")
     info = read_adapter(directory)
-    if base is not None and not same_base(str(base), info.base):
+    if base is not None and not same_base(str(base), info.source):
         raise ValueError(
             f"{directory} is a LoRA adapter over {info.base} (its adapter_config.json's "
             f"base_model_name_or_path), not over {base}: fold it over the base it was trained on"
         )
-    source = str(base or info.base)
-    if not source or is_preset(source):
+    source = str(base or info.source)
+    if is_preset(source):
         raise ValueError(f"{directory}: its base {source!r} is no model directory or hub id to load")
     model_dir(source)  # a clear error for a path that names no model directory
     model_type = AutoConfig.from_pretrained(source).model_type
     if info.model_type and model_type != info.model_type:
         raise ValueError(
-            f"the adapter in {info.path} was trained over a {info.model_type} model, and its base {source} "
-            f"is a {model_type} model"
+            f"the adapter in {info.path} was trained over a {info.model_type} model, and its "
+            f"base {source} is a {model_type} model"
         )
-    extra = {"ignore_mismatched_sizes": True} if info.config else {}
-    model = load_model(source, head=info.head, **info.config, **extra)
-    _check_keys(model, info, source)
-    try:
-        with quiet_peft():
-            adapted = peft.PeftModel.from_pretrained(model, str(info.path)).eval()
-    except (RuntimeError, ValueError) as err:
-        raise ValueError(f"the adapter in {info.path} does not fit the base {source}: {err}") from err
+    model = load_model(source, head=info.head, **loading_fields(info.config))
+    with quiet_peft():
+        adapted = apply_adapter(peft, model, info, "default", source)
     tokenizer = resolve_tokenizer(source, info.path)
-    return Adapted(adapted, tokenizer, source, info)
+    return Adapted(adapted.eval(), tokenizer, source, info)
 
 
-def _check_keys(model: torch.nn.Module, info: AdapterInfo, source: str) -> None:
-    """Every layer the adapter holds weights of must exist in the base (peft would only warn, and the
-    model would silently go without them)."""
-    with safe_open(str(info.path / ADAPTER_WEIGHTS), "pt") as f:
-        keys = list(f.keys())
+def loading_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """What a base is loaded with for an adapter whose head has the config fields ``config`` (labels): those
+    fields, and leave for the head's weights to differ from the base's (the adapter brings its own)."""
+    return {**config, "ignore_mismatched_sizes": True} if config else {}
+
+
+def apply_adapter(
+    peft: Any, model: torch.nn.Module, info: AdapterInfo, name: str, source: str, wrapper: Any = None
+) -> Any:
+    """The adapter ``info`` loaded into ``model`` under ``name`` (peft; into ``wrapper``, the model's peft
+    wrapper, where it has adapters already); returns the wrapper. Refused by name (the adapter's, where it is
+    not peft's ``default``), before peft touches the model, where a saved tensor has no place in it
+    (:func:`check_keys`), and where peft finds its targets in no layer of the model."""
+    what = f"the adapter in {info.path}" if name == "default" else f"adapter {name} ({info.path})"
+    check_keys(model, info, source, what)
+    try:
+        if wrapper is None:
+            return peft.PeftModel.from_pretrained(model, str(info.path), adapter_name=name)
+        wrapper.load_adapter(str(info.path), adapter_name=name)
+        return wrapper
+    except (RuntimeError, ValueError, KeyError) as err:
+        raise AdapterError(f"{what} does not fit the base {source}: {err}") from None
+
+
+def check_keys(model: torch.nn.Module, info: AdapterInfo, source: str, what: str) -> None:
+    """Every tensor the adapter saved must have its place in ``model`` (peft would only warn of the others,
+    and the model would silently go without them): a layer the model has, and for a module trained in full
+    (a classifier head, peft's ``modules_to_save``) a parameter of the same shape. Refused naming the
+    tensors, and where LoRA matrices are among them, the model's linear layers (its targets are not
+    there: another architecture)."""
+    if not info.weights.is_file():
+        return
+    with safe_open(str(info.weights), "pt") as f:
+        shapes = {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}  # noqa: SIM118
     modules = {n for n, _ in model.named_modules()}
-    unknown = []
-    for key in keys:  # base_model.model.<layer>.lora_A.weight, base_model.model.<module>.<parameter>
-        name = key.removeprefix("base_model.model.").split(".lora_")[0]
-        if name not in modules and name.rpartition(".")[0] not in modules:
-            unknown.append(key)
-    if unknown:
-        raise ValueError(
-            f"the adapter in {info.path} holds weights of layers the base {source} does not have "
-            f"({', '.join(unknown[:4])}{' ...' if len(unknown) > 4 else ''}): it was trained over another model"
-        )
+    parameters = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    misplaced, lora = [], False
+    for key, shape in shapes.items():  # base_model.model.<layer>.lora_A.weight, base_model.model.<module>.<p>
+        name = key.removeprefix("base_model.model.")
+        layer = name.split(".lora_")[0]
+        if layer not in modules and layer.rpartition(".")[0] not in modules:
+            misplaced.append(key)
+            lora = lora or ".lora_" in name
+        elif ".lora_" not in name and name in parameters and parameters[name] != shape:
+            misplaced.append(f"{key} {list(shape)} (the model's is {list(parameters[name])})")
+    if not misplaced:
+        return
+    more = f" and {len(misplaced) - 8} more" if len(misplaced) > 8 else ""
+    linear = sorted(
+        {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    )
+    targets = (
+        f"; it targets {info.targets}, and this model's linear layers are named {', '.join(linear)}"
+        if lora
+        else ""
+    )
+    head = f"{info.head}{', ' + str(info.config) if info.config else ''}"
+    raise AdapterError(
+        f"{what} holds weights of layers the base {source} (a {type(model).__name__}) does not have or holds "
+        f"in another shape: {', '.join(misplaced[:8])}{more}{targets}; was it trained over another model, or "
+        f"with another head than {head}?"
+    )

@@ -87,9 +87,11 @@ class DirectoryKind:
         head: str = "auto",
         precision: str | None = "auto",
         sparse: bool = False,
+        fields: dict[str, Any] | None = None,
     ) -> Any:
         """``source`` loaded for inference: an :class:`~neobert.inference.encoders.Encoder` whose
-        ``capabilities`` say what it serves (see :func:`neobert.inference.kinds.load_for_inference`)."""
+        ``capabilities`` say what it serves (see :func:`neobert.inference.kinds.load_for_inference`;
+        ``fields``: config fields of its head, which only a kind that loads a transformers head takes)."""
         raise ValueError(f"{source} is a {self.name} directory, which is not loaded with PyTorch")
 
     def declared_embedding(self, source: str | os.PathLike) -> Any:

@@ -158,8 +158,9 @@ def batched_inputs(
     device: torch.device,
 ) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
     """(row indices, padded model inputs) for every text, in few-padding batches (see :func:`token_batches`).
-    Where the texts carry tags (:func:`tagged`), :data:`ROW_TAGS` holds the batch's while the caller runs it
-    (until it asks for the next batch)."""
+    Where the texts carry tags (:func:`tagged`), a batch's rows are ordered by tag (each tag's rows
+    contiguous) and :data:`ROW_TAGS` holds the batch's while the caller runs it (until it asks for the next
+    batch)."""
     if max_tokens is None and device.type == "cpu":
         max_tokens = CPU_MAX_TOKENS
     by_chars = sorted(
@@ -183,7 +184,13 @@ def batched_inputs(
                 return_token_type_ids=False,
             )["input_ids"]
         for batch in token_batches([len(row) for row in ids], batch_size, max_tokens):
-            width = len(ids[batch[0]])
+            tags = [tag_of(texts[chunk[j]]) for j in batch]
+            if any(
+                tag is not None for tag in tags
+            ):  # each tag's rows contiguous (a LoRA layer adds by slice)
+                order = sorted(range(len(batch)), key=lambda r: (tags[r] is not None, str(tags[r])))
+                batch = [batch[r] for r in order]
+            width = max(len(ids[j]) for j in batch)
             input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
             attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
             for row, j in enumerate(batch):

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ..common.config import load_mapping
+from ..inference.adapters import AdapterError, AdapterInfo, read_adapter, same_base
 from ..inference.kinds import kind_of
-from ..inference.kinds.adapter import AdapterError, read_adapter, same_source
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]*")  # a name given as NAME=SOURCE (no "/", no "=")
 ENTRY_KEYS = ("name", "path", "base", "pin", "head", "tokenizer")
@@ -51,6 +51,7 @@ class ModelEntry:
     head: str = "auto"
     tokenizer: str | None = None
     pinned: bool = False
+    fields: dict[str, Any] = field(default_factory=dict)  # config fields its head is loaded with (labels)
 
     @property
     def adapter(self) -> bool:
@@ -189,7 +190,9 @@ def entry_of(item: dict[str, Any]) -> ModelEntry:
 def resolve_bases(entries: list[ModelEntry]) -> list[ModelEntry]:
     """Each adapter over its base's entry: the entry named as its base (which must be the model its
     adapter_config.json names), else the entry serving that model, else a new entry for it (named by its
-    source); an adapter over an adapter, or over an ONNX export, is refused."""
+    source); where the adapter's adapter_base.json describes another head than that entry's (a classifier's,
+    with its labels), over an entry of the same model with that head (:func:`with_head`). An adapter over an
+    adapter, or over an ONNX export, is refused."""
     out = list(entries)
     for i, entry in enumerate(out):
         if not entry.adapter:
@@ -200,18 +203,49 @@ def resolve_bases(entries: list[ModelEntry]) -> list[ModelEntry]:
             raise CatalogError(f"model {entry.name}: {err}") from None
         base = base_entry(entry, adapter, out)
         if base is None:
-            base = ModelEntry(adapter.base, adapter.base, kind_of(adapter.base).name)
+            base = ModelEntry(adapter.source, adapter.source, kind_of(adapter.source).name)
             out.append(base)
         if base.adapter or kind_of(base.source).backend != "torch":
             raise CatalogError(
                 f"model {entry.name}: an adapter runs over a PyTorch model; its base {base.name} is a "
                 f"{base.kind} directory"
             )
-        out[i] = replace(entry, base=base.name)
+        headed = with_head(base, adapter, out)
+        if headed not in out:
+            out.append(headed)
+        out[i] = replace(entry, base=headed.name)
     return out
 
 
-def base_entry(entry: ModelEntry, adapter: Any, entries: list[ModelEntry]) -> ModelEntry | None:
+def with_head(base: ModelEntry, adapter: AdapterInfo, entries: list[ModelEntry]) -> ModelEntry:
+    """The entry of ``base``'s model loaded with the head ``adapter``'s adapter_base.json describes (as
+    :func:`neobert.inference.adapters.load_adapted` loads it): ``base`` itself where it is so loaded (or the
+    adapter describes none), else the entry already made for that head and those fields, else a new one,
+    named ``BASE:HEAD`` (``BASE:HEAD:ADAPTER`` where that name serves other labels). Adapters of one base
+    with the same head and labels share it."""
+    if not adapter.described:
+        return base
+    head, fields = adapter.head, adapter.config
+    if base.fields == fields and (
+        base.head == head or (base.head == "auto" and head == "base" and not fields)
+    ):
+        return base
+    for entry in entries:
+        if (
+            not entry.adapter
+            and entry.source == base.source
+            and entry.head == head
+            and entry.fields == fields
+        ):
+            return entry
+    taken = {entry.name for entry in entries}
+    name = f"{base.name}:{head}"
+    if name in taken:
+        name = f"{name}:{adapter.path.name}"
+    return ModelEntry(name, base.source, base.kind, head=head, tokenizer=base.tokenizer, fields=dict(fields))
+
+
+def base_entry(entry: ModelEntry, adapter: AdapterInfo, entries: list[ModelEntry]) -> ModelEntry | None:
     """The entry ``entry`` (an adapter) runs over; a base named that is not the adapter's is refused."""
     if entry.base != "?":
         named = next((e for e in entries if e.name == entry.base), None)
@@ -220,14 +254,14 @@ def base_entry(entry: ModelEntry, adapter: Any, entries: list[ModelEntry]) -> Mo
                 f"model {entry.name}: its base {entry.base!r} is none of the models "
                 f"({', '.join(e.name for e in entries)})"
             )
-        if not same_source(named.source, adapter.base):
+        if not same_base(named.source, adapter.source):
             raise CatalogError(
-                f"model {entry.name}: the adapter {entry.source} was trained over {adapter.declared_base} "
+                f"model {entry.name}: the adapter {entry.source} was trained over {adapter.base} "
                 f"(its adapter_config.json's base_model_name_or_path), but is declared over {named.name} "
                 f"({named.source}): serve it over its own base, or correct one of the two"
             )
         return named
-    return next((e for e in entries if not e.adapter and same_source(e.source, adapter.base)), None)
+    return next((e for e in entries if not e.adapter and same_base(e.source, adapter.source)), None)
 
 
 def adapter_entry(catalog: Catalog, name: str, path: Path, base: str | None) -> ModelEntry:
@@ -245,16 +279,22 @@ def adapter_entry(catalog: Catalog, name: str, path: Path, base: str | None) -> 
     entries = list(catalog.entries)
     entry = ModelEntry(name, str(path), "adapter", base=base or "?")
     try:
-        found = base_entry(entry, read_adapter(path), entries)
+        adapter = read_adapter(path)
+        found = base_entry(entry, adapter, entries)
     except AdapterError as err:
         raise CatalogError(str(err)) from None
     if found is None or found.adapter:
-        declared = read_adapter(path).declared_base
         raise CatalogError(
-            f"the adapter {path} was trained over {declared}, which this service does not serve "
+            f"the adapter {path} was trained over {adapter.base}, which this service does not serve "
             f"(it serves {', '.join(e.source for e in entries if not e.adapter)})"
         )
-    return replace(entry, base=found.name)
+    headed = with_head(found, adapter, entries)
+    if headed not in entries:
+        raise CatalogError(
+            f"the adapter {path} runs over {found.name} with a {adapter.head} head {adapter.config}, which "
+            f"this service does not load: serve it from the start (--model or the models file)"
+        )
+    return replace(entry, base=headed.name)
 
 
 def inside_roots(path: str, roots: Sequence[str]) -> Path | None:

@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from ..common.config import ModelConfig
+from ..inference.adapters import ADAPTER_WEIGHTS, read_adapter
 from ..inference.encoders import is_preset, resolve_model_precision
-from ..inference.kinds.adapter import ADAPTER_WEIGHTS, attach, detach, module_bytes, read_adapter
+from ..inference.kinds.adapter import attach, detach, module_bytes
 from ..inference.kinds.adapter import saved_tensor_bytes as header_bytes
 from ..inference.model_info import count_parameters
 from ..inference.run import ROW_TAGS, RowTags, tagged
@@ -169,7 +170,6 @@ class ModelSet:
             before = module_bytes(base.model)
             holder.wrapper = attach(base.model, read_adapter(entry.source), entry.name, holder.wrapper)
             nbytes = module_bytes(base.model) - before
-            holder.nbytes -= 0  # the base's own bytes are unchanged: the adapter's are its own
             self.estimates[entry.name] = nbytes
             self.described.setdefault(entry.name, self.described[entry.base])
             return Held(base, nbytes, 0)

@@ -55,7 +55,7 @@ class TorchBackend(Backend):
         ``threads`` (the process's count, chosen on the first model it loaded) is given."""
         entry = entry or config.default
         loaded = load_for_inference(
-            entry.source, entry.tokenizer, entry.head, config.precision, config.sparse
+            entry.source, entry.tokenizer, entry.head, config.precision, config.sparse, entry.fields
         )
         fixed = loaded.capabilities.fixed_window
         if fixed and config.long_documents != "truncate":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from ..directories import Directory, DirectoryKind
 from ..encoders import Encoder
@@ -46,7 +47,7 @@ for _kind in (
     CrossEncoderKind(),
     SentenceTransformersKind(),
     # a LoRA adapter loads its base by the base's own kind (the functions below, resolved when called)
-    AdapterKind(lambda *args: load_for_inference(*args), lambda source: kind_of(source)),
+    AdapterKind(lambda *args, **kw: load_for_inference(*args, **kw), lambda source: kind_of(source)),
     TransformersKind(),
 ):
     register_directory_kind(_kind)
@@ -74,14 +75,17 @@ def load_for_inference(
     head: str = "auto",
     precision: str | None = "auto",
     sparse: bool = False,
+    fields: dict[str, Any] | None = None,
 ) -> Encoder:
     """Load ``source`` for inference in one call, by its kind: its head (``auto``: the one its config
-    declares), how it embeds, its tokenizer (held to the input length the directory declares, e.g.
+    declares; ``fields``: config fields it is loaded with, a LoRA adapter's head labels), how it embeds, its tokenizer (held to the input length the directory declares, e.g.
     sentence-transformers' ``max_seq_length``, as ``SentenceTransformer`` holds it), the vocabulary check and
     ``precision`` (:func:`neobert.inference.encoders.apply_precision`; None: the weights as loaded, float32,
     on the padded path); ``encoder.capabilities`` says what it serves. ``sparse``: serve the model's SPLADE
     vectors (``embed_sparse``) though it is not a SPLADE directory (one is served so without asking); it
     needs a masked-LM head."""
+    if fields:
+        return kind_of(source).load(source, tokenizer, head, precision, sparse, fields=fields)
     return kind_of(source).load(source, tokenizer, head, precision, sparse)
 
 

@@ -1,12 +1,11 @@
-"""A LoRA adapter directory in peft's own layout (``adapter_config.json`` naming its base in
-``base_model_name_or_path``, ``adapter_model.safetensors``, maybe a tokenizer and a README card): recognised
-here once, for every command. Loaded alone (:meth:`AdapterKind.load`) it is its base, loaded by the base's own
-kind, with the adapter merged into the weights; the service instead keeps one base and many adapters beside it
-(:func:`attach`, :func:`detach`), and runs rows of different adapters in one forward: each LoRA layer reads the
-rows' adapters from :data:`neobert.inference.run.ROW_TAGS` (:func:`route_rows`), peft's mixed-adapter batches
-(``adapter_names``).
-
-peft is the optional ``lora`` extra: imported where it is used.
+"""The adapter directory kind, and the service's adapters over a shared base. What an adapter directory is
+(its files, reading it, its base, its key check, peft's import) is :mod:`neobert.inference.adapters`; this
+module keeps what is the kind's and the service's own. Loaded alone (:meth:`AdapterKind.load`) an adapter is
+its base, loaded by the base's own kind with the head its ``adapter_base.json`` describes, the adapter merged
+into the weights; the service instead keeps one base and many adapters beside it (:func:`attach`,
+:func:`detach`), and runs rows of different adapters in one forward: each LoRA layer reads the rows' adapters
+from :data:`neobert.inference.run.ROW_TAGS` (:func:`route_rows`) and adds each adapter's delta to its rows'
+slice (peft's mixed-adapter batches, ``adapter_names``, where the rows are not ordered by adapter).
 """
 
 from __future__ import annotations
@@ -14,93 +13,26 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..adapters import (
+    AdapterInfo,
+    adapter_usage,
+    apply_adapter,
+    is_adapter_dir,
+    needs_peft,
+    quiet_peft,
+    read_adapter,
+)
 from ..directories import DirectoryKind
 from ..encoders import Encoder, apply_precision
 from ..run import ROW_TAGS, RowTags
 
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
 BASE = "__base__"  # peft's name for "no adapter" in a mixed batch
-LORA = "LORA"  # the peft type served: mixed-adapter batches are LoRA's
-
-
-class AdapterError(ValueError):
-    """An adapter directory that cannot be served over its model: the message names the adapter and why."""
-
-
-def needs_peft(what: str) -> Any:
-    """The peft package, or an error saying which extra brings it."""
-    try:
-        import peft
-    except ImportError as err:
-        raise AdapterError(f"{what} needs peft ({err}): pip install 'neobert[lora]'") from None
-    return peft
-
-
-@dataclass(frozen=True)
-class Adapter:
-    """What an adapter directory declares: its base (as written, and where it is here), what it targets."""
-
-    path: Path
-    declared_base: str  # base_model_name_or_path as written
-    base: str  # the base resolved: a directory here, or as written (a preset, a Hub id)
-    targets: tuple[str, ...] | str  # target_modules (a regular expression where peft was given one)
-    modules_to_save: tuple[str, ...]
-    rank: int | None
-
-    @property
-    def weights(self) -> Path:
-        return self.path / ADAPTER_WEIGHTS
-
-
-def read_adapter(path: str | os.PathLike) -> Adapter:
-    """The adapter at ``path`` (a directory with ``adapter_config.json``); refused by name where it is not a
-    LoRA adapter or names no base."""
-    directory = Path(path).expanduser()
-    file = directory / ADAPTER_CONFIG
-    try:
-        config = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise AdapterError(f"{file}: not a readable adapter config ({err})") from None
-    kind = str(config.get("peft_type", "")).upper()
-    if kind != LORA:
-        raise AdapterError(f"{file}: peft_type {kind or 'missing'}; only LoRA adapters are served")
-    declared = config.get("base_model_name_or_path")
-    if not declared:
-        raise AdapterError(f"{file}: base_model_name_or_path is missing, so its base is unknown")
-    targets = config.get("target_modules") or ()
-    return Adapter(
-        path=directory,
-        declared_base=str(declared),
-        base=resolve_base(str(declared), directory),
-        targets=targets if isinstance(targets, str) else tuple(sorted(targets)),
-        modules_to_save=tuple(config.get("modules_to_save") or ()),
-        rank=config.get("r"),
-    )
-
-
-def resolve_base(declared: str, adapter_dir: Path) -> str:
-    """Where the base an adapter names is: a directory as written (from here), or beside the adapter where
-    the name is relative; otherwise as written (a preset, a Hub id)."""
-    for candidate in (Path(declared).expanduser(), adapter_dir / declared):
-        if candidate.is_dir():
-            return str(candidate.resolve())
-    return declared
-
-
-def same_source(a: str, b: str) -> bool:
-    """Whether two model sources name one model: the same directory (after resolving), or the same name."""
-    pa, pb = Path(a).expanduser(), Path(b).expanduser()
-    if pa.is_dir() or pb.is_dir():
-        return pa.is_dir() and pb.is_dir() and pa.resolve() == pb.resolve()
-    return a == b
 
 
 def module_bytes(module: torch.nn.Module) -> int:
@@ -142,60 +74,17 @@ def saved_tensor_bytes(files: Iterable[Path], float_bytes: int | None = None) ->
     return total
 
 
-def saved_keys(file: Path) -> set[str]:
-    """The tensor names of a safetensors file, from its header."""
-    with open(file, "rb") as f:
-        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
-    return {name for name in header if name != "__metadata__"}
-
-
-def attach(model: torch.nn.Module, adapter: Adapter, name: str, wrapper: Any = None) -> Any:
+def attach(model: torch.nn.Module, adapter: AdapterInfo, name: str, wrapper: Any = None) -> Any:
     """Load ``adapter`` into ``model`` under ``name`` (in place: peft replaces the targeted layers); returns
     peft's wrapper (``wrapper`` where one is given: the model's adapters so far). Refused by name where the
-    adapter targets layers the model lacks, or its weights fit no layer of the model."""
+    adapter targets layers the model lacks, or a tensor it saved has no place in the model
+    (:func:`neobert.inference.adapters.apply_adapter`)."""
     peft = needs_peft(f"adapter {name}")
-    try:
-        if wrapper is None:
-            wrapper = peft.PeftModel.from_pretrained(model, str(adapter.path), adapter_name=name)
-        else:
-            wrapper.load_adapter(str(adapter.path), adapter_name=name)
-    except (ValueError, KeyError) as err:
-        if "not found in the base model" in str(err) or "Target modules" in str(err):
-            raise AdapterError(missing_targets(model, adapter, name, str(err))) from None
-        raise AdapterError(f"adapter {name} ({adapter.path}): {err}") from None
+    with quiet_peft():
+        wrapper = apply_adapter(peft, model, adapter, name, adapter.source, wrapper)
     wrapper.eval()
-    check_weights(wrapper, adapter, name)
     route_rows(model)
     return wrapper
-
-
-def missing_targets(model: torch.nn.Module, adapter: Adapter, name: str, detail: str) -> str:
-    """Why an adapter's targets are not in the model, naming the model's linear layers."""
-    linear = sorted(
-        {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
-    )
-    return (
-        f"adapter {name} ({adapter.path}) targets {list(adapter.targets) or adapter.targets}, which this "
-        f"{type(model).__name__} does not have (its linear layers are named {', '.join(linear)}): was it "
-        f"trained over another architecture than {adapter.base}? ({detail.splitlines()[0]})"
-    )
-
-
-def check_weights(wrapper: Any, adapter: Adapter, name: str) -> None:
-    """Every tensor the adapter saved went into a layer of the model (peft only warns of the others, and the
-    adapter would then run without them)."""
-    if not adapter.weights.is_file():
-        return
-    from peft.utils import get_peft_model_state_dict
-
-    expected = set(get_peft_model_state_dict(wrapper, adapter_name=name))
-    unused = sorted(saved_keys(adapter.weights) - expected)
-    if unused:
-        raise AdapterError(
-            f"adapter {name} ({adapter.path}) holds {len(unused)} tensors for layers this "
-            f"{type(wrapper.base_model.model).__name__} does not have, e.g. {', '.join(unused[:3])}: "
-            f"was it trained over another architecture or head than {adapter.base}?"
-        )
 
 
 def detach(wrapper: Any, name: str) -> Any:
@@ -213,14 +102,65 @@ def detach(wrapper: Any, name: str) -> Any:
 
 def route_rows(model: torch.nn.Module) -> None:
     """Make every LoRA layer (and peft's modules-to-save wrappers) of ``model`` run each row through the
-    adapter its tag names (:data:`ROW_TAGS`; an untagged row or forward: the base alone)."""
+    adapter its tag names (:data:`ROW_TAGS`; an untagged row or forward: the base alone). A LoRA layer adds
+    each adapter's delta to its rows' slice of the base layer's output where each adapter's rows are
+    contiguous (:func:`neobert.inference.run.batched_inputs` orders a batch's rows by tag): one forward with
+    the adapter set where all rows have one, the base layer alone where none has, no per-row gather and
+    scatter; peft's mixed batches (``adapter_names``) otherwise, and for LoRA variants (DoRA ...)."""
     from peft.tuners.lora import LoraLayer
     from peft.utils.other import AuxiliaryTrainingWrapper
 
     for module in model.modules():
-        if isinstance(module, (LoraLayer, AuxiliaryTrainingWrapper)) and not getattr(module, "_rows", False):
+        if getattr(module, "_rows", False):
+            continue
+        if isinstance(module, LoraLayer) and isinstance(module, torch.nn.Module):
+            module.forward = partial(_lora_rows, module, module.forward)
+            module._rows = True
+        elif isinstance(module, AuxiliaryTrainingWrapper):
             module.register_forward_pre_hook(_adapter_names, with_kwargs=True)
             module._rows = True
+
+
+def _lora_rows(module: Any, peft_forward: Callable[..., torch.Tensor], x: torch.Tensor, *args, **kwargs):
+    """A LoRA layer's forward over rows tagged by adapter (:func:`route_rows`)."""
+    runs = _runs(ROW_TAGS.get(), len(x))
+    if module.disable_adapters or module.merged or kwargs.get("adapter_names") is not None:
+        return peft_forward(x, *args, **kwargs)
+    if runs is None or any(tag in module.lora_variant for tag, _, _ in runs):
+        return peft_forward(x, *args, adapter_names=_names(ROW_TAGS.get(), len(x)), **kwargs)
+    result = module.base_layer(x, *args, **kwargs)
+    for tag, start, stop in runs:
+        if tag is None or tag not in module.lora_A:
+            continue
+        lora_a, lora_b = module.lora_A[tag], module.lora_B[tag]
+        part = x if stop - start == len(x) else x[start:stop]
+        low = lora_a(module.lora_dropout[tag](part.to(lora_a.weight.dtype)))  # (..., rank): small
+        out = result if stop - start == len(x) else result[start:stop]
+        if lora_b.bias is None and out.is_contiguous() and out.dtype == low.dtype:
+            # out += scaling * low @ B^T in place: no output-sized temporaries
+            out.view(-1, out.shape[-1]).addmm_(
+                low.reshape(-1, low.shape[-1]), lora_b.weight.t(), alpha=module.scaling[tag]
+            )
+        else:
+            out += (lora_b(low) * module.scaling[tag]).to(result.dtype)
+    return result
+
+
+@lru_cache(maxsize=64)
+def _runs(rows: RowTags | None, count: int) -> tuple[tuple[str | None, int, int], ...] | None:
+    """The adapters of ``count`` items (rows or tokens) of the forward tagged ``rows`` as runs (adapter,
+    start, stop), each adapter one run; None where an adapter's items are not contiguous."""
+    if rows is None:
+        return ((None, 0, count),)
+    items = rows.per_item(count)
+    runs: list[tuple[str | None, int, int]] = []
+    for i, tag in enumerate(items):
+        name = None if tag is None else str(tag)
+        if runs and runs[-1][0] == name:
+            runs[-1] = (name, runs[-1][1], i + 1)
+        else:
+            runs.append((name, i, i + 1))
+    return tuple(runs) if len({tag for tag, _, _ in runs}) == len(runs) else None
 
 
 def _adapter_names(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -238,53 +178,49 @@ def _names(rows: RowTags | None, count: int) -> list[str]:
 
 
 class AdapterKind(DirectoryKind):
-    """A peft LoRA adapter directory. ``load_base(source, tokenizer, head, precision, sparse)`` loads its base
-    (the registry's ``load_for_inference``, handed over so that this kind imports no other)."""
+    """A peft LoRA adapter directory. ``load_base(source, tokenizer, head, precision, sparse, fields)`` loads
+    its base (the registry's ``load_for_inference``, handed over so that this kind imports no other)."""
 
     name = "adapter"
     library = "peft"
-    loaded_with = "peft"
+    loaded_with = "peft over its base model"
     exports_onnx = False
 
     def __init__(self, load_base: Callable[..., Encoder], base_kind: Callable[[str], DirectoryKind]):
         self.load_base, self.base_kind = load_base, base_kind
 
     def matches(self, path: Path) -> bool:
-        return (path / ADAPTER_CONFIG).is_file()
+        return is_adapter_dir(path)
 
     def validate(self, path: Path) -> None:
         read_adapter(path)
 
-    def load(self, source, tokenizer=None, head="auto", precision="auto", sparse=False) -> Encoder:
-        """The base (by its kind, on the padded fp32 path) with the adapter merged into its weights, then
-        ``precision``: what the base serves, computed as base plus adapter."""
+    def load(
+        self, source, tokenizer=None, head="auto", precision="auto", sparse=False, fields=None
+    ) -> Encoder:
+        """The base (by its kind, on the padded fp32 path; with the head and config fields its
+        ``adapter_base.json`` describes unless ``head`` names another) with the adapter merged into its weights,
+        then ``precision``: what the base serves, computed as base plus adapter."""
         adapter = read_adapter(source)
-        encoder = self.load_base(adapter.base, tokenizer, head, None, sparse)
+        if adapter.described and head in ("auto", adapter.head):
+            head, fields = adapter.head, {**adapter.config, **(fields or {})}
+        encoder = self.load_base(adapter.source, tokenizer, head, None, sparse, fields)
         attach(encoder.model, adapter, "adapter").merge_and_unload()
         if precision is not None:
             apply_precision(encoder.model, precision)
         return encoder
 
     def declared_embedding(self, source: str | os.PathLike) -> Any:
-        base = read_adapter(source).base
+        base = read_adapter(source).source
         return self.base_kind(base).declared_embedding(base)
 
     def usage(self, directory: Path, head: str, texts: tuple[str, ...]) -> tuple[str, str]:
-        base = read_adapter(directory).base
-        code = (
-            "import neobert  # registers NeoBERT with transformers (pip install neobert)\n"
-            "from peft import PeftModel\n"
-            "from transformers import AutoModel, AutoTokenizer\n\n"
-            f"base = AutoModel.from_pretrained({base!r})\n"
-            'model = PeftModel.from_pretrained(base, ".").eval()  # this directory, or its Hub repo id\n'
-            f"batch = AutoTokenizer.from_pretrained({base!r})({list(texts)!r}, padding=True, "
-            'return_tensors="pt")\n'
-            "print(tuple(model(**batch).last_hidden_state.shape[:1]))"
-        )
-        return code, f"({len(texts)},)"
+        return adapter_usage(directory, texts)
 
     def other_ways(self, head: str) -> str:
         return (
-            "`neobert serve --model NAME=.` serves it over its base, beside other adapters of the same base "
-            "(one forward for all of them; docs/serving.md, Several models).\n"
+            "Folded into a plain model directory (`neobert merge --method lora --inputs . --output FOLDED`), "
+            "it loads as any model of its kind, without peft. `neobert serve --model NAME=.` serves it over "
+            "its base, beside other adapters of the same base (one forward for all of them; docs/serving.md, "
+            "Several models).\n"
         )

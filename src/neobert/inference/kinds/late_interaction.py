@@ -52,12 +52,17 @@ class LateInteractionKind(DirectoryKind):
         head: str = "auto",
         precision: str | None = "auto",
         sparse: bool = False,
+        fields: dict | None = None,
     ) -> Encoder:
         """An :class:`Encoder` whose model is the :class:`~neobert.inference.late_interaction.LateInteractionModel`,
         with its spec as ``encoder.spec``; its input limit is the spec's ``document_length``. It runs on the
         padded path, in float32 unless ``precision`` is ``bf16`` (``auto`` keeps float32): the unpadded fast
         path drops the positions the encoder does not attend to, and a query's expansion tokens are such
         positions whose vectors MaxSim counts."""
+        if fields:
+            raise ValueError(
+                f"{source} is a late-interaction (ColBERT) directory: it has no head with {fields}"
+            )
         if sparse:
             raise ValueError(
                 f"{source} is a late-interaction (ColBERT) directory: it has no masked-LM logits "

@@ -47,7 +47,9 @@ class SpladeKind(TransformersKind):
     def validate(self, path: Path) -> None:
         check_splade_layout(path)
 
-    def load(self, source, tokenizer=None, head="auto", precision="auto", sparse=False) -> Encoder:
+    def load(
+        self, source, tokenizer=None, head="auto", precision="auto", sparse=False, fields=None
+    ) -> Encoder:
         """Sparse vectors only, held to its own ``max_seq_length`` as SparseEncoder holds it. A directory
         with SPLADE settings not reproduced here raises where SPLADE is asked for (``sparse``), and is loaded
         as the plain masked-LM model it also is otherwise."""
@@ -57,7 +59,7 @@ class SpladeKind(TransformersKind):
         except ValueError:
             if sparse:
                 raise
-            return super().load(source, tokenizer, head, precision)
+            return super().load(source, tokenizer, head, precision, fields=fields)
         head = detect_head(source) if head == "auto" else registered_head(head).name
         if head != "mlm":
             raise ValueError(

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from transformers import AutoTokenizer
 
+from ..adapters import loading_fields
 from ..capabilities import describe, detect_head, source_embedding
 from ..directories import DirectoryKind
 from ..encoders import EmbeddingSpec, Encoder, apply_precision, load_encoder, max_positions, resolve_tokenizer
@@ -35,14 +37,19 @@ def load_pretrained(
     embedding: EmbeddingSpec | str,
     declared_length: int | None = None,
     sparse: bool = False,
+    fields: dict[str, Any] | None = None,
 ) -> Encoder:
     """A transformers model for inference with ``head``: its tokenizer held to ``declared_length`` (the input
     length the directory declares, as ``SentenceTransformer`` holds it), the vocabulary check, ``precision``,
-    and its capabilities (``embedding``: how it embeds, or why it does not; ``sparse``: it serves SPLADE)."""
+    and its capabilities (``embedding``: how it embeds, or why it does not; ``sparse``: it serves SPLADE;
+    ``fields``: config fields its head is loaded with, e.g. a LoRA adapter's labels, whose head weights then
+    come from the adapter)."""
     tok = resolve_tokenizer(source, tokenizer)
     if declared_length:
         tok.model_max_length = min(int(tok.model_max_length), declared_length)
-    encoder = load_encoder(source, tok, head=head)  # a preset's vocabulary sized to the tokenizer
+    encoder = load_encoder(
+        source, tok, head=head, **loading_fields(fields or {})
+    )  # a preset: vocabulary sized
     if precision is not None:
         apply_precision(encoder.model, precision)
     limit = max_positions(encoder.model.base_model, tok)
@@ -77,7 +84,9 @@ class TransformersKind(DirectoryKind):
     def matches(self, path: Path) -> bool:
         return (path / "config.json").is_file()
 
-    def load(self, source, tokenizer=None, head="auto", precision="auto", sparse=False) -> Encoder:
+    def load(
+        self, source, tokenizer=None, head="auto", precision="auto", sparse=False, fields=None
+    ) -> Encoder:
         head = detect_head(source) if head == "auto" else registered_head(head).name
         if head == "token-classification" and not Path(source).is_dir():
             raise ValueError(
@@ -90,7 +99,7 @@ class TransformersKind(DirectoryKind):
             )
         embedding = self.declared_embedding(source)
         declared = embedding.max_length if isinstance(embedding, EmbeddingSpec) else None
-        return load_pretrained(source, tokenizer, head, precision, embedding, declared, sparse)
+        return load_pretrained(source, tokenizer, head, precision, embedding, declared, sparse, fields)
 
     def declared_embedding(self, source: str | os.PathLike) -> EmbeddingSpec | str:
         return source_embedding(source)
