@@ -102,7 +102,9 @@ def test_the_docs_show_each_clients_snippet():
 
     docs = (Path(__file__).resolve().parents[1] / "docs" / "serving.md").read_text(encoding="utf-8")
     section = docs.split("## Clients people already use")[1].split("\n## ")[0]
-    shown = re.findall(r"```python\n(?:# not run: [^\n]*\n)?(.*?)\n```", section, re.DOTALL)  # the docs' marker aside
+    shown = re.findall(
+        r"```python\n(?:# not run: [^\n]*\n)?(.*?)\n```", section, re.DOTALL
+    )  # the docs' marker aside
     assert shown == [inspect.cleandoc(test.__doc__) for test in SNIPPETS]
 
 
