@@ -86,6 +86,7 @@ def tiny_config(tmp_path, **overrides) -> BenchConfig:
     return BenchConfig(**{**settings, **overrides})
 
 
+@pytest.mark.slow  # the whole smoke benchmark (11 s); test_cli_throughput runs the command by default
 def test_smoke_run_writes_every_output(tmp_path):
     results = run(tiny_config(tmp_path))
     out = tmp_path / "out"

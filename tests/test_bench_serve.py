@@ -87,6 +87,7 @@ def test_report_arithmetic():
         ServeBenchConfig(concurrency=[0])
 
 
+@pytest.mark.slow  # 13 s; test_serving_models.py runs a retry storm by default
 def test_a_retry_storm_loses_nothing_and_its_refusals_are_paced(model_dir):
     """12 clients resending at once on 503 against a queue of 2, the model in its own process: every
     request is answered 200 or 503 (none lost), the 200s keep flowing, and each refusal waits

@@ -112,6 +112,7 @@ TRANSFORMERS_FLOOR = (
 MODULES = "\nimport json, sys; print(json.dumps(sorted(sys.modules)))"
 
 
+@pytest.mark.slow  # six fresh interpreters (19 s); test_import_graph.py checks what import neobert loads by default
 def test_import_neobert_adds_only_its_own_modules_to_what_registering_needs():
     """``import neobert`` costs what transformers' PreTrainedModel costs (torch, torch.distributed, scipy...:
     docs/architecture.md) and nothing more: every module it loads beyond that floor is one of its own."""

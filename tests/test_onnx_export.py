@@ -182,7 +182,10 @@ FAMILIES = {  # model_type: (config class, model class, the config's fields); 13
 }
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+# one family in the default suite, the others on demand (5-6 s each)
+@pytest.mark.parametrize(
+    "family", [f if f == "roberta" else pytest.param(f, marks=pytest.mark.slow) for f in sorted(FAMILIES)]
+)
 def test_bert_family_encoders_match_pytorch(family, tmp_path):
     """Every other supported model type, random and small: a padded batch and a full-length row match.
     RoBERTa-style models number positions from padding_idx + 1 (130 rows, 129 usable tokens)."""
@@ -304,6 +307,7 @@ def test_errors_are_clear_and_leave_nothing(tmp_path, model_dir, monkeypatch, ca
     assert list((tmp_path / "partial").iterdir()) == []
 
 
+@pytest.mark.slow  # a benchmark run (12 s)
 def test_bench_onnx_puts_runtimes_side_by_side(tmp_path):
     from neobert.benchmarks.onnx import OnnxBenchConfig, run
 

@@ -58,6 +58,7 @@ def test_embed_on_ray_equals_the_local_engine_and_encode(model_dir, tmp_path, lo
     assert len({f["pid"] for f in footers}) == 2  # by both actors of the pool
 
 
+@pytest.mark.slow  # a second Ray job (22 s): embed on Ray runs in the default suite
 def test_prepare_on_ray_writes_the_local_engines_shards(tmp_path, local_cluster):
     write_corpus(tmp_path / "in", n=300)
     (tmp_path / "in" / "c.txt").write_text("\n\n".join(texts(50, 3)) + "\n")

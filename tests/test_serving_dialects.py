@@ -319,7 +319,9 @@ def test_schema_states_the_limits_and_the_model(mlm, reranker):
     assert "securitySchemes" not in ok(reranker[0].url, "/openapi.json", method="GET").get("components", {})
 
 
-@pytest.mark.parametrize("keyed", [True, False], ids=["with a key", "without"])
+@pytest.mark.parametrize(
+    "keyed", [pytest.param(True, marks=pytest.mark.slow), False], ids=["with a key (slow: 15 s)", "without"]
+)
 def test_schemathesis_with_every_check_finds_nothing(mlm, reranker, keyed):
     """Every check schemathesis has, valid and invalid requests, every operation (bounded examples). An
     invalid request may be refused with 413 (too many texts, a text too long: the limits the schema states)

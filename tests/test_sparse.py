@@ -424,6 +424,7 @@ def with_teacher_scores(path):
     return out
 
 
+@pytest.mark.slow  # two torchrun processes (26 s); test_loss.py checks the all-reduce by default
 def test_sparse_two_processes_equal_one(tmp_path):
     """issue 26: `finetune sparse` in 2 CPU processes (torchrun, gloo) of 2 queries each trains exactly as 1
     process of the same 4 queries: the contrastive term gathers every process's candidates and the FLOPS term
