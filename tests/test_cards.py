@@ -177,6 +177,7 @@ def test_a_fine_tuned_classifier_card_has_its_accuracy_in_the_model_index(classi
 
 
 @needs_tokenizer
+@pytest.mark.slow  # a fresh interpreter (9 s); other cards' snippets run by default
 def test_the_classifier_card_snippet_runs_as_documented(classifier):
     printed, documented = run_card_snippet(classifier[0].model_dir)
     assert printed == documented == "(2, 2)"
@@ -270,6 +271,7 @@ def test_card_inputs_are_checked(tmp_path):
     importlib.util.find_spec("sentence_transformers") is None, reason="needs sentence-transformers"
 )
 @needs_tokenizer
+@pytest.mark.slow  # 13 s
 def test_sentence_transformers_export_card(model_dir, tmp_path):
     from neobert.integrations.sentence_transformers import save_sentence_transformer
 
@@ -325,6 +327,7 @@ def test_mteb_results_go_on_the_card_as_the_report_holds_them(tmp_path):
     ]
 
 
+@pytest.mark.slow  # 12 s; tests/test_docs.py runs the default run (README) by default
 def test_the_embedded_default_run_leaves_a_card(tmp_path):
     """`neobert pretrain` with no data (two steps, about 10 s here): OUTPUT/final/README.md, the corpus hashed."""
     assert main(["pretrain", "--max-steps", "2", "--output", str(tmp_path / "default"), "--no-progress"]) == 0

@@ -95,6 +95,7 @@ def test_a_registered_head_gets_its_card(toy_dir, toy_head):
     assert pipeline_tag("toy-scoring") == "feature-extraction"
 
 
+@pytest.mark.slow  # an ONNX export (9 s)
 def test_a_registered_head_is_exported_as_its_entry_says(toy_dir, toy_head, tmp_path):
     pytest.importorskip("onnxruntime")
     from neobert.export.onnx import export_onnx

@@ -70,6 +70,7 @@ def push_here(capsys, directory: Path, *args: str) -> tuple[int, str, str]:
     return status, out.out, out.err
 
 
+@pytest.mark.slow  # 11 s
 def test_push_creates_the_repo_a_branch_and_uploads_every_file(model_dir, hub_env, capsys):
     with FakeHub(TOKEN) as hub:
         done = run_push(

@@ -286,6 +286,7 @@ def test_fold_writes_a_plain_directory_equal_to_the_adapter_model(kind, bases, c
     assert "folded" in card.text and "lora" in card.data.tags
 
 
+@pytest.mark.slow  # a fresh interpreter (9 s)
 def test_adapter_card_snippet_runs_with_peft(classified):
     printed, documented = run_card_snippet(classified["neobert"] / "model")
     assert printed == documented == "(2, 2)"

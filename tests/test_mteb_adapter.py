@@ -128,6 +128,7 @@ def test_every_text_mock_task_passes(adapter):
     assert mteb.mock_run(adapter).all_passed
 
 
+@pytest.mark.slow  # 7 s
 def test_cli_selects_tasks_and_reports_unknown_ones(tmp_path, capsys):
     from neobert.cli.main import main
 

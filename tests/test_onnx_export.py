@@ -182,10 +182,8 @@ FAMILIES = {  # model_type: (config class, model class, the config's fields); 13
 }
 
 
-# one family in the default suite, the others on demand (5-6 s each)
-@pytest.mark.parametrize(
-    "family", [f if f == "roberta" else pytest.param(f, marks=pytest.mark.slow) for f in sorted(FAMILIES)]
-)
+@pytest.mark.slow  # 5-9 s each; the NeoBERT exports run by default
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_bert_family_encoders_match_pytorch(family, tmp_path):
     """Every other supported model type, random and small: a padded batch and a full-length row match.
     RoBERTa-style models number positions from padding_idx + 1 (130 rows, 129 usable tokens)."""

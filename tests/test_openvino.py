@@ -225,6 +225,7 @@ def test_auto_choice_is_cached_per_model_and_machine_when_asked(tiny_export, tmp
         backends.open_export(str(tiny_export), "auto", threads=1, cache=str(cache))
 
 
+@pytest.mark.slow  # 8 s; test_hardware.py runs doctor by default
 def test_doctor_names_what_auto_takes_for_an_export(minilm_onnx):
     from neobert.benchmarks import doctor
 

@@ -51,6 +51,7 @@ def test_in_memory_model_other_pooling(tmp_path, mlm, tokenizer, pooling, normal
     np.testing.assert_allclose(vectors, expected, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow  # a fresh interpreter (12 s)
 def test_fresh_process_plain_sentence_transformer(st_dir, mlm, tokenizer, tmp_path):
     """The real use: a new interpreter, `import neobert`, then the plain `SentenceTransformer(path)` with no
     trust_remote_code. Without the import, transformers refuses the unknown model type (no silent fallback)."""

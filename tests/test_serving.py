@@ -178,6 +178,7 @@ def test_concurrent_clients_each_get_their_own_vectors(server, reference_model, 
         assert name in metrics
 
 
+@pytest.mark.slow  # 10 s; concurrent clients on fp32 run by default
 def test_concurrent_clients_on_the_bf16_fast_path(model_dir, tokenizer):
     """The default service (bf16 weights, unpadded): merged batches change only bf16 rounding, so every
     vector is within bf16 precision of that text encoded alone by the same model, and nearer to it than
@@ -501,6 +502,7 @@ def test_shutdown_finishes_in_flight_requests(model_dir):
     assert not srv.thread.is_alive() and service.batcher.closed
 
 
+@pytest.mark.slow  # 25 s of restarts
 def test_a_model_process_that_dies_is_replaced(model_dir, reference_model, tokenizer):
     """Killed while idle: the next request runs on a fresh process. Killed during a request: that request
     is answered 503 + Retry-After, and the one after it runs on a fresh process."""

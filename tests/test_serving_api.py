@@ -123,6 +123,7 @@ def test_declared_pooling_without_normalize(tmp_path, pooling, expected_pooling)
     np.testing.assert_allclose(body["embeddings"], expected, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow  # 10 s
 def test_a_model_that_would_serve_nothing_is_refused_at_start(tmp_path):
     modules = [module(0, "Transformer", ""), module(1, "Pooling", "1_Pooling"), module(2, "Dense", "2_Dense")]
     directory = st_copy(tmp_path, "dense", modules)
@@ -283,6 +284,7 @@ def test_rerank_needs_a_cross_encoder(minilm_server):
     assert status == 404 and "does not serve rerank" in body["error"]["message"]
 
 
+@pytest.mark.slow  # 14 s; test_serving_dialects.py runs schemathesis by default
 def test_openapi_schema_holds_against_the_running_server(ce_server):
     """schemathesis drives every documented operation with generated valid and invalid requests: no 500,
     every status documented, every body (errors included) in its documented shape."""

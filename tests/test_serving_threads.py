@@ -414,6 +414,7 @@ def test_service_does_not_adapt_pinned_shared_onnx_or_in_process(settings, why):
     assert (service.threads.http_cost is None) == (why == "in-process")
 
 
+@pytest.mark.slow  # 9 s
 def test_a_real_server_counts_its_calls_by_thread_count(unpinned, model_dir):
     """The model in its own process, the count measured at start (un-pinned; the child inherits it): after
     a burst of concurrent requests the per-thread-count metric holds every model call."""
