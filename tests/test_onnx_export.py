@@ -223,6 +223,7 @@ def test_snippet_runs_without_torch_or_neobert(minilm_onnx, neobert_st, tmp_path
 # --- the command and its errors -------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # three exports (27 s); tests/test_docs.py runs docs/model.md's export commands by default
 def test_cli_exports_a_neobert_directory(model_dir, tokenizer, tmp_path, capsys):
     output = tmp_path / "out"
     assert main(["export", "onnx", "--model", str(model_dir), "--output", str(output)]) == 0

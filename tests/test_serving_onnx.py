@@ -151,6 +151,7 @@ def test_cross_encoder_export_classifies_and_reranks_as_pytorch(cross_encoder_ex
                         assert ours[name] == pytest.approx(theirs[name], abs=1e-4)
 
 
+@pytest.mark.slow  # an export (8 s)
 def test_bert_cross_encoder_export_does_not_rerank(tmp_path, tokenizer):
     """The graph takes no token_type_ids, which a BERT cross-encoder reads: /rerank is not offered."""
     from transformers import BertForSequenceClassification
