@@ -4,11 +4,15 @@ the held-out docstring pairs and on the whole-module long documents of:
 
 1. the first stage trained on in-batch negatives;
 2. the same trained on hard negatives mined with (1) (``neobert mine``, relative margin swept);
-3. the same distilled from a reranker (``neobert finetune rerank`` on (2)'s negatives, its scores mined back with
-   ``neobert mine --teacher``, then ``--distillation`` / ``--margin-mse``);
-4. each followed by the reranker on its top 50;
+3. the same distilled from a reranker (``neobert finetune rerank`` on the negatives the dense first stage mined
+   at the first margin, one reranker per seed teaching all three kinds, so that they learn from the same teacher;
+   its scores on each kind's own candidates mined back with ``neobert mine --teacher``, then ``--distillation`` /
+   ``--margin-mse``);
+4. each followed by the reranker on its top 50 (its scores of a (query, document) pair kept per seed: the steps'
+   top 50s overlap, and a pair is scored once);
 
-and the reranker's added latency per query through the service (``POST /rerank`` of a query's top 50, one client).
+and the reranker's added latency per query through the service (``POST /rerank`` of a query's top 50, one client),
+measured last, once per seed's reranker.
 
     PYTHONPATH=src python docs/benchmarks/retrieval_loop/loop.py RUN_DIR --model MODEL [--sparse-model MLM_MODEL] \\
         [--steps 200] [--seeds 0 1 2] [--margins 0 0.05 0.1] [--kinds dense sparse late]
@@ -34,6 +38,7 @@ from neobert.finetuning import contrastive, late_interaction, rerank, sparse
 from neobert.finetuning.mining import RETRIEVERS, MineConfig, mine
 from neobert.inference.cross_encoder import CrossEncoderScorer
 from neobert.inference.kinds import kind_of
+from neobert.runtime.hardware import machine_summary
 
 HERE = Path(__file__).parent
 TRAINERS = {
@@ -86,9 +91,10 @@ def mined(retriever: Path, run: Path, name: str, a: argparse.Namespace, **settin
     return out
 
 
-def evaluate(model: Path, task: Path, reranker: Path, work: Path) -> dict:
-    """nDCG@10 and MRR@10 of ``model``'s ranking of the task's corpus, and of ``reranker`` on its top 50."""
-    queries = read_jsonl(task / "queries.jsonl", ("_id", "text"))
+def evaluate(model: Path, task: Path, reranker: Path, work: Path, count: int | None = None) -> dict:
+    """nDCG@10 and MRR@10 of ``model``'s ranking of the task's corpus, and of ``reranker`` on its top 50 (the
+    first ``count`` held-out queries, default all; the corpus whole)."""
+    queries = read_jsonl(task / "queries.jsonl", ("_id", "text"))[:count]
     ids = [str(r["_id"]) for r in read_jsonl(task / "corpus.jsonl", ("_id", "text"))]
     texts = {str(r["_id"]): r["text"] for r in read_jsonl(task / "corpus.jsonl", ("_id", "text"))}
     qrels = read_qrels(task)
@@ -104,11 +110,11 @@ def evaluate(model: Path, task: Path, reranker: Path, work: Path) -> dict:
     start = time.perf_counter()
     _, rows = retriever.candidates([q["text"] for q in queries], min(DEPTH, len(ids)), set())
     search_ms = 1000 * (time.perf_counter() - start) / len(queries)
-    scorer = CrossEncoderScorer(reranker)
+    scorer = cached_scorer(reranker)
     first, second = [], []
     for query, top in zip(queries, rows.tolist()):
         ranking = [ids[r] for r in top if r >= 0]
-        scores = scorer.scores([(query["text"], texts[d]) for d in ranking])
+        scores = scorer([(query["text"], texts[d]) for d in ranking])
         reranked = [d for _, d in sorted(zip(scores, ranking), key=lambda x: -x[0])]
         relevance = qrels.get(str(query["_id"]), {})
         first.append((ndcg_at_k(ranking, relevance), mrr_at_k(ranking, relevance)))
@@ -121,6 +127,29 @@ def evaluate(model: Path, task: Path, reranker: Path, work: Path) -> dict:
         "reranked mrr@10": mean(second, 1),
         "search ms/query": search_ms,
     }
+
+
+_SCORERS: dict[Path, object] = {}
+
+
+def cached_scorer(reranker: Path):
+    """``reranker``'s scores of (query, document) pairs, each pair scored once per reranker: kept in memory and
+    in ``reranker/pair_scores.json`` (a stopped run continues)."""
+    if reranker not in _SCORERS:
+        store = reranker / "pair_scores.json"
+        known = json.loads(store.read_text()) if store.is_file() else {}
+        model = CrossEncoderScorer(reranker)
+
+        def scores(pairs: list[tuple[str, str]]) -> list[float]:
+            keys = [json.dumps(pair) for pair in pairs]
+            new = sorted({k for k in keys if k not in known})
+            if new:
+                known.update(zip(new, model.scores([tuple(json.loads(k)) for k in new])))
+                store.write_text(json.dumps(known))
+            return [known[k] for k in keys]
+
+        _SCORERS[reranker] = scores
+    return _SCORERS[reranker]
 
 
 def rerank_latency(reranker: Path, task: Path, queries: int = 20) -> float:
@@ -168,8 +197,18 @@ def one_seed(kind: str, seed: int, run: Path, a: argparse.Namespace) -> dict:
         raise SystemExit(
             f"{kind} seed {seed}: no margin kept a row; the reranker has no negatives to learn from"
         )
-    data = next(iter(kept.values()))  # the reranker learns from the first margin's negatives that exist
-    reranker = d / "reranker"
+    # one reranker per seed for all three kinds: it learns from the dense first stage's negatives at the first
+    # margin that kept rows (the kinds run in the order dense, sparse, late, so dense's exist by now)
+    reranker = run / f"reranker-seed{seed}"
+    dense = run / f"dense-seed{seed}"
+    if kind == "dense":
+        data = next(iter(kept.values()))
+    else:
+        data = next((f for m in a.margins if (f := dense / f"mined-margin{m}.jsonl").is_file()), None)
+        if data is None:
+            raise SystemExit(
+                f"{kind} seed {seed}: the dense kind runs first (its mined negatives train the reranker)"
+            )
     if not (reranker / "config_sentence_transformers.json").is_file():
         rerank.run(
             rerank.RerankConfig(
@@ -204,8 +243,8 @@ def one_seed(kind: str, seed: int, run: Path, a: argparse.Namespace) -> dict:
     for step, model in steps.items():
         for task, where in TASKS.items():
             key = f"{step} | {task}"
-            results[key] = evaluate(model, run / where, reranker, d / "eval" / f"{model.name}-{task}")
-    results["rerank ms/query"] = rerank_latency(reranker, run / TASKS["docstrings"])
+            work = d / "eval" / f"{model.name}-{task}"
+            results[key] = evaluate(model, run / where, reranker, work, a.eval_queries)
     return results
 
 
@@ -213,6 +252,8 @@ def report(results: dict, out: Path) -> str:
     """Mean and spread (min-max over seeds) per kind, step and task; the plot."""
     rows, plot = [], {}
     for kind, seeds in results.items():
+        if kind == "latency":
+            continue
         keys = [k for k in seeds[0] if " | " in k]
         for key in keys:
             step, task = key.split(" | ")
@@ -229,17 +270,18 @@ def report(results: dict, out: Path) -> str:
                     [100 * s[key]["reranked ndcg@10"] for s in seeds],
                 )
             )
-        latency = statistics.fmean(s["rerank ms/query"] for s in seeds)
+    if "rerank ms/query" in results.get("latency", {}):
+        latency = results["latency"]["rerank ms/query"]
         rows.append(
             [
-                kind,
-                "reranker, top 50 through the service",
+                "all",
+                "the seeds' rerankers, top 50 through the service",
                 "docstrings",
                 "",
                 "",
                 "",
                 "",
-                f"{latency:.1f} (added)",
+                f"{statistics.fmean(latency):.1f} (added; {min(latency):.1f}-{max(latency):.1f})",
             ]
         )
     header = [
@@ -308,6 +350,12 @@ def main() -> None:
     parser.add_argument("--margins", type=float, nargs="+", default=[0.05, 0.0, 0.1])
     parser.add_argument("--kinds", nargs="+", default=["dense", "sparse", "late"], choices=list(TRAINERS))
     parser.add_argument("--modules", nargs="*", default=None, help="stdlib modules (default: all)")
+    parser.add_argument(
+        "--eval-queries",
+        type=int,
+        default=None,
+        help="score the first N held-out queries of each task (default: all)",
+    )
     parser.add_argument("--report-dir", type=Path, default=HERE)
     parser.add_argument(
         "--tiny", action="store_true", help="the check: a tiny random NeoBERT, 3 steps, 5 modules"
@@ -319,6 +367,7 @@ def main() -> None:
     if a.model is None:
         parser.error("--model is required (or --tiny)")
     a.sparse_model = a.sparse_model or a.model
+    a.kinds = sorted(set(a.kinds), key=list(TRAINERS).index)  # dense first: its negatives train the reranker
     a.run.mkdir(parents=True, exist_ok=True)
     if not (a.run / "pairs" / "long" / "retrieval" / "modules" / "qrels.tsv").is_file():
         write_docstring_retrieval(
@@ -332,9 +381,20 @@ def main() -> None:
             if seed not in done:
                 results.setdefault(kind, []).append({"seed": seed, **one_seed(kind, seed, a.run, a)})
                 saved.write_text(json.dumps(results, indent=2))
+    if "rerank ms/query" not in results.get("latency", {}):  # last: a quiet machine, after the training
+        rerankers = [a.run / f"reranker-seed{seed}" for seed in a.seeds]
+        docstrings = a.run / TASKS["docstrings"]
+        results["latency"] = {"rerank ms/query": [rerank_latency(r, docstrings) for r in rerankers]}
+        saved.write_text(json.dumps(results, indent=2))
     a.report_dir.mkdir(parents=True, exist_ok=True)
     table = report(results, a.report_dir)
-    (a.report_dir / "results.md").write_text(table + "\n")
+    settings = (
+        f"Start: {a.model} (SPLADE: {a.sparse_model}); {a.steps} steps of {a.batch_size} pairs, lr {a.lr:g}, "
+        f"{a.max_length} tokens, {a.negatives} hard negative(s) per pair, margin-MSE weight {a.margin_mse:g}; "
+        f"seeds {', '.join(map(str, a.seeds))}; relative margins {', '.join(f'{m:g}' for m in a.margins)}; "
+        f"{a.eval_queries or 'all'} held-out queries per task. Machine: {machine_summary()}.\n\n"
+    )
+    (a.report_dir / "results.md").write_text(settings + table + "\n")
     print(table)
 
 

@@ -1,7 +1,7 @@
 """LoRA fine-tuning (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models") through peft.
 
 :class:`LoraSettings` are fields of every fine-tuning config (``--lora --lora-r 8 --lora-alpha 16
---lora-dropout 0.05 --lora-targets qkv,w12,w3``). :func:`adapt` is the one place a model is wrapped, before
+--lora-dropout 0.1 --lora-targets qkv,w12,w3``). :func:`adapt` is the one place a model is wrapped, before
 the trainer prepares it: each target linear layer learns a rank-``r`` update ``B @ A`` scaled by ``alpha /
 r`` (peft's ``LoraConfig``), the rest is frozen, and what the base does not have trains in full (peft's
 ``modules_to_save``): a task's new head, a module the checkpoint lacked. The trainer then sees a peft model:
@@ -73,7 +73,9 @@ class LoraSettings:
     lora: bool = False  # train a LoRA adapter (peft) instead of every weight; a new head still trains in full
     lora_r: int = 8  # LoRA rank: each adapted layer learns an update B @ A of this rank
     lora_alpha: float = 16.0  # the update is scaled by lora_alpha / lora_r
-    lora_dropout: float = 0.05  # dropout on the adapted layers' inputs (the adapter's path only)
+    # dropout on the adapted layers' inputs (the adapter's path only); 0 by default, as peft's: on a CPU 0.05
+    # made a training step slower than full fine-tuning (docs/benchmarks/lora/results.md)
+    lora_dropout: float = 0.0
     # linear layers to adapt, by name (a layer whose name ends with it); default: the model family's
     # (NeoBERT qkv,wo,w12,w3; BERT / RoBERTa query,key,value,dense; DistilBERT; ModernBERT)
     lora_targets: list[str] = field(default_factory=list)
