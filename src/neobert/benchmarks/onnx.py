@@ -3,7 +3,7 @@
 The model (a preset with random weights, saved first, or a model directory) is exported with
 :func:`neobert.export.onnx.export_onnx` (``quantize="int8"``). Texts are cut from the standard-library corpus
 at lengths spread over [8, max_length] tokens, tokenized once by the exported tokenizer.json, and grouped by
-length into batches of ``batch_size`` (as :class:`~neobert.export.runtime.OnnxEncoder` batches); every
+length into batches of ``batch_size`` (as :class:`~neobert.inference.onnx_encoder.OnnxEncoder` batches); every
 variant gets exactly these (input_ids, attention_mask) arrays, and computes the same output (the pooled
 sentence embedding, or a classifier's logits). Timed round-robin after a warm-up, median of ``repeats``;
 each variant's output is compared with PyTorch fp32 (max abs, cosine).
@@ -32,19 +32,12 @@ import torch
 from ..common.progress import progress_bar
 from ..common.tables import fmt, markdown_table
 from ..data.corpus import iter_stdlib_documents
-from ..export.backends import open_export
 from ..export.onnx import ClassifierGraph, EncoderGraph, export_onnx, inspect_source
-from ..export.openvino import (
-    COSINE_FLOOR,
-    NDCG_TOLERANCE,
-    STATIC_INT8,
-    STATIC_INT8_FILE,
-    OpenVinoEncoder,
-    bf16_hint_available,
-    quantize_static,
-)
-from ..export.runtime import OnnxEncoder
+from ..export.openvino import NDCG_TOLERANCE, quantize_static
+from ..inference.backends import open_export
 from ..inference.encoders import apply_precision, is_preset, load_encoder, save_pretrained
+from ..inference.onnx_encoder import COSINE_FLOOR, OnnxEncoder
+from ..inference.openvino_encoder import STATIC_INT8, STATIC_INT8_FILE, OpenVinoEncoder, bf16_hint_available
 from .measure import machine_info
 from .report import publish
 from .serve import Cell, ServeBenchConfig, ServerProcess, make_cell, merged_counts, request_texts, run_cell

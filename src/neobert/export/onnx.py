@@ -44,11 +44,7 @@ from ..cards import CARD, CardInfo, write_card
 from ..common.io import atomic_dir, write_json
 from ..inference.encoders import EmbeddingSpec, embedding_spec, is_neobert, load_encoder
 from ..inference.kinds import kind_of
-from ..inference.registration import HEADS, declared_head
-from ..inference.run import label_names
-from ..model import set_runtime
-from ..model.pooling import ONNX_POOLINGS, get_pooling, pool
-from .runtime import (
+from ..inference.onnx_encoder import (
     CONFIG_FILE,
     COSINE_FLOOR,
     FORMAT_VERSION,
@@ -56,6 +52,10 @@ from .runtime import (
     REFERENCE_FILE,
     OnnxEncoder,
 )
+from ..inference.registration import HEADS, declared_head
+from ..inference.run import label_names
+from ..model import set_runtime
+from ..model.pooling import ONNX_POOLINGS, get_pooling, pool
 
 # Encoders whose transformers implementation exports and matches PyTorch (tests/test_onnx_export.py).
 SUPPORTED_TYPES = ("neobert", "bert", "roberta", "xlm-roberta", "distilbert", "electra")

@@ -66,7 +66,7 @@ class DirectoryKind:
     loaded_with: str = "transformers"  # how the card names that library ("With transformers:")
     card_head: str | None = None  # what its card calls it; None: the head its config.json declares
     pipeline_tag: str | None = None  # its Hub pipeline where card_head is not a registered head
-    backend: str = "torch"  # the serving backend that runs it (serving.config.BACKENDS)
+    backend: str = "torch"  # the serving backend that runs it (inference.backends.BACKENDS)
     exports_onnx: bool = True  # `neobert export onnx` takes it (its encoder, or a head whose graph exports)
     embedding: str = "dense"  # what it embeds: dense | sparse | multi-vector (EMBEDDINGS)
     # a task the routes ask by its common name -> this kind's task that answers it (rerank -> maxsim)

@@ -28,7 +28,8 @@ from ..common.io import atomic_file, output_lock
 from ..common.tables import MISSING, markdown_table
 from ..data.pieces import FilePlan, Piece, check_columns, duplicate_ids, file_pieces, merged_stats, plan_file
 from ..data.readers import DataError, expand_inputs
-from ..inference.encoders import is_preset, model_dir, resolve_model_precision
+from ..inference.backends import RUNTIMES, open_export
+from ..inference.encoders import EmbeddingSpec, is_preset, model_dir, resolve_model_precision
 from ..inference.kinds import kind_of
 from ..inference.long_documents import LongReport
 from ..runtime.hardware import versions
@@ -43,7 +44,7 @@ from .embed_format import (
     shard_record,
     shard_records,
 )
-from .embed_workers import PieceEmbedder, PieceTokenEmbedder
+from .embed_workers import PieceEmbedder, PieceExportEmbedder, PieceTokenEmbedder
 from .engine import Engine, count_tokens, engine_of, progress, shared_output
 from .file_job import notes
 from .output import JobOutput
@@ -85,6 +86,12 @@ def with_declared_embedding(config: EmbedConfig) -> EmbedConfig:
                 "per token"
             )
         return config  # its token vectors: no pooling (the manifest records none)
+    if kind.backend == "onnx":  # an export: its graph pools as it was written
+        spec = kind.declared_embedding(config.model)
+        if isinstance(spec, str):
+            raise ValueError(f"{config.model} gives no dense embeddings to write: {spec}")
+        check_export_settings(config, spec)
+        return replace(config, pooling=spec.pooling, normalize=spec.normalize)
     if config.pooling is not None and config.normalize is not None:
         return config
     if kind.embedding == "sparse":
@@ -99,6 +106,27 @@ def with_declared_embedding(config: EmbedConfig) -> EmbedConfig:
     return replace(
         config, pooling=pooling, normalize=spec.normalize if config.normalize is None else config.normalize
     )
+
+
+def check_export_settings(config: EmbedConfig, spec: EmbeddingSpec) -> None:
+    """Refuse, by name, what an export's graph does not compute: other pooling or normalisation than it was
+    written with, a long-document policy but truncation, a window beyond the export's max length."""
+    given = {"pooling": (config.pooling, spec.pooling), "normalize": (config.normalize, spec.normalize)}
+    for name, (asked, written) in given.items():
+        if asked is not None and asked != written:
+            raise ValueError(
+                f"{config.model} is an export whose graph computes {name} {written}; --{name} {asked} needs the "
+                "model directory it was exported from (or export it again with that setting)"
+            )
+    if config.long_documents != "truncate":
+        raise ValueError(
+            f"--long-documents {config.long_documents} needs the torch backend; an export truncates at its max "
+            f"length ({spec.max_length} tokens): embed the model directory it was exported from"
+        )
+    if config.max_length is not None and config.max_length > spec.max_length:
+        raise ValueError(
+            f"--max-length {config.max_length} is beyond the export's max length ({spec.max_length} tokens)"
+        )
 
 
 def embed_file(config: EmbedConfig) -> EmbedResult:
@@ -167,6 +195,8 @@ class CorpusResult:
     work_seconds: float = 0.0  # first piece's start to last piece's end (start-up and the plan excluded)
     duplicates: int = 0  # rows left out: their id came before (on_duplicate keep-first)
     notes: list[str] = field(default_factory=list)
+    backend: str = "torch"  # what ran: torch, onnx or openvino
+    backend_reason: str = ""  # why (backend auto on an export: the measurement)
 
     @property
     def summary(self) -> str:
@@ -178,6 +208,7 @@ class CorpusResult:
             ["truncated texts", f"{self.truncated:,}"],
             ["tokens", f"{self.tokens:,}"],
             ["dimensions / precision", f"{self.dimensions} / {', '.join(self.precision) or MISSING}"],
+            ["backend", f"{self.backend} ({self.backend_reason})" if self.backend_reason else self.backend],
             ["engine / workers", f"{self.engine} / {self.workers}"],
             ["time", f"{self.seconds:.1f} s"],
             ["this run", f"{self.texts_per_second:,.1f} texts/s, {self.tokens_per_second:,.0f} tokens/s"],
@@ -190,6 +221,7 @@ def embed_corpus(config: EmbedConfig, empty: str = "refuse") -> CorpusResult:
     skipping the shards an earlier run with the same settings finished. ``empty="keep"``: a blank line is a
     text too (row i is line i; its row is in the shard's record), as the .npy output needs."""
     c = with_declared_embedding(config)
+    check_backend(c)  # before the output is opened
     engine = engine_of(c)
     out = shared_output(c.output)
     start = time.perf_counter()
@@ -213,45 +245,123 @@ def embed_corpus(config: EmbedConfig, empty: str = "refuse") -> CorpusResult:
             p.name: r for p in pieces if (r := _finished_shard(out, p, job.manifest["digest"])) is not None
         }
         todo = [p for p in pieces if p.name not in done]
-        records, pool = _run(c, engine, job, pieces, done, empty)
+        records, pool, backend = _run(c, engine, job, pieces, done, empty)
         seconds = time.perf_counter() - start
         shards = [records[p.name] for p in pieces]
         stats = merged_stats(plans)
         totals = {**_totals(shards, stats.skipped_records), "duplicate_ids": duplicates.count}
         ran = {k: getattr(c, k) for k in ("engine", "workers", "cpus_per_worker", "gpus_per_worker")}
         manifest = job.complete(
-            shards=shards, reader=asdict(stats), totals=totals, duplicate_ids=asdict(duplicates), engine=ran
+            shards=shards,
+            reader=asdict(stats),
+            totals=totals,
+            duplicate_ids=asdict(duplicates),
+            engine=ran,
+            backend=asdict(backend),
         )
     new = [records[p.name] for p in todo]
+    result = _result(c, out, manifest["totals"], new, len(done), seconds, pool, duplicates.count, backend)
+    result.notes = _notes(result, stats, duplicates)
+    return result
+
+
+def _result(
+    c: EmbedConfig,
+    out: Path,
+    totals: dict,
+    new: list[dict],
+    resumed: int,
+    seconds: float,
+    pool: Any,
+    duplicates: int,
+    backend: EmbedBackend,
+) -> CorpusResult:
+    """What the job did: the output's totals, and this run's shards (``new``) and rate."""
     texts_now, tokens_now = sum(r["rows"] for r in new), sum(r["tokens"] for r in new)
-    t = manifest["totals"]
-    result = CorpusResult(
+    return CorpusResult(
         out,
-        t["texts"],
-        len(todo),
-        len(done),
-        t["skipped"],
-        t["truncated"],
-        t["tokens"],
-        t["dimensions"],
-        t["precision"],
+        totals["texts"],
+        len(new),
+        resumed,
+        totals["skipped"],
+        totals["truncated"],
+        totals["tokens"],
+        totals["dimensions"],
+        totals["precision"],
         c.engine,
         pool.workers,
         seconds,
         texts_now / seconds,
         tokens_now / seconds,
         pool.span_seconds,
-        duplicates.count,
+        duplicates,
+        backend=backend.name,
+        backend_reason=backend.reason,
     )
-    result.notes = _notes(result, stats, duplicates)
-    return result
+
+
+@dataclass
+class EmbedBackend:
+    """What runs the workers' model, decided once by the driver, and why."""
+
+    name: str  # torch | onnx | openvino
+    precision: str  # torch: fp32 | bf16; an export: its runtime and label ("openvino bf16", "onnx int8")
+    reason: str
+
+
+def check_backend(c: EmbedConfig) -> bool:
+    """Refuse, by name, a ``--backend`` that cannot run ``c.model`` (before any output is opened); whether the
+    model is an export (``neobert export onnx``, run by ONNX Runtime or OpenVINO)."""
+    kind = kind_of(c.model)
+    export = kind.backend == "onnx"
+    if not export and c.backend in RUNTIMES:
+        raise ValueError(
+            f"--backend {c.backend} runs a directory written by `neobert export onnx`; {c.model} is a "
+            f"{kind.name} model: export it first, or use --backend torch"
+        )
+    if export and c.backend == "torch":
+        raise ValueError(
+            f"{c.model} is an export (a graph, no PyTorch weights): run it with --backend onnx, openvino or auto, "
+            "or embed the model directory it was exported from"
+        )
+    if export and c.precision == "bf16" and c.onnx_variant != "fp32":
+        raise ValueError(f"precision bf16 runs an export's fp32 graph; --onnx-variant is {c.onnx_variant}")
+    if export and c.backend == "onnx" and (c.precision == "bf16" or c.onnx_variant == "int8-static"):
+        asked = "precision bf16" if c.precision == "bf16" else "--onnx-variant int8-static"
+        raise ValueError(f"{asked} runs on OpenVINO: use --backend openvino (or auto)")
+    return export
+
+
+def choose_backend(c: EmbedConfig, engine: Engine) -> EmbedBackend:
+    """``--backend`` for ``c.model``: torch for a model directory, preset or Hub id (``precision`` auto measured
+    as :func:`_precision` measures it); for an export, ONNX Runtime or OpenVINO as named, or for ``auto`` the
+    fastest of those that apply here, each checked against PyTorch fp32 as it loads
+    (:func:`neobert.inference.backends.open_export`, the service's rule)."""
+    if not check_backend(c):
+        reason = (
+            "named"
+            if c.backend == "torch"
+            else "a PyTorch model (`neobert export onnx` it for auto to measure ONNX Runtime and OpenVINO)"
+        )
+        return EmbedBackend("torch", _precision(c, engine), reason)
+    precision = "fp32" if c.backend == "onnx" and c.precision == "auto" else c.precision
+    opened = open_export(
+        c.model, c.backend, c.onnx_variant, precision, engine.worker_threads(), c.backend_cache
+    )
+    return EmbedBackend(opened.runtime, opened.label, opened.reason)
 
 
 def _run(c: EmbedConfig, engine: Engine, job: JobOutput, pieces: list[Piece], done: dict, empty: str):
-    """Every piece not ``done`` embedded by the engine, under a progress bar: (name -> record, pool stats)."""
+    """Every piece not ``done`` embedded by the engine, under a progress bar: (name -> record, pool stats,
+    the backend that ran)."""
     todo = [p for p in pieces if p.name not in done]
     ran = sorted({r["precision"] for r in done.values()})
-    precision = ran[0] if ran else _precision(c, engine)  # a resumed job keeps the precision it ran in
+    if ran:  # a resumed job keeps the backend and precision it ran in
+        name = ran[0].split()[0] if " " in ran[0] else "torch"
+        backend = EmbedBackend(name, ran[0], "resumed: as the run that wrote the first shards")
+    else:
+        backend = choose_backend(c, engine)
+    precision = backend.precision
     records = dict(done)
     bar = progress(sum(p.records for p in pieces), "text", "embedding", c.show_progress)
     bar.update(sum(r["rows"] for r in done.values()))
@@ -263,9 +373,14 @@ def _run(c: EmbedConfig, engine: Engine, job: JobOutput, pieces: list[Piece], do
 
     kwargs = {"config": c, "precision": precision, "digest": job.manifest["digest"], "empty": empty}
     with bar:
-        worker = PieceTokenEmbedder if kind_of(c.model).embedding == "multi-vector" else PieceEmbedder
+        if backend.name != "torch":
+            worker = PieceExportEmbedder
+        elif kind_of(c.model).embedding == "multi-vector":
+            worker = PieceTokenEmbedder
+        else:
+            worker = PieceEmbedder
         pool = engine.run_pieces(worker, kwargs, todo, finished)
-    return records, pool
+    return records, pool, backend
 
 
 def _precision(c: EmbedConfig, engine: Engine) -> str:
@@ -335,7 +450,8 @@ def _model_files(model: str) -> dict[str, Any]:
     found: dict[str, Any] = {}
     if (path / "config.json").is_file():
         found["config.json"] = hashlib.sha256((path / "config.json").read_bytes()).hexdigest()
-    for weights in sorted([*path.glob("*.safetensors"), *path.glob("*.bin")]):
+    patterns = ("*.safetensors", "*.bin", "*.onnx", "*.xml")  # an export's graphs (and OpenVINO's int8) too
+    for weights in sorted(f for pattern in patterns for f in path.glob(pattern)):
         found[weights.name] = weights.stat().st_size
     return found
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..data.pieces import ON_DUPLICATE
 from ..data.readers import ON_ERROR
+from ..inference.backends import BACKENDS, EXPORT_VARIANTS
 from ..inference.quantization import CALIBRATED, TYPES, calibration_ranges
 from ..model.pooling import POOLING_NAMES
 from .file_job import MAX_TOKENS_HELP, FileJob, precision_field
@@ -22,6 +23,8 @@ CONTENT_KEYS = (
     "pooling",
     "normalize",
     "precision",
+    "backend",
+    "onnx_variant",
     "dtype",
     "long_documents",
     "stride",
@@ -65,6 +68,26 @@ class EmbedConfig(EngineSettings, FileJob):
     normalize: bool | None = None
     max_length: int | None = None  # truncate texts to this many tokens (default: the model's max_length)
     precision: str = precision_field("cosine > 0.99 to fp32")
+    backend: str = field(
+        default="auto",
+        metadata={
+            "choices": BACKENDS,
+            "help": (
+                "torch: PyTorch; onnx (ONNX Runtime) or openvino (OpenVINO) on a `neobert export onnx` directory; "
+                "auto: torch for a model directory, for an export the fastest of ONNX Runtime and OpenVINO (fp32, "
+                "and bf16 where the CPU has it and its vectors keep cosine 0.99 to PyTorch fp32), measured at start"
+            ),
+        },
+    )
+    # a JSON file keeping --backend auto's measured choice per export, machine and thread count (as neobert serve's)
+    backend_cache: str | None = None
+    onnx_variant: str = field(
+        default="fp32",
+        metadata={
+            "choices": EXPORT_VARIANTS,
+            "help": "an export's graph: fp32, int8 (ONNX Runtime's dynamic) or int8-static (NNCF's, on openvino)",
+        },
+    )
     text_column: str = "text"  # tables: the column of texts
     # tables: a column of ids (default: FILE:ROW, the input path and the 1-based row or line)
     id_column: str | None = None
@@ -115,6 +138,12 @@ class EmbedConfig(EngineSettings, FileJob):
         if self.on_duplicate not in ON_DUPLICATE:
             raise ValueError(
                 f"on_duplicate must be one of {', '.join(ON_DUPLICATE)}; got {self.on_duplicate!r}"
+            )
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}")
+        if self.onnx_variant not in EXPORT_VARIANTS:
+            raise ValueError(
+                f"onnx_variant must be one of {', '.join(EXPORT_VARIANTS)}; got {self.onnx_variant!r}"
             )
         if self.dtype in CALIBRATED and self.calibration is None:
             raise ValueError(

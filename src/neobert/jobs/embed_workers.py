@@ -3,7 +3,8 @@ piece's shard whole (:mod:`neobert.jobs.embed_format`), returning its record. Th
 process (``--engine local``) or in a Ray actor (``--engine ray``, :mod:`neobert.jobs.engine`), so both engines
 write the same vectors. :class:`PieceEmbedder` writes a pooled vector per text (the long-document policy,
 token-budget batching and length grouping of :func:`neobert.inference.long_documents.embed`);
-:class:`PieceTokenEmbedder` a late-interaction (ColBERT) model's vector per kept token."""
+:class:`PieceTokenEmbedder` a late-interaction (ColBERT) model's vector per kept token; :class:`PieceExportEmbedder`
+an export's pooled vector per text, on ONNX Runtime or OpenVINO."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 
 from ..data.pieces import Piece, read_piece
+from ..inference.backends import open_export
 from ..inference.encoders import apply_precision
 from ..inference.kinds import load_for_inference
 from ..inference.late_interaction import load_late_interaction, token_vectors
@@ -113,6 +115,58 @@ class PieceTokenEmbedder:
         }
         path = shard_path(c.output, piece.name)
         write_multi_vector(path, ids, vectors, lengths, c.dtype, record, self.digest)
+        return record
+
+
+class PieceExportEmbedder:
+    """An export's worker (``neobert export onnx``): its graph on ONNX Runtime or OpenVINO as the driver chose
+    (``precision``: the runtime and its label, ``openvino bf16``), with the threads the engine gives a worker;
+    each text's pooled vector as the graph computes it, cut at the export's max length (or ``max_length``)."""
+
+    def __init__(self, *, config: EmbedConfig, precision: str, digest: str, empty: str = "refuse"):
+        self.c, self.digest, self.empty, self.node, self.precision = config, digest, empty, _node(), precision
+        runtime, label = precision.split()
+        float_precision = label if label in ("fp32", "bf16") else "fp32"
+        threads = torch.get_num_threads()  # the engine's per-worker threads (a Ray actor sets them)
+        self.encoder = open_export(
+            config.model, runtime, config.onnx_variant, float_precision, threads
+        ).encoder
+        self.window = min(config.max_length or self.encoder.max_length, self.encoder.max_length)
+        if self.window < self.encoder.max_length:
+            self.encoder.tokenizer.enable_truncation(self.window)
+        ranges = config.ranges()
+        self.ranges = None if ranges is None else np.asarray(ranges, dtype=np.float32)
+
+    def __call__(self, piece: Piece) -> dict:
+        c = self.c
+        ids, texts, blank = read_texts(c, piece, self.empty)
+        encodings = self.encoder.tokenizer.encode_batch(texts)
+        lengths = [len(e.ids) for e in encodings]
+        cut = [bool(e.overflowing) for e in encodings]  # the tokenizer truncates at the window
+        vectors = self.encoder.encode(texts, batch_size=c.batch_size)
+        record = {
+            "name": piece.name,
+            "rows": len(texts),
+            "tokens": int(sum(lengths)),
+            "truncated": int(sum(cut)),
+            "over_window": int(sum(cut)),
+            "windows": len(texts),
+            "dimensions": int(vectors.shape[1]),
+            "precision": self.precision,
+            "node": self.node,
+            "pid": os.getpid(),
+            **({"empty_rows": blank} if blank else {}),
+        }
+        write_single_vector(
+            shard_path(c.output, piece.name),
+            ids,
+            quantize(vectors, c.dtype, self.ranges),
+            lengths,
+            cut,
+            [1] * len(texts),
+            record,
+            self.digest,
+        )
         return record
 
 

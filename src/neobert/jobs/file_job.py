@@ -4,6 +4,7 @@ output and the long-document policy (:class:`FileJob`), and what such a task tel
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,12 @@ class FileJob:
     show_progress: bool = True  # a progress bar on stderr
 
     def __post_init__(self) -> None:
+        for name in (
+            "model",
+            "tokenizer",
+        ):  # a Path is taken as its string (manifests and digests hold strings)
+            if isinstance(getattr(self, name), os.PathLike):
+                setattr(self, name, os.fspath(getattr(self, name)))
         for name in ("batch_size", "max_tokens", "max_length", "stride"):
             value = getattr(self, name, None)
             if value is not None and value < 1:

@@ -9,14 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from ..common.config import PRECISIONS, check_known_keys, renamed_settings
+from ..inference.backends import BACKENDS, EXPORT_VARIANTS
 from ..inference.kinds import kind_of
 from ..inference.long_documents import EXTEND_METHODS, POLICIES
 from ..inference.registration import HEADS
 from .catalog import Catalog, CatalogError, ModelEntry, build_catalog, check_roots, parse_bytes
 
-BACKENDS = ("auto", "torch", "onnx", "openvino")
-# the graphs of an export: fp32; int8 (ONNX Runtime's dynamic, --quantize int8); int8-static (NNCF's, OpenVINO)
-ONNX_VARIANTS = ("fp32", "int8", "int8-static")
 API_KEY_ENV = "NEOBERT_API_KEY"
 
 
@@ -62,7 +60,7 @@ class ServeConfig:
     # it is loaded (and checked) without measuring again; absent, measured and added (none: measured each start)
     backend_cache: str | None = None
     onnx_variant: str = field(
-        default="fp32", metadata={"choices": ONNX_VARIANTS}
+        default="fp32", metadata={"choices": EXPORT_VARIANTS}
     )  # an export's graph: fp32, int8 (ONNX Runtime's dynamic, --quantize int8) or int8-static (openvino only)
     precision: str = "auto"  # torch: NeoBERT's fast path in bf16, exact fp32, or auto (the faster here, measured); openvino: its inference precision
     # clients must send "Authorization: Bearer KEY" (default: the NEOBERT_API_KEY environment variable)
@@ -120,7 +118,7 @@ class ServeConfig:
         for name, choices in (
             ("head", head_choices()),
             ("backend", BACKENDS),
-            ("onnx_variant", ONNX_VARIANTS),
+            ("onnx_variant", EXPORT_VARIANTS),
             ("precision", PRECISIONS),
             ("long_documents", POLICIES),
             ("rope_scaling", EXTEND_METHODS),

@@ -1,5 +1,5 @@
 """The model behind ``neobert serve --backend onnx|openvino``: a ``neobert export onnx`` directory on ONNX Runtime
-or OpenVINO (:func:`neobert.export.backends.open_export`: named, or for ``auto`` the faster here, measured).
+or OpenVINO (:func:`neobert.inference.backends.open_export`: named, or for ``auto`` the faster here, measured).
 
 :class:`OnnxBackend` has :class:`~neobert.serving.torch_backend.TorchBackend`'s interface (``load``, ``tasks``, ``info``,
 ``call``), so the queue, the model process and the HTTP side are the same for both backends. What an export
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +31,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..export.backends import open_export
-from ..export.runtime import CONFIG_FILE, OnnxEncoder
+from ..inference.backends import open_export
 from ..inference.capabilities import describe
-from ..inference.encoders import EmbeddingSpec
 from ..inference.kinds import kind_of
 from ..inference.long_documents import LongReport
+from ..inference.onnx_encoder import CONFIG_FILE, OnnxEncoder
 from ..inference.run import classifier_rows, label_scores, relevance, token_batches
 from ..model.pooling import pool
 from .catalog import ModelEntry
@@ -67,12 +66,8 @@ class OnnxBackend(Backend):
 
     def __post_init__(self) -> None:
         self.head = self.encoder.head  # base, or a head whose graph the export writes
-        pooling = self.encoder.config["pooling"]
-        embedding = (
-            EmbeddingSpec(pooling["method"], pooling["normalize"], None, pooling["source"])
-            if self.head == "base"
-            else None
-        )
+        spec = kind_of(str(self.encoder.directory)).declared_embedding(self.encoder.directory)
+        embedding = replace(spec, max_length=None) if self.head == "base" else None
         self.capabilities = describe(
             self.transformers_config,
             self.head,

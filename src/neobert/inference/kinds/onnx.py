@@ -1,5 +1,5 @@
 """An ONNX export (``neobert export onnx``: ``model.onnx``, the tokenizer, ``onnx_config.json``): run by ONNX
-Runtime (the service's ``onnx`` backend, :class:`neobert.export.runtime.OnnxEncoder`), not by PyTorch."""
+Runtime (the service's ``onnx`` backend, :class:`neobert.inference.onnx_encoder.OnnxEncoder`), not by PyTorch."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from ..directories import ONNX_CONFIG_FILE, DirectoryKind, directory_config
+from ..encoders import EmbeddingSpec
 
 
 class OnnxKind(DirectoryKind):
@@ -19,6 +20,17 @@ class OnnxKind(DirectoryKind):
     def matches(self, path: Path) -> bool:
         return (path / ONNX_CONFIG_FILE).is_file()
 
+    def declared_embedding(self, source) -> EmbeddingSpec | str:
+        """What the graph's ``sentence_embedding`` computes: the pooling and normalisation written at export
+        (``onnx_config.json``), up to the export's max length; a classifier export has none."""
+        settings = json.loads((Path(source) / ONNX_CONFIG_FILE).read_text(encoding="utf-8"))
+        if settings.get("head", "base") != "base":
+            return f"it is a {settings['head']} export (logits, no sentence embedding)"
+        pooling = settings["pooling"]
+        return EmbeddingSpec(
+            pooling["method"], pooling["normalize"], settings["max_length"], pooling["source"]
+        )
+
     def usage(self, directory: Path, head: str, texts: tuple[str, ...]) -> tuple[str, str]:
         settings = json.loads((directory / ONNX_CONFIG_FILE).read_text(encoding="utf-8"))
         config = directory_config(directory)
@@ -26,7 +38,7 @@ class OnnxKind(DirectoryKind):
         call = "classifier_logits" if classifier else "encode"
         width = (len(config.get("id2label") or {}) or None) if classifier else config.get("hidden_size")
         code = (
-            "from neobert.export.runtime import OnnxEncoder  # onnxruntime + tokenizers, no torch (pip install 'neobert[onnx]')\n\n"
+            "from neobert.inference.onnx_encoder import OnnxEncoder  # onnxruntime + tokenizers, no torch (pip install 'neobert[onnx]')\n\n"
             'encoder = OnnxEncoder(".")  # this directory\n'
             f"outputs = encoder.{call}({list(texts)!r})\n"
             "print(tuple(outputs.shape))"

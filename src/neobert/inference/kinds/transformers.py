@@ -25,7 +25,7 @@ ST_EXPORT = (
 )
 ONNX_EXPORT = (
     "```bash\nneobert export onnx --model . --output onnx-model  # checked against PyTorch at export\n```\n\n"
-    '```python\nfrom neobert.export.runtime import OnnxEncoder\nencoder = OnnxEncoder("onnx-model")\n```\n'
+    '```python\nfrom neobert.inference.onnx_encoder import OnnxEncoder\nencoder = OnnxEncoder("onnx-model")\n```\n'
 )
 
 

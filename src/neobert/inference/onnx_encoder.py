@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..inference.directories import ONNX_CONFIG_FILE as CONFIG_FILE
+from .directories import ONNX_CONFIG_FILE as CONFIG_FILE
 
 REFERENCE_FILE = "parity_reference.npz"  # PyTorch fp32's outputs on the export's parity batch (export.onnx)
 FP32_TOLERANCE = 1e-4  # max abs difference to PyTorch on real tokens / pooled vectors / logits

@@ -1,5 +1,5 @@
-"""Which runtime runs an export: ONNX Runtime (:class:`.runtime.OnnxEncoder`) or OpenVINO
-(:class:`.openvino.OpenVinoEncoder`), named or, for ``auto``, measured at start.
+"""Which runtime runs an export: ONNX Runtime (:class:`.onnx_encoder.OnnxEncoder`) or OpenVINO
+(:class:`.openvino_encoder.OpenVinoEncoder`), named or, for ``auto``, measured at start.
 
 ``auto`` loads every candidate that applies here (ONNX Runtime fp32, OpenVINO fp32, OpenVINO at the CPU's
 bf16 hint where the CPU has it and the precision allows it), each checked against PyTorch fp32 as it loads
@@ -22,11 +22,13 @@ import numpy as np
 from ..common.config import check_precision
 from ..common.io import write_json
 from ..runtime.hardware import AUTO_PRECISION_ENV, RuntimeChoice, choose_fastest, cpu_info, versions
-from . import openvino  # its probe read through the module: a test forcing it forces it here too
-from .openvino import STATIC_INT8, OpenVinoEncoder, ParityError, openvino_version
-from .runtime import OnnxEncoder
+from . import openvino_encoder  # its probe read through the module: a test forcing it forces it here too
+from .onnx_encoder import OnnxEncoder
+from .openvino_encoder import STATIC_INT8, OpenVinoEncoder, ParityError, openvino_version
 
-RUNTIMES = ("onnx", "openvino")
+BACKENDS = ("auto", "torch", "onnx", "openvino")  # `neobert serve --backend`, `neobert embed --backend`
+RUNTIMES = ("onnx", "openvino")  # the backends that run an export
+EXPORT_VARIANTS = ("fp32", "int8", "int8-static")  # an export's graphs (onnx_config.json "files")
 PROBE_BATCH, PROBE_LENGTH = 8, 128  # a service's merged call / an embedding job's batch, in tokens per text
 
 
@@ -106,7 +108,7 @@ def _candidates(
         candidates["onnx fp32"] = OnnxEncoder(directory, threads=threads)
     if precision != "bf16":
         candidates["openvino fp32"] = OpenVinoEncoder(directory, threads=threads)
-    if precision != "fp32" and openvino.bf16_hint_available():
+    if precision != "fp32" and openvino_encoder.bf16_hint_available():
         try:
             candidates["openvino bf16"] = OpenVinoEncoder(directory, threads=threads, precision="bf16")
         except ParityError as error:
