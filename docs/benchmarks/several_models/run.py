@@ -54,6 +54,15 @@ def build(scratch: Path, preset: str, count: int, rank: int) -> dict[str, Any]:
     """The base, ``count`` adapters and ``count`` full models (the adapters merged) under ``scratch``."""
     from peft import LoraConfig, PeftModel, get_peft_model
 
+    done = {"base": scratch / "base", "adapters": [], "full": []}
+    done["adapters"] = [scratch / f"adapter{i}" for i in range(count)]
+    done["full"] = [scratch / f"full{i}" for i in range(count)]
+    marks = [done["base"] / "config.json"] + [d / "adapter_config.json" for d in done["adapters"]]
+    if all(m.is_file() for m in marks + [d / "config.json" for d in done["full"]]) and all(
+        json.loads((d / "adapter_config.json").read_text())["r"] == rank for d in done["adapters"]
+    ):
+        print(f"kept the models of {scratch} (an earlier --keep run)", file=sys.stderr, flush=True)
+        return done
     tokenizer = load_tokenizer()
     torch.manual_seed(0)
     base = save_pretrained(load_model(preset, "base", vocab_size=len(tokenizer)), tokenizer, scratch / "base")
@@ -203,6 +212,18 @@ def throughput_row(label: str, models: list[str], names: list[str], args: argpar
     }
 
 
+def memory_rows(base: str, adapters: list[str], full: list[str], counts: list[int], args) -> list[dict]:
+    memory = [memory_row("base alone", [base], ["base"], args)]
+    for n in counts:
+        names = [f"a{i}" for i in range(n)]
+        memory.append(memory_row(f"base + {n} adapters", [base, *adapters[:n]], names, args))
+        memory.append(memory_row(f"{n} full models", full[:n], [f"f{i}" for i in range(n)], args))
+    for row in memory:
+        row["rss_ratio"] = round(row["rss"] / memory[0]["rss"], 3)
+        row["weights_ratio"] = round(row["weights"] / memory[0]["weights"], 3)
+    return memory
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     counts = [int(n) for n in args.counts.split(",")]
     scratch = Path(args.scratch or tempfile.mkdtemp(prefix="several-models-"))
@@ -211,28 +232,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         base = f"base={built['base']}"
         adapters = [f"a{i}={path}" for i, path in enumerate(built["adapters"])]
         full = [f"f{i}={path}" for i, path in enumerate(built["full"])]
-        memory = [memory_row("base alone", [base], ["base"], args)]
-        for n in counts:
-            names = [f"a{i}" for i in range(n)]
-            memory.append(memory_row(f"base + {n} adapters", [base, *adapters[:n]], names, args))
-            memory.append(memory_row(f"{n} full models", full[:n], [f"f{i}" for i in range(n)], args))
-        for row in memory:
-            row["rss_ratio"] = round(row["rss"] / memory[0]["rss"], 3)
-            row["weights_ratio"] = round(row["weights"] / memory[0]["weights"], 3)
+        if args.throughput_only:  # the memory rows of the earlier run in --output
+            earlier = json.loads((Path(args.output) / "results.json").read_text())
+            memory, memory_threads = earlier["memory"], earlier["settings"].get("memory_threads", 0)
+        else:
+            memory, memory_threads = memory_rows(base, adapters, full, counts, args), args.threads
         k = args.spread
-        throughput = [
-            throughput_row("1 model", [base], ["base"], args),
-            throughput_row(
-                f"{k} adapters of one base", [base, *adapters[:k]], [f"a{i}" for i in range(k)], args
-            ),
-            throughput_row(f"{k} full models", full[:k], [f"f{i}" for i in range(k)], args),
+        served = {
+            "1 model": ([base], ["base"]),
+            f"{k} adapters of one base": ([base, *adapters[:k]], [f"a{i}" for i in range(k)]),
+            f"{k} full models": (full[:k], [f"f{i}" for i in range(k)]),
+        }
+        rounds = [  # the rows interleaved, round after round: a drift of the machine reaches every row alike
+            [throughput_row(label, models, names, args) for label, (models, names) in served.items()]
+            for _ in range(args.rounds)
         ]
+        throughput = []
+        for i in range(len(served)):
+            runs = sorted((r[i] for r in rounds), key=lambda row: row["requests_per_s"])
+            row = runs[(len(runs) - 1) // 2]  # the median round (the lower of two)
+            row["rounds_requests_per_s"] = [r[i]["requests_per_s"] for r in rounds]
+            throughput.append(row)
         for row in throughput:
             row["vs_one_model"] = round(row["requests_per_s"] / throughput[0]["requests_per_s"], 3)
     finally:
         if not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)
     settings = {k: v for k, v in vars(args).items() if k not in ("output", "scratch", "keep")}
+    settings["memory_threads"] = memory_threads
     results = {"machine": machine_summary(), "settings": settings, "memory": memory, "throughput": throughput}
     return publish(results, markdown, args.output)
 
@@ -258,6 +285,7 @@ def markdown(results: dict[str, Any]) -> str:
             f"{r['vs_one_model']:.2f}x",
             r["adapters_per_call"] if r["adapters_per_call"] is not None else "-",
             r["failed"],
+            " / ".join(str(v) for v in r.get("rounds_requests_per_s", [r["requests_per_s"]])),
         ]
         for r in results["throughput"]
     ]
@@ -265,7 +293,9 @@ def markdown(results: dict[str, Any]) -> str:
         [
             f"# Several models in one service: the {s['preset']} shape, LoRA rank {s['rank']}",
             "",
-            f"{results['machine']}; precision {s['precision']}, threads {s['threads'] or 'measured'}.",
+            f"{results['machine']}; precision {s['precision']}; the server's threads: "
+            f"{s.get('memory_threads', s['threads']) or 'measured'} in the memory rows, "
+            f"{s['threads'] or 'measured'} in the throughput rows ({s.get('rounds', 1)} rounds, rows interleaved).",
             "",
             "## Memory (one process, everything loaded)",
             "",
@@ -276,7 +306,16 @@ def markdown(results: dict[str, Any]) -> str:
             f"## Throughput ({s['concurrency']} clients, one-text /embed, {s['duration']} s each)",
             "",
             markdown_table(
-                ["served", "requests/s", "p50 ms", "p95 ms", "vs 1 model", "adapters per call", "failed"],
+                [
+                    "served",
+                    "requests/s",
+                    "p50 ms",
+                    "p95 ms",
+                    "vs 1 model",
+                    "adapters per call",
+                    "failed",
+                    "each round's requests/s",
+                ],
                 speed_rows,
             ),
             "",
@@ -294,6 +333,10 @@ def main() -> None:
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--duration", type=float, default=30.0, help="seconds per throughput row")
+    parser.add_argument("--rounds", type=int, default=2, help="throughput rounds (rows interleaved; median)")
+    parser.add_argument(
+        "--throughput-only", action="store_true", help="keep the memory rows of --output's results.json"
+    )
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--threads", type=int, default=0, help="the server's --threads (0: measured)")
     parser.add_argument("--scratch", help="where the models are written (default: a temporary directory)")
