@@ -10,9 +10,11 @@ size). Then, each with `neobert serve` in a process of its own on 127.0.0.1:
   request per model), and the models' weights as the server counts them (GET /v1/models ``bytes``). The
   ratios are over the base alone.
 * **throughput**: closed-loop clients (``--concurrency``, one keep-alive connection each) send one-text
-  ``/embed`` requests for ``--duration`` seconds to (a) one model, (b) ``--spread`` adapters of one base,
-  round robin, (c) ``--spread`` full models, round robin; requests/s, p50 / p95 latency, the ratio to one
-  model, and how many adapters the server's model calls held on average (neobert_batch_adapters).
+  ``/embed`` requests for ``--duration`` seconds, after ``--warmup`` seconds of the same traffic, to (a) one
+  model, (b) ``--spread`` adapters of one base, round robin, (c) ``--spread`` full models, round robin; the
+  three rows interleaved over ``--rounds`` rounds (the median round); requests/s, p50 / p95 latency, the ratio
+  to one model, and how many adapters the server's model calls held on average (neobert_batch_adapters).
+  ``--throughput-only`` keeps the memory rows of ``--output``'s results.json.
 
 Prints the markdown table and writes results.json and results.md into ``--output``. The scratch directory
 holds max(--counts) + 1 copies of the model on disk (the 250M shape: 1 GB each in fp32).
@@ -160,11 +162,10 @@ def throughput_row(label: str, models: list[str], names: list[str], args: argpar
     failed = [0]
     lock = threading.Lock()
     try:
-        for name in names:  # loaded and warm before the clock starts
+        for name in names:  # loaded before the clock starts
             server.request("POST", "/embed", {"texts": texts[:4], "model": name})
-        stop = time.perf_counter() + args.duration
 
-        def client(index: int) -> None:
+        def client(index: int, stop: float, record: bool) -> None:
             conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
             i = index
             while time.perf_counter() < stop:
@@ -179,20 +180,28 @@ def throughput_row(label: str, models: list[str], names: list[str], args: argpar
                 except OSError:
                     conn.close()
                     conn, ok = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120), False
-                with lock:
-                    if ok:
-                        latencies.append(time.perf_counter() - start)
-                    else:
-                        failed[0] += 1
+                if record:
+                    with lock:
+                        if ok:
+                            latencies.append(time.perf_counter() - start)
+                        else:
+                            failed[0] += 1
             conn.close()
 
-        began = time.perf_counter()
-        threads = [threading.Thread(target=client, args=(c,)) for c in range(args.concurrency)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        seconds = time.perf_counter() - began
+        def drive(seconds: float, record: bool) -> float:
+            began = time.perf_counter()
+            stop = began + seconds
+            threads = [
+                threading.Thread(target=client, args=(c, stop, record)) for c in range(args.concurrency)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            return time.perf_counter() - began
+
+        drive(args.warmup, False)  # the row's own traffic warms the server (shapes, threads, allocator) first
+        seconds = drive(args.duration, True)
         metrics = server.get("/metrics")[1]
     finally:
         server.stop()
@@ -295,7 +304,8 @@ def markdown(results: dict[str, Any]) -> str:
             "",
             f"{results['machine']}; precision {s['precision']}; the server's threads: "
             f"{s.get('memory_threads', s['threads']) or 'measured'} in the memory rows, "
-            f"{s['threads'] or 'measured'} in the throughput rows ({s.get('rounds', 1)} rounds, rows interleaved).",
+            f"{s['threads'] or 'measured'} in the throughput rows ({s.get('rounds', 1)} rounds, rows interleaved, each "
+            f"row's timing after {s.get('warmup', 0):g} s of its own traffic).",
             "",
             "## Memory (one process, everything loaded)",
             "",
@@ -333,6 +343,9 @@ def main() -> None:
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--duration", type=float, default=30.0, help="seconds per throughput row")
+    parser.add_argument(
+        "--warmup", type=float, default=10.0, help="seconds of a row's traffic before its clock"
+    )
     parser.add_argument("--rounds", type=int, default=2, help="throughput rounds (rows interleaved; median)")
     parser.add_argument(
         "--throughput-only", action="store_true", help="keep the memory rows of --output's results.json"
