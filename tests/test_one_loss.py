@@ -82,3 +82,17 @@ def test_eval_mode_restores_the_mode_even_on_error():
         assert not module.training
         raise RuntimeError("boom")
     assert module.training
+
+
+def test_eval_mode_leaves_a_model_already_in_eval_untouched(monkeypatch):
+    """A served model is in eval mode throughout: no train()/eval() walk per call; a submodule left training
+    is still switched off and the root's mode restored."""
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5)).eval()
+    monkeypatch.setattr(model, "train", lambda mode=True: pytest.fail("switched a model already in eval"))
+    with eval_mode(model):
+        assert not any(m.training for m in model.modules())
+    monkeypatch.undo()
+    model[1].train()  # the root in eval, one submodule training
+    with eval_mode(model):
+        assert not model[1].training
+    assert not model.training
