@@ -147,6 +147,18 @@ def hold(directory, seconds: float):
     return process
 
 
+def test_a_lock_whose_directory_vanishes_is_retried_not_raised(tmp_path):
+    # the race CI met: the holder, which had created the directory and written nothing, removed it between
+    # this job's is_dir check and its open of the lock file
+    from neobert.common.io import LOCK, _try_lock, output_lock
+
+    assert _try_lock(tmp_path / "gone" / LOCK, {"host": "h", "pid": 1}) == (None, None)  # "try again"
+    first = hold(tmp_path / "out", 0.5)
+    with output_lock(tmp_path / "out", wait=True, poll=0.05) as me:  # the holder ends, removing the directory
+        assert json.loads((tmp_path / "out" / LOCK).read_text())["pid"] == me["pid"]
+    assert first.wait(timeout=30) == 0 and not (tmp_path / "out").exists()
+
+
 def test_one_job_writes_an_output_directory_at_a_time(model_dir, tmp_path):
     import socket
     import subprocess

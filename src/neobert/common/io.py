@@ -203,7 +203,10 @@ def _try_lock(path: Path, me: dict) -> tuple[int | None, dict | None]:
     """(a descriptor holding the lock, None), or (None, the holder) when another job holds it."""
     import fcntl
 
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not an output: the lock's own file, written in place
+    try:  # not an output: the lock's own file, written in place
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except FileNotFoundError:  # the holder removed the directory it had created as it finished: make it again
+        return None, None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a live job on this host (or a shared NFS lock)
         if os.fstat(fd).st_ino != os.stat(path).st_ino:
