@@ -292,7 +292,7 @@ def test_errors_are_clear_and_leave_nothing(tmp_path, model_dir, monkeypatch, ca
     with pytest.raises(ValueError, match="unknown quantization 'int4'"):
         export_onnx(model_dir, tmp_path / "o", quantize="int4")
     with pytest.raises(ValueError, match="inside the model directory"):
-        export_onnx(model_dir, model_dir / "onnx")
+        export_onnx(model_dir, model_dir / "exported")
 
     # a failure after the export started leaves no output and no temporary directory
     import neobert.export.onnx as module
@@ -328,6 +328,7 @@ def test_bench_onnx_puts_runtimes_side_by_side(tmp_path):
     for name in ("onnx-fp32", "openvino-fp32", "auto"):  # the same vectors from the same token arrays
         assert rows[name]["max_abs"] < 1e-4
     assert results["auto"].startswith("measured: ")
+    assert "torch fp32" in results["auto"]  # PyTorch measured beside the export's runtimes
     assert rows["onnx-int8"]["max_abs"] > 1e-4  # a different computation, reported as such
     assert results["texts"]["count"] == 6 and 8 <= results["texts"]["min"] <= results["texts"]["max"] <= 40
     table = (tmp_path / "results.md").read_text()

@@ -323,3 +323,121 @@ def test_embed_refuses_what_an_export_cannot_do(tiny_export, model_dir, tmp_path
         run(tiny_export, backend="onnx", precision="bf16")
     with pytest.raises(ValueError, match="backend must be one of auto, torch, onnx, openvino; got 'tpu'"):
         run(tiny_export, backend="tpu")
+
+
+@pytest.fixture(scope="module")
+def carrying(tmp_path_factory, model_dir):
+    """A copy of the tiny NeoBERT directory carrying its own export in DIR/onnx (sentence-transformers' layout)."""
+    copy = tmp_path_factory.mktemp("carrying") / "model"
+    shutil.copytree(model_dir, copy)
+    export_onnx(copy, copy / "onnx")
+    return copy
+
+
+def test_auto_measures_pytorch_beside_the_export_a_model_carries(carrying, tmp_path, monkeypatch):
+    """``--backend auto`` on a model directory with DIR/onnx: PyTorch fp32 (and bf16 where the precision probe
+    takes it) timed beside ONNX Runtime and OpenVINO on one batch; whichever is taken, the vectors are
+    PyTorch fp32's, and the manifest says what ran and why."""
+    from neobert.inference import encoders
+    from neobert.jobs.embed import embed
+    from neobert.jobs.embed_config import EmbedConfig
+    from neobert.jobs.embed_format import read_single_vectors
+    from neobert.runtime.hardware import RuntimeChoice
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS * 2) + "\n", encoding="utf-8")
+    common = {"model": str(carrying), "input": [str(texts)], "show_progress": False}
+    embed(EmbedConfig(output=str(tmp_path / "torch"), backend="torch", precision="fp32", **common))
+    expected = read_single_vectors(tmp_path / "torch")
+    measured = backends.measure
+    for taken in ("onnx fp32", "openvino fp32", "torch fp32"):
+        seen = {}
+
+        def forced(candidates, taken=taken, seen=seen):
+            seen.update(candidates)
+            return RuntimeChoice(taken, f"{taken} forced", {})
+
+        monkeypatch.setattr(backends, "measure", forced)
+        out = tmp_path / taken.replace(" ", "-")
+        result = embed(EmbedConfig(output=str(out), **common))
+        assert set(seen) == {"torch fp32", "onnx fp32", "openvino fp32"}  # the suite pins auto to fp32
+        manifest = json.loads((out / "_manifest.json").read_text(encoding="utf-8"))
+        assert manifest["backend"]["name"] == taken.split()[0] == result.backend
+        assert result.backend_reason.startswith(f"measured: {taken} forced")
+        np.testing.assert_allclose(read_single_vectors(out), expected, atol=1e-4, rtol=0)
+    monkeypatch.setattr(backends, "measure", measured)
+    chosen = backends.choose_runtime(str(carrying), "fp32", threads=1)  # really measured here
+    assert chosen.reason.startswith("measured: ") and "torch fp32" in chosen.choice.timings_ms
+    # bf16 on both sides of the precision probe, the pin lifted
+    monkeypatch.delenv(hardware.AUTO_PRECISION_ENV, raising=False)
+    for probed in ("fp32", "bf16"):
+        seen = {}
+        monkeypatch.setattr(encoders, "resolve_model_precision", lambda model, precision, p=probed: p)
+        monkeypatch.setattr(
+            backends, "measure", lambda c, seen=seen: seen.update(c) or RuntimeChoice("torch fp32", "", {})
+        )
+        chosen = backends.choose_runtime(str(carrying), "auto", threads=1)
+        assert ("torch bf16" in seen) == (probed == "bf16")
+        assert (probed == "bf16") or "torch bf16 not timed" in chosen.reason
+
+
+def test_the_export_a_model_carries_joins_only_where_it_computes_the_same(carrying, tmp_path):
+    from neobert.jobs.embed import embed
+    from neobert.jobs.embed_config import EmbedConfig
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a text\n", encoding="utf-8")
+    result = embed(
+        EmbedConfig(model=str(carrying), input=[str(texts)], output=str(tmp_path / "cls"), pooling="cls")
+    )
+    assert (
+        result.backend == "torch"
+        and "left out: it pools mean, normalize True; the job cls" in result.backend_reason
+    )
+    stale = tmp_path / "stale"
+    shutil.copytree(carrying, stale)
+    check = dict(np.load(stale / "onnx" / "parity_reference.npz"))
+    check["sentence_embedding"] = check["sentence_embedding"][::-1].copy()  # another model's answer
+    np.savez(stale / "onnx" / "parity_reference.npz", **check)
+    with pytest.raises(
+        ValueError, match=r"onnx is not .*stale's export: PyTorch fp32 differs from its check batch"
+    ):
+        backends.choose_runtime(str(stale), "fp32", threads=1)
+    with pytest.raises(
+        ValueError, match=r"inside the model directory .*only .*onnx \(the model's own export"
+    ):
+        export_onnx(carrying, carrying / "elsewhere")
+
+
+def test_serve_auto_measures_pytorch_beside_the_export_a_model_carries(carrying, monkeypatch):
+    """``neobert serve --backend auto`` on a model directory with DIR/onnx, over real HTTP: the export taken,
+    /embed is PyTorch fp32's and what the graph does not serve (token embeddings, token-id inputs) is answered
+    by PyTorch behind it, so the model serves the same endpoints whichever runtime the measurement took."""
+    from neobert.runtime.hardware import RuntimeChoice
+
+    with serve(carrying, backend="torch", threads=1) as srv:
+        expected = call(srv.url, "POST", "/embed", {"inputs": TEXTS})[1]
+        tokens = call(srv.url, "POST", "/embed_all", {"inputs": TEXTS[:2]})[1]
+        by_ids = call(srv.url, "POST", "/embed", {"inputs": [[1, 5, 7, 2]]})[1]
+        serves = call(srv.url, "GET", "/info")[1]["serves"]
+        masked = call(srv.url, "POST", "/fill-mask", {"texts": ["a [MASK] b"], "top_k": 3})[1]
+    assert "fill-mask" in serves  # the tiny model is a masked LM: PyTorch serves its head
+    for taken in ("openvino fp32", "torch fp32"):
+        forced = lambda candidates, taken=taken: RuntimeChoice(taken, f"{taken} forced", {})  # noqa: E731
+        monkeypatch.setattr(backends, "measure", forced)
+        with serve(carrying, backend="auto", threads=1) as srv:
+            info = call(srv.url, "GET", "/info")[1]
+            assert (info["backend"], info["backend_reason"]) == (
+                taken.split()[0],
+                f"measured: {taken} forced",
+            )
+            assert info["serves"] == serves
+            np.testing.assert_allclose(
+                call(srv.url, "POST", "/embed", {"inputs": TEXTS})[1], expected, atol=1e-4
+            )
+            got = call(srv.url, "POST", "/embed_all", {"inputs": TEXTS[:2]})[1]
+            for row, want in zip(got, tokens):
+                np.testing.assert_allclose(row, want, atol=1e-4)
+            np.testing.assert_allclose(
+                call(srv.url, "POST", "/embed", {"inputs": [[1, 5, 7, 2]]})[1], by_ids, atol=1e-4
+            )

@@ -17,7 +17,7 @@ import torch
 
 from ..common.config import ModelConfig
 from ..common.tables import MISSING, markdown_table
-from ..inference.backends import open_export
+from ..inference.backends import choose_runtime, export_beside, open_export
 from ..inference.openvino_encoder import bf16_hint_available
 from ..model import attention
 from ..model.checks import BackendCheck
@@ -183,12 +183,14 @@ def runtime_choices(model: str | None = None) -> dict:
         candidates += ["openvino fp32"] + (["openvino bf16"] if bf16_hint_available() else [])
     found = {
         "candidates": candidates,
-        "auto": "PyTorch for a model directory; for a `neobert export onnx` directory the fastest of "
+        "auto": "for a `neobert export onnx` directory the fastest of "
         + (", ".join(candidates) or "no runtime installed (neobert[onnx], neobert[openvino])")
-        + ", measured at start on the model's own shape",
+        + ", measured at start on the model's own shape; for a model directory carrying its export in "
+        "DIR/onnx, those and PyTorch (fp32, and bf16 where the precision probe takes it); PyTorch for "
+        "another model directory",
     }
     if model:
-        opened = open_export(model, "auto")
+        opened = choose_runtime(model) if export_beside(model) else open_export(model, "auto")
         found.update(model=model, choice=opened.label, reason=opened.reason)
     return found
 

@@ -18,6 +18,7 @@ seconds to each (the load generator of :mod:`neobert.benchmarks.serve`).
 from __future__ import annotations
 
 import copy
+import json
 import random
 import statistics
 import tempfile
@@ -34,7 +35,8 @@ from ..common.tables import fmt, markdown_table
 from ..data.corpus import iter_stdlib_documents
 from ..export.onnx import ClassifierGraph, EncoderGraph, export_onnx, inspect_source
 from ..export.openvino import NDCG_TOLERANCE, quantize_static
-from ..inference.backends import open_export
+from ..inference.backends import EXPORT_BESIDE, choose_runtime, export_beside, open_export
+from ..inference.directories import ONNX_CONFIG_FILE
 from ..inference.encoders import apply_precision, is_preset, load_encoder, save_pretrained
 from ..inference.onnx_encoder import COSINE_FLOOR, OnnxEncoder
 from ..inference.openvino_encoder import STATIC_INT8, STATIC_INT8_FILE, OpenVinoEncoder, bf16_hint_available
@@ -50,7 +52,8 @@ VARIANTS = {
     "openvino-fp32": "OpenVINO, model.onnx at f32 inference precision (CPU plugin)",
     "openvino-bf16": "OpenVINO, model.onnx at the CPU's bf16 inference hint (AVX-512 BF16 / AMX only)",
     "openvino-int8-static": "OpenVINO, openvino_int8.xml: NNCF static int8 from stdlib calibration texts",
-    "auto": "what `--backend auto` takes on the export here (measured at start: warm calls, two rounds)",
+    "auto": "what `--backend auto` takes here on the model directory carrying its export (PyTorch and the "
+    "export's runtimes measured at start: warm calls, two rounds)",
 }
 
 
@@ -146,15 +149,32 @@ def run(config: OnnxBenchConfig) -> dict:
             v: (exported.output / f).stat().st_size / 1e6
             for v, f in (("fp32", "model.onnx"), ("int8", "model_int8.onnx"))
         }
-        extra = _openvino_extras(config, exported) if config.openvino else {}
-        results = _measure(config, source, exported, export_s, sizes, extra)
+        carrying = _carrying(source, exported.output, Path(tmp) / "carrying")
+        extra = _openvino_extras(config, exported, carrying) if config.openvino else {}
+        results = _measure(config, source, exported, export_s, sizes, extra, carrying)
         if any(config.serve_concurrency) and exported.head == "base":
-            results["service"] = measure_service(config, source, exported.output, extra)
+            results["service"] = measure_service(config, source, exported.output, extra, carrying)
     return publish(results, markdown, config.output)
 
 
+def _carrying(source: Path, export: Path, directory: Path) -> Path:
+    """The model directory as ``--backend auto`` measures it beside its export: ``source``'s files and the
+    export in DIR/onnx (links, nothing copied)."""
+    directory.mkdir()
+    for item in source.iterdir():
+        if item.name != EXPORT_BESIDE:
+            (directory / item.name).symlink_to(item.resolve())
+    (directory / EXPORT_BESIDE).symlink_to(export.resolve())
+    return directory
+
+
 def _forwards(
-    config: OnnxBenchConfig, task: str, fp32: torch.nn.Module, exported: Any, onnx_fp32: OnnxEncoder
+    config: OnnxBenchConfig,
+    task: str,
+    fp32: torch.nn.Module,
+    exported: Any,
+    onnx_fp32: OnnxEncoder,
+    carrying: Path,
 ) -> dict[str, Any]:
     """variant -> forward(ids, mask) -> outputs: the PyTorch model (fp32, and bf16 if asked) wrapped as the
     export's graph, so both sides compute the same outputs, and the exported fp32 and int8 graphs."""
@@ -173,7 +193,7 @@ def _forwards(
     if config.openvino:
         for name in _openvino_variants(config, exported.output):
             if name == "auto":
-                forwards[name] = _onnx_forward(_auto(exported.output, config.threads).encoder)
+                forwards[name] = _onnx_forward(_auto(carrying, config.threads).encoder)
                 continue
             variant = STATIC_INT8 if name.endswith(STATIC_INT8) else "fp32"
             precision = "bf16" if name.endswith("bf16") else "fp32"
@@ -194,17 +214,23 @@ def _openvino_variants(config: OnnxBenchConfig, directory: Path) -> list[str]:
     return [*names, "auto"]
 
 
-def _auto(directory: Path, threads: int) -> Any:
-    return open_export(str(directory), "auto", threads=threads)
+def _auto(carrying: Path, threads: int) -> Any:
+    """``--backend auto`` on the model directory carrying its export: PyTorch and the export's runtimes."""
+    export = export_beside(carrying)
+    if (
+        json.loads((export / ONNX_CONFIG_FILE).read_text())["head"] != "base"
+    ):  # a classifier: its export alone
+        return open_export(str(export), "auto", threads=threads)
+    return choose_runtime(str(carrying), threads=threads)
 
 
-def _openvino_extras(config: OnnxBenchConfig, exported: Any) -> dict[str, Any]:
+def _openvino_extras(config: OnnxBenchConfig, exported: Any, carrying: Path) -> dict[str, Any]:
     """What auto takes here and why (measured once more in the service, at each server's start); with
     ``int8_static``, NNCF's static int8 written and its check (its numbers, and whether the defaults of
     ``neobert export openvino-int8`` accept it: the bench keeps it either way, to time it)."""
     from transformers import AutoTokenizer
 
-    extra: dict[str, Any] = {"auto": _auto(exported.output, config.threads).reason}
+    extra: dict[str, Any] = {"auto": _auto(carrying, config.threads).reason}
     if config.int8_static and exported.head == "base":
         tokenizer = AutoTokenizer.from_pretrained(exported.output)
         count = config.texts + config.calibration_texts
@@ -263,13 +289,19 @@ def _rows(
 
 
 def _measure(
-    config: OnnxBenchConfig, source: Path, exported: Any, export_s: float, sizes: dict, extra: dict
+    config: OnnxBenchConfig,
+    source: Path,
+    exported: Any,
+    export_s: float,
+    sizes: dict,
+    extra: dict,
+    carrying: Path,
 ) -> dict:
     info = inspect_source(source)
     encoder = load_encoder(info.path, head=info.head)
     fp32 = encoder.model.float().eval()
     onnx_fp32 = OnnxEncoder(exported.output, threads=config.threads)
-    forwards = _forwards(config, info.head, fp32, exported, onnx_fp32)
+    forwards = _forwards(config, info.head, fp32, exported, onnx_fp32, carrying)
     texts = corpus_texts(encoder.tokenizer, config.texts, min(config.max_length, exported.max_length))
     # batches from the export's tokenizer: every variant sees the same ids
     work = batches(onnx_fp32, texts, config.batch_size)
@@ -309,11 +341,13 @@ SERVED = {
     "openvino-fp32": {"backend": "openvino", "precision": "fp32"},
     "openvino-bf16": {"backend": "openvino", "precision": "bf16"},
     "openvino-int8-static": {"backend": "openvino", "onnx_variant": "int8-static"},
-    "auto": {"backend": "auto"},  # on the export: measured at the server's start
+    "auto": {"backend": "auto"},  # on the model directory carrying its export: measured at the server's start
 }
 
 
-def measure_service(config: OnnxBenchConfig, source: Path, exported: Path, extra: dict) -> list[dict]:
+def measure_service(
+    config: OnnxBenchConfig, source: Path, exported: Path, extra: dict, carrying: Path
+) -> list[dict]:
     """Each variant behind its own ``neobert serve``, all started first, then measured round-robin
     (``repeats`` rounds of ``serve_duration`` seconds at each of ``serve_concurrency`` client counts), so
     drift on a shared machine hits every variant alike; a variant's cell pools its rounds."""
@@ -327,18 +361,24 @@ def measure_service(config: OnnxBenchConfig, source: Path, exported: Path, extra
         row
         for clients in config.serve_concurrency
         if clients
-        for row in _service_rows(config, source, exported, variants, texts, clients)
+        for row in _service_rows(config, source, exported, variants, texts, clients, carrying)
     ]
 
 
 def _service_rows(
-    config: OnnxBenchConfig, source: Path, exported: Path, variants: list[str], texts: list[str], clients: int
+    config: OnnxBenchConfig,
+    source: Path,
+    exported: Path,
+    variants: list[str],
+    texts: list[str],
+    clients: int,
+    carrying: Path,
 ) -> list[dict]:
     servers: dict[str, ServerProcess] = {}
     try:
         for name in progress_bar(variants, desc="starting servers", disable=not config.progress):
             settings = SERVED[name]
-            model = source if settings["backend"] == "torch" else exported
+            model = {"torch": source, "auto": carrying}.get(settings["backend"], exported)
             servers[name] = ServerProcess(ServeBenchConfig(model=str(model), output=None, **settings), True)
             run_cell(servers[name].port, clients, texts, 2.0, 200)  # warm-up
         infos = {name: server.info() for name, server in servers.items()}  # what runs (auto: its choice)

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 
 from ..cards import CARD, CardInfo, write_card
 from ..common.io import atomic_dir, write_json
+from ..inference.backends import EXPORT_BESIDE
 from ..inference.encoders import EmbeddingSpec, embedding_spec, is_neobert, load_encoder
 from ..inference.kinds import kind_of
 from ..inference.onnx_encoder import (
@@ -165,8 +166,14 @@ def inspect_source(model_dir: str | os.PathLike) -> Source:
 
 
 def check_output(output: Path, model_dir: Path, force: bool) -> None:
-    if output.resolve() == model_dir.resolve() or model_dir.resolve() in output.resolve().parents:
-        raise ValueError(f"output directory {output} is inside the model directory {model_dir}")
+    beside = model_dir.resolve() / EXPORT_BESIDE  # the model's own export, which `--backend auto` measures
+    if output.resolve() != beside and (
+        output.resolve() == model_dir.resolve() or model_dir.resolve() in output.resolve().parents
+    ):
+        raise ValueError(
+            f"output directory {output} is inside the model directory {model_dir}; only {beside} (the "
+            "model's own export, which --backend auto measures beside PyTorch) may be"
+        )
     if output.exists() and not output.is_dir():
         raise FileExistsError(f"output {output} exists and is a file")
     if output.is_dir() and any(output.iterdir()) and not force:

@@ -6,6 +6,11 @@ bf16 hint where the CPU has it and the precision allows it), each checked agains
 (a bf16 that misses the cosine floor is dropped, with its numbers in the reason), and times them on the model's
 own shape (:data:`PROBE_BATCH` texts of ``min(PROBE_LENGTH, max_length)`` tokens) with
 :func:`neobert.runtime.hardware.choose_fastest`: warm calls only, two rounds, bf16 taken only by a margin.
+
+A PyTorch model directory that carries its own export in ``DIR/onnx`` (sentence-transformers' layout, written
+by ``neobert export onnx DIR --output DIR/onnx``) gets PyTorch's fast path among the candidates as well
+(:func:`choose_runtime`): PyTorch fp32, PyTorch bf16 where the precision probe finds bf16 faster here, and
+the export's runtimes, all timed on the same batch, so that ``auto`` is never slower than the fastest of them.
 """
 
 from __future__ import annotations
@@ -23,21 +28,23 @@ from ..common.config import check_precision
 from ..common.io import write_json
 from ..runtime.hardware import AUTO_PRECISION_ENV, RuntimeChoice, choose_fastest, cpu_info, versions
 from . import openvino_encoder  # its probe read through the module: a test forcing it forces it here too
-from .onnx_encoder import OnnxEncoder
-from .openvino_encoder import STATIC_INT8, OpenVinoEncoder, ParityError, openvino_version
+from .directories import ONNX_CONFIG_FILE
+from .onnx_encoder import COSINE_FLOOR, FP32_TOLERANCE, REFERENCE_FILE, OnnxEncoder
+from .openvino_encoder import STATIC_INT8, OpenVinoEncoder, ParityError, min_cosine, openvino_version
 
 BACKENDS = ("auto", "torch", "onnx", "openvino")  # `neobert serve --backend`, `neobert embed --backend`
 RUNTIMES = ("onnx", "openvino")  # the backends that run an export
 EXPORT_VARIANTS = ("fp32", "int8", "int8-static")  # an export's graphs (onnx_config.json "files")
 PROBE_BATCH, PROBE_LENGTH = 8, 128  # a service's merged call / an embedding job's batch, in tokens per text
+EXPORT_BESIDE = "onnx"  # a model directory's own export, DIR/onnx (sentence-transformers' layout)
 
 
 @dataclass
 class OpenedExport:
     """The encoder that runs, its runtime and precision, and why it was chosen."""
 
-    encoder: OnnxEncoder
-    runtime: str  # onnx | openvino
+    encoder: Any  # an OnnxEncoder (OpenVinoEncoder) or, for torch, a TorchCandidate (its model)
+    runtime: str  # torch | onnx | openvino
     precision: str  # fp32 | bf16 | int8 | int8-static: what /info and a manifest call it
     reason: str
     choice: RuntimeChoice | None = None  # the measurement, for backend auto
@@ -77,10 +84,7 @@ def open_export(
     cached = _read_cache(cache).get(key) if cache else None
     if cached:
         runtime, label = cached["name"].split()
-        if runtime == "onnx":
-            encoder = OnnxEncoder(directory, threads=threads)
-        else:
-            encoder = OpenVinoEncoder(directory, threads=threads, precision=label)
+        encoder = _open_one(directory, runtime, label, threads)
         reason = f"cached in {cache}: {cached['reason']}"
         return OpenedExport(encoder, runtime, label, reason)
     candidates, dropped = _candidates(directory, backend, precision, threads)
@@ -157,6 +161,125 @@ def _write_cache(path: str, key: str, entry: dict[str, Any]) -> None:
     data = _read_cache(path)
     data[key] = entry
     write_json(Path(path), data)
+
+
+def export_beside(model: str | os.PathLike) -> Path | None:
+    """The export a PyTorch model directory carries in ``DIR/onnx`` (None where it carries none)."""
+    path = Path(model) / EXPORT_BESIDE
+    return path if (path / ONNX_CONFIG_FILE).is_file() else None
+
+
+class TorchCandidate:
+    """PyTorch's fast path at one precision, a candidate of :func:`choose_runtime`: the model directory's base
+    encoder run on the inputs an export's graph takes, giving what the graph gives (hidden states and pooled
+    vectors, pooled as the export states), with ``threads`` threads while it runs."""
+
+    def __init__(self, model: str, export: OnnxEncoder, precision: str, threads: int | None):
+        import torch
+
+        from .encoders import apply_precision
+        from .kinds import load_for_inference
+
+        loaded = load_for_inference(model, None, "base", precision=None)
+        self.model = apply_precision(loaded.model, precision).eval()
+        self.precision, self.threads = precision, threads
+        self.tokenizer, self.max_length = export.tokenizer, export.max_length  # probe_batch's
+        self.pooling = export.config["pooling"]
+        self._torch = torch
+
+    def run(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> list[np.ndarray]:
+        from ..model.pooling import pool
+
+        torch = self._torch
+        threads = torch.get_num_threads()
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        try:
+            with torch.inference_mode():
+                mask = torch.from_numpy(attention_mask)
+                states = self.model(input_ids=torch.from_numpy(input_ids), attention_mask=mask)[0]
+                vectors = pool(states, mask, self.pooling["method"]).float()
+                if self.pooling["normalize"]:
+                    vectors = torch.nn.functional.normalize(vectors, dim=-1)
+        finally:
+            torch.set_num_threads(threads)
+        return [states.float().numpy(), vectors.numpy()]
+
+
+def choose_runtime(
+    model: str, precision: str = "auto", threads: int | None = None, cache: str | None = None
+) -> OpenedExport:
+    """``--backend auto`` for a PyTorch model directory that carries its export (:func:`export_beside`): the
+    fastest of PyTorch fp32, PyTorch bf16 (where ``precision`` allows it and the precision probe finds bf16
+    faster here) and ONNX Runtime and OpenVINO on the export; measured on one batch (:func:`measure`), bf16
+    taken only by a margin and only where its vectors keep the cosine floor. Refused where PyTorch fp32 does
+    not reproduce the export's check batch (another model's export, or a stale one). A classifier's export
+    (not embeddings) leaves PyTorch at the probed precision."""
+    from .encoders import resolve_model_precision
+
+    if precision == "auto" and os.environ.get(AUTO_PRECISION_ENV):
+        precision = check_precision(os.environ[AUTO_PRECISION_ENV], ValueError)
+    probed = resolve_model_precision(model, "auto")
+    export = export_beside(model)
+    if export is None:
+        raise ValueError(f"{model} carries no export in {Path(model) / EXPORT_BESIDE}")
+    key = cache_key(str(export), "auto+torch", precision, threads)
+    cached = _read_cache(cache).get(key) if cache else None
+    if cached:
+        runtime, label = cached["name"].split()
+        encoder = None if runtime == "torch" else _open_one(str(export), runtime, label, threads)
+        return OpenedExport(encoder, runtime, label, f"cached in {cache}: {cached['reason']}")
+    reference = OnnxEncoder(export)
+    if reference.head != "base":
+        why = f"{export} exports the {reference.head} head, not embeddings"
+        chosen = probed if precision == "auto" else precision
+        return OpenedExport(None, "torch", chosen, f"precision {chosen}; {why}")
+    candidates: dict[str, Any] = {}
+    dropped: list[str] = []
+    if precision != "bf16":
+        candidates["torch fp32"] = TorchCandidate(model, reference, "fp32", threads)
+    if precision != "fp32" and probed == "bf16":
+        candidates["torch bf16"] = TorchCandidate(model, reference, "bf16", threads)
+    elif precision != "fp32":
+        dropped.append(f"torch bf16 not timed: {_probe_reason(model)}")
+    check = np.load(export / REFERENCE_FILE)
+    expected = check[reference.config["outputs"][-1]]
+    for name in list(candidates):
+        got = candidates[name].run(check["input_ids"], check["attention_mask"])[-1]
+        if name == "torch fp32" and float(np.abs(got - expected).max()) > FP32_TOLERANCE:
+            worst = float(np.abs(got - expected).max())
+            raise ValueError(
+                f"{export} is not {model}'s export: PyTorch fp32 differs from its check batch by {worst:.2e} "
+                f"(> {FP32_TOLERANCE}); export the model again (`neobert export onnx {model} --output {export} "
+                "--force`) or remove it"
+            )
+        if name == "torch bf16" and (cosine := min_cosine(got, expected)) < COSINE_FLOOR:
+            dropped.append(f"torch bf16 dropped: min cosine {cosine:.4f} to fp32 (< {COSINE_FLOOR})")
+            del candidates[name]
+    exported, left_out = _candidates(str(export), "auto", precision, threads)
+    candidates.update(exported)
+    dropped += left_out
+    choice = measure(candidates)
+    runtime, label = choice.name.split()
+    reason = "; ".join([f"measured: {choice.reason}", *dropped])
+    if cache:
+        _write_cache(cache, key, {"name": choice.name, "reason": reason, "timings_ms": choice.timings_ms})
+    return OpenedExport(candidates[choice.name], runtime, label, reason, choice)
+
+
+def _open_one(export: str, runtime: str, label: str, threads: int | None) -> OnnxEncoder:
+    if runtime == "onnx":
+        return OnnxEncoder(export, threads=threads)
+    return OpenVinoEncoder(export, threads=threads, precision=label)
+
+
+def _probe_reason(model: str) -> str:
+    from transformers import AutoConfig
+
+    from ..runtime.hardware import choose_precision
+    from .encoders import matmul_shape
+
+    return choose_precision(*matmul_shape(AutoConfig.from_pretrained(model)), "cpu", False).reason
 
 
 def probe_batch(encoder: OnnxEncoder) -> tuple[np.ndarray, np.ndarray]:

@@ -28,7 +28,7 @@ from ..common.io import atomic_file, output_lock
 from ..common.tables import MISSING, markdown_table
 from ..data.pieces import FilePlan, Piece, check_columns, duplicate_ids, file_pieces, merged_stats, plan_file
 from ..data.readers import DataError, expand_inputs
-from ..inference.backends import RUNTIMES, open_export
+from ..inference.backends import RUNTIMES, choose_runtime, export_beside, open_export
 from ..inference.encoders import EmbeddingSpec, is_preset, model_dir, resolve_model_precision
 from ..inference.kinds import kind_of
 from ..inference.long_documents import LongReport
@@ -338,17 +338,46 @@ def choose_backend(c: EmbedConfig, engine: Engine) -> EmbedBackend:
     fastest of those that apply here, each checked against PyTorch fp32 as it loads
     (:func:`neobert.inference.backends.open_export`, the service's rule)."""
     if not check_backend(c):
-        reason = (
-            "named"
-            if c.backend == "torch"
-            else "a PyTorch model (`neobert export onnx` it for auto to measure ONNX Runtime and OpenVINO)"
-        )
+        beside = export_beside(c.model) if c.backend == "auto" and model_dir(c.model) else None
+        if beside is not None and not engine.gpu_workers():
+            unlike = export_unlike(c, beside)
+            if unlike is None:
+                opened = choose_runtime(c.model, c.precision, engine.worker_threads(), c.backend_cache)
+                label = opened.precision if opened.runtime == "torch" else opened.label
+                return EmbedBackend(opened.runtime, label, opened.reason)
+            reason = f"its export {beside} left out: {unlike}"
+        elif c.backend == "torch":
+            reason = "named"
+        else:
+            reason = (
+                "a PyTorch model (`neobert export onnx DIR --output DIR/onnx` for auto to measure ONNX Runtime "
+                "and OpenVINO beside it)"
+            )
         return EmbedBackend("torch", _precision(c, engine), reason)
     precision = "fp32" if c.backend == "onnx" and c.precision == "auto" else c.precision
     opened = open_export(
         c.model, c.backend, c.onnx_variant, precision, engine.worker_threads(), c.backend_cache
     )
     return EmbedBackend(opened.runtime, opened.label, opened.reason)
+
+
+def export_unlike(c: EmbedConfig, export: Path) -> str | None:
+    """Why the export a model directory carries does not compute what job ``c`` asks of the model (None:
+    it does): its pooling, normalisation, window, tokenizer or the kind of vectors."""
+    kind = kind_of(c.model)
+    if kind.embedding != "dense":
+        return f"a {kind.name} model's vectors are {kind.embedding}, not one pooled vector"
+    if c.tokenizer is not None or c.long_documents != "truncate":
+        return "--tokenizer" if c.tokenizer is not None else f"--long-documents {c.long_documents}"
+    spec, own = kind_of(export).declared_embedding(export), kind.declared_embedding(c.model)
+    if isinstance(spec, str):
+        return spec
+    if (c.pooling, c.normalize) != (spec.pooling, spec.normalize):
+        return f"it pools {spec.pooling}, normalize {spec.normalize}; the job {c.pooling}, {c.normalize}"
+    window = c.max_length or (None if isinstance(own, str) else own.max_length)
+    if window is not None and window > spec.max_length:
+        return f"it truncates at {spec.max_length} tokens; the job at {window}"
+    return None
 
 
 def _run(c: EmbedConfig, engine: Engine, job: JobOutput, pieces: list[Piece], done: dict, empty: str):

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..data.pieces import Piece, read_piece
-from ..inference.backends import open_export
+from ..inference.backends import export_beside, open_export
 from ..inference.encoders import apply_precision
 from ..inference.kinds import load_for_inference
 from ..inference.late_interaction import load_late_interaction, token_vectors
@@ -119,7 +119,8 @@ class PieceTokenEmbedder:
 
 
 class PieceExportEmbedder:
-    """An export's worker (``neobert export onnx``): its graph on ONNX Runtime or OpenVINO as the driver chose
+    """An export's worker (``neobert export onnx``; or the export a model directory carries, where ``--backend
+    auto`` measured it faster than PyTorch): its graph on ONNX Runtime or OpenVINO as the driver chose
     (``precision``: the runtime and its label, ``openvino bf16``), with the threads the engine gives a worker;
     each text's pooled vector as the graph computes it, cut at the export's max length (or ``max_length``)."""
 
@@ -128,9 +129,8 @@ class PieceExportEmbedder:
         runtime, label = precision.split()
         float_precision = label if label in ("fp32", "bf16") else "fp32"
         threads = torch.get_num_threads()  # the engine's per-worker threads (a Ray actor sets them)
-        self.encoder = open_export(
-            config.model, runtime, config.onnx_variant, float_precision, threads
-        ).encoder
+        export = export_beside(config.model) or config.model  # a model directory's own export, auto chose
+        self.encoder = open_export(export, runtime, config.onnx_variant, float_precision, threads).encoder
         self.window = min(config.max_length or self.encoder.max_length, self.encoder.max_length)
         if self.window < self.encoder.max_length:
             self.encoder.tokenizer.enable_truncation(self.window)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,11 @@ class OnnxBackend(Backend):
     runtime: str = "onnx"  # onnx | openvino
     precision: str = "fp32"  # the graph and precision that runs: fp32 | bf16 | int8 | int8-static
     backend_reason: str = "named"  # why this runtime and precision (backend auto: the measurement)
+    # the model directory's PyTorch backend, made on first need, where auto took the export a model directory
+    # carries: it answers what the graph does not (token embeddings, token-id inputs, left truncation), so
+    # the model serves what it serves on PyTorch whichever runtime the measurement took
+    companion: Callable[[], Backend] | None = None
+    companion_head: str | None = None  # the head the companion serves (a masked-LM's fill-mask)
 
     def __post_init__(self) -> None:
         self.head = self.encoder.head  # base, or a head whose graph the export writes
@@ -70,13 +76,14 @@ class OnnxBackend(Backend):
         embedding = replace(spec, max_length=None) if self.head == "base" else None
         self.capabilities = describe(
             self.transformers_config,
-            self.head,
+            self.companion_head or self.head,
             embedding,
             self.encoder.max_length,
             pair_token_types=False,
             model_type=self.encoder.config["model_type"],
-            runtime=ONNX_TASKS,
+            runtime=None if self.companion is not None else ONNX_TASKS,
         )
+        self._pytorch: Backend | None = None
         self.policy = self.config.long_documents
         self._lock = threading.Lock()  # workers > 1 in one process share the session's tokenizer
         self._counter = whole_texts(self.encoder.tokenizer)  # whole lengths (usage, truncate: false)
@@ -116,9 +123,10 @@ class OnnxBackend(Backend):
         )
 
     def nbytes(self) -> int:
-        """The bytes of the graph's files (its weights are its initializers)."""
+        """The bytes of the graph's files (its weights are its initializers), and its companion's once loaded."""
         graph = self.encoder.directory / self.encoder.config["files"][self.encoder.variant]
-        return sum(f.stat().st_size for f in graph.parent.glob(f"{graph.name}*"))
+        own = sum(f.stat().st_size for f in graph.parent.glob(f"{graph.name}*"))
+        return own + (self._pytorch.nbytes() if self._pytorch is not None else 0)
 
     def info(self) -> ServedModel:
         """What the export is and serves (it crosses processes)."""
@@ -140,8 +148,18 @@ class OnnxBackend(Backend):
     def text_tokenizer(self) -> Any:
         return self._counter
 
+    def pytorch(self) -> Backend:
+        """The companion PyTorch backend, loaded the first time it is needed."""
+        if self._pytorch is None:
+            self._pytorch = self.companion()
+        return self._pytorch
+
     def run_task(self, name: str, texts: list[Any], options: dict[str, Any]) -> Done:
         """One model call on texts the graph may cut at its max_length (counted as long and truncated)."""
+        if self.companion is not None and (
+            name not in ONNX_TASKS or options.get("side") == "left" or any(isinstance(t, list) for t in texts)
+        ):
+            return self.pytorch().run_task(name, texts, options)
         if options.get("side") == "left":
             refusal = Refusal(422, "{noun} {i}: truncation_direction Left needs the PyTorch backend")
             return Done([refusal] * len(texts), self.lengths(texts))

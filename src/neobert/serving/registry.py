@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -34,10 +35,14 @@ from typing import Any
 
 from ..common.config import ModelConfig
 from ..inference.adapters import ADAPTER_WEIGHTS, read_adapter
+from ..inference.backends import choose_runtime, export_beside
+from ..inference.directories import ONNX_CONFIG_FILE
 from ..inference.encoders import is_preset, resolve_model_precision
+from ..inference.kinds import kind_of
 from ..inference.kinds.adapter import attach, detach, module_bytes
 from ..inference.kinds.adapter import saved_tensor_bytes as header_bytes
 from ..inference.model_info import count_parameters
+from ..inference.registration import declared_head
 from ..inference.run import ROW_TAGS, RowTags, tagged
 from . import memory
 from .catalog import CatalogError, ModelEntry
@@ -45,7 +50,7 @@ from .config import ServeConfig
 from .onnx_backend import OnnxBackend
 from .served import ServedModel, ServedSet
 from .tasks import COUNT, LOAD, UNLOAD, ModelCall
-from .threads import ThreadChoice
+from .threads import ThreadChoice, ThreadPolicy
 from .torch_backend import TorchBackend
 
 log = logging.getLogger(__name__)
@@ -174,9 +179,12 @@ class ModelSet:
             self.described.setdefault(entry.name, self.described[entry.base])
             return Held(base, nbytes, 0)
         log.info("loading model %s (%s)", entry.name, entry.source)
-        backend = (OnnxBackend if self.config.runs_onnx(entry) else TorchBackend).load(
-            self.config, entry, self.threads
-        )
+        if self.config.runs_onnx(entry):
+            backend = OnnxBackend.load(self.config, entry, self.threads)
+        elif self.config.backend == "auto" and (export := carried_export(self.config, entry)) is not None:
+            backend = load_measured(self.config, entry, export, self.threads)
+        else:
+            backend = TorchBackend.load(self.config, entry, self.threads)
         self.threads = self.threads or backend.threads
         nbytes = backend.nbytes()
         self.estimates[entry.name] = nbytes
@@ -299,6 +307,59 @@ class ModelSet:
             self.catalog = self.catalog.without(name)
             self.version += 1
             return None
+
+
+def carried_export(config: ServeConfig, entry: ModelEntry) -> Path | None:
+    """The export a model directory carries (DIR/onnx) where ``--backend auto`` measures it beside PyTorch:
+    an embedding export of a bare encoder or masked LM, served as it was exported (truncated, its own
+    tokenizer, dense vectors)."""
+    if (
+        entry.tokenizer
+        or config.sparse
+        or config.long_documents != "truncate"
+        or entry.head not in ("auto", "base")
+    ):
+        return None
+    if not Path(entry.source).is_dir() or kind_of(entry.source).embedding != "dense":
+        return None
+    export = export_beside(entry.source)
+    if export is None:
+        return None
+    config_file = Path(entry.source) / "config.json"
+    heads = (
+        json.loads((export / ONNX_CONFIG_FILE).read_text()).get("head"),
+        declared_head(json.loads(config_file.read_text())),
+    )
+    return export if heads[0] == "base" and heads[1] in ("base", "mlm") else None
+
+
+def load_measured(config: ServeConfig, entry: ModelEntry, export: Path, threads: Any) -> Any:
+    """``entry`` on whichever of PyTorch (fp32, bf16) and its export's runtimes the measurement takes
+    (:func:`neobert.inference.backends.choose_runtime`, every candidate at the export's thread count); an
+    export taken keeps the PyTorch backend as its companion for what the graph does not serve."""
+    from transformers import PretrainedConfig
+
+    chosen = ThreadPolicy.at_start(config, fixed="measured at the export's thread count")
+    opened = choose_runtime(entry.source, config.precision, chosen.threads, config.backend_cache)
+    pytorch = replace(
+        config, backend="torch", precision=opened.precision if opened.runtime == "torch" else "fp32"
+    )
+    if opened.runtime == "torch":
+        backend = TorchBackend.load(pytorch, entry, threads)
+        backend.backend_reason = opened.reason
+        return backend
+    settings = json.loads((Path(entry.source) / "config.json").read_text(encoding="utf-8"))
+    return OnnxBackend(
+        config,
+        opened.encoder,
+        PretrainedConfig.from_dict(settings),
+        chosen,
+        opened.runtime,
+        opened.precision,
+        opened.reason,
+        companion=lambda: TorchBackend.load(pytorch, entry, chosen),
+        companion_head=declared_head(settings),
+    )
 
 
 def run_rows(backend: Any, call: ModelCall, texts: list[Any]) -> tuple[list[Any], int, dict[str, Any]]:

@@ -34,6 +34,7 @@ class TorchBackend(Backend):
     config: ServeConfig
     loaded: Encoder
     threads: ThreadChoice | None = None  # what the model's thread count is, and why
+    backend_reason: str | None = None  # why PyTorch, where auto measured it against the model's export
 
     def __post_init__(self) -> None:
         self.model, self.tokenizer = self.loaded.model, self.loaded.tokenizer
@@ -77,9 +78,13 @@ class TorchBackend(Backend):
             vocab_size=self.text_tokenizer().get_vocab_size(),
             threads=self.threads,
             precision="bf16" if dtype == torch.bfloat16 else "fp32",
-            backend_reason="named"
-            if self.config.backend == "torch"
-            else "a model directory runs on PyTorch (ONNX Runtime and OpenVINO run its `neobert export onnx`)",
+            backend_reason=self.backend_reason
+            or (
+                "named"
+                if self.config.backend == "torch"
+                else "a model directory runs on PyTorch (ONNX Runtime and OpenVINO run its `neobert export onnx`; "
+                "auto measures them beside PyTorch where the directory carries it in DIR/onnx)"
+            ),
         )
 
     def nbytes(self) -> int:
