@@ -375,10 +375,9 @@ def main() -> None:
         )
     saved = a.run / "results.json"
     results = json.loads(saved.read_text()) if saved.is_file() else {}
-    for kind in a.kinds:
-        done = {r["seed"] for r in results.get(kind, [])}
-        for seed in a.seeds:
-            if seed not in done:
+    for seed in a.seeds:  # seed by seed (every kind of a seed before the next seed): a stopped run has
+        for kind in a.kinds:  # whole seeds to report
+            if seed not in {r["seed"] for r in results.get(kind, [])}:
                 results.setdefault(kind, []).append({"seed": seed, **one_seed(kind, seed, a.run, a)})
                 saved.write_text(json.dumps(results, indent=2))
     if "rerank ms/query" not in results.get("latency", {}):  # last: a quiet machine, after the training

@@ -74,8 +74,9 @@ class EmbedConfig(EngineSettings, FileJob):
             "choices": BACKENDS,
             "help": (
                 "torch: PyTorch; onnx (ONNX Runtime) or openvino (OpenVINO) on a `neobert export onnx` directory; "
-                "auto: torch for a model directory, for an export the fastest of ONNX Runtime and OpenVINO (fp32, "
-                "and bf16 where the CPU has it and its vectors keep cosine 0.99 to PyTorch fp32), measured at start"
+                "auto: for an export the fastest of ONNX Runtime and OpenVINO (fp32, and bf16 where the CPU has it "
+                "and its vectors keep cosine 0.99 to PyTorch fp32), measured at start; for a model directory "
+                "carrying its export in DIR/onnx those and PyTorch (fp32, bf16); torch for another model"
             ),
         },
     )

@@ -53,8 +53,9 @@ class ServeConfig:
     calibration: str | None = None
     host: str = "127.0.0.1"  # address to listen on
     port: int = 8000  # port to listen on (0: a free one)
-    # torch; onnx (ONNX Runtime) or openvino (OpenVINO) on a `neobert export onnx` directory; auto: torch for a
-    # model directory, for an export the faster of ONNX Runtime and OpenVINO (fp32, bf16), measured at start
+    # torch; onnx (ONNX Runtime) or openvino (OpenVINO) on a `neobert export onnx` directory; auto: for an
+    # export the fastest of ONNX Runtime and OpenVINO (fp32, bf16), measured at start; for a model directory
+    # carrying its export in DIR/onnx those and PyTorch (fp32, bf16); torch for another model
     backend: str = field(default="auto", metadata={"choices": BACKENDS})
     # a JSON file keeping --backend auto's measured choice per export, machine and thread count: found there,
     # it is loaded (and checked) without measuring again; absent, measured and added (none: measured each start)
