@@ -158,7 +158,7 @@ def test_static_int8_is_refused_with_its_numbers_and_accepted_when_it_keeps_them
     texts = tmp_path / "calibration.txt"
     texts.write_text("\n".join(" ".join(t.split()) for t in calibration) + "\n", encoding="utf-8")
     command = ["export", "openvino-int8", "--model", str(directory), "--calibration", str(texts)]
-    assert main([*command, "--pairs", "20"]) == 1
+    assert main([*command, "--pairs", "20", "--no-accuracy-control"]) == 1
     refusal = capsys.readouterr().err
     assert re.search(
         r"minimum cosine 0\.\d+ \(floor 0\.99\); nDCG@10 on 20 held-out", " ".join(refusal.split())
@@ -166,6 +166,7 @@ def test_static_int8_is_refused_with_its_numbers_and_accepted_when_it_keeps_them
     assert not list(directory.glob("openvino_int8*")) and not list(directory.glob(".partial*"))
     check = quantize_static(directory, calibration, pairs=20, cosine_floor=0.5, ndcg_tolerance=1.0, threads=1)
     assert check.accepted and check.calibration_texts == 16 and check.heldout_texts == 4 + 40
+    assert not check.accuracy_control and check.quantized_ops > 0  # plain int8 met this floor
     settings = json.loads((directory / "onnx_config.json").read_text())
     assert settings["files"]["int8-static"] == "openvino_int8.xml"
     assert settings["int8_static"]["cosine_min"] == check.cosine_min
@@ -176,13 +177,45 @@ def test_static_int8_is_refused_with_its_numbers_and_accepted_when_it_keeps_them
     assert openvino_encoder.min_cosine(got, fp32) >= 0.5
 
 
+def test_accuracy_control_puts_layers_back_in_float_until_the_cosine_is_kept(tiny_export, tmp_path):
+    """Plain int8 of the random tiny NeoBERT misses a 0.97 floor; NNCF's accuracy control then keeps its most
+    costly layers in float: fewer quantized operations and a higher minimum cosine on the held-out texts. The
+    tiny model still misses the floor, so it is refused with its numbers and plain int8's."""
+    from neobert.export.openvino import Int8Refused, heldout_pairs
+
+    directory = shutil.copytree(tiny_export, tmp_path / "int8")
+    calibration = [p.document for p in heldout_pairs(60)[40:]]
+    plain = quantize_static(directory, calibration, pairs=20, cosine_floor=0.0, ndcg_tolerance=1.0, threads=1)
+    for written in directory.glob("openvino_int8.*"):
+        written.unlink()
+    with pytest.raises(Int8Refused) as refused:
+        quantize_static(directory, calibration, pairs=20, cosine_floor=0.97, ndcg_tolerance=1.0, threads=1)
+    message = " ".join(str(refused.value).split())
+    found = re.search(
+        r"accuracy control after plain int8's minimum cosine ([\d.]+); (\d+) quantized operations\) .*"
+        r"minimum cosine ([\d.]+) \(floor 0.97\)",
+        message,
+    )
+    assert found, message
+    assert float(found[1]) == pytest.approx(plain.cosine_min, abs=1e-4)
+    assert 0 < int(found[2]) < plain.quantized_ops and float(found[3]) > plain.cosine_min
+    assert not list(directory.glob("openvino_int8*")) and not list(directory.glob(".partial*"))
+
+
 @pytest.mark.parametrize(
-    "cosine, ndcg, accepted",
-    [(0.995, 0.7, True), (0.985, 0.7, False), (0.995, 0.6929, False), (0.995, 0.6931, True)],
+    "cosine, ndcg, ops, accepted",
+    [
+        (0.995, 0.7, 40, True),
+        (0.985, 0.7, 40, False),
+        (0.995, 0.6929, 40, False),
+        (0.995, 0.6931, 40, True),
+        (1.0, 0.7, 0, False),  # accuracy control put everything back in float: not int8
+    ],
 )
-def test_int8_acceptance_needs_both_the_cosine_and_the_ranking(cosine, ndcg, accepted):
-    """The rule on both sides: float's nDCG@10 0.7 allows int8 down to 0.693 (1% less), cosine from 0.99."""
-    check = openvino.Int8Check(16, 44, cosine, 0.99, 20, 0.7, ndcg, 0.01)
+def test_int8_acceptance_needs_both_the_cosine_and_the_ranking(cosine, ndcg, ops, accepted):
+    """The rule on both sides: float's nDCG@10 0.7 allows int8 down to 0.693 (1% less), cosine from 0.99,
+    and something left quantized."""
+    check = openvino.Int8Check(16, 44, cosine, 0.99, 20, 0.7, ndcg, 0.01, quantized_ops=ops)
     assert check.accepted is accepted
 
 
@@ -441,3 +474,4 @@ def test_serve_auto_measures_pytorch_beside_the_export_a_model_carries(carrying,
             np.testing.assert_allclose(
                 call(srv.url, "POST", "/embed", {"inputs": [[1, 5, 7, 2]]})[1], by_ids, atol=1e-4
             )
+            assert call(srv.url, "POST", "/fill-mask", {"texts": ["a [MASK] b"], "top_k": 3})[1] == masked

@@ -32,6 +32,7 @@ from ..inference.openvino_encoder import (
 )
 
 NDCG_TOLERANCE = 0.01  # int8's nDCG@10 on the held-out docstring pairs: at least (1 - this) x float's
+RESTORE_STEPS = 16  # accuracy control: at most this many rounds of layers put back in float
 HELDOUT_SHARE = 5  # every 5th calibration text is held out (never calibrated on) for the cosine check
 
 
@@ -44,6 +45,9 @@ class StaticInt8Config:
     pairs: int = 200  # held-out docstring pairs whose nDCG@10 int8 must keep
     cosine_floor: float = COSINE_FLOOR  # the least minimum cosine to fp32 accepted on the held-out texts
     ndcg_tolerance: float = NDCG_TOLERANCE  # int8's nDCG@10 at least (1 - this) x fp32's
+    # where plain int8 misses the floor, NNCF's accuracy control: the layers that cost the most cosine on
+    # the calibration texts go back to float until it is kept, then the held-out check decides again
+    accuracy_control: bool = True
 
 
 def run_static_int8(config: StaticInt8Config) -> Int8Check:
@@ -54,6 +58,7 @@ def run_static_int8(config: StaticInt8Config) -> Int8Check:
         pairs=config.pairs,
         cosine_floor=config.cosine_floor,
         ndcg_tolerance=config.ndcg_tolerance,
+        accuracy_control=config.accuracy_control,
     )
 
 
@@ -73,28 +78,39 @@ class Int8Check:
     ndcg_float: float
     ndcg_int8: float
     ndcg_tolerance: float
+    accuracy_control: bool = False  # NNCF's accuracy control made this graph (some layers kept in float)
+    plain_cosine_min: float | None = None  # with accuracy control: what plain int8 kept, refused
+    quantized_ops: int = 0  # the graph's FakeQuantize operations (none left: nothing is int8, refused)
 
     @property
     def accepted(self) -> bool:
-        return self.cosine_min >= self.cosine_floor and self.ndcg_int8 >= self.ndcg_float * (
+        kept = self.cosine_min >= self.cosine_floor and self.ndcg_int8 >= self.ndcg_float * (
             1 - self.ndcg_tolerance
         )
+        return kept and self.quantized_ops > 0
 
     @property
     def summary(self) -> str:
+        how = "static, NNCF" + (
+            f", accuracy control after plain int8's minimum cosine {self.plain_cosine_min:.4f}"
+            if self.accuracy_control
+            else ""
+        )
         return (
-            f"int8 (static, NNCF) against fp32 on {self.heldout_texts} held-out texts: minimum cosine "
+            f"int8 ({how}; {self.quantized_ops} quantized operations) against fp32 on {self.heldout_texts} held-out texts: minimum cosine "
             f"{self.cosine_min:.4f} (floor {self.cosine_floor}); nDCG@10 on {self.pairs} held-out docstring "
             f"pairs {self.ndcg_int8:.4f} against {self.ndcg_float:.4f} (within {self.ndcg_tolerance:.0%} needed)"
         )
 
 
 @functools.cache
-def heldout_pairs(count: int) -> tuple[Any, ...]:
+def heldout_pairs(count: int, heldout: bool = True) -> tuple[Any, ...]:
     """The first ``count`` docstring pairs of the held-out modules (:mod:`neobert.data.docstring_pairs`'s
-    split: the modules a contrastive fine-tune here never trains on); only those modules are parsed."""
+    split: the modules a contrastive fine-tune here never trains on), or with ``heldout=False`` of the other
+    modules (accuracy control tunes on those: the check's kind of texts, not its texts); only those modules
+    are parsed."""
     names = sorted({p.stem if p.suffix == ".py" else p.name for p in stdlib_root().iterdir()})
-    modules = [name for name in names if name.isidentifier() and is_heldout(name, 0.2)]
+    modules = [name for name in names if name.isidentifier() and is_heldout(name, 0.2) == heldout]
     pairs = []
     for pair in iter_docstring_pairs(modules):
         pairs.append(pair)
@@ -112,13 +128,17 @@ def quantize_static(
     ndcg_tolerance: float = NDCG_TOLERANCE,
     batch_size: int = 16,
     threads: int | None = None,
+    accuracy_control: bool = True,
 ) -> Int8Check:
     """Write ``openvino_int8.xml`` (+ ``.bin``) into the base export ``directory``: NNCF's static post-training
     quantization (transformer preset: int8 weights and activations, SmoothQuant) with ranges from
     ``calibration`` less every :data:`HELDOUT_SHARE`-th text. Accepted only if, against the fp32 graph, the
     minimum cosine over the held-out texts is at least ``cosine_floor`` and nDCG@10 on ``pairs`` held-out
     docstring pairs is within ``ndcg_tolerance`` of float's; else :class:`Int8Refused` with the numbers and
-    nothing written. On acceptance onnx_config.json lists the file (variant ``int8-static``) and the numbers.
+    nothing written. Where plain int8 is refused and ``accuracy_control``, NNCF's accuracy control quantizes
+    again, keeping in float the layers that cost the most minimum cosine on the calibration texts until it
+    stays within half the floor's margin there, and the held-out check decides once more. On acceptance
+    onnx_config.json lists the file (variant ``int8-static``) and the numbers.
     """
     texts = [t for t in calibration if isinstance(t, str) and t.strip()]
     if len(texts) < 2 * HELDOUT_SHARE:
@@ -138,6 +158,15 @@ def quantize_static(
     _quantize(fp32, fitted, batch_size, partial)
     try:
         check = _check_int8(fp32, partial, heldout, len(fitted), pairs, cosine_floor, ndcg_tolerance, threads)
+        if not check.accepted and accuracy_control:
+            plain = check.cosine_min
+            tuning = [t for p in heldout_pairs(pairs, heldout=False) for t in (p.query, p.document)]
+            drop = (1 - cosine_floor) / 2
+            _quantize(fp32, fitted, batch_size, partial, max_drop=drop, tuning=fitted + tuning)
+            check = _check_int8(
+                fp32, partial, heldout, len(fitted), pairs, cosine_floor, ndcg_tolerance, threads
+            )
+            check.accuracy_control, check.plain_cosine_min = True, plain
     except BaseException:
         _remove(partial)
         raise
@@ -153,22 +182,62 @@ def quantize_static(
     return check
 
 
-def _quantize(fp32: OpenVinoEncoder, texts: list[str], batch_size: int, xml: Path) -> None:
-    """NNCF's static int8 of ``fp32``'s graph, activation ranges from ``texts``, saved as ``xml`` (+ .bin)."""
+def _quantize(
+    fp32: OpenVinoEncoder,
+    texts: list[str],
+    batch_size: int,
+    xml: Path,
+    max_drop: float | None = None,
+    tuning: list[str] | None = None,
+) -> None:
+    """NNCF's static int8 of ``fp32``'s graph, activation ranges from ``texts``, saved as ``xml`` (+ .bin);
+    with ``max_drop``, under accuracy control: layers go back to float until the minimum cosine of the
+    pooled vectors to ``fp32``'s on ``tuning`` is within ``max_drop`` of 1."""
     import nncf
     import openvino as ov
+    from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters
 
-    items = []
-    for start in range(0, len(texts), batch_size):
-        ids, mask = fp32.tokenize(texts[start : start + batch_size])
-        items.append({"input_ids": ids, "attention_mask": mask})
-    quantized = nncf.quantize(
-        openvino_core().read_model(fp32.directory / fp32.config["files"]["fp32"]),
-        nncf.Dataset(items),
-        model_type=nncf.ModelType.TRANSFORMER,
-        subset_size=len(items),
-    )
+    def batches(rows: list[str]) -> list[dict[str, np.ndarray]]:
+        out = []
+        for start in range(0, len(rows), batch_size):
+            ids, mask = fp32.tokenize(rows[start : start + batch_size])
+            out.append({"input_ids": ids, "attention_mask": mask})
+        return out
+
+    items = batches(texts)
+    graph = openvino_core().read_model(fp32.directory / fp32.config["files"]["fp32"])
+    settings = {"model_type": nncf.ModelType.TRANSFORMER, "subset_size": len(items)}
+    if max_drop is None:
+        quantized = nncf.quantize(graph, nncf.Dataset(items), **settings)
+    else:
+        checked = [
+            {**item, "reference": fp32.run(item["input_ids"], item["attention_mask"])[-1]}
+            for item in batches(sorted(tuning or texts, key=len))  # batches of like lengths, as encode pads
+        ]
+        inputs = lambda item: {"input_ids": item["input_ids"], "attention_mask": item["attention_mask"]}  # noqa: E731
+        quantized = nncf.quantize_with_accuracy_control(
+            graph,
+            nncf.Dataset(items),
+            nncf.Dataset(checked, inputs),
+            _cosine_metric,
+            max_drop=max_drop,
+            drop_type=nncf.DropType.ABSOLUTE,
+            advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(
+                max_num_iterations=RESTORE_STEPS
+            ),
+            **settings,
+        )
     ov.save_model(quantized, xml, compress_to_fp16=False)
+
+
+def _cosine_metric(compiled: Any, items: Any) -> tuple[float, list[float]]:
+    """Accuracy control's metric: the minimum cosine of ``compiled``'s pooled vectors to the float graph's
+    (each item's ``reference``), and each item's (a batch's) minimum (NNCF ranks the layers on them)."""
+    worst: list[float] = []
+    for item in items:
+        got = compiled({"input_ids": item["input_ids"], "attention_mask": item["attention_mask"]})
+        worst.append(min_cosine(got[compiled.outputs[-1]], item["reference"]))
+    return min(worst), worst
 
 
 def _remove(xml: Path) -> None:
@@ -198,8 +267,18 @@ def _check_int8(
         rankings = rank_documents(q, d, ids, 10)
         return float(np.mean([ndcg_at_k(r, {i: 1.0}, 10) for i, r in zip(ids, rankings)]))
 
+    graph = openvino_core().read_model(xml)
+    fake_quantize = sum(op.get_type_name() == "FakeQuantize" for op in graph.get_ops())
     return Int8Check(
-        fitted, len(texts), min_cosine(a, b), cosine_floor, len(pairs), ndcg(a), ndcg(b), ndcg_tolerance
+        fitted,
+        len(texts),
+        min_cosine(a, b),
+        cosine_floor,
+        len(pairs),
+        ndcg(a),
+        ndcg(b),
+        ndcg_tolerance,
+        quantized_ops=fake_quantize,
     )
 
 
