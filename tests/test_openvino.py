@@ -253,7 +253,9 @@ def test_auto_choice_is_cached_per_model_and_machine_when_asked(tiny_export, tmp
     assert first.reason.startswith("measured: ")
     ((key, entry),) = json.loads(cache.read_text()).items()
     assert str(tiny_export.resolve()) in key and "threads=1" in key and entry["name"] == first.label
-    monkeypatch.setattr(backends, "measure", lambda candidates: pytest.fail("measured despite the cache"))
+    monkeypatch.setattr(
+        backends, "measure", lambda candidates, sample=None: pytest.fail("measured despite the cache")
+    )
     again = backends.open_export(str(tiny_export), "auto", threads=1, cache=str(cache))
     assert again.label == first.label and again.reason == f"cached in {cache}: {first.reason}"
     with pytest.raises(pytest.fail.Exception, match="measured despite the cache"):
@@ -386,13 +388,15 @@ def test_auto_measures_pytorch_beside_the_export_a_model_carries(carrying, tmp_p
     for taken in ("onnx fp32", "openvino fp32", "torch fp32"):
         seen = {}
 
-        def forced(candidates, taken=taken, seen=seen):
-            seen.update(candidates)
+        def forced(candidates, sample=None, taken=taken, seen=seen):
+            seen.update(candidates, sample=sample)
             return RuntimeChoice(taken, f"{taken} forced", {})
 
         monkeypatch.setattr(backends, "measure", forced)
         out = tmp_path / taken.replace(" ", "-")
         result = embed(EmbedConfig(output=str(out), **common))
+        timed_on = seen.pop("sample")  # the job's own texts, blank lines left out
+        assert timed_on == [t for t in TEXTS * 2 if t.strip()][: len(timed_on)] and len(timed_on) == 8
         assert set(seen) == {"torch fp32", "onnx fp32", "openvino fp32"}  # the suite pins auto to fp32
         manifest = json.loads((out / "_manifest.json").read_text(encoding="utf-8"))
         assert manifest["backend"]["name"] == taken.split()[0] == result.backend
@@ -401,13 +405,17 @@ def test_auto_measures_pytorch_beside_the_export_a_model_carries(carrying, tmp_p
     monkeypatch.setattr(backends, "measure", measured)
     chosen = backends.choose_runtime(str(carrying), "fp32", threads=1)  # really measured here
     assert chosen.reason.startswith("measured: ") and "torch fp32" in chosen.choice.timings_ms
+    sampled = backends.choose_runtime(str(carrying), "fp32", threads=1, sample=TEXTS * 3)  # 12 texts
+    assert "12 of the job's texts in 2 batches" in sampled.reason
     # bf16 on both sides of the precision probe, the pin lifted
     monkeypatch.delenv(hardware.AUTO_PRECISION_ENV, raising=False)
     for probed in ("fp32", "bf16"):
         seen = {}
         monkeypatch.setattr(encoders, "resolve_model_precision", lambda model, precision, p=probed: p)
         monkeypatch.setattr(
-            backends, "measure", lambda c, seen=seen: seen.update(c) or RuntimeChoice("torch fp32", "", {})
+            backends,
+            "measure",
+            lambda c, sample=None, seen=seen: seen.update(c) or RuntimeChoice("torch fp32", "", {}),
         )
         chosen = backends.choose_runtime(str(carrying), "auto", threads=1)
         assert ("torch bf16" in seen) == (probed == "bf16")
@@ -456,7 +464,7 @@ def test_serve_auto_measures_pytorch_beside_the_export_a_model_carries(carrying,
         masked = call(srv.url, "POST", "/fill-mask", {"texts": ["a [MASK] b"], "top_k": 3})[1]
     assert "fill-mask" in serves  # the tiny model is a masked LM: PyTorch serves its head
     for taken in ("openvino fp32", "torch fp32"):
-        forced = lambda candidates, taken=taken: RuntimeChoice(taken, f"{taken} forced", {})  # noqa: E731
+        forced = lambda candidates, sample=None, taken=taken: RuntimeChoice(taken, f"{taken} forced", {})  # noqa: E731
         monkeypatch.setattr(backends, "measure", forced)
         with serve(carrying, backend="auto", threads=1) as srv:
             info = call(srv.url, "GET", "/info")[1]

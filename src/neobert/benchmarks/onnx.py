@@ -175,6 +175,8 @@ def _forwards(
     exported: Any,
     onnx_fp32: OnnxEncoder,
     carrying: Path,
+    texts: list[str],
+    chosen: dict[str, Any],
 ) -> dict[str, Any]:
     """variant -> forward(ids, mask) -> outputs: the PyTorch model (fp32, and bf16 if asked) wrapped as the
     export's graph, so both sides compute the same outputs, and the exported fp32 and int8 graphs."""
@@ -193,7 +195,8 @@ def _forwards(
     if config.openvino:
         for name in _openvino_variants(config, exported.output):
             if name == "auto":
-                forwards[name] = _onnx_forward(_auto(carrying, config.threads).encoder)
+                opened = _auto(carrying, config.threads, texts)
+                forwards[name], chosen["auto"] = _onnx_forward(opened.encoder), opened.reason
                 continue
             variant = STATIC_INT8 if name.endswith(STATIC_INT8) else "fp32"
             precision = "bf16" if name.endswith("bf16") else "fp32"
@@ -214,14 +217,15 @@ def _openvino_variants(config: OnnxBenchConfig, directory: Path) -> list[str]:
     return [*names, "auto"]
 
 
-def _auto(carrying: Path, threads: int) -> Any:
-    """``--backend auto`` on the model directory carrying its export: PyTorch and the export's runtimes."""
+def _auto(carrying: Path, threads: int, sample: list[str]) -> Any:
+    """``--backend auto`` on the model directory carrying its export: PyTorch and the export's runtimes,
+    timed on ``sample`` (the bench's texts, as `neobert embed` times them on a job's own)."""
     export = export_beside(carrying)
     if (
         json.loads((export / ONNX_CONFIG_FILE).read_text())["head"] != "base"
-    ):  # a classifier: its export alone
-        return open_export(str(export), "auto", threads=threads)
-    return choose_runtime(str(carrying), threads=threads)
+    ):  # a classifier: the export alone
+        return open_export(str(export), "auto", threads=threads, sample=sample)
+    return choose_runtime(str(carrying), threads=threads, sample=sample)
 
 
 def _openvino_extras(config: OnnxBenchConfig, exported: Any, carrying: Path) -> dict[str, Any]:
@@ -230,7 +234,7 @@ def _openvino_extras(config: OnnxBenchConfig, exported: Any, carrying: Path) -> 
     ``neobert export openvino-int8`` accept it: the bench keeps it either way, to time it)."""
     from transformers import AutoTokenizer
 
-    extra: dict[str, Any] = {"auto": _auto(carrying, config.threads).reason}
+    extra: dict[str, Any] = {}
     if config.int8_static and exported.head == "base":
         tokenizer = AutoTokenizer.from_pretrained(exported.output)
         count = config.texts + config.calibration_texts
@@ -301,8 +305,8 @@ def _measure(
     encoder = load_encoder(info.path, head=info.head)
     fp32 = encoder.model.float().eval()
     onnx_fp32 = OnnxEncoder(exported.output, threads=config.threads)
-    forwards = _forwards(config, info.head, fp32, exported, onnx_fp32, carrying)
     texts = corpus_texts(encoder.tokenizer, config.texts, min(config.max_length, exported.max_length))
+    forwards = _forwards(config, info.head, fp32, exported, onnx_fp32, carrying, texts, extra)
     # batches from the export's tokenizer: every variant sees the same ids
     work = batches(onnx_fp32, texts, config.batch_size)
     real_tokens = int(sum(mask.sum() for _, mask in work))

@@ -61,11 +61,13 @@ def open_export(
     precision: str = "auto",
     threads: int | None = None,
     cache: str | None = None,
+    sample: list[str] | None = None,
 ) -> OpenedExport:
     """The export ``directory`` on ``backend`` (onnx | openvino | auto) with graph ``variant`` and, on
     OpenVINO, ``precision`` (fp32 | bf16 | auto: the measured faster; ``NEOBERT_AUTO_PRECISION`` pins it).
     ``cache``: a JSON file keeping auto's choice per model and machine (:func:`cache_key`); a choice found
-    there is loaded (and checked against PyTorch) without measuring again."""
+    there is loaded (and checked against PyTorch) without measuring again. ``sample``: texts to time ``auto``'s
+    candidates on (a job's own; default one probe batch of the model's shape)."""
     if precision == "auto" and os.environ.get(AUTO_PRECISION_ENV):  # a process tree's pin (the test suite's)
         precision = check_precision(os.environ[AUTO_PRECISION_ENV], ValueError)
     if backend not in ("auto", *RUNTIMES):
@@ -94,7 +96,7 @@ def open_export(
         ((name, encoder),) = candidates.items()
         runtime, label = name.split()
         return OpenedExport(encoder, runtime, label, "; ".join(["the one candidate", *dropped]))
-    choice = measure(candidates)
+    choice = measure(candidates, sample)
     runtime, label = choice.name.split()
     reason = "; ".join([f"measured: {choice.reason}", *dropped])
     if cache:
@@ -184,6 +186,7 @@ class TorchCandidate:
         self.model = apply_precision(loaded.model, precision).eval()
         self.precision, self.threads = precision, threads
         self.tokenizer, self.max_length = export.tokenizer, export.max_length  # probe_batch's
+        self.tokenize = export.tokenize  # measure's, on a job's texts: the graph's inputs
         self.pooling = export.config["pooling"]
         self._torch = torch
 
@@ -207,14 +210,18 @@ class TorchCandidate:
 
 
 def choose_runtime(
-    model: str, precision: str = "auto", threads: int | None = None, cache: str | None = None
+    model: str,
+    precision: str = "auto",
+    threads: int | None = None,
+    cache: str | None = None,
+    sample: list[str] | None = None,
 ) -> OpenedExport:
     """``--backend auto`` for a PyTorch model directory that carries its export (:func:`export_beside`): the
     fastest of PyTorch fp32, PyTorch bf16 (where ``precision`` allows it and the precision probe finds bf16
     faster here) and ONNX Runtime and OpenVINO on the export; measured on one batch (:func:`measure`), bf16
     taken only by a margin and only where its vectors keep the cosine floor. Refused where PyTorch fp32 does
     not reproduce the export's check batch (another model's export, or a stale one). A classifier's export
-    (not embeddings) leaves PyTorch at the probed precision."""
+    (not embeddings) leaves PyTorch at the probed precision. ``sample``: as :func:`open_export`'s."""
     from .encoders import resolve_model_precision
 
     if precision == "auto" and os.environ.get(AUTO_PRECISION_ENV):
@@ -259,7 +266,7 @@ def choose_runtime(
     exported, left_out = _candidates(str(export), "auto", precision, threads)
     candidates.update(exported)
     dropped += left_out
-    choice = measure(candidates)
+    choice = measure(candidates, sample)
     runtime, label = choice.name.split()
     reason = "; ".join([f"measured: {choice.reason}", *dropped])
     if cache:
@@ -290,18 +297,33 @@ def probe_batch(encoder: OnnxEncoder) -> tuple[np.ndarray, np.ndarray]:
     return np.tile(ids, (PROBE_BATCH, 1)), np.ones((PROBE_BATCH, length), dtype=np.int64)
 
 
-def measure(candidates: dict[str, Any]) -> RuntimeChoice:
-    """:func:`~neobert.runtime.hardware.choose_fastest` over the candidates' calls on :func:`probe_batch`."""
-    ids, mask = probe_batch(next(iter(candidates.values())))
+def measure(candidates: dict[str, Any], sample: list[str] | None = None) -> RuntimeChoice:
+    """:func:`~neobert.runtime.hardware.choose_fastest` over the candidates' calls on :func:`probe_batch`, or
+    with ``sample`` (a job's own texts) on those texts: sorted by length, :data:`PROBE_BATCH` to a batch, each
+    padded to its longest (the workload the job runs, mixed lengths included)."""
+    first = next(iter(candidates.values()))
+    if sample:
+        ids, mask = first.tokenize(sorted(sample, key=len))
+        lengths = mask.sum(axis=1)
+        batches = []
+        for start in range(0, len(ids), PROBE_BATCH):
+            width = int(lengths[start : start + PROBE_BATCH].max())
+            batches.append(
+                (ids[start : start + PROBE_BATCH, :width], mask[start : start + PROBE_BATCH, :width])
+            )
+        workload = f"{len(ids)} of the job's texts in {len(batches)} batches ({int(lengths.sum())} tokens)"
+    else:
+        batches = [probe_batch(first)]
+        workload = f"{batches[0][0].shape[0]} texts x {batches[0][0].shape[1]} tokens"
 
     def timed(encoder: OnnxEncoder):
         def call() -> float:
             started = time.perf_counter()
-            encoder.run(ids, mask)
+            for ids, mask in batches:
+                encoder.run(ids, mask)
             return time.perf_counter() - started
 
         return call
 
     exact = {name for name in candidates if name.endswith("fp32")}
-    workload = f"{ids.shape[0]} texts x {ids.shape[1]} tokens"
     return choose_fastest({name: timed(e) for name, e in candidates.items()}, exact, workload)

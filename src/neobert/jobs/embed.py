@@ -44,7 +44,7 @@ from .embed_format import (
     shard_record,
     shard_records,
 )
-from .embed_workers import PieceEmbedder, PieceExportEmbedder, PieceTokenEmbedder
+from .embed_workers import PieceEmbedder, PieceExportEmbedder, PieceTokenEmbedder, read_texts
 from .engine import Engine, count_tokens, engine_of, progress, shared_output
 from .file_job import notes
 from .output import JobOutput
@@ -332,7 +332,7 @@ def check_backend(c: EmbedConfig) -> bool:
     return export
 
 
-def choose_backend(c: EmbedConfig, engine: Engine) -> EmbedBackend:
+def choose_backend(c: EmbedConfig, engine: Engine, sample: list[str] | None = None) -> EmbedBackend:
     """``--backend`` for ``c.model``: torch for a model directory, preset or Hub id (``precision`` auto measured
     as :func:`_precision` measures it); for an export, ONNX Runtime or OpenVINO as named, or for ``auto`` the
     fastest of those that apply here, each checked against PyTorch fp32 as it loads
@@ -342,7 +342,8 @@ def choose_backend(c: EmbedConfig, engine: Engine) -> EmbedBackend:
         if beside is not None and not engine.gpu_workers():
             unlike = export_unlike(c, beside)
             if unlike is None:
-                opened = choose_runtime(c.model, c.precision, engine.worker_threads(), c.backend_cache)
+                threads = engine.worker_threads()
+                opened = choose_runtime(c.model, c.precision, threads, c.backend_cache, sample)
                 label = opened.precision if opened.runtime == "torch" else opened.label
                 return EmbedBackend(opened.runtime, label, opened.reason)
             reason = f"its export {beside} left out: {unlike}"
@@ -356,7 +357,7 @@ def choose_backend(c: EmbedConfig, engine: Engine) -> EmbedBackend:
         return EmbedBackend("torch", _precision(c, engine), reason)
     precision = "fp32" if c.backend == "onnx" and c.precision == "auto" else c.precision
     opened = open_export(
-        c.model, c.backend, c.onnx_variant, precision, engine.worker_threads(), c.backend_cache
+        c.model, c.backend, c.onnx_variant, precision, engine.worker_threads(), c.backend_cache, sample
     )
     return EmbedBackend(opened.runtime, opened.label, opened.reason)
 
@@ -388,8 +389,8 @@ def _run(c: EmbedConfig, engine: Engine, job: JobOutput, pieces: list[Piece], do
     if ran:  # a resumed job keeps the backend and precision it ran in
         name = ran[0].split()[0] if " " in ran[0] else "torch"
         backend = EmbedBackend(name, ran[0], "resumed: as the run that wrote the first shards")
-    else:
-        backend = choose_backend(c, engine)
+    else:  # timed on the job's own texts: the first piece's first PROBE_TEXTS
+        backend = choose_backend(c, engine, _sample(c, todo))
     precision = backend.precision
     records = dict(done)
     bar = progress(sum(p.records for p in pieces), "text", "embedding", c.show_progress)
@@ -410,6 +411,17 @@ def _run(c: EmbedConfig, engine: Engine, job: JobOutput, pieces: list[Piece], do
             worker = PieceEmbedder
         pool = engine.run_pieces(worker, kwargs, todo, finished)
     return records, pool, backend
+
+
+PROBE_TEXTS = 64  # --backend auto times its candidates on this many of the job's texts
+
+
+def _sample(c: EmbedConfig, pieces: list[Piece]) -> list[str] | None:
+    """The job's first texts (at most :data:`PROBE_TEXTS`, blank ones left out) for ``--backend auto``'s timing."""
+    if c.backend != "auto" or not pieces:
+        return None
+    texts = [t for t in read_texts(c, pieces[0], "keep")[1] if t.strip()][:PROBE_TEXTS]
+    return texts or None
 
 
 def _precision(c: EmbedConfig, engine: Engine) -> str:
