@@ -360,6 +360,11 @@ def main() -> None:
     parser.add_argument(
         "--tiny", action="store_true", help="the check: a tiny random NeoBERT, 3 steps, 5 modules"
     )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="write results.md and .png from RUN_DIR/results.json as it stands (the seeds finished so far)",
+    )
     a = parser.parse_args()
     if a.tiny:
         a.model, a.steps, a.batch_size, a.max_length, a.report_dir = "tiny", 3, 8, 32, a.run
@@ -375,12 +380,15 @@ def main() -> None:
         )
     saved = a.run / "results.json"
     results = json.loads(saved.read_text()) if saved.is_file() else {}
-    for seed in a.seeds:  # seed by seed (every kind of a seed before the next seed): a stopped run has
-        for kind in a.kinds:  # whole seeds to report
+    if a.report_only:
+        a.seeds = sorted({r["seed"] for rows in results.values() if isinstance(rows, list) for r in rows})
+    # seed by seed (every kind of a seed before the next seed): a stopped run has whole seeds to report
+    for seed in [] if a.report_only else a.seeds:
+        for kind in a.kinds:
             if seed not in {r["seed"] for r in results.get(kind, [])}:
                 results.setdefault(kind, []).append({"seed": seed, **one_seed(kind, seed, a.run, a)})
                 saved.write_text(json.dumps(results, indent=2))
-    if "rerank ms/query" not in results.get("latency", {}):  # last: a quiet machine, after the training
+    if not a.report_only and "rerank ms/query" not in results.get("latency", {}):  # last, on a quiet machine
         rerankers = [a.run / f"reranker-seed{seed}" for seed in a.seeds]
         docstrings = a.run / TASKS["docstrings"]
         results["latency"] = {"rerank ms/query": [rerank_latency(r, docstrings) for r in rerankers]}
@@ -393,6 +401,9 @@ def main() -> None:
         f"seeds {', '.join(map(str, a.seeds))}; relative margins {', '.join(f'{m:g}' for m in a.margins)}; "
         f"{a.eval_queries or 'all'} held-out queries per task. Machine: {machine_summary()}.\n\n"
     )
+    if a.report_only:
+        done = {kind: sorted(r["seed"] for r in rows) for kind, rows in results.items() if kind != "latency"}
+        settings += f"**A run in progress**: the seeds finished so far, per retriever: {done}.\n\n"
     (a.report_dir / "results.md").write_text(settings + table + "\n")
     print(table)
 
