@@ -382,6 +382,8 @@ def main() -> None:
     results = json.loads(saved.read_text()) if saved.is_file() else {}
     if a.report_only:
         a.seeds = sorted({r["seed"] for rows in results.values() if isinstance(rows, list) for r in rows})
+        if not a.seeds:
+            raise SystemExit(f"{saved}: no seed has finished yet; nothing to report")
     # seed by seed (every kind of a seed before the next seed): a stopped run has whole seeds to report
     for seed in [] if a.report_only else a.seeds:
         for kind in a.kinds:
