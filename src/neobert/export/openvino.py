@@ -33,6 +33,8 @@ from ..inference.openvino_encoder import (
 
 NDCG_TOLERANCE = 0.01  # int8's nDCG@10 on the held-out docstring pairs: at least (1 - this) x float's
 RESTORE_STEPS = 16  # accuracy control: at most this many rounds of layers put back in float
+TUNING_TEXTS, TUNING_PAIRS = 128, 64  # accuracy control's texts: calibration texts, and other modules' pairs
+RANKING_BATCHES = 8  # accuracy control ranks the layers on this many batches of them (each layer: one run)
 HELDOUT_SHARE = 5  # every 5th calibration text is held out (never calibrated on) for the cosine check
 
 
@@ -160,9 +162,9 @@ def quantize_static(
         check = _check_int8(fp32, partial, heldout, len(fitted), pairs, cosine_floor, ndcg_tolerance, threads)
         if not check.accepted and accuracy_control:
             plain = check.cosine_min
-            tuning = [t for p in heldout_pairs(pairs, heldout=False) for t in (p.query, p.document)]
+            tuning = [t for p in heldout_pairs(TUNING_PAIRS, heldout=False) for t in (p.query, p.document)]
             drop = (1 - cosine_floor) / 2
-            _quantize(fp32, fitted, batch_size, partial, max_drop=drop, tuning=fitted + tuning)
+            _quantize(fp32, fitted, batch_size, partial, max_drop=drop, tuning=fitted[:TUNING_TEXTS] + tuning)
             check = _check_int8(
                 fp32, partial, heldout, len(fitted), pairs, cosine_floor, ndcg_tolerance, threads
             )
@@ -223,7 +225,7 @@ def _quantize(
             max_drop=max_drop,
             drop_type=nncf.DropType.ABSOLUTE,
             advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(
-                max_num_iterations=RESTORE_STEPS
+                max_num_iterations=RESTORE_STEPS, ranking_subset_size=RANKING_BATCHES
             ),
             **settings,
         )
