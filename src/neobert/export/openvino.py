@@ -32,7 +32,7 @@ from ..inference.openvino_encoder import (
 )
 
 NDCG_TOLERANCE = 0.01  # int8's nDCG@10 on the held-out docstring pairs: at least (1 - this) x float's
-RESTORE_STEPS = 16  # accuracy control: at most this many rounds of layers put back in float
+RESTORE_STEPS = 8  # accuracy control: at most this many rounds of layers put back in float (each re-ranks)
 TUNING_TEXTS, TUNING_PAIRS = 128, 64  # accuracy control's texts: calibration texts, and other modules' pairs
 RANKING_BATCHES = 8  # accuracy control ranks the layers on this many batches of them (each layer: one run)
 HELDOUT_SHARE = 5  # every 5th calibration text is held out (never calibrated on) for the cosine check
