@@ -22,7 +22,7 @@ from ..data.corpus import stdlib_root
 from ..data.docstring_pairs import is_heldout, iter_docstring_pairs
 from ..data.text_files import read_texts
 from ..evaluation.embeddings import ndcg_at_k, rank_documents
-from ..inference.onnx_encoder import CONFIG_FILE, COSINE_FLOOR
+from ..inference.onnx_encoder import CONFIG_FILE, COSINE_FLOOR, REFERENCE_FILE
 from ..inference.openvino_encoder import (
     STATIC_INT8,
     STATIC_INT8_FILE,
@@ -73,7 +73,7 @@ class Int8Check:
     """What a static int8 graph kept, against the fp32 graph, on texts it was not calibrated on."""
 
     calibration_texts: int
-    heldout_texts: int  # every HELDOUT_SHARE-th user text plus the held-out docstring queries and documents
+    heldout_texts: int  # every HELDOUT_SHARE-th user text, the held-out docstring queries and documents, the export's check batch
     cosine_min: float  # over the held-out texts; accepted from COSINE_FLOOR
     cosine_floor: float
     pairs: int  # held-out docstring pairs (each query's one relevant document among all of them)
@@ -271,10 +271,14 @@ def _check_int8(
 
     graph = openvino_core().read_model(xml)
     fake_quantize = sum(op.get_type_name() == "FakeQuantize" for op in graph.get_ops())
+    # the export's own check batch too: the one OpenVINO checks the graph on as it loads (an accepted graph loads)
+    check = np.load(fp32.directory / REFERENCE_FILE)
+    batch = (check["input_ids"], check["attention_mask"])
+    at_load = min_cosine(int8.run(*batch)[-1], fp32.run(*batch)[-1])
     return Int8Check(
         fitted,
-        len(texts),
-        min_cosine(a, b),
+        len(texts) + len(batch[0]),
+        min(min_cosine(a, b), at_load),
         cosine_floor,
         len(pairs),
         ndcg(a),

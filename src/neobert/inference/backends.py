@@ -3,9 +3,10 @@
 
 ``auto`` loads every candidate that applies here (ONNX Runtime fp32, OpenVINO fp32, OpenVINO at the CPU's
 bf16 hint where the CPU has it and the precision allows it), each checked against PyTorch fp32 as it loads
-(a bf16 that misses the cosine floor is dropped, with its numbers in the reason), and times them on the model's
-own shape (:data:`PROBE_BATCH` texts of ``min(PROBE_LENGTH, max_length)`` tokens) with
-:func:`neobert.runtime.hardware.choose_fastest`: warm calls only, two rounds, bf16 taken only by a margin.
+(a bf16 that misses the cosine floor is dropped, with its numbers in the reason), and times them with
+:func:`neobert.runtime.hardware.choose_fastest` (warm calls only, two rounds, bf16 taken only by a margin) on
+a job's own texts where there is a job (``neobert embed``), else on :data:`PROBE_SHAPES`, a service's range
+of calls from one short text to a batch of long ones, each shape counting the same (:func:`measure`).
 
 A PyTorch model directory that carries its own export in ``DIR/onnx`` (sentence-transformers' layout, written
 by ``neobert export onnx DIR --output DIR/onnx``) gets PyTorch's fast path among the candidates as well
@@ -26,7 +27,15 @@ import numpy as np
 
 from ..common.config import check_precision
 from ..common.io import write_json
-from ..runtime.hardware import AUTO_PRECISION_ENV, RuntimeChoice, choose_fastest, cpu_info, versions
+from ..runtime.hardware import (
+    AUTO_PRECISION_ENV,
+    PROBE_BUDGET,
+    RuntimeChoice,
+    choose_fastest,
+    cpu_info,
+    versions,
+    warm_best,
+)
 from . import openvino_encoder  # its probe read through the module: a test forcing it forces it here too
 from .directories import ONNX_CONFIG_FILE
 from .onnx_encoder import COSINE_FLOOR, FP32_TOLERANCE, REFERENCE_FILE, OnnxEncoder
@@ -36,6 +45,8 @@ BACKENDS = ("auto", "torch", "onnx", "openvino")  # `neobert serve --backend`, `
 RUNTIMES = ("onnx", "openvino")  # the backends that run an export
 EXPORT_VARIANTS = ("fp32", "int8", "int8-static")  # an export's graphs (onnx_config.json "files")
 PROBE_BATCH, PROBE_LENGTH = 8, 128  # a service's merged call / an embedding job's batch, in tokens per text
+# a service's probe: a single short request, a merged batch of short ones, a batch of long ones (texts, tokens)
+PROBE_SHAPES = ((1, 16), (PROBE_BATCH, 16), (PROBE_BATCH, PROBE_LENGTH))
 EXPORT_BESIDE = "onnx"  # a model directory's own export, DIR/onnx (sentence-transformers' layout)
 
 
@@ -209,6 +220,17 @@ class TorchCandidate:
         return [states.float().numpy(), vectors.numpy()]
 
 
+def _warm_seconds(encoder: Any, ids: np.ndarray, mask: np.ndarray) -> float:
+    """The best warm call of ``encoder`` on one batch (the weights of :func:`measure`'s shapes)."""
+
+    def call() -> float:
+        started = time.perf_counter()
+        encoder.run(ids, mask)
+        return time.perf_counter() - started
+
+    return warm_best(call, budget=PROBE_BUDGET).seconds
+
+
 def choose_runtime(
     model: str,
     precision: str = "auto",
@@ -289,18 +311,22 @@ def _probe_reason(model: str) -> str:
     return choose_precision(*matmul_shape(AutoConfig.from_pretrained(model)), "cpu", False).reason
 
 
-def probe_batch(encoder: OnnxEncoder) -> tuple[np.ndarray, np.ndarray]:
-    """(input_ids, attention_mask) of the model's own shape: real token ids of the tokenizer, no padding."""
-    length = min(PROBE_LENGTH, encoder.max_length)
+def probe_batch(encoder: OnnxEncoder, texts: int = PROBE_BATCH, length: int = PROBE_LENGTH) -> tuple:
+    """(input_ids, attention_mask) of ``texts`` rows of ``min(length, max_length)`` real token ids of the
+    tokenizer, no padding."""
+    length = min(length, encoder.max_length)
     ids = np.array(encoder.tokenizer.encode("the model's own shape " * length).ids[:length], dtype=np.int64)
     ids = np.resize(ids, length)
-    return np.tile(ids, (PROBE_BATCH, 1)), np.ones((PROBE_BATCH, length), dtype=np.int64)
+    return np.tile(ids, (texts, 1)), np.ones((texts, length), dtype=np.int64)
 
 
 def measure(candidates: dict[str, Any], sample: list[str] | None = None) -> RuntimeChoice:
-    """:func:`~neobert.runtime.hardware.choose_fastest` over the candidates' calls on :func:`probe_batch`, or
-    with ``sample`` (a job's own texts) on those texts: sorted by length, :data:`PROBE_BATCH` to a batch, each
-    padded to its longest (the workload the job runs, mixed lengths included)."""
+    """:func:`~neobert.runtime.hardware.choose_fastest` over the candidates' calls. With ``sample`` (a job's
+    own texts): those texts, sorted by length, :data:`PROBE_BATCH` to a batch, each padded to its longest (the
+    workload the job runs). Without (a service, whose traffic is not known at start): each of
+    :data:`PROBE_SHAPES` (a single short text, a merged batch of short ones, a batch of long ones), each shape
+    counting the same: a candidate's time on a shape is divided by the first candidate's there, so that
+    neither the per-call cost of single requests nor the arithmetic of long batches alone decides."""
     first = next(iter(candidates.values()))
     if sample:
         ids, mask = first.tokenize(sorted(sample, key=len))
@@ -311,17 +337,25 @@ def measure(candidates: dict[str, Any], sample: list[str] | None = None) -> Runt
             batches.append(
                 (ids[start : start + PROBE_BATCH, :width], mask[start : start + PROBE_BATCH, :width])
             )
+        weights = [1.0] * len(batches)
         workload = f"{len(ids)} of the job's texts in {len(batches)} batches ({int(lengths.sum())} tokens)"
     else:
-        batches = [probe_batch(first)]
-        workload = f"{batches[0][0].shape[0]} texts x {batches[0][0].shape[1]} tokens"
+        batches = [probe_batch(first, texts, length) for texts, length in PROBE_SHAPES]
+        reference = [_warm_seconds(first, ids, mask) for ids, mask in batches]
+        total = sum(reference)
+        weights = [total / (len(batches) * r) for r in reference]  # each shape a share of the first's total
+        workload = " + ".join(f"{ids.shape[0]}x{ids.shape[1]}" for ids, _ in batches) + (
+            " tokens, each shape weighted equally"
+        )
 
     def timed(encoder: OnnxEncoder):
         def call() -> float:
-            started = time.perf_counter()
-            for ids, mask in batches:
+            seconds = 0.0
+            for (ids, mask), weight in zip(batches, weights):
+                started = time.perf_counter()
                 encoder.run(ids, mask)
-            return time.perf_counter() - started
+                seconds += weight * (time.perf_counter() - started)
+            return seconds
 
         return call
 
