@@ -259,7 +259,8 @@ def test_doctor_prints_tables(monkeypatch, capsys, fresh_checks):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert "fused_adamw" in out and "what auto picks here" in out and "avx2" in out
-    assert "backend auto: PyTorch for a model directory; for a `neobert export onnx` directory" in out
+    assert "backend auto: for a `neobert export onnx` directory the fastest of" in out
+    assert "for a model directory carrying its export in DIR/onnx, those and PyTorch" in " ".join(out.split())
 
 
 @pytest.mark.parametrize(("threads", "load", "noted"), [(2, 2.5, True), (1, 2.5, False), (2, 0.3, False)])

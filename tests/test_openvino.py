@@ -374,7 +374,6 @@ def test_auto_measures_pytorch_beside_the_export_a_model_carries(carrying, tmp_p
     """``--backend auto`` on a model directory with DIR/onnx: PyTorch fp32 (and bf16 where the precision probe
     takes it) timed beside ONNX Runtime and OpenVINO on one batch; whichever is taken, the vectors are
     PyTorch fp32's, and the manifest says what ran and why."""
-    from neobert.inference import encoders
     from neobert.jobs.embed import embed
     from neobert.jobs.embed_config import EmbedConfig
     from neobert.jobs.embed_format import read_single_vectors
@@ -412,7 +411,7 @@ def test_auto_measures_pytorch_beside_the_export_a_model_carries(carrying, tmp_p
     monkeypatch.delenv(hardware.AUTO_PRECISION_ENV, raising=False)
     for probed in ("fp32", "bf16"):
         seen = {}
-        monkeypatch.setattr(encoders, "resolve_model_precision", lambda model, precision, p=probed: p)
+        monkeypatch.setattr(backends, "resolve_model_precision", lambda model, precision, p=probed: p)
         monkeypatch.setattr(
             backends,
             "measure",

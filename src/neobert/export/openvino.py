@@ -137,10 +137,8 @@ def quantize_static(
     ``calibration`` less every :data:`HELDOUT_SHARE`-th text. Accepted only if, against the fp32 graph, the
     minimum cosine over the held-out texts is at least ``cosine_floor`` and nDCG@10 on ``pairs`` held-out
     docstring pairs is within ``ndcg_tolerance`` of float's; else :class:`Int8Refused` with the numbers and
-    nothing written. Where plain int8 is refused and ``accuracy_control``, NNCF's accuracy control quantizes
-    again, keeping in float the layers that cost the most minimum cosine on the calibration texts until it
-    stays within a quarter of the floor's margin there (0.9975 for 0.99), and the held-out check decides once more. On acceptance
-    onnx_config.json lists the file (variant ``int8-static``) and the numbers.
+    nothing written. Where plain int8 is refused and ``accuracy_control``, :func:`_accuracy_controlled` tries
+    again. On acceptance onnx_config.json lists the file (variant ``int8-static``) and the numbers.
     """
     texts = [t for t in calibration if isinstance(t, str) and t.strip()]
     if len(texts) < 2 * HELDOUT_SHARE:
@@ -158,17 +156,13 @@ def quantize_static(
     target = fp32.directory / STATIC_INT8_FILE
     partial = target.with_name(".partial-" + target.name)
     _quantize(fp32, fitted, batch_size, partial)
+    checked = functools.partial(
+        _check_int8, fp32, partial, heldout, len(fitted), pairs, cosine_floor, ndcg_tolerance, threads
+    )
     try:
-        check = _check_int8(fp32, partial, heldout, len(fitted), pairs, cosine_floor, ndcg_tolerance, threads)
+        check = checked()
         if not check.accepted and accuracy_control:
-            plain = check.cosine_min
-            tuning = [t for p in heldout_pairs(TUNING_PAIRS, heldout=False) for t in (p.query, p.document)]
-            drop = (1 - cosine_floor) / 4  # a quarter of the margin: the held-out texts move more
-            _quantize(fp32, fitted, batch_size, partial, max_drop=drop, tuning=fitted[:TUNING_TEXTS] + tuning)
-            check = _check_int8(
-                fp32, partial, heldout, len(fitted), pairs, cosine_floor, ndcg_tolerance, threads
-            )
-            check.accuracy_control, check.plain_cosine_min = True, plain
+            check = _accuracy_controlled(fp32, fitted, batch_size, partial, cosine_floor, check, checked)
     except BaseException:
         _remove(partial)
         raise
@@ -181,6 +175,27 @@ def quantize_static(
     settings["files"][STATIC_INT8] = STATIC_INT8_FILE
     settings["int8_static"] = asdict(check)  # what it kept when accepted; its load checks that floor
     write_json(fp32.directory / CONFIG_FILE, settings)
+    return check
+
+
+def _accuracy_controlled(
+    fp32: OpenVinoEncoder,
+    fitted: list[str],
+    batch_size: int,
+    xml: Path,
+    cosine_floor: float,
+    plain: Int8Check,
+    checked: Any,
+) -> Int8Check:
+    """NNCF's accuracy control where plain int8 (``plain``) missed the floor: quantized again, the layers that
+    cost the most minimum cosine on tuning texts (:data:`TUNING_TEXTS` calibration texts and
+    :data:`TUNING_PAIRS` pairs of the modules the check does not use) put back in float until within a quarter
+    of the floor's margin there (0.9975 for 0.99: the held-out texts move more), then ``checked()`` again."""
+    tuning = [t for p in heldout_pairs(TUNING_PAIRS, heldout=False) for t in (p.query, p.document)]
+    drop = (1 - cosine_floor) / 4
+    _quantize(fp32, fitted, batch_size, xml, max_drop=drop, tuning=fitted[:TUNING_TEXTS] + tuning)
+    check = checked()
+    check.accuracy_control, check.plain_cosine_min = True, plain.cosine_min
     return check
 
 

@@ -27,17 +27,21 @@ import numpy as np
 
 from ..common.config import check_precision
 from ..common.io import write_json
+from ..model.pooling import pool
 from ..runtime.hardware import (
     AUTO_PRECISION_ENV,
     PROBE_BUDGET,
     RuntimeChoice,
     choose_fastest,
+    choose_precision,
     cpu_info,
     versions,
     warm_best,
 )
 from . import openvino_encoder  # its probe read through the module: a test forcing it forces it here too
 from .directories import ONNX_CONFIG_FILE
+from .encoders import apply_precision, matmul_shape, resolve_model_precision
+from .kinds import load_for_inference
 from .onnx_encoder import COSINE_FLOOR, FP32_TOLERANCE, REFERENCE_FILE, OnnxEncoder
 from .openvino_encoder import STATIC_INT8, OpenVinoEncoder, ParityError, min_cosine, openvino_version
 
@@ -190,9 +194,6 @@ class TorchCandidate:
     def __init__(self, model: str, export: OnnxEncoder, precision: str, threads: int | None):
         import torch
 
-        from .encoders import apply_precision
-        from .kinds import load_for_inference
-
         loaded = load_for_inference(model, None, "base", precision=None)
         self.model = apply_precision(loaded.model, precision).eval()
         self.precision, self.threads = precision, threads
@@ -202,8 +203,6 @@ class TorchCandidate:
         self._torch = torch
 
     def run(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> list[np.ndarray]:
-        from ..model.pooling import pool
-
         torch = self._torch
         threads = torch.get_num_threads()
         if self.threads:
@@ -244,8 +243,6 @@ def choose_runtime(
     taken only by a margin and only where its vectors keep the cosine floor. Refused where PyTorch fp32 does
     not reproduce the export's check batch (another model's export, or a stale one). A classifier's export
     (not embeddings) leaves PyTorch at the probed precision. ``sample``: as :func:`open_export`'s."""
-    from .encoders import resolve_model_precision
-
     if precision == "auto" and os.environ.get(AUTO_PRECISION_ENV):
         precision = check_precision(os.environ[AUTO_PRECISION_ENV], ValueError)
     probed = resolve_model_precision(model, "auto")
@@ -263,6 +260,24 @@ def choose_runtime(
         why = f"{export} exports the {reference.head} head, not embeddings"
         chosen = probed if precision == "auto" else precision
         return OpenedExport(None, "torch", chosen, f"precision {chosen}; {why}")
+    candidates, dropped = _torch_candidates(model, export, reference, precision, probed, threads)
+    exported, left_out = _candidates(str(export), "auto", precision, threads)
+    candidates.update(exported)
+    dropped += left_out
+    choice = measure(candidates, sample)
+    runtime, label = choice.name.split()
+    reason = "; ".join([f"measured: {choice.reason}", *dropped])
+    if cache:
+        _write_cache(cache, key, {"name": choice.name, "reason": reason, "timings_ms": choice.timings_ms})
+    return OpenedExport(candidates[choice.name], runtime, label, reason, choice)
+
+
+def _torch_candidates(
+    model: str, export: Path, reference: OnnxEncoder, precision: str, probed: str, threads: int | None
+) -> tuple[dict[str, Any], list[str]]:
+    """PyTorch fp32 and bf16 as :func:`choose_runtime`'s candidates (bf16 where ``precision`` allows it and
+    the probe took it, dropped below the cosine floor), each run on the export's check batch: fp32 must
+    reproduce it (else the export is not this model's: refused by name)."""
     candidates: dict[str, Any] = {}
     dropped: list[str] = []
     if precision != "bf16":
@@ -285,15 +300,7 @@ def choose_runtime(
         if name == "torch bf16" and (cosine := min_cosine(got, expected)) < COSINE_FLOOR:
             dropped.append(f"torch bf16 dropped: min cosine {cosine:.4f} to fp32 (< {COSINE_FLOOR})")
             del candidates[name]
-    exported, left_out = _candidates(str(export), "auto", precision, threads)
-    candidates.update(exported)
-    dropped += left_out
-    choice = measure(candidates, sample)
-    runtime, label = choice.name.split()
-    reason = "; ".join([f"measured: {choice.reason}", *dropped])
-    if cache:
-        _write_cache(cache, key, {"name": choice.name, "reason": reason, "timings_ms": choice.timings_ms})
-    return OpenedExport(candidates[choice.name], runtime, label, reason, choice)
+    return candidates, dropped
 
 
 def _open_one(export: str, runtime: str, label: str, threads: int | None) -> OnnxEncoder:
@@ -304,9 +311,6 @@ def _open_one(export: str, runtime: str, label: str, threads: int | None) -> Onn
 
 def _probe_reason(model: str) -> str:
     from transformers import AutoConfig
-
-    from ..runtime.hardware import choose_precision
-    from .encoders import matmul_shape
 
     return choose_precision(*matmul_shape(AutoConfig.from_pretrained(model)), "cpu", False).reason
 
