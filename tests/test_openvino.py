@@ -179,6 +179,7 @@ def test_static_int8_is_refused_with_its_numbers_and_accepted_when_it_keeps_them
     assert openvino_encoder.min_cosine(got, fp32) >= 0.5
 
 
+@pytest.mark.slow  # NNCF quantizes twice and ranks every quantized operation (about a minute on 2 cores)
 def test_accuracy_control_puts_layers_back_in_float_until_the_cosine_is_kept(tiny_export, tmp_path):
     """Plain int8 of the random tiny NeoBERT misses a 0.95 floor on the held-out texts; NNCF's accuracy control
     then keeps its most costly layers in float: fewer quantized operations, a minimum cosine over the floor,

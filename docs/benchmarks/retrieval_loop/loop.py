@@ -216,8 +216,8 @@ def one_seed(kind: str, seed: int, run: Path, a: argparse.Namespace) -> dict:
                 data=[f"docstrings={data}"],
                 output=str(reranker),
                 seed=seed,
-                steps=a.steps,
-                batch_size=max(2, a.batch_size // 4),
+                steps=a.reranker_steps or a.steps,
+                batch_size=a.reranker_batch or max(2, a.batch_size // 4),
                 lr=a.lr,
                 warmup_steps=max(1, a.steps // 10),
                 max_length=2 * a.max_length,
@@ -346,6 +346,15 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=64)
     parser.add_argument("--negatives", type=int, default=3)
     parser.add_argument("--margin-mse", type=float, default=0.1)
+    parser.add_argument(
+        "--reranker-steps", type=int, default=None, help="the reranker's steps (default --steps)"
+    )
+    parser.add_argument(
+        "--reranker-batch",
+        type=int,
+        default=None,
+        help="queries per reranker step (default --batch-size / 4)",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--margins", type=float, nargs="+", default=[0.05, 0.0, 0.1])
     parser.add_argument("--kinds", nargs="+", default=["dense", "sparse", "late"], choices=list(TRAINERS))
