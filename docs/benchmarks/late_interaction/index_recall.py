@@ -30,7 +30,9 @@ def main() -> None:
     model, pairs, work = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
     work.mkdir(parents=True, exist_ok=True)
     task = pairs / "heldout" / "retrieval" / "docstrings"
-    documents = [r["positive"] for r in _rows(pairs / "train.jsonl")] + [r["text"] for r in _rows(task / "corpus.jsonl")]
+    documents = [r["positive"] for r in _rows(pairs / "train.jsonl")] + [
+        r["text"] for r in _rows(task / "corpus.jsonl")
+    ]
     queries = [r["text"] for r in _rows(task / "queries.jsonl")]
     table = work / "documents.jsonl"
     table.write_text("".join(json.dumps({"id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(documents)))
@@ -55,13 +57,19 @@ def main() -> None:
         start = time.perf_counter()
         found = search_vectors(index, query_vectors, 10, candidates, max(128, candidates))
         ms = 1000 * (time.perf_counter() - start) / len(queries)
-        recall = sum(len({d for d, _ in f} & {d for d, _ in e}) for f, e in zip(found, exact)) / (10 * len(queries))
+        recall = sum(len({d for d, _ in f} & {d for d, _ in e}) for f, e in zip(found, exact)) / (
+            10 * len(queries)
+        )
         rows.append([f"index, {candidates} candidates / query token", recall * 100, ms])
     rows.append(["exhaustive MaxSim (the reference)", 100.0, exact_ms])
     sizes = {f.name: f.stat().st_size for f in (work / "index").iterdir()}
     print(f"{len(documents):,} documents, {index.info['vectors']:,} token vectors ({index.info['dimensions']} dims), "
           f"{len(queries)} queries\n")  # fmt: skip
-    print(markdown_table(["search", "recall@10 vs exhaustive x 100", "ms / query (model excluded)"], rows, digits=1))
+    print(
+        markdown_table(
+            ["search", "recall@10 vs exhaustive x 100", "ms / query (model excluded)"], rows, digits=1
+        )
+    )
     print()
     print(markdown_table(["index file", "bytes"], [[k, f"{v:,}"] for k, v in sorted(sizes.items())]
                          + [["total", f"{sum(sizes.values()):,}"]]))  # fmt: skip

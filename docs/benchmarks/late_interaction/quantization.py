@@ -18,7 +18,13 @@ import numpy as np
 from neobert.inference.kinds import load_for_inference
 from neobert.evaluation.embeddings import ndcg_at_k
 from neobert.inference.run import encode
-from neobert.inference.quantization import bytes_per_vector, calibration_ranges, hamming_scores, quantize, rescore
+from neobert.inference.quantization import (
+    bytes_per_vector,
+    calibration_ranges,
+    hamming_scores,
+    quantize,
+    rescore,
+)
 from neobert.common.tables import markdown_table
 
 
@@ -52,7 +58,11 @@ def main() -> None:
 
     def ndcg(scores: np.ndarray) -> float:
         order = np.argsort(-scores, axis=1, kind="stable")[:, :10]
-        return float(np.mean([ndcg_at_k([doc_ids[j] for j in row], qrels[qid], 10) for qid, row in zip(query_ids, order)]))
+        return float(
+            np.mean(
+                [ndcg_at_k([doc_ids[j] for j in row], qrels[qid], 10) for qid, row in zip(query_ids, order)]
+            )
+        )
 
     def reranked(dtype: str) -> np.ndarray:
         coarse = hamming_scores(quantize(q, "binary"), quantize(d, "binary"))

@@ -102,7 +102,9 @@ def paired_table(results: list[dict]) -> str:
     cosine = {r["seed"]: r["val_loss"] for r in results if r["arm"] == "cosine"}
     rows = []
     for arm in ARMS[1:]:
-        diffs = [r["val_loss"] - cosine[r["seed"]] for r in results if r["arm"] == arm and r["seed"] in cosine]
+        diffs = [
+            r["val_loss"] - cosine[r["seed"]] for r in results if r["arm"] == arm and r["seed"] in cosine
+        ]
         if diffs:
             per_seed = ", ".join(f"{d:+.4f}" for d in diffs)
             rows.append([arm, len(diffs), statistics.mean(diffs), per_seed, sum(d < 0 for d in diffs)])
@@ -154,7 +156,9 @@ def main() -> None:
                     continue
                 results.append(run_arm(arm, seed, args.steps, args.work, data))
                 write_json(store, results)
-                print(f"{arm} seed {seed}: val loss {results[-1]['val_loss']:.4f} ({results[-1]['seconds']:.0f} s)")
+                print(
+                    f"{arm} seed {seed}: val loss {results[-1]['val_loss']:.4f} ({results[-1]['seconds']:.0f} s)"
+                )
     report(results, args.output, args.steps)
 
 

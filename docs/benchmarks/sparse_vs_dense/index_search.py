@@ -44,7 +44,11 @@ def read_task(task: Path) -> tuple[dict, dict, dict]:
         q, d, score = line.split("\t")[:3]
         if q != "query-id":
             qrels.setdefault(q, {})[d] = float(score)
-    return {r["_id"]: r["text"] for r in rows("queries.jsonl")}, {r["_id"]: r["text"] for r in rows("corpus.jsonl")}, qrels
+    return (
+        {r["_id"]: r["text"] for r in rows("queries.jsonl")},
+        {r["_id"]: r["text"] for r in rows("corpus.jsonl")},
+        qrels,
+    )
 
 
 def flat_maxsim(queries, documents) -> np.ndarray:
@@ -129,7 +133,9 @@ def main() -> None:
     chunk = args.long_documents == "chunk"
     embeds = {
         "dense": files.make_embed(load_encoder(args.dense), show_progress=False, chunk=chunk),
-        "SPLADE": files.make_sparse_embed(load_encoder(args.sparse, head="mlm"), show_progress=False, chunk=chunk),
+        "SPLADE": files.make_sparse_embed(
+            load_encoder(args.sparse, head="mlm"), show_progress=False, chunk=chunk
+        ),
         "late interaction": files.make_late_embed(args.late, "cpu", show_progress=False, chunk=chunk),
     }
     rows, result = [], {"task": args.task, "long_documents": args.long_documents, "documents": len(doc_ids)}
@@ -161,8 +167,15 @@ def main() -> None:
     result["rows"], result["header"] = rows, header
     print(markdown_table(header, rows))
     print(markdown_table(["late-interaction index", "nDCG@10 x 100", "bytes"], result["late_budget"]))
-    print(markdown_table(["model"] + [f"relevant document {b[2]} tokens: n, nDCG@10" for b in BUCKETS],
-                         [[m] + [f"{n}, {v:.2f}" for n, v in groups.values()] for m, groups in result["by_length"].items()]))
+    print(
+        markdown_table(
+            ["model"] + [f"relevant document {b[2]} tokens: n, nDCG@10" for b in BUCKETS],
+            [
+                [m] + [f"{n}, {v:.2f}" for n, v in groups.values()]
+                for m, groups in result["by_length"].items()
+            ],
+        )
+    )
     if args.output:
         write_json(args.output, result, indent=2)
 

@@ -56,8 +56,15 @@ def main(dense_dir: str, sparse_dir: str, task: str) -> None:
             entries, size = index.nnz, index.nnz * 8
         seconds = time.perf_counter() - start
         rows.append([name, median, p90, len(corpus), seconds, entries, size / 1e6])
-    header = ["model", "query encode median ms", "p90 ms", "documents", "corpus encode s", "index entries",
-              "index MB"]
+    header = [
+        "model",
+        "query encode median ms",
+        "p90 ms",
+        "documents",
+        "corpus encode s",
+        "index entries",
+        "index MB",
+    ]
     print(markdown_table(header, rows))
 
 

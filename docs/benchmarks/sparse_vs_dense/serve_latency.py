@@ -49,8 +49,11 @@ def request(conn: http.client.HTTPConnection, method: str, path: str, body: dict
 ROUTES = {
     "embed": ("/embed", lambda q: {"inputs": q}, lambda a: len(a[0])),
     "embed_sparse": ("/embed_sparse", lambda q: {"inputs": q}, lambda a: len(a[0])),
-    "multivector": ("/v1/embeddings", lambda q: {"input": [q], "return_multivector": True, "task": "retrieval.query"},
-                    lambda a: sum(len(v) for v in a["data"][0]["embeddings"])),
+    "multivector": (
+        "/v1/embeddings",
+        lambda q: {"input": [q], "return_multivector": True, "task": "retrieval.query"},
+        lambda a: sum(len(v) for v in a["data"][0]["embeddings"]),
+    ),
 }
 
 
@@ -61,7 +64,9 @@ def main() -> None:
     parser.add_argument("queries", type=Path)
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--threads", default="1")
-    parser.add_argument("--output", type=Path, help="also write the numbers (and the server's start-up lines) here")
+    parser.add_argument(
+        "--output", type=Path, help="also write the numbers (and the server's start-up lines) here"
+    )
     args = parser.parse_args()
     queries = [json.loads(line)["text"] for line in args.queries.read_text(encoding="utf-8").splitlines()]
     port = free_port()
@@ -114,7 +119,9 @@ def main() -> None:
     print(json.dumps(result, indent=2))
     print("server:", startup)
     if args.output:
-        args.output.write_text(json.dumps({**result, "server": startup, "load_average_at_end": os.getloadavg()}, indent=2))
+        args.output.write_text(
+            json.dumps({**result, "server": startup, "load_average_at_end": os.getloadavg()}, indent=2)
+        )
 
 
 if __name__ == "__main__":

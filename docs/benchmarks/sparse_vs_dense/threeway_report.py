@@ -81,7 +81,16 @@ def long_lengths(run: Path) -> str:
         v = np.asarray(values)
         rows.append([name, len(v), *np.percentile(v, [10, 50, 90]).round(), v.max(), (v > 512).mean() * 100,
                      (1 + np.ceil(np.maximum(v - 512, 0) / 383)).mean()])  # fmt: skip
-    header = ["", "count", "p10 tokens", "median", "p90", "max", "% over 512", "windows of 512, stride 127 (mean)"]
+    header = [
+        "",
+        "count",
+        "p10 tokens",
+        "median",
+        "p90",
+        "max",
+        "% over 512",
+        "windows of 512, stride 127 (mean)",
+    ]
     return markdown_table(header, rows)
 
 
@@ -102,10 +111,25 @@ def index_table(run: Path, name: str) -> tuple[str, list]:
     if not data:
         return "", []
     rows = [[r[0], r[1], r[2], r[3] / 1e6, 1000 * r[4], r[5]] for r in data["rows"]]
-    header = ["model", "nDCG@10 x 100", "index entries", "index MB", "search us / query (1 thread)", "corpus encode s"]
-    budget = [[f"late interaction, {r[0]}", r[1], r[2] / 1e6, 100 * r[1] / data["late_budget"][0][1]] for r in data["late_budget"]]
-    text = markdown_table(header, rows) + "\n\n" + markdown_table(
-        ["late-interaction index", "nDCG@10 x 100", "index MB", "% of float32's nDCG@10"], budget)
+    header = [
+        "model",
+        "nDCG@10 x 100",
+        "index entries",
+        "index MB",
+        "search us / query (1 thread)",
+        "corpus encode s",
+    ]
+    budget = [
+        [f"late interaction, {r[0]}", r[1], r[2] / 1e6, 100 * r[1] / data["late_budget"][0][1]]
+        for r in data["late_budget"]
+    ]
+    text = (
+        markdown_table(header, rows)
+        + "\n\n"
+        + markdown_table(
+            ["late-interaction index", "nDCG@10 x 100", "index MB", "% of float32's nDCG@10"], budget
+        )
+    )
     return text, [(r[0], r[2] * 1e6, r[1]) for r in budget]
 
 
@@ -116,7 +140,10 @@ def length_table(run: Path) -> str:
         if not data:
             continue
         for model, groups in data["by_length"].items():
-            header = header or ["model", *(f"relevant document {b} tokens ({n} queries)" for b, (n, _) in groups.items())]
+            header = header or [
+                "model",
+                *(f"relevant document {b} tokens ({n} queries)" for b, (n, _) in groups.items()),
+            ]
             rows.append([f"{model}, {policy}", *(v for _, v in groups.values())])
     return markdown_table(header, rows) if rows else ""
 

@@ -123,18 +123,36 @@ def markdown(rows: list[dict], command: str) -> str:
             table.append(["on" if row["release_memory"] else "off", name, idle / MB, peak / MB, settled / MB,
                           f"{settled / idle:.2f}", "yes" if settled <= 1.15 * idle else "**no**"])  # fmt: skip
     first = rows[0]
-    return "\n".join([
-        "# RSS around bursts of the largest answers", "", f"```bash\n{command}\n```", "",
-        f"Machine: {machine_summary()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
-        f"{os.getloadavg()[0]:.1f} at the end (a machine shared with other work: RSS is this server's own, but "
-        "timings are not measured here).", "",
-        f"Each request: {first['request_texts']} texts cut to the window ({first['window']} tokens x "
-        f"{first['hidden']} numbers), answered as JSON floats: {first['answer_bytes']:,} bytes (budget "
-        f"{first['limits']['max_answer_bytes']:,}).", "",
-        markdown_table(["release_memory", "process", "warm idle MB", "peak MB", "settled MB", "settled / idle",
-                        "within 15%"], table, digits=1),
-        "",
-    ])
+    return "\n".join(
+        [
+            "# RSS around bursts of the largest answers",
+            "",
+            f"```bash\n{command}\n```",
+            "",
+            f"Machine: {machine_summary()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
+            f"{os.getloadavg()[0]:.1f} at the end (a machine shared with other work: RSS is this server's own, but "
+            "timings are not measured here).",
+            "",
+            f"Each request: {first['request_texts']} texts cut to the window ({first['window']} tokens x "
+            f"{first['hidden']} numbers), answered as JSON floats: {first['answer_bytes']:,} bytes (budget "
+            f"{first['limits']['max_answer_bytes']:,}).",
+            "",
+            markdown_table(
+                [
+                    "release_memory",
+                    "process",
+                    "warm idle MB",
+                    "peak MB",
+                    "settled MB",
+                    "settled / idle",
+                    "within 15%",
+                ],
+                table,
+                digits=1,
+            ),
+            "",
+        ]
+    )
 
 
 def main() -> None:
