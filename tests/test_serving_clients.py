@@ -140,9 +140,13 @@ def test_openai_embeddings_float_base64_dimensions(embedder, model_id):
     client = OpenAI(base_url=URL + "/v1", api_key=KEY)
     [m.id for m in client.models.list()]  # [MODEL]
     client.models.retrieve(MODEL)
-    response = client.embeddings.create(model=MODEL, input=["A man is eating food.", "Paris is the capital of France."])
+    response = client.embeddings.create(
+        model=MODEL, input=["A man is eating food.", "Paris is the capital of France."]
+    )
     vectors = [d.embedding for d in response.data]  # base64 on the wire (the SDK's default), decoded
-    client.embeddings.create(model=MODEL, input=["A man is eating food."], dimensions=64)  # first 64 components, renormalised
+    client.embeddings.create(
+        model=MODEL, input=["A man is eating food."], dimensions=64
+    )  # first 64 components, renormalised
     client.embeddings.create(model=MODEL, input=[[101, 1037, 2158, 102]])  # token ids, special tokens included
     """
     client = openai_client(embedder.url)
@@ -260,7 +264,9 @@ def test_langchain_openai_embeddings(embedder, model_id):
     """from langchain_openai import OpenAIEmbeddings
 
     embeddings = OpenAIEmbeddings(
-        base_url=URL + "/v1", api_key=KEY, model=MODEL,
+        base_url=URL + "/v1",
+        api_key=KEY,
+        model=MODEL,
         check_embedding_ctx_length=False,  # else it tokenizes with tiktoken (files from the network)
     )
     embeddings.embed_documents(["A man is eating food.", "Paris is the capital of France."])
@@ -334,7 +340,9 @@ def test_cohere_v2_rerank(reranker):
     client = cohere.ClientV2(api_key=KEY, base_url=URL)  # POST /v2/rerank
     response = client.rerank(model="neobert", query="where is the eiffel tower", documents=documents, top_n=2)
     [(r.index, r.relevance_score) for r in response.results]  # most relevant first
-    cohere.Client(api_key=KEY, base_url=URL).rerank(model="neobert", query="...", documents=documents, top_n=2)  # /v1/rerank
+    cohere.Client(api_key=KEY, base_url=URL).rerank(
+        model="neobert", query="...", documents=documents, top_n=2
+    )  # /v1/rerank
     """
     cohere = pytest.importorskip("cohere")
     client = cohere.ClientV2(api_key=KEY, base_url=reranker.url, timeout=TIMEOUT)
