@@ -613,3 +613,44 @@ def test_lora_layers_add_each_adapters_delta_by_slice_as_peft_computes_it(store)
         torch.testing.assert_close(
             ours(input_ids=ids, attention_mask=mask)[0], theirs(input_ids=ids, attention_mask=mask)[0]
         )
+
+
+def test_an_adapter_detached_and_attached_again_under_its_name_runs_its_new_weights(store):
+    """The LoRA layers keep views of each adapter's weights (two products, no module calls); detaching an
+    adapter and attaching another under the same name must compute with the new one's weights, as peft does."""
+    from neobert.inference.adapters import read_adapter
+    from neobert.inference.encoders import load_model
+    from neobert.inference.kinds.adapter import attach, detach
+    from neobert.inference.run import ROW_TAGS, RowTags
+
+    wrapper = attach(load_model(str(store["base"]), "base"), read_adapter(store["ad"][0]), "a")
+    wrapper = attach(wrapper.base_model.model, read_adapter(store["ad"][1]), "b", wrapper)
+    ids = torch.randint(5, 1000, (4, 7))
+    mask = torch.ones_like(ids)
+
+    def ours(rows):
+        outer = ROW_TAGS.set(RowTags(rows, (7,) * 4))
+        try:
+            with torch.no_grad():
+                return wrapper(input_ids=ids, attention_mask=mask)[0]
+        finally:
+            ROW_TAGS.reset(outer)
+
+    def peft_answer(adapter_dir):
+        theirs = peft.PeftModel.from_pretrained(load_model(str(store["base"]), "base"), str(adapter_dir))
+        with torch.no_grad():
+            return theirs.eval()(input_ids=ids, attention_mask=mask)[0]
+
+    torch.testing.assert_close(
+        ours(("a", "a", "b", "b"))[:2], peft_answer(store["ad"][0])[:2], atol=1e-5, rtol=1e-5
+    )
+    layers = [m for m in wrapper.modules() if m.__dict__.get("_plain_deltas")]
+    assert layers and all(m._plain_deltas.get("a") is not None for m in layers)  # the two-product path ran
+    wrapper = detach(wrapper, "a")
+    wrapper = attach(wrapper.base_model.model, read_adapter(store["ad"][2]), "a", wrapper)
+    torch.testing.assert_close(
+        ours(("a", "a", "b", "b"))[:2], peft_answer(store["ad"][2])[:2], atol=1e-5, rtol=1e-5
+    )
+    torch.testing.assert_close(
+        ours(("a", "a", "b", "b"))[2:], peft_answer(store["ad"][1])[2:], atol=1e-5, rtol=1e-5
+    )

@@ -84,6 +84,7 @@ def attach(model: torch.nn.Module, adapter: AdapterInfo, name: str, wrapper: Any
         wrapper = apply_adapter(peft, model, adapter, name, adapter.source, wrapper)
     wrapper.eval()
     route_rows(model)
+    _forget_plain_deltas(model)
     return wrapper
 
 
@@ -91,6 +92,7 @@ def detach(wrapper: Any, name: str) -> Any:
     """Remove adapter ``name``; the wrapper, or None once the model has no adapter left (its layers are then
     plain again, as before the first :func:`attach`)."""
     remaining = [n for n in wrapper.peft_config if n != name]
+    _forget_plain_deltas(wrapper)
     if not remaining:
         wrapper.unload()
         return None
@@ -132,18 +134,37 @@ def _lora_rows(module: Any, peft_forward: Callable[..., torch.Tensor], x: torch.
     for tag, start, stop in runs:
         if tag is None or tag not in module.lora_A:
             continue
-        lora_a, lora_b = module.lora_A[tag], module.lora_B[tag]
-        part = x if stop - start == len(x) else x[start:stop]
-        low = lora_a(module.lora_dropout[tag](part.to(lora_a.weight.dtype)))  # (..., rank): small
-        out = result if stop - start == len(x) else result[start:stop]
-        if lora_b.bias is None and out.is_contiguous() and out.dtype == low.dtype:
-            # out += scaling * low @ B^T in place: no output-sized temporaries
-            out.view(-1, out.shape[-1]).addmm_(
-                low.reshape(-1, low.shape[-1]), lora_b.weight.t(), alpha=module.scaling[tag]
-            )
+        whole = stop - start == len(x)
+        part, out = (x, result) if whole else (x[start:stop], result[start:stop])
+        plain = None if module.training else _plain_delta(module, tag)
+        if plain is not None and out.is_contiguous() and out.dtype == part.dtype == plain[0].dtype:
+            # out += scaling (x A^T) B^T in place: two products, no module calls, no output-sized temporaries
+            lora_a_t, lora_b_t = plain
+            low = torch.mm(part.reshape(-1, part.shape[-1]), lora_a_t)
+            out.view(-1, out.shape[-1]).addmm_(low, lora_b_t, alpha=module.scaling[tag])
         else:
+            lora_a, lora_b = module.lora_A[tag], module.lora_B[tag]
+            low = lora_a(module.lora_dropout[tag](part.to(lora_a.weight.dtype)))
             out += (lora_b(low) * module.scaling[tag]).to(result.dtype)
     return result
+
+
+def _plain_delta(module: Any, tag: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(A^T, B^T) of adapter ``tag`` of a LoRA layer whose delta is two plain products (Linear A and B, no
+    bias), as views of its weights; None otherwise. Cached on the layer (a service call runs hundreds of
+    small adapter products, and their module calls cost more than the products): :func:`attach` and
+    :func:`detach` clear it."""
+    cache = module.__dict__.setdefault("_plain_deltas", {})
+    if tag not in cache:
+        lora_a, lora_b = module.lora_A[tag], module.lora_B[tag]
+        linear = type(lora_a) is torch.nn.Linear and type(lora_b) is torch.nn.Linear
+        cache[tag] = (lora_a.weight.t(), lora_b.weight.t()) if linear and lora_b.bias is None else None
+    return cache[tag]
+
+
+def _forget_plain_deltas(model: torch.nn.Module) -> None:
+    for module in model.modules():
+        module.__dict__.pop("_plain_deltas", None)
 
 
 @lru_cache(maxsize=64)
