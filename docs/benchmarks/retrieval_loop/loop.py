@@ -218,8 +218,8 @@ def one_seed(kind: str, seed: int, run: Path, a: argparse.Namespace) -> dict:
                 seed=seed,
                 steps=a.reranker_steps or a.steps,
                 batch_size=a.reranker_batch or max(2, a.batch_size // 4),
-                lr=a.lr,
-                warmup_steps=max(1, a.steps // 10),
+                lr=a.reranker_lr or a.lr,
+                warmup_steps=max(1, (a.reranker_steps or a.steps) // 10),
                 max_length=2 * a.max_length,
                 hard_negatives=a.negatives,
                 loss="lambdaloss",
@@ -348,6 +348,12 @@ def main() -> None:
     parser.add_argument("--margin-mse", type=float, default=0.1)
     parser.add_argument(
         "--reranker-steps", type=int, default=None, help="the reranker's steps (default --steps)"
+    )
+    parser.add_argument(
+        "--reranker-lr",
+        type=float,
+        default=None,
+        help="the reranker's peak learning rate (default --lr; a cross-encoder's head starts from nothing)",
     )
     parser.add_argument(
         "--reranker-batch",
