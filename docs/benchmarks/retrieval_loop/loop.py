@@ -415,6 +415,8 @@ def main() -> None:
     settings = (
         f"Start: {a.model} (SPLADE: {a.sparse_model}); {a.steps} steps of {a.batch_size} pairs, lr {a.lr:g}, "
         f"{a.max_length} tokens, {a.negatives} hard negative(s) per pair, margin-MSE weight {a.margin_mse:g}; "
+        f"the reranker: {a.reranker_steps or a.steps} steps of {a.reranker_batch or max(2, a.batch_size // 4)} "
+        f"queries, lr {a.reranker_lr or a.lr:g}; "
         f"seeds {', '.join(map(str, a.seeds))}; relative margins {', '.join(f'{m:g}' for m in a.margins)}; "
         f"{a.eval_queries or 'all'} held-out queries per task. Machine: {machine_summary()}.\n\n"
     )
