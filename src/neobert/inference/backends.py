@@ -111,6 +111,14 @@ def open_export(
         ((name, encoder),) = candidates.items()
         runtime, label = name.split()
         return OpenedExport(encoder, runtime, label, "; ".join(["the one candidate", *dropped]))
+    return _measured(candidates, sample, dropped, cache, key)
+
+
+def _measured(
+    candidates: dict[str, Any], sample: Any, dropped: list[str], cache: Any, key: Any
+) -> OpenedExport:
+    """The fastest of ``candidates`` on ``sample`` (:func:`measure`), with its reason (and the candidates left
+    out); written to ``cache`` under ``key`` where a cache is kept."""
     choice = measure(candidates, sample)
     runtime, label = choice.name.split()
     reason = "; ".join([f"measured: {choice.reason}", *dropped])
@@ -264,12 +272,7 @@ def choose_runtime(
     exported, left_out = _candidates(str(export), "auto", precision, threads)
     candidates.update(exported)
     dropped += left_out
-    choice = measure(candidates, sample)
-    runtime, label = choice.name.split()
-    reason = "; ".join([f"measured: {choice.reason}", *dropped])
-    if cache:
-        _write_cache(cache, key, {"name": choice.name, "reason": reason, "timings_ms": choice.timings_ms})
-    return OpenedExport(candidates[choice.name], runtime, label, reason, choice)
+    return _measured(candidates, sample, dropped, cache, key)
 
 
 def _torch_candidates(
