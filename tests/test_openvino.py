@@ -221,6 +221,22 @@ def test_int8_acceptance_needs_both_the_cosine_and_the_ranking(cosine, ndcg, ops
     assert check.accepted is accepted
 
 
+def test_calibration_batches_hold_at_most_the_token_budget_in_order():
+    """NNCF's calibration batches (rows x longest padded tokens, at most CALIBRATION_TOKENS; a longer row alone;
+    at most batch_size rows): every row once, in order."""
+    budget = openvino.CALIBRATION_TOKENS
+    lengths = [10, budget // 3, 100, 100, 100, 3 * budget, 7, *[1] * 40]
+    rows = [f"t{i}" for i in range(len(lengths))]
+    got = openvino.token_bounded(rows, lengths, batch_size=16)
+    assert [r for batch in got for r in batch] == rows
+    width = dict(zip(rows, lengths))
+    for batch in got:
+        assert len(batch) <= 16
+        assert len(batch) == 1 or len(batch) * max(width[r] for r in batch) <= budget
+    assert got[:4] == [["t0", "t1", "t2"], ["t3", "t4"], ["t5"], ["t6", *rows[7:22]]]
+    assert [len(b) for b in got[4:]] == [16, 9]
+
+
 def test_serve_openvino_and_auto_on_an_export_over_http(minilm_onnx, monkeypatch):
     expected = st_encode(minilm.get_model_path(), TEXTS, normalize=True)
     with serve(minilm_onnx.output, backend="openvino", precision="fp32", threads=1) as srv:

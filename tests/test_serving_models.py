@@ -654,3 +654,38 @@ def test_an_adapter_detached_and_attached_again_under_its_name_runs_its_new_weig
     torch.testing.assert_close(
         ours(("a", "a", "b", "b"))[2:], peft_answer(store["ad"][1])[2:], atol=1e-5, rtol=1e-5
     )
+
+
+def test_a_bf16_base_runs_its_adapters_in_bf16_on_the_two_product_path(store):
+    """peft would keep a bf16 base's adapters in fp32 (the module path); they take the base's dtype, add their
+    deltas with two products, and answer as peft's fp32 model with that adapter does, within bf16's error (far
+    closer than the bf16 base alone)."""
+    from neobert.inference.adapters import read_adapter
+    from neobert.inference.encoders import load_model
+    from neobert.inference.kinds.adapter import attach
+    from neobert.inference.run import ROW_TAGS, RowTags
+
+    base = load_model(str(store["base"]), "base").to(torch.bfloat16).eval()
+    wrapper = attach(base, read_adapter(store["ad"][0]), "a")
+    lora = [m for m in wrapper.modules() if hasattr(m, "lora_A") and "a" in m.lora_A]
+    assert lora and all(m.lora_A["a"].weight.dtype == torch.bfloat16 for m in lora)
+    ids = torch.randint(5, 1000, (4, 7))
+    mask = torch.ones_like(ids)
+    outer = ROW_TAGS.set(RowTags(("a", "a", None, None), (7,) * 4))
+    try:
+        with torch.no_grad():
+            got = wrapper(input_ids=ids, attention_mask=mask)[0].float()
+    finally:
+        ROW_TAGS.reset(outer)
+    assert all(m._plain_deltas.get("a") is not None for m in lora)  # the two-product path ran
+    theirs = peft.PeftModel.from_pretrained(
+        load_model(str(store["base"]), "base"), str(store["ad"][0])
+    ).eval()
+    with torch.no_grad():
+        expected = theirs(input_ids=ids, attention_mask=mask)[0]
+        with theirs.disable_adapter():
+            plain = theirs(input_ids=ids, attention_mask=mask)[0]
+    cosine = torch.nn.functional.cosine_similarity
+    assert cosine(got[:2], expected[:2], dim=-1).min() > 0.999
+    assert cosine(got[2:], plain[2:], dim=-1).min() > 0.999  # untagged rows: the base alone
+    assert cosine(plain[:2], expected[:2], dim=-1).min() < 0.99  # the adapter matters at this tolerance

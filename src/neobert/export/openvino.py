@@ -36,6 +36,10 @@ RESTORE_STEPS = 8  # accuracy control: at most this many rounds of layers put ba
 TUNING_TEXTS, TUNING_PAIRS = 128, 64  # accuracy control's texts: calibration texts, and other modules' pairs
 RANKING_BATCHES = 8  # accuracy control ranks the layers on this many batches of them (each layer: one run)
 HELDOUT_SHARE = 5  # every 5th calibration text is held out (never calibrated on) for the cosine check
+# NNCF runs each calibration batch with hundreds of intermediate tensors as outputs: a batch holds at most this
+# many tokens (rows x longest), which keeps its peak memory bounded (the 250M shape at 16 x 512 tokens: 16 GB
+# for two batches; at 4 x 512: 8.5 GB; docs/serving.md)
+CALIBRATION_TOKENS = 2048
 
 
 @dataclass
@@ -216,8 +220,8 @@ def _quantize(
 
     def batches(rows: list[str]) -> list[dict[str, np.ndarray]]:
         out = []
-        for start in range(0, len(rows), batch_size):
-            ids, mask = fp32.tokenize(rows[start : start + batch_size])
+        for group in token_bounded(rows, fp32.tokenize(rows)[1].sum(axis=1).tolist(), batch_size):
+            ids, mask = fp32.tokenize(group)
             out.append({"input_ids": ids, "attention_mask": mask})
         return out
 
@@ -245,6 +249,21 @@ def _quantize(
             **settings,
         )
     ov.save_model(quantized, xml, compress_to_fp16=False)
+
+
+def token_bounded(rows: list[str], lengths: list[int], batch_size: int) -> list[list[str]]:
+    """``rows`` in order, in batches of at most ``batch_size`` rows and :data:`CALIBRATION_TOKENS` padded
+    tokens (rows x the longest's ``lengths``; a longer row alone)."""
+    out: list[list[str]] = []
+    longest = 0
+    for row, length in zip(rows, lengths):
+        longest = max(longest, length)
+        if out and len(out[-1]) < batch_size and (len(out[-1]) + 1) * longest <= CALIBRATION_TOKENS:
+            out[-1].append(row)
+        else:
+            out.append([row])
+            longest = length
+    return out
 
 
 def _cosine_metric(compiled: Any, items: Any) -> tuple[float, list[float]]:

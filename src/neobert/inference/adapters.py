@@ -330,10 +330,13 @@ def apply_adapter(
     (:func:`check_keys`), and where peft finds its targets in no layer of the model."""
     what = f"the adapter in {info.path}" if name == "default" else f"adapter {name} ({info.path})"
     check_keys(model, info, source, what)
+    # the adapter in the base's dtype (peft would keep a bf16 base's adapters in fp32): it computes as its base
+    # does, and a bf16 service adds its deltas with two products (neobert.inference.kinds.adapter._lora_rows)
+    same_dtype = {"adapter_name": name, "autocast_adapter_dtype": False}
     try:
         if wrapper is None:
-            return peft.PeftModel.from_pretrained(model, str(info.path), adapter_name=name)
-        wrapper.load_adapter(str(info.path), adapter_name=name)
+            return peft.PeftModel.from_pretrained(model, str(info.path), **same_dtype)
+        wrapper.load_adapter(str(info.path), **same_dtype)
         return wrapper
     except (RuntimeError, ValueError, KeyError) as err:
         raise AdapterError(f"{what} does not fit the base {source}: {err}") from None
