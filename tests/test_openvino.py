@@ -119,6 +119,19 @@ def test_a_slow_cold_call_never_decides():
     )
 
 
+def test_a_jobs_probe_takes_its_texts_spread_over_their_lengths_within_the_token_budget():
+    """--backend auto times a job's texts, at most PROBE_TOKENS of them: all where they fit; else texts evenly
+    spread over the sorted lengths, the shortest and the longest among them; one long text alone."""
+    assert backends.spread_within([10] * 12, 1024) == list(range(12))
+    lengths = list(range(1, 101))  # 5,050 tokens
+    picked = backends.spread_within(lengths, 1024)
+    assert picked[0] == 0 and picked[-1] == 99 and sum(lengths[i] for i in picked) <= 1024
+    gaps = {b - a for a, b in zip(picked, picked[1:])}
+    assert len(picked) >= 15 and max(gaps) - min(gaps) <= 1  # evenly spread, as many as fit
+    assert backends.spread_within([2000, 3000, 4000], 1024) == [1]
+    assert backends.spread_within([], 1024) == []
+
+
 @pytest.mark.parametrize("bf16, taken", [(0.0008, "openvino bf16"), (0.00095, "openvino fp32")])
 def test_bf16_is_taken_only_by_its_margin(bf16, taken):
     candidates = {"openvino fp32": scripted(0.001), "openvino bf16": scripted(bf16)}

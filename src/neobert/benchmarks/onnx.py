@@ -153,6 +153,7 @@ def run(config: OnnxBenchConfig) -> dict:
         extra = _openvino_extras(config, exported, carrying) if config.openvino else {}
         results = _measure(config, source, exported, export_s, sizes, extra, carrying)
         if any(config.serve_concurrency) and exported.head == "base":
+            publish(results, markdown, config.output)  # the offline table kept if the service's part fails
             results["service"] = measure_service(config, source, exported.output, extra, carrying)
     return publish(results, markdown, config.output)
 
