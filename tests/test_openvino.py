@@ -119,17 +119,41 @@ def test_a_slow_cold_call_never_decides():
     )
 
 
-def test_a_jobs_probe_takes_its_texts_spread_over_their_lengths_within_the_token_budget():
-    """--backend auto times a job's texts, at most PROBE_TOKENS of them: all where they fit; else texts evenly
-    spread over the sorted lengths, the shortest and the longest among them; one long text alone."""
-    assert backends.spread_within([10] * 12, 1024) == list(range(12))
-    lengths = list(range(1, 101))  # 5,050 tokens
-    picked = backends.spread_within(lengths, 1024)
-    assert picked[0] == 0 and picked[-1] == 99 and sum(lengths[i] for i in picked) <= 1024
-    gaps = {b - a for a, b in zip(picked, picked[1:])}
-    assert len(picked) >= 15 and max(gaps) - min(gaps) <= 1  # evenly spread, as many as fit
-    assert backends.spread_within([2000, 3000, 4000], 1024) == [1]
-    assert backends.spread_within([], 1024) == []
+def test_a_jobs_probe_runs_its_batches_spread_over_their_lengths_within_the_token_budget():
+    """--backend auto times a job's texts as the job batches them (8 neighbours in length, padded to the
+    longest): every batch where they fit in PROBE_TOKENS padded tokens; else as many windows of 8 as fit,
+    from the shortest texts to the longest; else the middle window alone."""
+    assert backends.probe_windows([10] * 12, 8, 2048) == [0, 8]  # all of a small job
+    lengths = list(range(1, 161))  # 160 texts, 12,880 tokens
+    starts = backends.probe_windows(lengths, 8, 2048)
+    padded = [8 * lengths[at + 7] for at in starts]
+    assert starts[0] == 0 and starts[-1] == 152 and sum(padded) <= 2048
+    assert len(starts) >= 2 and all(b - a >= 8 for a, b in zip(starts, starts[1:]))  # noqa: RUF007
+    more = sorted({round(i * 152 / len(starts)) for i in range(len(starts) + 1)})
+    assert sum(8 * lengths[at + 7] for at in more) > 2048  # one window more would not fit
+    assert backends.probe_windows([3000] * 20, 8, 2048) == [6]  # the middle window of 8
+
+
+def test_a_candidate_far_behind_is_timed_less_and_sits_out_the_next_round():
+    """choose_fastest: a candidate whose warm calls are all over OUT_OF_RACE x the fastest so far stops after
+    GIVE_UP_RUNS of them and is not timed again; one near the fastest gets every round (a slow cold call
+    does not put it out)."""
+    calls = {"fast": 0, "near": 0, "far": 0}
+
+    def counted(name, *seconds):
+        script = scripted(*seconds)
+        return lambda: calls.__setitem__(name, calls[name] + 1) or script()
+
+    candidates = {
+        "fast": counted("fast", 0.001),
+        "near": counted("near", 5.0, 0.0015),
+        "far": counted("far", 0.0025),
+    }
+    choice = hardware.choose_fastest(candidates, set(candidates), "w")
+    assert choice.name == "fast"
+    assert calls["far"] == 1 + hardware.GIVE_UP_RUNS  # a warm-up and two timed calls, one round
+    assert calls["near"] >= 2 * (1 + hardware.MIN_RUNS) and calls["fast"] >= 2 * (1 + hardware.MIN_RUNS)
+    assert choice.reason.endswith("; far over 2x the fastest, timed in one round)")
 
 
 @pytest.mark.parametrize("bf16, taken", [(0.0008, "openvino bf16"), (0.00095, "openvino fp32")])

@@ -51,9 +51,10 @@ EXPORT_VARIANTS = ("fp32", "int8", "int8-static")  # an export's graphs (onnx_co
 PROBE_BATCH, PROBE_LENGTH = 8, 128  # a service's merged call / an embedding job's batch, in tokens per text
 # a service's probe: a single short request, a merged batch of short ones, a batch of long ones (texts, tokens)
 PROBE_SHAPES = ((1, 16), (PROBE_BATCH, 16), (PROBE_BATCH, PROBE_LENGTH))
-# a job's probe: at most this many of its tokens, texts spread over its lengths (a call of each candidate on a
-# large model's long texts otherwise takes minutes: the 250M shape's fp32 over 160 texts of up to 512 tokens)
-PROBE_TOKENS = PROBE_BATCH * PROBE_LENGTH
+# a job's probe: at most this many padded tokens of its texts, in batches as the job runs them, spread over its
+# lengths (a call of each candidate on a large model's long texts otherwise takes minutes: the 250M shape's
+# fp32 over 160 texts of up to 512 tokens took 71 s)
+PROBE_TOKENS = 2 * PROBE_BATCH * PROBE_LENGTH
 EXPORT_BESIDE = "onnx"  # a model directory's own export, DIR/onnx (sentence-transformers' layout)
 
 
@@ -330,43 +331,48 @@ def probe_batch(encoder: OnnxEncoder, texts: int = PROBE_BATCH, length: int = PR
     return np.tile(ids, (texts, 1)), np.ones((texts, length), dtype=np.int64)
 
 
-def spread_within(lengths: list[int], budget: int) -> list[int]:
-    """Positions of the most texts of ``lengths`` (sorted, ascending) evenly spread over them whose lengths add
-    up to at most ``budget``: all where they fit; the middle one where none fits with another."""
-    for count in range(len(lengths), 1, -1):
-        picked = sorted({round(i * (len(lengths) - 1) / (count - 1)) for i in range(count)})
-        if sum(lengths[i] for i in picked) <= budget:
-            return picked
-    return [len(lengths) // 2] if lengths else []
+def probe_windows(lengths: list[int], size: int, budget: int) -> list[int]:
+    """Where the batches of a job's probe start in its texts sorted by ``lengths`` (ascending): the job's own
+    batches (``size`` neighbours in length) where they all fit in ``budget`` padded tokens (rows x longest);
+    else as many such windows as fit, evenly spread from the shortest texts to the longest (the padding and
+    the batch size the job runs, over its range of lengths); at least the middle window."""
+    n = len(lengths)
+    padded = lambda at: len(lengths[at : at + size]) * max(lengths[at : at + size])  # noqa: E731
+    every = list(range(0, n, size))
+    if sum(padded(at) for at in every) <= budget or n <= size:
+        return every
+    for count in range(n // size, 1, -1):
+        starts = sorted({round(i * (n - size) / (count - 1)) for i in range(count)})
+        if sum(padded(at) for at in starts) <= budget:
+            return starts
+    return [(n - size) // 2]
 
 
 def measure(candidates: dict[str, Any], sample: list[str] | None = None) -> RuntimeChoice:
     """:func:`~neobert.runtime.hardware.choose_fastest` over the candidates' calls. With ``sample`` (a job's
     own texts): those texts, sorted by length, :data:`PROBE_BATCH` to a batch, each padded to its longest (the
-    workload the job runs), at most :data:`PROBE_TOKENS` of them (texts evenly spread over the lengths). Without (a service, whose traffic is not known at start): each of
+    workload the job runs), at most :data:`PROBE_TOKENS` padded tokens of them (:func:`probe_windows`). Without (a service, whose traffic is not known at start): each of
     :data:`PROBE_SHAPES` (a single short text, a merged batch of short ones, a batch of long ones), each shape
     counting the same: a candidate's time on a shape is divided by the first candidate's there, so that
     neither the per-call cost of single requests nor the arithmetic of long batches alone decides."""
     first = next(iter(candidates.values()))
     if sample:
         ids, mask = first.tokenize(sample)
-        order = np.argsort(mask.sum(axis=1), kind="stable")
-        kept = order[spread_within(mask.sum(axis=1)[order].tolist(), PROBE_TOKENS)]
-        ids, mask = ids[kept], mask[kept]
         lengths = mask.sum(axis=1)
+        order = np.argsort(lengths, kind="stable")
         batches = []
-        for start in range(0, len(ids), PROBE_BATCH):
-            width = int(lengths[start : start + PROBE_BATCH].max())
-            batches.append(
-                (ids[start : start + PROBE_BATCH, :width], mask[start : start + PROBE_BATCH, :width])
-            )
+        for at in probe_windows(lengths[order].tolist(), PROBE_BATCH, PROBE_TOKENS):
+            rows = order[at : at + PROBE_BATCH]
+            width = int(lengths[rows].max())
+            batches.append((ids[rows, :width], mask[rows, :width]))
         weights = [1.0] * len(batches)
+        count, tokens = sum(len(b[0]) for b in batches), sum(int(b[1].sum()) for b in batches)
         of = (
-            f"{len(ids)} of the job's texts"
-            if len(ids) == len(sample)
-            else (f"{len(ids)} of the job's {len(sample)} texts, spread over their lengths,")
+            f"{count} of the job's texts"
+            if count == len(sample)
+            else (f"{count} of the job's {len(sample)} texts (neighbours in length, spread over them)")
         )
-        workload = f"{of} in {len(batches)} batches ({int(lengths.sum())} tokens)"
+        workload = f"{of} in {len(batches)} batches ({tokens} tokens)"
     else:
         batches = [probe_batch(first, texts, length) for texts, length in PROBE_SHAPES]
         reference = [_warm_seconds(first, ids, mask) for ids, mask in batches]

@@ -256,6 +256,9 @@ class RuntimeChoice:
 
 PROBE_ROUNDS = 2  # rounds over all candidates: a transient load in one round does not decide
 PROBE_BUDGET = 0.25  # seconds of timed calls per candidate and round (more calls while under it)
+# a candidate this much slower than the fastest so far stops being timed: its warm calls all over that end its
+# round, and it sits out the next rounds (the 250M shape's ONNX Runtime fp32 at 6x PyTorch's cost minutes)
+OUT_OF_RACE = 2.0
 
 
 def choose_fastest(
@@ -269,19 +272,29 @@ def choose_fastest(
     by :func:`warm_best` in each of ``rounds`` rounds (candidates interleaved; each round warms every
     candidate up again, so no cold call decides), a candidate's time its best over the rounds. A candidate not
     in ``exact`` (bf16: its vectors agree with fp32 within the cosine floor, not to the last digit) is taken
-    only if it beats the fastest exact one by :data:`BF16_MARGIN`, as precision ``auto`` takes bf16."""
+    only if it beats the fastest exact one by :data:`BF16_MARGIN`, as precision ``auto`` takes bf16. A
+    candidate over :data:`OUT_OF_RACE` times the fastest so far is out of the race: its warm calls stop once
+    :data:`GIVE_UP_RUNS` of them are all over that, and it is not timed in later rounds."""
     if not candidates:
         raise ValueError("no candidate to choose from")
     best = {name: float("inf") for name in candidates}
-    for _ in range(rounds):
+    out: list[str] = []
+    for round_ in range(rounds):
         for name, call in candidates.items():
-            best[name] = min(best[name], warm_best(call, budget=budget).seconds)
+            leader = min(best.values())
+            if round_ and best[name] > OUT_OF_RACE * leader:
+                out += [] if name in out else [name]
+                continue
+            limit = OUT_OF_RACE * leader if leader < float("inf") else None
+            best[name] = min(best[name], warm_best(call, give_up=limit, budget=budget).seconds)
     timings = {name: seconds * 1e3 for name, seconds in best.items()}
     ranked = sorted(best, key=best.__getitem__)
     floats = [name for name in ranked if name in exact]
     measured = f"{workload}, best warm call of {rounds} rounds: " + ", ".join(
         f"{name} {timings[name]:.2f} ms" for name in ranked
     )
+    if out:
+        measured += f"; {', '.join(out)} over {OUT_OF_RACE:g}x the fastest, timed in one round"
     fastest = ranked[0]
     if not floats:
         return RuntimeChoice(fastest, f"{fastest} fastest ({measured})", timings)
