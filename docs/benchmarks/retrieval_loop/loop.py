@@ -8,8 +8,8 @@ the held-out docstring pairs and on the whole-module long documents of:
    at the first margin, one reranker per seed teaching all three kinds, so that they learn from the same teacher;
    its scores on each kind's own candidates mined back with ``neobert mine --teacher``, then ``--distillation`` /
    ``--margin-mse``);
-4. each followed by the reranker on its top 50 (its scores of a (query, document) pair kept per seed: the steps'
-   top 50s overlap, and a pair is scored once);
+4. each followed by the reranker on its top 50 (its scores of a (query, document) pair kept per seed, appended
+   to RERANKER/pair_scores.jsonl: the steps' top 50s overlap, and a pair is scored once);
 
 and the reranker's added latency per query through the service (``POST /rerank`` of a query's top 50, one client),
 measured last, once per seed's reranker.
@@ -25,6 +25,7 @@ results.md and results.png beside this file (``--report-dir`` elsewhere; ``--tin
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import time
@@ -134,22 +135,46 @@ _SCORERS: dict[Path, object] = {}
 
 def cached_scorer(reranker: Path):
     """``reranker``'s scores of (query, document) pairs, each pair scored once per reranker: kept in memory and
-    in ``reranker/pair_scores.json`` (a stopped run continues)."""
+    appended to ``reranker/pair_scores.jsonl`` (one ``[pair digest, score]`` line per pair, flushed per call: a
+    stopped run continues, and a line torn by a kill is dropped and scored again)."""
     if reranker not in _SCORERS:
-        store = reranker / "pair_scores.json"
-        known = json.loads(store.read_text()) if store.is_file() else {}
+        store = reranker / "pair_scores.jsonl"
+        known = _read_scores(store)
         model = CrossEncoderScorer(reranker)
 
         def scores(pairs: list[tuple[str, str]]) -> list[float]:
-            keys = [json.dumps(pair) for pair in pairs]
-            new = sorted({k for k in keys if k not in known})
+            keys = [_digest(pair) for pair in pairs]
+            new = {k: pair for k, pair in zip(keys, pairs) if k not in known}
             if new:
-                known.update(zip(new, model.scores([tuple(json.loads(k)) for k in new])))
-                store.write_text(json.dumps(known))
+                scored = dict(zip(new, model.scores(list(new.values()))))
+                with store.open("a", encoding="utf-8") as f:
+                    f.writelines(json.dumps([k, v]) + "\n" for k, v in scored.items())
+                known.update(scored)
             return [known[k] for k in keys]
 
         _SCORERS[reranker] = scores
     return _SCORERS[reranker]
+
+
+def _digest(pair: tuple[str, str]) -> str:
+    return hashlib.sha256(json.dumps(pair).encode()).hexdigest()[:32]
+
+
+def _read_scores(store: Path) -> dict[str, float]:
+    """The scores ``store`` holds; a torn last line (a kill mid-write) is dropped, and cut off the file so that
+    the next append starts a line of its own."""
+    known: dict[str, float] = {}
+    if not store.is_file():
+        return known
+    text = store.read_text(encoding="utf-8")
+    whole = text[: text.rfind("\n") + 1]
+    for line in whole.splitlines():
+        key, score = json.loads(line)
+        known[key] = score
+    if len(whole) < len(text):
+        with store.open("r+", encoding="utf-8") as f:
+            f.truncate(len(whole.encode("utf-8")))
+    return known
 
 
 def rerank_latency(reranker: Path, task: Path, queries: int = 20) -> float:
