@@ -13,6 +13,8 @@ pytest.importorskip("fastapi")
 from neobert.benchmarks.serve import (
     Cell,
     ServeBenchConfig,
+    ServerProcess,
+    ServerStartError,
     calls_by_threads,
     markdown,
     merged_counts,
@@ -290,3 +292,12 @@ def test_bench_serve_end_to_end(model_dir, tmp_path):
     assert all(c["mean_merged"] == 1.0 for c in results["cells"] if not c["batching"])
     assert json.loads((tmp_path / "results.json").read_text())["speedup"].keys() == {"1", "4"}
     assert "| off | 1 |" in (tmp_path / "results.md").read_text()
+
+
+def test_a_server_that_cannot_start_is_reported_with_what_it_said(tmp_path):
+    """The server's output goes to a file (a pipe nobody reads would block a server that logs); a start
+    that fails raises with that output, which names the problem."""
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(ServerStartError, match="exited while starting") as raised:
+        ServerProcess(ServeBenchConfig(model=str(missing), output=None, startup_timeout=120), True)
+    assert "no-such-model" in str(raised.value)

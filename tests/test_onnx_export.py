@@ -364,6 +364,7 @@ def test_bench_onnx_through_the_service(tmp_path):
         assert list(rows) == names
         for row in rows.values():
             assert row["requests"] > 0 and row["failed"] == 0 and row["concurrency"] == clients
+            assert 0 < row["start_s"] < 1800  # launch to /health, auto's probe included
         assert rows["pytorch-fp32"]["vs_pytorch_fp32"] == 1.0
         assert rows["openvino-int8-static"]["backend"] == "openvino int8-static"
         assert rows["auto"]["backend_reason"].startswith("measured: ")

@@ -348,6 +348,9 @@ SERVED = {
     "openvino-int8-static": {"backend": "openvino", "onnx_variant": "int8-static"},
     "auto": {"backend": "auto"},  # on the model directory carrying its export: measured at the server's start
 }
+# seconds a server may take to answer /health: `auto` times every candidate on the model's own shapes at its
+# start, a few warm calls each (the 250M shape on one thread: about 2.5 minutes, each fp32 call seconds long)
+SERVER_START_LIMIT = 1800.0
 
 
 def measure_service(
@@ -384,7 +387,10 @@ def _service_rows(
         for name in progress_bar(variants, desc="starting servers", disable=not config.progress):
             settings = SERVED[name]
             model = {"torch": source, "auto": carrying}.get(settings["backend"], exported)
-            servers[name] = ServerProcess(ServeBenchConfig(model=str(model), output=None, **settings), True)
+            served = ServeBenchConfig(
+                model=str(model), output=None, startup_timeout=SERVER_START_LIMIT, **settings
+            )
+            servers[name] = ServerProcess(served, True)
             run_cell(servers[name].port, clients, texts, 2.0, 200)  # warm-up
         infos = {name: server.info() for name, server in servers.items()}  # what runs (auto: its choice)
         before = {name: merged_counts(server.metrics()) for name, server in servers.items()}
@@ -412,6 +418,7 @@ def _service_rows(
                 "clients": clients,
                 "backend": f"{infos[name]['backend']} {infos[name]['precision']}",
                 "backend_reason": infos[name].get("backend_reason"),
+                "start_s": round(server.start_s, 1),
             }
             for name, server in servers.items()
         ]
@@ -505,7 +512,8 @@ def service_markdown(results: dict) -> list[str]:
         f"`neobert serve` with each variant (dynamic batching on, the model in its own process with the "
         f"server's default threads), all started, warmed up, then {c['repeats']} interleaved rounds of "
         f"{c['serve_duration']:g} s each per client count; a row pools its rounds. `runs` is what the server "
-        "said it runs (/info: for `auto`, its measured choice).",
+        "said it runs (/info: for `auto`, its measured choice); `start s` the seconds from its launch to "
+        "/health (`auto`'s probe included).",
         "",
     ]
     header = [
@@ -518,6 +526,7 @@ def service_markdown(results: dict) -> list[str]:
         "p50 ms",
         "p99 ms",
         "failed",
+        "start s",
     ]
     rows = [
         [
@@ -530,6 +539,7 @@ def service_markdown(results: dict) -> list[str]:
             r["p50_ms"],
             r["p99_ms"],
             r["failed"],
+            r.get("start_s", ""),
         ]
         for r in results["service"]
     ]

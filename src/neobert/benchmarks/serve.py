@@ -33,6 +33,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -206,17 +207,28 @@ class ServerProcess:
             command += ["--backend", config.backend]
         if config.onnx_variant != "fp32":
             command += ["--onnx-variant", config.onnx_variant]
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + config.startup_timeout
+        # its output to a file: a pipe nobody reads fills (64 KiB) and blocks a server that logs
+        self.log = tempfile.TemporaryFile(mode="w+", prefix="neobert-serve-")  # noqa: SIM115 (closed by stop)
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, text=True)
+        started = time.monotonic()
         while not self._healthy():
             if self.process.poll() is not None:
-                raise ServerStartError(f"the server exited while starting:\n{self.process.stdout.read()}")
-            if time.monotonic() > deadline:
+                raise ServerStartError(f"the server exited while starting:\n{self.output()}")
+            if time.monotonic() - started > config.startup_timeout:
+                said = self.output()[-4000:]
                 self.stop()
                 raise ServerStartError(
-                    f"the server did not answer /health within {config.startup_timeout:.0f} s"
+                    f"the server did not answer /health within {config.startup_timeout:.0f} s; "
+                    f"its output ends:\n{said}"
                 )
             time.sleep(0.2)
+        self.start_s = time.monotonic() - started  # seconds from launch to /health (auto: its probe included)
+
+    def output(self) -> str:
+        """What the server has written so far (stdout and stderr)."""
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
 
     def _healthy(self) -> bool:
         try:
@@ -242,6 +254,7 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        self.log.close()
 
 
 def _free_port() -> int:

@@ -287,12 +287,13 @@ def _torch_candidates(
     reproduce it (else the export is not this model's: refused by name)."""
     candidates: dict[str, Any] = {}
     dropped: list[str] = []
-    if precision != "bf16":
-        candidates["torch fp32"] = TorchCandidate(model, reference, "fp32", threads)
-    if precision != "fp32" and probed == "bf16":
+    if precision != "fp32" and probed == "bf16":  # first: the precision probe's pick sets the pace that
+        # the slower candidates give up against (choose_fastest), so they cost fewer calls
         candidates["torch bf16"] = TorchCandidate(model, reference, "bf16", threads)
     elif precision != "fp32":
         dropped.append(f"torch bf16 not timed: {_probe_reason(model)}")
+    if precision != "bf16":
+        candidates["torch fp32"] = TorchCandidate(model, reference, "fp32", threads)
     check = np.load(export / REFERENCE_FILE)
     expected = check[reference.config["outputs"][-1]]
     for name in list(candidates):
