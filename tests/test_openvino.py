@@ -156,6 +156,24 @@ def test_a_candidate_far_behind_is_timed_less_and_sits_out_the_next_round():
     assert choice.reason.endswith("; far over 2x the fastest, timed in one round)")
 
 
+def test_a_long_warm_call_is_timed_once_a_round():
+    """A warm call of LONG_CALL_S or more is timed once (a large model's probe took minutes at three each);
+    the cold call still never counts, and choose_fastest still times each candidate in both rounds."""
+    long = hardware.LONG_CALL_S
+    timing = hardware.warm_best(scripted(9.0, 1.5 * long, 1.2 * long))
+    assert (timing.runs, timing.seconds) == (1, 1.5 * long)
+    assert hardware.warm_best(scripted(9.0, 0.9 * long, 0.5 * long)).runs >= hardware.MIN_RUNS  # under it: 3
+    calls = {"a": 0, "b": 0}
+
+    def counted(name, seconds):
+        return lambda: calls.__setitem__(name, calls[name] + 1) or seconds
+
+    choice = hardware.choose_fastest(
+        {"a": counted("a", 2 * long), "b": counted("b", 1.5 * long)}, {"a", "b"}, "w"
+    )
+    assert choice.name == "b" and calls == {"a": 4, "b": 4}  # two rounds of a warm-up and one timed call
+
+
 @pytest.mark.parametrize("bf16, taken", [(0.0008, "openvino bf16"), (0.00095, "openvino fp32")])
 def test_bf16_is_taken_only_by_its_margin(bf16, taken):
     candidates = {"openvino fp32": scripted(0.001), "openvino bf16": scripted(bf16)}

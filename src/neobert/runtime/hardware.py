@@ -53,6 +53,9 @@ SLOW_FACTOR = 3.0  # one bf16 call this much slower than fp32 ends the measureme
 # Timed runs: the best of at least MIN_RUNS, more (up to MAX_RUNS) while they add up to less than RUN_BUDGET
 # seconds, so a tiny workload is timed often enough that other work on the machine cannot decide it.
 MIN_RUNS, MAX_RUNS, RUN_BUDGET = 3, 20, 0.05
+# a warm call this long is timed once: a transient on the machine is small beside it, and on a large model
+# (the 250M shape at one thread: seconds a call) three of each made `auto`'s start take minutes
+LONG_CALL_S = 1.0
 GIVE_UP_RUNS = 2  # warm timed calls, all slower than the limit, that end a measurement early
 
 
@@ -230,9 +233,10 @@ def warm_best(call: Callable[[], float], give_up: float | None = None, budget: f
 
     The first call warms up (allocations, kernel selection, a GPU's kernel loading, a runtime's first
     compilation) and never counts nor decides anything, on any device: a cold call can be slow for reasons
-    the workload does not have. Then at least :data:`MIN_RUNS` timed calls, more (up to :data:`MAX_RUNS`)
-    while they add up to less than ``budget`` seconds. It ends early (``gave_up``) once :data:`GIVE_UP_RUNS`
-    timed calls were all slower than ``give_up``: one slow call (another process took the core) does not."""
+    the workload does not have. Then at least :data:`MIN_RUNS` timed calls (one where a warm call takes
+    :data:`LONG_CALL_S` or more), more (up to :data:`MAX_RUNS`) while they add up to less than ``budget``
+    seconds. It ends early (``gave_up``) once :data:`GIVE_UP_RUNS` timed calls were all slower than
+    ``give_up``: one slow call (another process took the core) does not."""
     call()  # warm-up: never timed, never decisive
     best, spent, runs = float("inf"), 0.0, 0
     while runs < MAX_RUNS:
@@ -240,7 +244,7 @@ def warm_best(call: Callable[[], float], give_up: float | None = None, budget: f
         best, spent, runs = min(best, seconds), spent + seconds, runs + 1
         if give_up is not None and runs >= GIVE_UP_RUNS and best > give_up:
             return Timing(best, runs, gave_up=True)
-        if runs >= MIN_RUNS and spent > budget:
+        if (runs >= MIN_RUNS or seconds >= LONG_CALL_S) and spent > budget:
             break
     return Timing(best, runs)
 
