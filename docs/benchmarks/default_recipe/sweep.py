@@ -21,12 +21,11 @@ import json
 import time
 from pathlib import Path
 
-from neobert.recipes.default_run import FILL_MASK_EXAMPLES, _fill_mask_examples, default_config
-from neobert.training.mlm_task import pretrain
-
+from neobert.common.io import write_dir
 from neobert.data import train_tokenizer, write_stdlib_corpus
 from neobert.jobs.prepare import PrepareConfig, prepare
-from neobert.common.io import write_dir
+from neobert.recipes.default_run import FILL_MASK_EXAMPLES, _fill_mask_examples, default_config
+from neobert.training.mlm_task import pretrain
 
 HERE = Path(__file__).resolve().parent
 

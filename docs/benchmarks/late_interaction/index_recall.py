@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 from neobert.cli.main import main as neobert
-from neobert.jobs.index import exhaustive_search, load_index, search_vectors
-from neobert.inference.late_interaction import load_late_interaction, token_vectors
 from neobert.common.tables import markdown_table
+from neobert.inference.late_interaction import load_late_interaction, token_vectors
+from neobert.jobs.index import exhaustive_search, load_index, search_vectors
 
 
 def _rows(path: Path) -> list[dict]:

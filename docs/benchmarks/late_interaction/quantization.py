@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from neobert.inference.kinds import load_for_inference
+from neobert.common.tables import markdown_table
 from neobert.evaluation.embeddings import ndcg_at_k
-from neobert.inference.run import encode
+from neobert.inference.kinds import load_for_inference
 from neobert.inference.quantization import (
     bytes_per_vector,
     calibration_ranges,
@@ -25,7 +25,7 @@ from neobert.inference.quantization import (
     quantize,
     rescore,
 )
-from neobert.common.tables import markdown_table
+from neobert.inference.run import encode
 
 
 def _rows(path: Path) -> list[dict]:

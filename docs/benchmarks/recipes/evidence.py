@@ -27,11 +27,11 @@ import statistics
 import time
 from pathlib import Path
 
+from neobert.common.io import write_json, write_text
+from neobert.common.tables import markdown_table
 from neobert.data import write_stdlib_corpus
 from neobert.jobs.prepare import PrepareConfig, prepare
-from neobert.common.io import write_json, write_text
 from neobert.recipes.default_run import default_config, shipped_tokenizer
-from neobert.common.tables import markdown_table
 from neobert.training.config import PretrainConfig
 from neobert.training.mlm_task import pretrain
 

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from neobert.common.tables import markdown_table
-from neobert.inference.run import encode
 from neobert.inference.encoders import load_encoder
+from neobert.inference.run import encode
 from neobert.inference.sparse import encode_sparse
 
 
