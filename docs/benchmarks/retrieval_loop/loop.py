@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import statistics
 import time
 from pathlib import Path
@@ -49,6 +50,9 @@ TRAINERS = {
 }
 TASKS = {"docstrings": "pairs/heldout/retrieval/docstrings", "modules": "pairs/long/retrieval/modules"}
 DEPTH = 50  # the reranker reads a first stage's top 50
+# a mined negative this close to its row's positive (word-set Jaccard) is counted as a likely false negative: the
+# docstrings hold near-copies (a method documented again on its override, a family of functions described alike)
+NEAR_COPY = 0.5
 
 
 def train(kind: str, model: str, data: Path, output: Path, seed: int, a: argparse.Namespace, **extra) -> Path:
@@ -324,6 +328,93 @@ def report(results: dict, out: Path) -> str:
     return table
 
 
+def paid(results: dict) -> str:
+    """What each step pays over the in-batch first stage, in nDCG@10 x 100: the difference within each seed
+    (the steps of a seed share its pairs' order), mean and min-max over the seeds, and whether every seed agrees;
+    the reranker's row is the in-batch first stage reranked. The step that pays most is marked per kind and task."""
+    rows = []
+    for kind, seeds in results.items():
+        if kind == "latency":
+            continue
+        for task in TASKS:
+            base = [s[f"in-batch | {task}"]["ndcg@10"] for s in seeds]
+            deltas = {
+                key.split(" | ")[0]: [100 * (s[key]["ndcg@10"] - b) for s, b in zip(seeds, base)]
+                for key in seeds[0]
+                if key.endswith(f" | {task}") and not key.startswith("in-batch")
+            }
+            deltas["reranker on in-batch"] = [
+                100 * (s[f"in-batch | {task}"]["reranked ndcg@10"] - b) for s, b in zip(seeds, base)
+            ]
+            best = max(deltas, key=lambda step: statistics.fmean(deltas[step]))
+            for step, values in deltas.items():
+                if len(values) < 2:
+                    verdict = "one seed"
+                elif min(values) > 0:
+                    verdict = "pays (every seed)"
+                elif max(values) < 0:
+                    verdict = "costs (every seed)"
+                else:
+                    verdict = "within the seeds' spread"
+                mean = statistics.fmean(values)
+                rows.append(
+                    [
+                        kind,
+                        task,
+                        step + (" **(most)**" if step == best and mean > 0 else ""),
+                        f"{mean:+.1f} ({min(values):+.1f} to {max(values):+.1f})",
+                        verdict,
+                    ]
+                )
+    header = ["retriever", "task", "step", "nDCG@10 x 100 over in-batch", "verdict"]
+    return markdown_table(header, rows)
+
+
+def false_negatives(run: Path, results: dict, pairs: int) -> str:
+    """Per retriever and relative margin, over the seeds finished: the rows mining kept (of the input pairs; a
+    query without a candidate in range is dropped) and the share of its negatives that are near-copies of their
+    row's positive (:data:`NEAR_COPY`), the likely false negatives the margin is there to skip."""
+
+    def words(text: str) -> set[str]:
+        return set(re.findall(r"\w+", text.lower()))
+
+    rows = []
+    for kind, seeds in results.items():
+        if kind == "latency":
+            continue
+        files = [
+            f for seed in seeds for f in (run / f"{kind}-seed{seed['seed']}").glob("mined-margin*.jsonl")
+        ]
+        for margin in sorted({f.name[len("mined-margin") : -len(".jsonl")] for f in files}, key=float):
+            kept, near, negatives = [], 0, 0
+            for seed in seeds:
+                path = run / f"{kind}-seed{seed['seed']}" / f"mined-margin{margin}.jsonl"
+                empty = not path.is_file() or not path.read_text().strip()  # the margin kept no row
+                mined_rows = [] if empty else read_jsonl(path, ["positive", "negatives"])
+                kept.append(len(mined_rows))
+                for row in mined_rows:
+                    positive = words(row["positive"])
+                    for negative in row["negatives"]:
+                        other = words(negative)
+                        negatives += 1
+                        near += len(positive & other) >= NEAR_COPY * max(1, len(positive | other))
+            rows.append(
+                [
+                    kind,
+                    "none" if float(margin) == 0 else margin,
+                    f"{statistics.fmean(kept):.0f} of {pairs} ({100 * statistics.fmean(kept) / pairs:.0f}%)",
+                    f"{100 * near / max(1, negatives):.1f}% ({near} of {negatives})",
+                ]
+            )
+    header = [
+        "retriever",
+        "relative margin",
+        "rows kept (mean over seeds)",
+        "negatives near-copies of the positive",
+    ]
+    return markdown_table(header, rows)
+
+
 def _plot(points: dict, path: Path) -> None:
     import matplotlib
 
@@ -448,8 +539,16 @@ def main() -> None:
     if a.report_only:
         done = {kind: sorted(r["seed"] for r in rows) for kind, rows in results.items() if kind != "latency"}
         settings += f"**A run in progress**: the seeds finished so far, per retriever: {done}.\n\n"
-    (a.report_dir / "results.md").write_text(settings + table + "\n")
-    print(table)
+    pairs = len(read_jsonl(a.run / "pairs" / "train.jsonl", ["query", "positive"]))
+    sections = [
+        table,
+        "## What each step pays\n\n" + paid(results),
+        f"## Mining's likely false negatives, by relative margin (word-set Jaccard to the positive >= {NEAR_COPY})\n\n"
+        + false_negatives(a.run, results, pairs),
+    ]
+    text = "\n\n".join(section.strip() for section in sections)
+    (a.report_dir / "results.md").write_text(settings + text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":
