@@ -329,10 +329,39 @@ def test_bench_onnx_puts_runtimes_side_by_side(tmp_path):
         assert rows[name]["max_abs"] < 1e-4
     assert results["auto"].startswith("measured: ")
     assert "torch fp32" in results["auto"]  # PyTorch measured beside the export's runtimes
+    took = (
+        results["auto"].split(": ")[1].split()[:2]
+    )  # "torch bf16 1.2x faster ..." or "onnx fp32 fastest ..."
+    if took[0] == "torch" and f"pytorch-{took[1]}" in rows:  # what a job then runs: PyTorch's own path
+        assert rows["auto"]["max_abs"] == rows[f"pytorch-{took[1]}"]["max_abs"]  # the same outputs
     assert rows["onnx-int8"]["max_abs"] > 1e-4  # a different computation, reported as such
     assert results["texts"]["count"] == 6 and 8 <= results["texts"]["min"] <= results["texts"]["max"] <= 40
     table = (tmp_path / "results.md").read_text()
     assert "| onnx-int8 |" in table and "vs PyTorch fp32" in table and "`auto` here: measured: " in table
+
+
+@pytest.mark.slow  # a benchmark run (12 s)
+def test_bench_onnx_times_autos_pytorch_choice_on_pytorchs_own_path(tmp_path, monkeypatch):
+    """Where auto takes PyTorch, its row runs what a job then runs (PyTorch's path at that precision, a copy of
+    the model), not the probe's candidate wrapper: the same outputs as that precision's own row."""
+    from neobert.benchmarks import onnx as bench
+    from neobert.inference.backends import OpenedExport
+
+    monkeypatch.setattr(bench, "_auto", lambda *args: OpenedExport(None, "torch", "bf16", "forced here"))
+    config = bench.OnnxBenchConfig(
+        model="tiny",
+        texts=6,
+        max_length=40,
+        batch_size=3,
+        repeats=1,
+        output=str(tmp_path),
+        progress=False,
+        serve_concurrency=0,
+        bf16=True,
+    )
+    rows = {r["variant"]: r for r in bench.run(config)["rows"]}
+    assert rows["auto"]["max_abs"] == rows["pytorch-bf16"]["max_abs"] > 0
+    assert rows["auto"]["cosine_min"] == rows["pytorch-bf16"]["cosine_min"]
 
 
 @pytest.mark.slow  # seven servers, one after another, twice (about 20 s each to start here), and NNCF

@@ -197,7 +197,12 @@ def _forwards(
         for name in _openvino_variants(config, exported.output):
             if name == "auto":
                 opened = _auto(carrying, config.threads, texts)
-                forwards[name], chosen["auto"] = _onnx_forward(opened.encoder), opened.reason
+                chosen["auto"] = opened.reason
+                if opened.runtime == "torch":  # what a job then runs: PyTorch's own path at that precision
+                    copied = apply_precision(copy.deepcopy(fp32), opened.precision)
+                    forwards[name] = _torch_forward(graph(copied))
+                else:
+                    forwards[name] = _onnx_forward(opened.encoder)
                 continue
             variant = STATIC_INT8 if name.endswith(STATIC_INT8) else "fp32"
             precision = "bf16" if name.endswith("bf16") else "fp32"
