@@ -46,7 +46,7 @@ def main() -> None:
             print(
                 f"{name}: {info['backend']} {info['precision']}, /health after {servers[name].start_s:.1f} s"
             )
-            run_cell(servers[name].port, args.clients, texts, 2.0, 200)  # warm-up, as bench onnx does
+            run_cell(servers[name].port, args.clients, texts, 2.0, 200)  # warm-up, as bench onnx did
         for round_ in range(args.rounds):
             order = list(servers) if round_ % 2 == 0 else list(servers)[::-1]
             for name in order:

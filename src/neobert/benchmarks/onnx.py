@@ -396,7 +396,9 @@ def _service_rows(
                 model=str(model), output=None, startup_timeout=SERVER_START_LIMIT, **settings
             )
             servers[name] = ServerProcess(served, True)
-            run_cell(servers[name].port, clients, texts, 2.0, 200)  # warm-up
+            # warm-up, a round's length: `auto`'s server, fresh from its probe, served its first seconds
+            # below a server of the runtime it took and then matched it (docs/benchmarks.md, the 250M shape)
+            run_cell(servers[name].port, clients, texts, config.serve_duration, 10**9)
         infos = {name: server.info() for name, server in servers.items()}  # what runs (auto: its choice)
         before = {name: merged_counts(server.metrics()) for name, server in servers.items()}
         rounds: dict[str, list[dict]] = {name: [] for name in servers}
@@ -515,8 +517,9 @@ def service_markdown(results: dict) -> list[str]:
         "## Through the service: single-text `/embed` requests of 16 words",
         "",
         f"`neobert serve` with each variant (dynamic batching on, the model in its own process with the "
-        f"server's default threads), all started, warmed up, then {c['repeats']} interleaved rounds of "
-        f"{c['serve_duration']:g} s each per client count; a row pools its rounds. `runs` is what the server "
+        f"server's default threads), all started, warmed up for a round's length, then {c['repeats']} "
+        f"interleaved rounds of {c['serve_duration']:g} s each per client count; a row pools its rounds. "
+        "`runs` is what the server "
         "said it runs (/info: for `auto`, its measured choice); `start s` the seconds from its launch to "
         "/health (`auto`'s probe included).",
         "",
