@@ -354,7 +354,7 @@ SERVED = {
     "auto": {"backend": "auto"},  # on the model directory carrying its export: measured at the server's start
 }
 # seconds a server may take to answer /health: `auto` times every candidate on the model's own shapes at its
-# start, a few warm calls each (the 250M shape on one thread: about 2.5 minutes, each fp32 call seconds long)
+# start, warm calls in two rounds (the 250M shape on one thread: 89 s here, each fp32 call seconds long)
 SERVER_START_LIMIT = 1800.0
 
 
@@ -519,9 +519,8 @@ def service_markdown(results: dict) -> list[str]:
         f"`neobert serve` with each variant (dynamic batching on, the model in its own process with the "
         f"server's default threads), all started, warmed up for a round's length, then {c['repeats']} "
         f"interleaved rounds of {c['serve_duration']:g} s each per client count; a row pools its rounds. "
-        "`runs` is what the server "
-        "said it runs (/info: for `auto`, its measured choice); `start s` the seconds from its launch to "
-        "/health (`auto`'s probe included).",
+        "`runs` is what the server said it runs (/info: for `auto`, its measured choice); `start s` the "
+        "seconds from its launch to /health (`auto`'s probe included).",
         "",
     ]
     header = [

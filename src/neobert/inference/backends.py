@@ -287,8 +287,9 @@ def _torch_candidates(
     reproduce it (else the export is not this model's: refused by name)."""
     candidates: dict[str, Any] = {}
     dropped: list[str] = []
-    if precision != "fp32" and probed == "bf16":  # first: the precision probe's pick sets the pace that
-        # the slower candidates give up against (choose_fastest), so they cost fewer calls
+    # bf16 first where the precision probe took it: it sets the pace the slower candidates give up against
+    # (choose_fastest), so they cost fewer calls
+    if precision != "fp32" and probed == "bf16":
         candidates["torch bf16"] = TorchCandidate(model, reference, "bf16", threads)
     elif precision != "fp32":
         dropped.append(f"torch bf16 not timed: {_probe_reason(model)}")
