@@ -347,6 +347,7 @@ def test_bench_onnx_times_autos_pytorch_choice_on_pytorchs_own_path(tmp_path, mo
 @pytest.mark.slow  # seven servers, one after another, twice (about 20 s each to start here), and NNCF
 def test_bench_onnx_through_the_service(tmp_path):
     from neobert.benchmarks.onnx import OnnxBenchConfig, run
+    from neobert.export.openvino import HELDOUT_SHARE
     from neobert.inference import openvino_encoder
 
     config = OnnxBenchConfig(
@@ -377,7 +378,9 @@ def test_bench_onnx_through_the_service(tmp_path):
         assert rows["pytorch-fp32"]["vs_pytorch_fp32"] == 1.0
         assert rows["openvino-int8-static"]["backend"] == "openvino int8-static"
         assert rows["auto"]["backend_reason"].startswith("measured: ")
-    assert "Static int8 (NNCF, 20 calibration texts)" in (tmp_path / "results.md").read_text()
+    fitted = 20 - 20 // HELDOUT_SHARE  # every HELDOUT_SHARE-th calibration text checks the result instead
+    assert results["int8_static"]["calibration_texts"] == fitted
+    assert f"Static int8 (NNCF, {fitted} calibration texts)" in (tmp_path / "results.md").read_text()
 
 
 def test_export_traces_the_real_arithmetic_rope_and_no_data_dependent_branch(tmp_path):
