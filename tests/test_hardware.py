@@ -293,7 +293,7 @@ def test_fine_tuning_auto_is_the_engines_measured_at_the_model_widths(
     from types import SimpleNamespace
 
     from neobert.finetuning import classification_task
-    from neobert.finetuning.config import TrainSettings
+    from neobert.finetuning.config import ModelSource, TrainSettings
 
     force_timings(monkeypatch, fp32, bf16)
     model = load_model("tiny", head="sequence-classification")
@@ -315,8 +315,7 @@ def test_fine_tuning_auto_is_the_engines_measured_at_the_model_widths(
             None,
             TrainSettings(),
             "unused",
-            device="cpu",
-            precision="auto",
+            ModelSource(model="tiny", device="cpu", precision="auto"),
         )
     (settings,) = given
     assert (settings.precision, settings.probe_shape) == ("auto", widths)

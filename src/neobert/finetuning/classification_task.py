@@ -37,7 +37,7 @@ from ..training.lora import LoraReport, adapt, fingerprint
 from ..training.optim import build_optimizer
 from ..training.schedule import make_scheduler
 from ..training.trainer import LossTerms, Trainer, TrainerSettings, model_widths
-from .config import TrainSettings
+from .config import ModelSource, TrainSettings
 from .data import EncodedDataset, collate
 
 LOG_EVERY = 10  # optimizer steps between training-loss logs
@@ -316,13 +316,11 @@ def fit(
     spec: EvalSpec,
     settings: TrainSettings,
     checkpoint: str | Path,
+    run: ModelSource,
+    *,
     log_dir: str | Path | None = None,
-    device: str | None = None,
-    precision: str = "auto",
-    show_progress: bool = True,
     description: str = "fine-tuning",
     state_dir: str | Path | None = None,
-    resume: bool = False,
     on_step_end: Callable[[int, dict[str, float]], None] | None = None,
     task_class: type[ClassificationTask] = ClassificationTask,
     base: str | None = None,
@@ -330,16 +328,18 @@ def fit(
 ) -> FitResult:
     """Train ``model`` on ``train``; the best evaluation's model and tokenizer end up in ``checkpoint``.
 
-    With ``state_dir``, a resumable checkpoint is written at every evaluation (``resume=True`` continues
-    from the last one) and removed once the run has finished. With ``settings.lora`` the model trains a LoRA
-    adapter over ``base`` (the source the model was loaded from; ``missing_keys``: what its checkpoint
-    lacked, trained in full) and ``checkpoint`` holds the adapter (:mod:`neobert.training.lora`).
+    ``run`` is the command's config: its device, precision, progress bars, and whether TensorBoard logs go
+    to ``log_dir``. With ``state_dir``, a resumable checkpoint is written at every evaluation
+    (``run.resume`` continues from the last one) and removed once the run has finished. With
+    ``settings.lora`` the model trains a LoRA adapter over ``base`` (the source the model was loaded from,
+    ``run.model`` by default; ``missing_keys``: what its checkpoint lacked, trained in full) and
+    ``checkpoint`` holds the adapter (:mod:`neobert.training.lora`).
     """
     start = time.perf_counter()
-    model, report = _adapted(model, settings, base, missing_keys)
+    model, report = _adapted(model, settings, base or run.model, missing_keys)
     torch.manual_seed(settings.seed)  # dropout masks
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    trainer = _trainer(model, state_dir, log_dir, precision, device, settings, show_progress, description)
+    trainer = _trainer(model, state_dir, log_dir if run.tensorboard else None, run, settings, description)
     keeper = BestKeeper(model, tokenizer, Path(checkpoint), settings.patience, write=trainer.is_main)
     task = task_class(trainer, train, splits, spec, settings, pad, keeper)
     trainer.settings.max_steps = task.total
@@ -354,7 +354,7 @@ def fit(
         "train_examples": len(train),
         "world": trainer.world,
     }
-    trainer.run(task, resume=resume, fingerprint=recorded, on_step_end=on_step_end)
+    trainer.run(task, resume=run.resume, fingerprint=recorded, on_step_end=on_step_end)
     trainer.accelerator.wait_for_everyone()
     if state_dir is not None and trainer.is_main:
         _remove_resume_state(Path(state_dir))
@@ -378,10 +378,8 @@ def _trainer(
     model: torch.nn.Module,
     state_dir: str | Path | None,
     log_dir: str | Path | None,
-    precision: str,
-    device: str | None,
+    run: ModelSource,
     settings: TrainSettings,
-    show_progress: bool,
     description: str,
 ) -> Trainer:
     """The trainer of one fine-tuning run (its step count is set once the task knows it)."""
@@ -391,13 +389,13 @@ def _trainer(
             output=state_dir,
             log_dir=log_dir,
             tensorboard_dir=log_dir,
-            precision=precision,
+            precision=run.precision,
             probe_shape=model_widths(model),  # precision "auto" is measured at the model's widths
-            device=device,
+            device=run.device,
             clip_grad_norm=settings.clip_grad_norm,
             log_every=LOG_EVERY,
             keep_last=1,
-            progress_bar=show_progress,
+            progress_bar=run.show_progress,
             description=description,
         )
     )

@@ -170,14 +170,10 @@ def _fit(
         spec,
         config.train_settings(),
         output / "model",
-        log_dir=output / "tensorboard" if config.tensorboard else None,
-        device=config.device,
-        precision=config.precision,
-        show_progress=config.show_progress,
+        config,
+        log_dir=output / "tensorboard",
         description=f"classify {Path(config.train).name}",
         state_dir=output,
-        resume=config.resume,
-        base=config.model,
         missing_keys=missing,
     )
 

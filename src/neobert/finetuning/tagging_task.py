@@ -183,15 +183,11 @@ def run_tokens(config: TokensConfig | dict[str, Any]) -> TokensResult:
         spec,
         config.train_settings(),
         output / "model",
-        log_dir=output / "tensorboard" if config.tensorboard else None,
-        device=config.device,
-        precision=config.precision,
-        show_progress=config.show_progress,
+        config,
+        log_dir=output / "tensorboard",
         description=f"tokens {Path(config.train).name}",
         state_dir=output,
-        resume=config.resume,
         task_class=TokenClassificationTask,
-        base=config.model,
         missing_keys=missing,
     )
     predicted = _tag_names(fitted.best.predictions["validation"], labels)
