@@ -131,6 +131,35 @@ def tiny_pretrain_config(data: Path, output: Path, **changes) -> PretrainConfig:
     return config.override(**changes) if changes else config
 
 
+# a corpus of one sentence's rotations: tiny, yet every pretraining test's tokenizer and data come from it
+WORDS = ["parse", "the", "json", "file", "and", "write", "paths", "to", "the", "log", "of", "each", "module"]
+
+
+def rotations(count: int = 200, repeat: bool = False) -> str:
+    """``count`` documents, each the sentence rotated (with ``repeat``, its head repeated up to three times)."""
+    return "\n\n".join(
+        " ".join(WORDS[i % 7 :] + WORDS[: i % 7] * ((1 + i % 3) if repeat else 1)) for i in range(count)
+    )
+
+
+def prepared_corpus(corpus: Path, root: Path) -> Path:
+    """``corpus`` through a 400-entry WordPiece vocabulary trained on it (root/tokenizer) into root/data,
+    a fifth held out for validation."""
+    from neobert.data import train_tokenizer
+    from neobert.jobs.prepare import PrepareConfig, prepare
+
+    tokenizer = train_tokenizer([corpus], "wordpiece", 400, root / "tokenizer").output_dir
+    config = PrepareConfig(
+        inputs=[str(corpus)],
+        tokenizer=str(tokenizer),
+        output=str(root / "data"),
+        validation_fraction=0.2,
+        progress=False,
+    )
+    prepare(config)
+    return root / "data"
+
+
 def logged_losses(output: Path) -> dict[int, float]:
     records = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
     return {r["step"]: r["train/loss"] for r in records if "train/loss" in r}

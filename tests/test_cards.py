@@ -13,11 +13,17 @@ import pandas as pd
 import pytest
 from huggingface_hub import ModelCard, constants
 
-from helpers import FakeHub, check_card, run_card_snippet, sentiment_rows, tiny_pretrain_config
+from helpers import (
+    FakeHub,
+    check_card,
+    prepared_corpus,
+    run_card_snippet,
+    sentiment_rows,
+    tiny_pretrain_config,
+)
 from neobert.cards import CardError, CardInfo, DataSource, Result, hub_model_id, update_card, write_card
 from neobert.cli.main import main
-from neobert.data import train_tokenizer, write_stdlib_corpus
-from neobert.jobs.prepare import PrepareConfig, prepare
+from neobert.data import write_stdlib_corpus
 from neobert.training.mlm_task import pretrain
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -50,16 +56,7 @@ def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("cards-pretrain")
     corpus = root / "corpus.txt"
     write_stdlib_corpus(corpus, modules=["json", "argparse", "textwrap", "functools"])
-    tokenizer = train_tokenizer([corpus], "wordpiece", 400, root / "tokenizer").output_dir
-    prepare(
-        PrepareConfig(
-            inputs=[str(corpus)],
-            tokenizer=str(tokenizer),
-            output=str(root / "data"),
-            validation_fraction=0.2,
-            progress=False,
-        )
-    )
+    prepared_corpus(corpus, root)
     config = tiny_pretrain_config(
         root / "data", root / "run", push_every=3, push_to="me/tiny-run", license="apache-2.0"
     )

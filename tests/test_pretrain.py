@@ -22,10 +22,9 @@ from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 import neobert
-from helpers import free_port, logged_losses, tiny_pretrain_config
+from helpers import free_port, logged_losses, prepared_corpus, tiny_pretrain_config
 from neobert.common.config import ConfigError
-from neobert.data import train_tokenizer, write_stdlib_corpus
-from neobert.jobs.prepare import PrepareConfig, prepare
+from neobert.data import write_stdlib_corpus
 from neobert.training import mlm_task as pretrain_module
 from neobert.training.checkpointing import list_checkpoints
 from neobert.training.mlm_task import NonFiniteLossError, pretrain
@@ -49,17 +48,7 @@ def prepared(tmp_path_factory) -> Path:
             "unittest",
         ],
     )
-    tokenizer = train_tokenizer([corpus], "wordpiece", 400, root / "tokenizer").output_dir
-    prepare(
-        PrepareConfig(
-            inputs=[str(corpus)],
-            tokenizer=str(tokenizer),
-            output=str(root / "data"),
-            validation_fraction=0.2,
-            progress=False,
-        )
-    )
-    return root / "data"
+    return prepared_corpus(corpus, root)
 
 
 def test_end_to_end_run_exports_a_loadable_model(prepared, tmp_path):

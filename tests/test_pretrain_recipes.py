@@ -9,7 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import Crash, assert_same_weights, crash_at, logged_losses, tiny_pretrain_config
+from helpers import (
+    Crash,
+    assert_same_weights,
+    crash_at,
+    logged_losses,
+    prepared_corpus,
+    rotations,
+    tiny_pretrain_config,
+)
 from neobert.training.masking import mask_rate_at
 from neobert.training.mlm_task import pretrain
 
@@ -18,40 +26,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> Path:
-    from neobert.data import train_tokenizer
-    from neobert.jobs.prepare import PrepareConfig, prepare
-
     root = tmp_path_factory.mktemp("recipes")
     corpus = root / "corpus.txt"
-    words = [
-        "parse",
-        "the",
-        "json",
-        "file",
-        "and",
-        "write",
-        "paths",
-        "to",
-        "the",
-        "log",
-        "of",
-        "each",
-        "module",
-    ]
-    corpus.write_text(
-        "\n\n".join(" ".join(words[i % 7 :] + words[: i % 7] * (1 + i % 3)) for i in range(200))
-    )
-    tokenizer = train_tokenizer([corpus], "wordpiece", 400, root / "tokenizer").output_dir
-    prepare(
-        PrepareConfig(
-            inputs=[str(corpus)],
-            tokenizer=str(tokenizer),
-            output=str(root / "data"),
-            validation_fraction=0.2,
-            progress=False,
-        )
-    )
-    return root / "data"
+    corpus.write_text(rotations(repeat=True))
+    return prepared_corpus(corpus, root)
 
 
 def _weights(output: Path) -> Path:

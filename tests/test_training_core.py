@@ -20,6 +20,8 @@ from helpers import (
     assert_same_weights,
     crash_at,
     logged_losses,
+    prepared_corpus,
+    rotations,
     run_script,
     sentiment_rows,
     tiny_pretrain_config,
@@ -92,37 +94,9 @@ def test_pretraining_crash_and_resume_continue_exactly(tmp_path):
 
 
 def _pretrain_data(tmp_path: Path) -> Path:
-    from neobert.data import train_tokenizer
-    from neobert.jobs.prepare import PrepareConfig, prepare
-
     corpus = tmp_path / "corpus.txt"
-    words = [
-        "parse",
-        "the",
-        "json",
-        "file",
-        "and",
-        "write",
-        "paths",
-        "to",
-        "the",
-        "log",
-        "of",
-        "each",
-        "module",
-    ]
-    corpus.write_text("\n\n".join(" ".join(words[i % 7 :] + words[: i % 7]) for i in range(200)))
-    tokenizer = train_tokenizer([corpus], "wordpiece", 400, tmp_path / "tokenizer").output_dir
-    prepare(
-        PrepareConfig(
-            inputs=[str(corpus)],
-            tokenizer=str(tokenizer),
-            output=str(tmp_path / "data"),
-            validation_fraction=0.2,
-            progress=False,
-        )
-    )
-    return tmp_path / "data"
+    corpus.write_text(rotations())
+    return prepared_corpus(corpus, tmp_path)
 
 
 # -- fine-tuning (classify) -----------------------------------------------------------------------------------
