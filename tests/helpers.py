@@ -190,6 +190,23 @@ def assert_same_weights(a: Path, b: Path, tol: float = 1e-6) -> None:
         torch.testing.assert_close(got[key], ref[key], rtol=tol, atol=tol)
 
 
+def assert_resumes_exactly(run, config, steps: int, weights=("model.safetensors",)):
+    """A training ``run`` of ``config(name, **changes)`` crashed after step 3 and resumed ends where the
+    uncrashed run ends: the same ``steps``, losses and ``weights`` files; its resume state is gone. Returns
+    (uncrashed, resumed)."""
+    import pytest
+
+    reference = run(config("reference"))
+    with pytest.raises(Crash):
+        run(config("crashed"), on_step_end=crash_at(3))
+    resumed = run(config("crashed", resume=True))
+    assert resumed.steps == steps and resumed.losses == pytest.approx(reference.losses, rel=1e-5, abs=1e-6)
+    for name in weights:
+        assert_same_weights(reference.output / name, resumed.output / name, 1e-5)
+    assert not (resumed.output / "checkpoints").exists()
+    return reference, resumed
+
+
 def run_script(tmp_path: Path, source: str, args: list[str], launcher: list[str] | None = None):
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(source))

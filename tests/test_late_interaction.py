@@ -196,7 +196,7 @@ def test_late_interaction_card_snippet_runs(tmp_path):
 
 
 def test_late_interaction_crash_and_resume_continue_exactly(tmp_path):
-    from helpers import Crash, assert_same_weights, crash_at
+    from helpers import assert_resumes_exactly
     from neobert.finetuning.late_interaction import LateInteractionConfig, run
 
     model_dir = save_tiny_neobert(tmp_path / "tiny")
@@ -230,18 +230,10 @@ def test_late_interaction_crash_and_resume_continue_exactly(tmp_path):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(contrastive, "_trainer_settings", recorded)
-        reference = run(config("reference"))
-    assert labels == ["late interaction"]  # the progress bar's label (it said "contrastive")
-    with pytest.raises(Crash):
-        run(config("crashed"), on_step_end=crash_at(3))
-    resumed = run(config("crashed", resume=True))
-    assert resumed.steps == 4 and resumed.losses == pytest.approx(reference.losses, rel=1e-5, abs=1e-6)
-    assert_same_weights(reference.output / "model.safetensors", resumed.output / "model.safetensors", 1e-5)
-    assert_same_weights(
-        reference.output / "1_Dense" / "model.safetensors",
-        resumed.output / "1_Dense" / "model.safetensors",
-        1e-5,
-    )
+        assert_resumes_exactly(
+            run, config, steps=4, weights=("model.safetensors", "1_Dense/model.safetensors")
+        )
+    assert labels == ["late interaction"] * 3  # the progress bar's label (it said "contrastive")
 
 
 def test_eval_embeddings_scores_a_late_interaction_model_by_maxsim(tmp_path):

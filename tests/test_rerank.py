@@ -137,16 +137,15 @@ def test_a_trained_reranker_is_a_crossencoder_with_equal_scores_served_in_every_
 
 
 def test_rerank_crash_and_resume_continue_exactly_with_distillation(tmp_path):
-    from helpers import Crash, assert_same_weights, crash_at
+    from helpers import assert_resumes_exactly
 
     model = save_tiny_neobert(tmp_path / "tiny")
     data = [_scored_pairs(tmp_path)]
-    reference = run(_config(tmp_path, model, data, "reference", loss="margin_mse"))
-    with pytest.raises(Crash):
-        run(_config(tmp_path, model, data, "crashed", loss="margin_mse"), on_step_end=crash_at(3))
-    resumed = run(_config(tmp_path, model, data, "crashed", loss="margin_mse", resume=True))
-    assert resumed.steps == 4 and resumed.losses == pytest.approx(reference.losses, rel=1e-5, abs=1e-6)
-    assert_same_weights(reference.output / "model.safetensors", resumed.output / "model.safetensors", 1e-5)
+    assert_resumes_exactly(
+        run,
+        lambda name, **changes: _config(tmp_path, model, data, name, loss="margin_mse", **changes),
+        steps=4,
+    )
 
 
 def test_distillation_needs_scores_and_bad_scores_are_named(tmp_path):

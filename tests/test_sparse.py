@@ -364,7 +364,7 @@ def test_eval_embeddings_scores_a_sparse_model_by_dot_product_with_its_sizes(tmp
 
 def test_sparse_crash_and_resume_continue_exactly(tmp_path):
     """The regulariser's warm-up spans the crash: a resumed run must take up its schedule where it stopped."""
-    from helpers import Crash, assert_same_weights, crash_at
+    from helpers import assert_resumes_exactly
     from neobert.finetuning.sparse import SparseConfig, run
 
     model_dir = save_tiny_neobert(tmp_path / "tiny")
@@ -389,13 +389,7 @@ def test_sparse_crash_and_resume_continue_exactly(tmp_path):
             **changes,
         )
 
-    reference = run(config("reference"))
-    with pytest.raises(Crash):
-        run(config("crashed"), on_step_end=crash_at(3))
-    resumed = run(config("crashed", resume=True))
-    assert resumed.steps == 6 and resumed.losses == pytest.approx(reference.losses, rel=1e-5, abs=1e-6)
-    assert_same_weights(reference.output / "model.safetensors", resumed.output / "model.safetensors", 1e-5)
-    assert not (resumed.output / "checkpoints").exists()
+    assert_resumes_exactly(run, config, steps=6)
 
 
 SPARSE_SCRIPT = """
