@@ -263,15 +263,21 @@ def st_encode(directory, texts, normalize=False) -> np.ndarray:
     return model.encode(texts, convert_to_numpy=True, normalize_embeddings=normalize)
 
 
-def tiny_cross_encoder(tokenizer: Any, path: Path) -> tuple[torch.nn.Module, Path]:
-    """A tiny NeoBERT one-logit sequence classifier (a cross-encoder's layout, scores spread), saved."""
+def tiny_classifier(
+    tokenizer: Any, path: Path, labels: dict[int, str] | None = None
+) -> tuple[torch.nn.Module, Path]:
+    """A tiny NeoBERT sequence classifier with spread scores, saved: one logit (a cross-encoder's layout)
+    without ``labels``, else one per label (``{id: name}``)."""
     from neobert.inference import encoders
 
     torch.manual_seed(0)
-    model = encoders.load_model("tiny", "sequence-classification", vocab_size=30522, num_labels=1)
+    names = {} if labels is None else dict(id2label=labels, label2id={v: k for k, v in labels.items()})
+    model = encoders.load_model(
+        "tiny", "sequence-classification", vocab_size=30522, num_labels=len(labels or [0]), **names
+    )
     with torch.no_grad():
         model.classifier.weight.normal_(0, 3.0)
-    return model, encoders.save_pretrained(model, tokenizer, path)
+    return model.eval(), encoders.save_pretrained(model, tokenizer, path)
 
 
 # real-length texts for int8 checks: int8 moves 1-3 token texts most (docs/model.md)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from embedding_fixtures import NEEDS_TOKENIZER, save_tiny_neobert
-from helpers import tiny_cross_encoder
+from helpers import tiny_classifier
 from neobert.data.docstring_pairs import iter_docstring_pairs
 from neobert.data.readers import DataError
 from neobert.finetuning.mining import MineConfig, mine
@@ -167,7 +167,7 @@ def test_a_teachers_scores_are_cross_encoder_predict(tmp_path, tokenizer):
     from sentence_transformers import CrossEncoder
 
     _, asked, corpus = _docstring_task(tmp_path / "data", queries=4, documents=12)
-    _, teacher = tiny_cross_encoder(tokenizer, tmp_path / "ce")
+    _, teacher = tiny_classifier(tokenizer, tmp_path / "ce")
     out = tmp_path / "out.jsonl"
     mine(
         MineConfig(

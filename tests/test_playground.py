@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from embedding_fixtures import NEEDS_TOKENIZER, save_tiny_neobert
-from helpers import KEY, call, serve
+from helpers import KEY, call, serve, tiny_classifier
 
 pytestmark = [NEEDS_TOKENIZER, pytest.mark.usefixtures("one_thread")]
 sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (neobert[dev])")
@@ -55,21 +55,6 @@ def minilm_cross_encoder(path: Path) -> Path:
     model.save_pretrained(path)
     AutoTokenizer.from_pretrained(gt.get_model_path()).save_pretrained(path)
     return path
-
-
-def tiny_classifier(tokenizer, path: Path) -> Path:
-    from neobert.inference import encoders
-
-    torch.manual_seed(0)
-    model = encoders.load_model(
-        "tiny",
-        "sequence-classification",
-        vocab_size=30522,
-        num_labels=2,
-        id2label=SENTIMENT,
-        label2id={v: k for k, v in SENTIMENT.items()},
-    )
-    return encoders.save_pretrained(model, tokenizer, path)
 
 
 def tiny_tagger(tokenizer, path: Path) -> Path:
@@ -115,7 +100,7 @@ def servers(tmp_path_factory, tokenizer):
     models = {
         "embed": (gt.get_model_path(), {"api_key": KEY, "max_texts": 8, "max_chars": 300}),
         "rerank": (minilm_cross_encoder(root / "ce"), {}),
-        "classify": (tiny_classifier(tokenizer, root / "clf"), {}),
+        "classify": (tiny_classifier(tokenizer, root / "clf", SENTIMENT)[1], {}),
         "tokens": (tiny_tagger(tokenizer, root / "tagger"), {}),
         # the SPLADE vectors of a masked LM (--sparse; a SparseEncoder directory is served the same way,
         # tests/test_serving_sparse.py, but writing one imports sentence-transformers: 10 s here)

