@@ -8,6 +8,7 @@ CPU kind. The CUDA-only kernels themselves run in tests/test_gpu.py.
 from __future__ import annotations
 
 import json
+import platform
 import warnings
 
 import pytest
@@ -106,6 +107,33 @@ def test_machine_summary_names_the_cpu_and_its_flags(monkeypatch):
     assert hardware.cpu_flags() == {"avx2": True, "avx512f": True, "avx512_bf16": False, "amx_bf16": True}
     assert hardware.machine_summary().startswith("Some Xeon (")
     assert "avx2 avx512f amx_bf16" in hardware.machine_summary()
+
+
+@pytest.mark.parametrize(
+    ("name", "flags", "kind"),
+    [
+        (
+            "Intel(R) Xeon(R) Platinum 8480+",
+            {"avx2", "avx512f", "avx512_bf16", "amx_bf16"},
+            "intel-avx512-bf16-amx",
+        ),
+        ("AMD EPYC 9R14 96-Core Processor", {"avx2", "avx512f", "avx512_bf16"}, "amd-avx512-bf16"),
+        ("Intel(R) Xeon(R) Platinum 8259CL", {"avx2", "avx512f"}, "intel-avx512"),
+        ("AMD EPYC 7R13 Processor", {"avx2"}, "amd-avx2"),
+        ("", set(), f"{platform.machine().lower()}-baseline"),
+    ],
+)
+def test_cpu_kind_names_the_maker_and_the_widest_path(monkeypatch, name, flags, kind):
+    """Every kind the runtime tables are kept for (docs/benchmarks/runtimes/KIND), from injected CPU info."""
+    monkeypatch.setattr(hardware, "cpu_info", lambda: (name, frozenset(flags | {"sse2", "fma"})))
+    assert hardware.cpu_kind() == kind
+    assert f"kind {kind};" in hardware.machine_summary()
+
+
+def test_doctor_cpu_kind_prints_only_the_kind(monkeypatch, capsys):
+    monkeypatch.setattr(hardware, "cpu_info", lambda: ("AMD EPYC 7R13 Processor", frozenset({"avx2"})))
+    assert main(["doctor", "--cpu-kind"]) == 0
+    assert capsys.readouterr().out == "amd-avx2\n"
 
 
 # --- the check machinery ---------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from ..model import attention
 from ..model.checks import BackendCheck
 from ..model.execution import check_compiled_blocks
 from ..runtime.fastpath import check_cpu_epilogues
-from ..runtime.hardware import choose_precision, cpu_flags, cpu_info, versions
+from ..runtime.hardware import choose_precision, cpu_flags, cpu_info, cpu_kind, versions
 from ..training.optim import check_fused_adamw
 
 SPEED_LENGTHS = (128, 100, 128, 97)  # the small input of the speed comparisons
@@ -57,7 +57,8 @@ class DoctorReport:
         flags = ", ".join(f"{k} {_yes(v)}" for k, v in cpu["flags"].items())
         lines = [
             "versions: " + ", ".join(f"{k} {v}" for k, v in self.versions.items() if v),
-            f"cpu: {cpu['model']}, {cpu['cores']} threads, torch capability {cpu['capability']}; {flags}",
+            f"cpu: {cpu['model']} (kind {cpu['kind']}), {cpu['cores']} threads, torch capability "
+            f"{cpu['capability']}; {flags}",
             "gpu: "
             + (
                 f"{gpu['name']} (sm {gpu['capability']}, {gpu['memory_gb']} GB, bf16 {gpu['bf16']})"
@@ -133,6 +134,7 @@ def diagnose(
         "model": name,
         "cores": torch.get_num_threads(),
         "flags": cpu_flags(),
+        "kind": cpu_kind(),
         "capability": torch.backends.cpu.get_cpu_capability(),
     }
     gpu = None

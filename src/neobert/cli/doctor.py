@@ -7,6 +7,7 @@ import argparse
 import json
 
 from ..benchmarks.doctor import diagnose
+from ..runtime.hardware import cpu_kind
 from .common import add_command, make_console, note, say
 
 DESCRIPTION = (
@@ -17,6 +18,9 @@ DESCRIPTION = (
 
 
 def _main(args: argparse.Namespace) -> int:
+    if args.cpu_kind:
+        print(cpu_kind())
+        return 0
     if args.json:
         print(json.dumps(diagnose(args.compile, model=args.model).as_dict(), indent=2))
         return 0
@@ -35,6 +39,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     help = "check this machine: versions, CPU flags, accelerated paths, what auto picks"
     parser = add_command(subparsers, "doctor", _main, help, DESCRIPTION)
     parser.add_argument("--json", action="store_true", help="print the report as JSON (for machines)")
+    what = (
+        "print only this CPU's kind and stop (maker, widest vector ISA, bf16 units: e.g. intel-avx512-bf16-amx, "
+        "amd-avx2), the folder name of its tables in docs/benchmarks/runtimes/"
+    )
+    parser.add_argument("--cpu-kind", action="store_true", help=what)
     what = "also check compiled blocks on the CPU (~30 s of compilation)"
     parser.add_argument("--compile", action="store_true", help=what)
     what = (

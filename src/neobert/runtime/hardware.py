@@ -79,11 +79,26 @@ def cpu_flags() -> dict[str, bool]:
     return {flag: flag in flags for flag in CPU_FLAGS}
 
 
+def cpu_kind() -> str:
+    """This CPU's kind, the name of its benchmark folders: its maker, then the widest vector ISA of
+    :data:`CPU_FLAGS` and the bf16 units it has, e.g. ``intel-avx512-bf16-amx``, ``amd-avx512-bf16``,
+    ``amd-avx2``; these flags decide which runtime is fastest here (docs/benchmarks.md)."""
+    name, _ = cpu_info()
+    flags = cpu_flags()
+    maker = next((m for m in ("intel", "amd") if m in name.lower()), platform.machine().lower() or "cpu")
+    if flags["avx512f"]:
+        isa = "avx512" + "-bf16" * flags["avx512_bf16"] + "-amx" * flags["amx_bf16"]
+    else:
+        isa = "avx2" if flags["avx2"] else "baseline"
+    return f"{maker}-{isa}"
+
+
 def machine_summary() -> str:
     """One line naming the CPU and its relevant flags, e.g. for a benchmark's or a report's header."""
     name, _ = cpu_info()
     flags = " ".join(f for f, present in cpu_flags().items() if present) or "none of " + ", ".join(CPU_FLAGS)
-    return f"{name} ({os.cpu_count()} cores; {flags}; torch CPU capability {torch.backends.cpu.get_cpu_capability()})"
+    capability = torch.backends.cpu.get_cpu_capability()
+    return f"{name} ({os.cpu_count()} cores; {flags}; kind {cpu_kind()}; torch CPU capability {capability})"
 
 
 def versions() -> dict[str, str | None]:
