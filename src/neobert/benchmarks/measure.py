@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ..runtime.hardware import cpu_flags, cpu_info
+from ..runtime.hardware import cpu_flags, cpu_info, cpu_kind
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -139,7 +139,7 @@ def machine_info(device: str) -> dict:
     info = {
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-        "cpu": name,
+        "cpu": f"{name} ({cpu_kind()})",  # every report's machine line names the CPU's kind
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cpu_flags": [flag for flag, present in cpu_flags().items() if present],
         "device": device,
