@@ -511,6 +511,7 @@ def main() -> None:
         )
     saved = a.run / "results.json"
     results = json.loads(saved.read_text()) if saved.is_file() else {}
+    asked = list(a.seeds)
     if a.report_only:
         a.seeds = sorted({r["seed"] for rows in results.values() if isinstance(rows, list) for r in rows})
         if not a.seeds:
@@ -536,8 +537,8 @@ def main() -> None:
         f"seeds {', '.join(map(str, a.seeds))}; relative margins {', '.join(f'{m:g}' for m in a.margins)}; "
         f"{a.eval_queries or 'all'} held-out queries per task. Machine: {machine_summary()}.\n\n"
     )
-    if a.report_only:
-        done = {kind: sorted(r["seed"] for r in rows) for kind, rows in results.items() if kind != "latency"}
+    done = {kind: sorted(r["seed"] for r in rows) for kind, rows in results.items() if kind != "latency"}
+    if any(done.get(kind) != sorted(asked) for kind in a.kinds):
         settings += f"**A run in progress**: the seeds finished so far, per retriever: {done}.\n\n"
     pairs = len(read_jsonl(a.run / "pairs" / "train.jsonl", ["query", "positive"]))
     sections = [
