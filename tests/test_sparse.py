@@ -47,6 +47,25 @@ def test_splade_pool_matches_a_naive_loop_and_ignores_padding():
     assert (pooled >= 0).all()
 
 
+def test_splade_pool_has_the_gradient_of_its_formula():
+    """Pooling before log1p(ReLU()) (one pass over the logits) trains as the formula does, applied token by
+    token: the same gradient, padding and all-negative rows included (their gradient is zero)."""
+    torch.manual_seed(1)
+    logits = (torch.randn(4, 6, 9) * 3).requires_grad_()
+    mask = torch.tensor([[1] * 6, [1, 1, 1, 0, 0, 0], [1, 0, 0, 0, 0, 0], [0] * 6])
+    with torch.no_grad():
+        logits[2, 0] = -torch.rand(9) - 0.1  # every real logit negative: a zero row, no gradient
+    weights = torch.log1p(torch.relu(logits)) * mask.unsqueeze(-1)
+    reference = weights.amax(dim=1)
+    probe = torch.randn(4, 9)
+    (expected,) = torch.autograd.grad((reference * probe).sum(), logits)
+    pooled = splade_pool(logits, mask)
+    (got,) = torch.autograd.grad((pooled * probe).sum(), logits)
+    torch.testing.assert_close(pooled, reference, atol=0, rtol=0)
+    torch.testing.assert_close(got, expected, atol=1e-7, rtol=1e-6)
+    assert (pooled[2:] == 0).all() and (got[2:] == 0).all() and got[0].abs().sum() > 0
+
+
 def _sparse_dir(tmp_path, kind="neobert"):
     from neobert.finetuning.sparse import save_sparse_encoder
     from neobert.inference.encoders import load_encoder

@@ -38,11 +38,12 @@ __all__ = ["check_splade_layout", "encode_sparse", "prune_top_k", "sparse_rows",
 def splade_pool(logits: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """max over real tokens of log(1 + ReLU(logits)): (B, L, V) logits, (B, L) 0/1 mask -> (B, V).
 
-    Padding positions count as 0, which never wins a max of non-negative values, so they drop out.
+    log1p and ReLU are monotone, so they are applied after the max, to (B, V) instead of (B, L, V): the same
+    values and gradients, one pass over the logits and no (B, L, V) copies kept for backward. Padding
+    positions count as 0, ReLU's floor, so they drop out.
     """
-    weights = torch.log1p(torch.relu(logits.float()))  # (B, L, V), >= 0
-    weights = weights * attention_mask.unsqueeze(-1).to(weights.dtype)  # padding -> 0
-    return weights.amax(dim=1)  # (B, V)
+    real = logits.masked_fill(attention_mask.unsqueeze(-1) == 0, 0)  # padding -> 0
+    return torch.log1p(torch.relu(real.amax(dim=1).float()))  # (B, V), >= 0
 
 
 def _mlm_logits_model(model: torch.nn.Module) -> torch.nn.Module:
