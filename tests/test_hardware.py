@@ -130,6 +130,38 @@ def test_cpu_kind_names_the_maker_and_the_widest_path(monkeypatch, name, flags, 
     assert f"kind {kind};" in hardware.machine_summary()
 
 
+AMX_XEON = ("Intel(R) Xeon(R) Platinum 8480+", frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16"}))
+
+
+@pytest.mark.parametrize(
+    ("cap", "usable", "kind"),
+    [
+        ("AVX2", {"avx2"}, "intel-avx2-capped"),
+        ("avx512_core", {"avx2", "avx512f"}, "intel-avx512-capped"),
+        ("AVX512_CORE_BF16", {"avx2", "avx512f", "avx512_bf16"}, "intel-avx512-bf16-capped"),
+        ("AVX512_CORE_AMX", {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}, "intel-avx512-bf16-amx"),
+        ("ALL", {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}, "intel-avx512-bf16-amx"),
+        ("", {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}, "intel-avx512-bf16-amx"),
+    ],
+)
+def test_an_isa_cap_hides_the_flags_above_it(monkeypatch, cap, usable, kind):
+    """oneDNN's cap makes the AMX Xeon a smaller kind for the probes (how other kinds are emulated), named so."""
+    monkeypatch.setattr(hardware, "cpu_info", lambda: AMX_XEON)
+    monkeypatch.setenv(hardware.ISA_CAP_ENV, cap)
+    assert {flag for flag, present in hardware.cpu_flags().items() if present} == usable
+    assert hardware.cpu_kind() == kind
+    assert (f"{hardware.ISA_CAP_ENV}=" in hardware.machine_summary()) == kind.endswith("-capped")
+
+
+def test_a_cap_above_the_cpu_hides_nothing_and_an_unknown_cap_is_refused(monkeypatch):
+    monkeypatch.setattr(hardware, "cpu_info", lambda: ("AMD EPYC 7R13 Processor", frozenset({"avx2"})))
+    monkeypatch.setenv(hardware.ISA_CAP_ENV, "AVX512_CORE_BF16")
+    assert hardware.cpu_kind() == "amd-avx2"  # nothing the CPU has is hidden: the real kind, not "capped"
+    monkeypatch.setenv(hardware.ISA_CAP_ENV, "AVX9000")
+    with pytest.raises(ValueError, match="ONEDNN_MAX_CPU_ISA='AVX9000' is not a cap"):
+        hardware.cpu_flags()
+
+
 def test_doctor_cpu_kind_prints_only_the_kind(monkeypatch, capsys):
     monkeypatch.setattr(hardware, "cpu_info", lambda: ("AMD EPYC 7R13 Processor", frozenset({"avx2"})))
     assert main(["doctor", "--cpu-kind"]) == 0

@@ -8,8 +8,11 @@ machine; NNCF's static int8 refused with its numbers and accepted under a floor 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -318,6 +321,34 @@ def test_serve_openvino_and_auto_on_an_export_over_http(minilm_onnx, monkeypatch
         body = call(srv.url, "POST", "/embed", {"texts": TEXTS})[1]
         cosine = (np.array(body["embeddings"]) * expected).sum(1)
         assert cosine.min() >= 0.99
+
+
+def test_auto_under_an_isa_cap_without_bf16_leaves_openvino_bf16_out(tiny_export, monkeypatch):
+    """Under ``ONEDNN_MAX_CPU_ISA=AVX2`` (an AVX2-only CPU emulated; set before oneDNN starts, so in a fresh
+    process) OpenVINO still lists BF16 from the CPU but cannot compile it: ``auto`` must not offer it. On a CPU
+    without bf16 the cap hides nothing and the answer is the same."""
+    code = (
+        "import sys; from neobert.inference import backends; from neobert.runtime import hardware\n"
+        "opened = backends.open_export(sys.argv[1], 'auto', precision='auto', threads=1)\n"
+        "print(hardware.cpu_kind()); print(opened.reason)"
+    )
+    env = {**os.environ, hardware.ISA_CAP_ENV: "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+    env.pop(hardware.AUTO_PRECISION_ENV, None)  # the suite pins fp32: let auto consider bf16
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tiny_export)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    kind, reason = result.stdout.strip().splitlines()[-2:]
+    assert kind.endswith("-avx2-capped") or kind.endswith("-avx2")
+    assert reason.startswith("measured: ") and "openvino fp32" in reason
+    assert "openvino bf16" not in reason and "no bf16 on this CPU" in reason
+
+
+def test_the_cached_choice_is_per_isa_cap(tiny_export, monkeypatch):
+    monkeypatch.delenv(hardware.ISA_CAP_ENV, raising=False)
+    plain = backends.cache_key(str(tiny_export), "auto", "auto", 1)
+    monkeypatch.setenv(hardware.ISA_CAP_ENV, "AVX2")
+    assert backends.cache_key(str(tiny_export), "auto", "auto", 1) != plain
 
 
 def test_auto_choice_is_cached_per_model_and_machine_when_asked(tiny_export, tmp_path, monkeypatch):

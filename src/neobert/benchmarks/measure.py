@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ..runtime.hardware import cpu_flags, cpu_info, cpu_kind
+from ..runtime.hardware import cpu_flags, cpu_info, cpu_kind, isa_cap
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -145,6 +145,8 @@ def machine_info(device: str) -> dict:
         "device": device,
     }
     info["amx"] = cpu_flags()["amx_bf16"]
+    if isa_cap():  # an emulated kind: oneDNN's runtimes capped, ONNX Runtime not
+        info["isa_cap"] = isa_cap()
     if device.startswith("cuda"):
         info["gpu"] = torch.cuda.get_device_name()
     return info

@@ -35,6 +35,7 @@ from ..runtime.hardware import (
     choose_fastest,
     choose_precision,
     cpu_info,
+    isa_cap,
     versions,
     warm_best,
 )
@@ -159,12 +160,14 @@ def cache_key(directory: str, backend: str, precision: str, threads: int | None)
     stamp = graph.stat().st_mtime_ns if graph.is_file() else 0
     name, flags = cpu_info()
     relevant = sorted(f for f in flags if f.startswith(("avx", "amx")))
+    cap = f"isa={isa_cap() or 'all'}/{os.environ.get('ATEN_CPU_CAPABILITY', 'default')}"  # emulated kinds
     return "|".join(
         [
             str(path),
             str(stamp),
             name,
             " ".join(relevant),
+            cap,
             f"threads={threads or 0}",
             f"onnxruntime={versions().get('onnxruntime')}",
             f"openvino={openvino_version()}",

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..runtime import hardware
 from .onnx_encoder import COSINE_FLOOR, FP32_TOLERANCE, REFERENCE_FILE, OnnxEncoder
 
 PRECISIONS = ("fp32", "bf16")  # OpenVINO's inference precision hint: f32, or the CPU's bf16
@@ -59,7 +60,11 @@ def openvino_core() -> Any:
 
 
 def bf16_hint_available() -> bool:
-    """Whether OpenVINO's CPU plugin runs bf16 here (AVX-512 BF16 or AMX): its optimization capabilities."""
+    """Whether OpenVINO's CPU plugin runs bf16 here (AVX-512 BF16 or AMX): its optimization capabilities,
+    unless an instruction-set cap hides those units (the plugin lists them from the CPU, and then fails to
+    compile bf16 under the cap)."""
+    if hardware.isa_cap() and not (hardware.cpu_flags()["avx512_bf16"] or hardware.cpu_flags()["amx_bf16"]):
+        return False
     return "BF16" in openvino_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
 
 

@@ -57,6 +57,23 @@ MIN_RUNS, MAX_RUNS, RUN_BUDGET = 3, 20, 0.05
 # (the 250M shape at one thread: seconds a call) three of each made `auto`'s start take minutes
 LONG_CALL_S = 1.0
 GIVE_UP_RUNS = 2  # warm timed calls, all slower than the limit, that end a measurement early
+# oneDNN's cap on the instruction sets it uses (PyTorch's matmuls and OpenVINO's CPU plugin both honour it;
+# ONNX Runtime's kernels do not). Set, it makes this CPU run those runtimes as a CPU without the flags above
+# the cap would: how the benchmarks emulate an AVX2-only or a bf16-less CPU on a larger one.
+ISA_CAP_ENV = "ONEDNN_MAX_CPU_ISA"
+# the flags of CPU_FLAGS each cap leaves usable; a cap naming AMX (or ALL/DEFAULT) leaves them all
+ISA_CAPS = {
+    "SSE41": (),
+    "AVX": (),
+    "AVX2": ("avx2",),
+    "AVX2_VNNI": ("avx2",),
+    "AVX2_VNNI_2": ("avx2",),
+    "AVX512_CORE": ("avx2", "avx512f"),
+    "AVX512_CORE_VNNI": ("avx2", "avx512f"),
+    "AVX512_CORE_BF16": ("avx2", "avx512f", "avx512_bf16"),
+    "AVX512_CORE_FP16": ("avx2", "avx512f", "avx512_bf16"),
+    "AVX10_1_512": ("avx2", "avx512f", "avx512_bf16"),
+}
 
 
 @functools.cache
@@ -73,24 +90,39 @@ def cpu_info() -> tuple[str, frozenset[str]]:
     )
 
 
+def isa_cap() -> str | None:
+    """The instruction-set cap of :data:`ISA_CAP_ENV` in upper case, or None where none (or no cap) is set."""
+    cap = os.environ.get(ISA_CAP_ENV, "").strip().upper()
+    if not cap or cap in ("ALL", "DEFAULT") or "AMX" in cap:
+        return None
+    if cap not in ISA_CAPS:
+        known = ", ".join([*ISA_CAPS, "ALL", "AVX512_CORE_AMX"])
+        raise ValueError(f"{ISA_CAP_ENV}={cap!r} is not a cap this package knows: one of {known}")
+    return cap
+
+
 def cpu_flags() -> dict[str, bool]:
-    """The flags of :data:`CPU_FLAGS`, present or not."""
+    """The flags of :data:`CPU_FLAGS` usable here: present in the CPU and not above :func:`isa_cap`."""
     flags = cpu_info()[1]
-    return {flag: flag in flags for flag in CPU_FLAGS}
+    cap = isa_cap()
+    return {flag: flag in flags and (cap is None or flag in ISA_CAPS[cap]) for flag in CPU_FLAGS}
 
 
 def cpu_kind() -> str:
     """This CPU's kind, the name of its benchmark folders: its maker, then the widest vector ISA of
     :data:`CPU_FLAGS` and the bf16 units it has, e.g. ``intel-avx512-bf16-amx``, ``amd-avx512-bf16``,
-    ``amd-avx2``; these flags decide which runtime is fastest here (docs/benchmarks.md)."""
-    name, _ = cpu_info()
+    ``amd-avx2``; these flags decide which runtime is fastest here (docs/benchmarks.md). Under an
+    instruction-set cap that hides flags this CPU has (:func:`isa_cap`), the kind the cap leaves, marked
+    ``-capped``: e.g. ``intel-avx2-capped`` for ``ONEDNN_MAX_CPU_ISA=AVX2`` on an AMX Xeon."""
+    name, present = cpu_info()
     flags = cpu_flags()
     maker = next((m for m in ("intel", "amd") if m in name.lower()), platform.machine().lower() or "cpu")
     if flags["avx512f"]:
         isa = "avx512" + "-bf16" * flags["avx512_bf16"] + "-amx" * flags["amx_bf16"]
     else:
         isa = "avx2" if flags["avx2"] else "baseline"
-    return f"{maker}-{isa}"
+    capped = any(flag in present and not usable for flag, usable in flags.items())
+    return f"{maker}-{isa}" + "-capped" * capped
 
 
 def machine_summary() -> str:
@@ -98,7 +130,10 @@ def machine_summary() -> str:
     name, _ = cpu_info()
     flags = " ".join(f for f, present in cpu_flags().items() if present) or "none of " + ", ".join(CPU_FLAGS)
     capability = torch.backends.cpu.get_cpu_capability()
-    return f"{name} ({os.cpu_count()} cores; {flags}; kind {cpu_kind()}; torch CPU capability {capability})"
+    cap = f"; {ISA_CAP_ENV}={isa_cap()}" if isa_cap() else ""
+    return (
+        f"{name} ({os.cpu_count()} cores; {flags}; kind {cpu_kind()}{cap}; torch CPU capability {capability})"
+    )
 
 
 def versions() -> dict[str, str | None]:
