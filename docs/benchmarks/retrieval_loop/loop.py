@@ -442,8 +442,10 @@ def _plot(points: dict, path: Path) -> None:
             ax.set_xticks(range(len(steps)), [s[0] for s in steps], rotation=20, ha="right", fontsize=7)
         ax.set_title(task)
         ax.set_ylabel("nDCG@10 x 100 (mean, min-max over seeds)")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    # one legend below both panels: inside one it covered points
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=120)
 
 
