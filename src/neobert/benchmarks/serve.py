@@ -311,22 +311,27 @@ def merged_counts(metrics_text: str) -> tuple[float, float]:
     return values.get("neobert_batch_requests_sum", 0.0), values.get("neobert_batch_requests_count", 0.0)
 
 
-def calls_by_threads(metrics_text: str) -> dict[int, float]:
-    """Model calls per thread count so far, from the ``neobert_model_calls{threads}`` counter (empty for a
-    server without it)."""
-    counts: dict[int, float] = {}
+def calls_by_placement(metrics_text: str) -> dict[str, float]:
+    """Model calls per placement so far, from the ``neobert_model_calls{threads}`` counter: a thread count
+    ("2"), or for a pair of runtimes (backend auto) the export's runtime ("openvino fp32"); empty for a
+    server without it."""
+    counts: dict[str, float] = {}
     prefix = 'neobert_model_calls_total{threads="'
     for line in metrics_text.splitlines():
         if line.startswith(prefix):
             label, value = line[len(prefix) :].split('"', 1)
-            if label.isdigit():
-                counts[int(label)] = float(value.split()[-1])
+            counts[label] = float(value.split()[-1])
     return counts
 
 
-def threads_used(before: dict[int, float], after: dict[int, float]) -> str | None:
-    """The thread counts of the calls between two scrapes: "2", or each count's share "1: 93%, 2: 7%"
-    (None without calls)."""
+def calls_by_threads(metrics_text: str) -> dict[int, float]:
+    """Model calls per thread count so far (:func:`calls_by_placement`'s counts)."""
+    return {int(k): v for k, v in calls_by_placement(metrics_text).items() if k.isdigit()}
+
+
+def threads_used(before: dict[Any, float], after: dict[Any, float]) -> str | None:
+    """The thread counts (or placements, :func:`calls_by_placement`) of the calls between two scrapes: "2",
+    or each one's share "1: 93%, 2: 7%" (None without calls)."""
     calls = {n: after[n] - before.get(n, 0.0) for n in after}
     calls = {n: c for n, c in sorted(calls.items()) if c > 0}
     total = sum(calls.values())

@@ -66,7 +66,8 @@ class ServiceMetrics:
         )
         self.calls_by_threads = Counter(
             "neobert_model_calls",
-            "Model calls by the torch threads they ran on (the default adapts them to the load)",
+            "Model calls by the torch threads they ran on (the default adapts them to the load; backend auto "
+            "keeping PyTorch beside an export: the export's by its runtime)",
             ["threads"],
             registry=registry,
         )

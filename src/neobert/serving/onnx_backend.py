@@ -43,7 +43,7 @@ from .catalog import ModelEntry
 from .config import ServeConfig
 from .served import ServedModel
 from .tasks import Backend, Done, Refusal, whole_texts
-from .threads import ThreadChoice, ThreadPolicy
+from .threads import CALL_THREADS, ThreadChoice, ThreadPolicy
 
 
 def is_onnx_export(model: str) -> bool:
@@ -66,7 +66,8 @@ class OnnxBackend(Backend):
     backend_reason: str = "named"  # why this runtime and precision (backend auto: the measurement)
     # the model directory's PyTorch backend, made on first need, where auto took the export a model directory
     # carries: it answers what the graph does not (token embeddings, token-id inputs, left truncation), so
-    # the model serves what it serves on PyTorch whichever runtime the measurement took
+    # the model serves what it serves on PyTorch whichever runtime the measurement took; in a pair
+    # (threads.export set, registry.load_measured) it is loaded at start and runs the calls placed on it
     companion: Callable[[], Backend] | None = None
     companion_head: str | None = None  # the head the companion serves (a masked-LM's fill-mask)
 
@@ -154,10 +155,19 @@ class OnnxBackend(Backend):
             self._pytorch = self.companion()
         return self._pytorch
 
+    def placed_on_pytorch(self) -> bool:
+        """Whether the current call runs on the companion: a pair's call (auto keeps PyTorch beside the export,
+        :func:`.threads.choose_pair`) that the HTTP side placed on PyTorch's threads under load."""
+        pair = self.threads is not None and self.threads.export is not None
+        return pair and CALL_THREADS.get() is not None
+
     def run_task(self, name: str, texts: list[Any], options: dict[str, Any]) -> Done:
         """One model call on texts the graph may cut at its max_length (counted as long and truncated)."""
         if self.companion is not None and (
-            name not in ONNX_TASKS or options.get("side") == "left" or any(isinstance(t, list) for t in texts)
+            self.placed_on_pytorch()
+            or name not in ONNX_TASKS
+            or options.get("side") == "left"
+            or any(isinstance(t, list) for t in texts)
         ):
             return self.pytorch().run_task(name, texts, options)
         if options.get("side") == "left":

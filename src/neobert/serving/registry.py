@@ -44,13 +44,14 @@ from ..inference.kinds.adapter import saved_tensor_bytes as header_bytes
 from ..inference.model_info import count_parameters
 from ..inference.registration import declared_head
 from ..inference.run import ROW_TAGS, RowTags, tagged
+from ..runtime.hardware import BF16_MARGIN
 from . import memory
 from .catalog import CatalogError, ModelEntry
 from .config import ServeConfig
 from .onnx_backend import OnnxBackend
 from .served import ServedModel, ServedSet
 from .tasks import COUNT, LOAD, UNLOAD, ModelCall
-from .threads import ThreadChoice, ThreadPolicy
+from .threads import ServingProbe, ThreadChoice, ThreadPolicy, choose_pair, pinned
 from .torch_backend import TorchBackend
 
 log = logging.getLogger(__name__)
@@ -336,20 +337,23 @@ def carried_export(config: ServeConfig, entry: ModelEntry) -> Path | None:
 def load_measured(config: ServeConfig, entry: ModelEntry, export: Path, threads: Any) -> Any:
     """``entry`` on whichever of PyTorch (fp32, bf16) and its export's runtimes the measurement takes
     (:func:`neobert.inference.backends.choose_runtime`, every candidate at the export's thread count); an
-    export taken keeps the PyTorch backend as its companion for what the graph does not serve."""
+    export taken keeps the PyTorch backend as its companion for what the graph does not serve. Where the
+    calls adapt to the load (:func:`keeps_pytorch`), the companion is loaded at once and the two are a pair
+    (:func:`neobert.serving.threads.choose_pair`): calls under load may run on PyTorch's threads."""
     from transformers import PretrainedConfig
 
     chosen = ThreadPolicy.at_start(config, fixed="measured at the export's thread count")
     opened = choose_runtime(entry.source, config.precision, chosen.threads, config.backend_cache)
-    pytorch = replace(
-        config, backend="torch", precision=opened.precision if opened.runtime == "torch" else "fp32"
-    )
     if opened.runtime == "torch":
+        pytorch = replace(config, backend="torch", precision=opened.precision)
         backend = TorchBackend.load(pytorch, entry, threads)
         backend.backend_reason = opened.reason
         return backend
+    pair = keeps_pytorch(config)
+    precision = pytorch_precision(opened, entry, config) if pair else "fp32"
+    pytorch = replace(config, backend="torch", precision=precision)
     settings = json.loads((Path(entry.source) / "config.json").read_text(encoding="utf-8"))
-    return OnnxBackend(
+    backend = OnnxBackend(
         config,
         opened.encoder,
         PretrainedConfig.from_dict(settings),
@@ -360,6 +364,35 @@ def load_measured(config: ServeConfig, entry: ModelEntry, export: Path, threads:
         companion=lambda: TorchBackend.load(pytorch, entry, chosen),
         companion_head=declared_head(settings),
     )
+    if pair:
+        on_export = ServingProbe(backend)  # the model process's calls run on the export unless placed
+        backend.threads = choose_pair(
+            ServingProbe(backend.pytorch()),
+            lambda: on_export(chosen.threads),
+            opened.label,
+            chosen.threads,
+            f"torch {precision}",
+        )
+    return backend
+
+
+def keeps_pytorch(config: ServeConfig) -> bool:
+    """Whether ``--backend auto``, taking a model directory's export, keeps its PyTorch backend beside it for
+    calls under load: where the HTTP side places each call (one model process of its own; no pinned count)."""
+    return config.model_process and config.workers == 1 and pinned(config.threads) is None
+
+
+def pytorch_precision(opened: Any, entry: ModelEntry, config: ServeConfig) -> str:
+    """The precision of a pair's PyTorch: the faster of its measured candidates (bf16 only by
+    :data:`~neobert.runtime.hardware.BF16_MARGIN`, as auto takes it); a cached choice, without timings,
+    the precision probe's."""
+    timings = opened.choice.timings_ms if opened.choice is not None else {}
+    fp32, bf16 = timings.get("torch fp32"), timings.get("torch bf16")
+    if bf16 is not None and (fp32 is None or bf16 * BF16_MARGIN <= fp32):
+        return "bf16"
+    if fp32 is not None or bf16 is not None:
+        return "fp32"
+    return resolve_model_precision(entry.source, config.precision)
 
 
 def run_rows(backend: Any, call: ModelCall, texts: list[Any]) -> tuple[list[Any], int, dict[str, Any]]:

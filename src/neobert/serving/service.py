@@ -46,7 +46,8 @@ class Service:
     Each model call runs on the count its :class:`.threads.ThreadPolicy` (``threads``) picks: the start-up
     choice with no request waiting; under a backlog, where the count adapts (one torch model process, a
     measured choice), the cheapest probed count beside this process's measured CPU per text.
-    ``neobert_model_calls{threads}`` counts the calls by the count they ran on.
+    ``neobert_model_calls{threads}`` counts the calls by the count they ran on (a pair of runtimes, backend
+    auto: the export's calls under its runtime's name).
     """
 
     def __init__(
@@ -137,7 +138,7 @@ class Service:
         if call.rows:  # requests for several adapters of one base, run together
             self.metrics.batch_adapters.observe(len(set(call.rows)))
         self.threads.answered(len(texts))
-        self.metrics.calls_by_threads.labels("unknown" if threads is None else str(threads)).inc()
+        self.metrics.calls_by_threads.labels(self.threads.label(threads)).inc()
         if counts["long"]:
             self.metrics.long_texts.labels(self.config.long_documents).inc(counts["long"])
         if counts["truncated"]:

@@ -26,6 +26,15 @@ with the model in its own process, the HTTP process measures its own CPU per tex
 is cheapest once that HTTP work is counted: a count that takes every core adds it, one that leaves a core
 free runs beside it. Without a backlog, or before the HTTP side is measured, the start-up choice. Pinned
 counts, several model processes and ONNX Runtime do not adapt (they carry no probe timings).
+
+Per call, between runtimes (:func:`choose_pair`): ``--backend auto`` decides between PyTorch and an export at
+start from single calls at the export's thread count, but the ranking moves with the load (docs/benchmarks.md:
+on a 2-core CPU without AMX, OpenVINO fp32 on one thread served one client best and PyTorch on both cores
+eight). Where auto takes the export of a model it could serve on PyTorch too, the model process keeps both (a
+pair: :class:`ExportPlacement`), times the export on the same probe as PyTorch's counts, and each call taken
+under a backlog runs on whichever of the export and PyTorch's counts is cheapest by the same cost; without a
+backlog, the export auto took. A call placed on PyTorch carries its count over the pipe; :data:`CALL_THREADS`
+tells the model process's backend which it was.
 """
 
 from __future__ import annotations
@@ -34,7 +43,8 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,22 +64,51 @@ CLOSE = 0.08  # a choice within 8% of the margin is a close call: rounds go on (
 PROBE_TEXTS = 4  # texts in the probe batch: a small merged batch of the bench's 16-word requests
 PROBE_TEXT = "the quick brown fox jumps over the lazy dog while the service measures how fast it runs"
 _CACHE: dict[tuple, ThreadChoice] = {}
+EXPORT = "export"  # the export's option in a pair's probe (choose_pair), beside PyTorch's thread counts
+# the torch threads the HTTP side placed the model process's current call on (None: the model's start-up
+# placement: its count, or for a pair its export); the worker sets it around each call
+CALL_THREADS: ContextVar[int | None] = ContextVar("CALL_THREADS", default=None)
+
+
+@dataclass(frozen=True)
+class ExportPlacement:
+    """The export ``--backend auto`` took for a model whose process keeps PyTorch beside it (a pair): its
+    runtime and precision (``label``), the threads its graph was compiled for, and its time on the probe
+    PyTorch's counts were timed on."""
+
+    label: str
+    threads: int
+    ms: float
+    pytorch: str = "torch fp32"  # the PyTorch beside it: its runtime and precision
 
 
 @dataclass(frozen=True)
 class ThreadChoice:
-    """The model's thread count and why (``timings_ms``: the probe's median time per candidate)."""
+    """The model's thread count and why (``timings_ms``: the probe's median time per candidate); for a pair,
+    the export beside PyTorch's counts (``export``: calls without a backlog run on it)."""
 
     threads: int
     reason: str
     timings_ms: dict[int, float] = field(default_factory=dict)
     cores: int | None = None  # the cores the probe divided (measured choices only)
+    export: ExportPlacement | None = None
 
     @property
     def adapts(self) -> bool:
-        """Whether calls under load may run on another count (:func:`threads_for_call`): only a measured
-        choice (pinned counts, shared cores and ONNX Runtime carry no timings)."""
-        return len(self.timings_ms) > 1
+        """Whether calls under load may run on another count or runtime (:func:`threads_for_call`): only a
+        measured choice (pinned counts, shared cores and an export alone carry no timings)."""
+        return len(self.timings_ms) + (self.export is not None) > 1
+
+    @property
+    def start(self) -> int | None:
+        """Where a call without a backlog runs: ``threads`` torch threads, or None: the pair's export."""
+        return None if self.export is not None else self.threads
+
+    def label(self, placement: int | None) -> str:
+        """A placement's name (metrics, ``/info``): its torch threads, or the export's runtime."""
+        if placement is not None:
+            return str(placement)
+        return self.export.label if self.export is not None else "unknown"
 
 
 def available_cores() -> int:
@@ -145,12 +184,12 @@ def choose_threads(
 
 
 def measure(
-    probe: Callable[[int], float],
-    options: list[int],
+    probe: Callable[[Any], float],
+    options: list[Hashable],
     min_rounds: int = MIN_ROUNDS,
     max_rounds: int = MAX_ROUNDS,
     budget: float = BUDGET,
-) -> dict[int, float]:
+) -> dict[Any, float]:
     """Milliseconds of ``probe(n)`` per candidate: each warmed up until steady (:func:`warm_up`), then timed
     in interleaved rounds, ``min_rounds`` and more up to ``max_rounds`` while they take less than
     ``budget`` seconds, or while the choice is too close to call (:func:`close_call`, up to twice the
@@ -174,8 +213,8 @@ def measure(
 
 
 def warm_up(
-    probe: Callable[[int], float],
-    options: list[int],
+    probe: Callable[[Any], float],
+    options: list[Hashable],
     calls: int = WARM_UP_CALLS,
     budget: float = WARM_UP_BUDGET,
 ) -> None:
@@ -192,7 +231,7 @@ def warm_up(
             last = seconds
 
 
-def paired_medians(times: dict[int, list[float]]) -> dict[int, float]:
+def paired_medians(times: dict[Any, list[float]]) -> dict[Any, float]:
     """Each candidate's milliseconds: the first candidate's median round, times the median over rounds
     of each candidate's time over the first's in the same round (paired: drift between rounds cancels)."""
     first, *_ = times
@@ -240,22 +279,53 @@ def _probe_options(model: Any, task: str) -> dict[str, Any]:
     return {"top_k": 1} if task == "fill-mask" else {}
 
 
-def threads_for_call(choice: ThreadChoice, cores: int, backlog: int, http_ms_per_text: float | None) -> int:
-    """The model's threads for one call: ``choice.threads`` without a ``backlog`` (no other request was
-    waiting when the call's batch was taken), before the HTTP side's CPU per text is known, or for a
-    choice that does not adapt (:attr:`ThreadChoice.adapts`). With a backlog, each probed count ``n`` is
-    costed per text from the probe (``t(n) = timings_ms[n] / PROBE_TEXTS``) and ``h = http_ms_per_text``:
-    taking every core, the HTTP work shares them (``t(n) + h``); leaving a core free, it runs beside the
-    model (``max(t(n), h)``). The cheapest wins; a tie goes to fewer threads."""
+def threads_for_call(
+    choice: ThreadChoice, cores: int, backlog: int, http_ms_per_text: float | None
+) -> int | None:
+    """Where one call runs: its torch threads, or None for a pair's export. The start-up placement
+    (:attr:`ThreadChoice.start`) without a ``backlog`` (no other request was waiting when the call's batch
+    was taken), before the HTTP side's CPU per text is known, or for a choice that does not adapt
+    (:attr:`ThreadChoice.adapts`). With a backlog, each probed placement is costed per text from the probe
+    (``t = ms / PROBE_TEXTS``: PyTorch's count ``n`` or the export at its threads) and ``h =
+    http_ms_per_text``: taking every core, the HTTP work shares them (``t + h``); leaving a core free, it runs
+    beside the model (``max(t, h)``). The cheapest wins; a tie goes to the export, then to fewer threads."""
     if not choice.adapts or backlog <= 0 or http_ms_per_text is None:
-        return choice.threads
+        return choice.start
     h = max(0.0, http_ms_per_text)
 
-    def cost(n: int) -> float:
-        t = choice.timings_ms[n] / PROBE_TEXTS
+    def cost(ms: float, n: int) -> float:
+        t = ms / PROBE_TEXTS
         return t + h if n >= cores else max(t, h)
 
-    return min(choice.timings_ms, key=lambda n: (cost(n), n))
+    costs: dict[int | None, float] = {n: cost(ms, n) for n, ms in choice.timings_ms.items()}
+    if choice.export is not None:
+        costs[None] = cost(choice.export.ms, choice.export.threads)
+    return min(costs, key=lambda n: (costs[n], -1 if n is None else n))
+
+
+def choose_pair(
+    torch_probe: Callable[[int], float],
+    export_probe: Callable[[], float],
+    export_label: str,
+    export_threads: int,
+    pytorch_label: str = "torch fp32",
+    cores: int | None = None,
+) -> ThreadChoice:
+    """A pair's placements, measured at start: PyTorch's probe (``torch_probe(n)``: seconds of the probe
+    batch on ``n`` threads) at each candidate count and the export's (``export_probe()``, on the same texts
+    at the threads its graph was compiled for), warmed up and timed in the same interleaved rounds
+    (:func:`measure`). Calls without a backlog run on the export, which auto took from single calls."""
+    cores = cores or available_cores()
+    options: list[Hashable] = [*candidates(cores), EXPORT]
+    timings = measure(lambda o: export_probe() if o == EXPORT else torch_probe(o), options)
+    export_ms = timings.pop(EXPORT)
+    shown = ", ".join(f"{pytorch_label} on {n}: {ms:.0f} ms" for n, ms in timings.items())
+    reason = (
+        f"{export_label} on {export_threads} (the export auto took), {pytorch_label} kept beside it for calls "
+        f"under load (one batch of {PROBE_TEXTS} short texts; {export_label}: {export_ms:.0f} ms, {shown})"
+    )
+    placement = ExportPlacement(export_label, export_threads, export_ms, pytorch_label)
+    return ThreadChoice(export_threads, reason, timings, cores, placement)
 
 
 HOLD_S = (
@@ -354,21 +424,26 @@ class ThreadPolicy:
     def serving(cls, config: Any, model: Any) -> ThreadPolicy:
         """The HTTP process's policy for ``model`` (a :class:`.served.ServedModel`): adapts per call only
         with the model in one torch model process of its own whose count was measured."""
-        adaptive = config.model_process and config.workers == 1 and model.backend == "torch"
+        pair = model.threads is not None and model.threads.export is not None
+        adaptive = config.model_process and config.workers == 1 and (model.backend == "torch" or pair)
         return cls(model.threads, adaptive, measure_http=config.model_process)
 
     def for_call(self, waiting: int) -> int | None:
         """The model's threads for a call whose batch was taken with ``waiting`` other requests queued
-        (None: the model process's as they are)."""
+        (None: the model process's as they are, or a pair's export)."""
         return self.count(self.load.backlog(waiting))
 
     def count(self, backlog: int) -> int | None:
-        """The count for a call decided on ``backlog``."""
+        """The placement for a call decided on ``backlog`` (:func:`threads_for_call`)."""
         if self.choice is None:
             return None
         if not self.adaptive:
-            return self.choice.threads
+            return self.choice.start
         return threads_for_call(self.choice, self.cores, backlog, self.http_ms_per_text)
+
+    def label(self, placement: int | None) -> str:
+        """What a call ran on, for ``neobert_model_calls{threads}``: its count, or a pair's export."""
+        return "unknown" if self.choice is None else self.choice.label(placement)
 
     def answered(self, texts: int) -> None:
         """After a model call: this process's CPU since the last one, over the texts this one answered."""
@@ -387,14 +462,25 @@ class ThreadPolicy:
     def state(self) -> dict[str, Any]:
         """The ``/info`` fields that change while serving: the count a call taken under a backlog runs on
         now, and the HTTP side's CPU per text it is decided from."""
-        ms = self.http_ms_per_text
-        return {"threads_under_load": self.count(1), "http_ms_per_text": None if ms is None else round(ms, 3)}
+        ms, under_load = self.http_ms_per_text, self.count(1)
+        export = self.choice.export if self.choice is not None else None
+        runtime = None if export is None else export.label if under_load is None else export.pytorch
+        return {
+            "threads_under_load": export.threads if export is not None and under_load is None else under_load,
+            "runtime_under_load": runtime,
+            "http_ms_per_text": None if ms is None else round(ms, 3),
+        }
 
     def describe(self) -> str:
         """The start-up line's words: the count, why, and whether it adapts under load."""
         choice = self.choice
         text = f"{choice and choice.threads} model thread(s): {choice and choice.reason}"
-        if self.adaptive:
+        if self.adaptive and choice is not None and choice.export is not None:
+            text += (
+                f"; while requests wait, per call {choice.export.label} or PyTorch on a probed count, whichever "
+                "is fastest beside this process's measured CPU per text"
+            )
+        elif self.adaptive:
             text += (
                 "; while requests wait, per call the probed count that is fastest beside this "
                 "process's measured CPU per text"

@@ -7,7 +7,8 @@ refusals starves the model (docs/serving.md measures it). Here the HTTP process 
 limits and every refusal; a model process only ever sees merged batches, over a pipe:
 
     parent -> child   (call, texts, threads)            one model call (a tasks.ModelCall; texts may be (query, doc) pairs) on
-                                                        ``threads`` torch threads (None: as they are)
+                                                        ``threads`` torch threads (None: as they are; a pair
+                                                        of runtimes: its export, threads.CALL_THREADS)
     child -> parent   ("ok", results, tokens, counts)   or ("error", "Type: message", refused: a ValueError)
 
 A child loads the model with ``load(config)`` (a picklable function, e.g. ``registry.ModelSet.load``) and answers
@@ -35,7 +36,7 @@ from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING, Any
 
 from . import memory
-from .threads import set_threads
+from .threads import CALL_THREADS, set_threads
 
 if TYPE_CHECKING:
     from .tasks import ModelCall
@@ -74,6 +75,7 @@ def _main(fd: int) -> None:
         if message is None:
             return
         call, texts, threads = message
+        placed = CALL_THREADS.set(threads)  # a pair's backend reads where the HTTP side placed the call
         try:
             if threads is not None:
                 set_threads(threads)
@@ -82,6 +84,8 @@ def _main(fd: int) -> None:
             traceback.print_exc()  # the server log (the child shares the parent's stderr)
             conn.send(("error", f"{type(err).__name__}: {err}", isinstance(err, ValueError)))
             continue
+        finally:
+            CALL_THREADS.reset(placed)
         conn.send_bytes(
             data
         )  # what conn.send does, with the size known: a large answer is followed by a trim

@@ -57,6 +57,11 @@ class InfoResponse(BaseModel):
         "per call from the start-up probe and http_ms_per_text; pinned counts, several model processes and "
         "ONNX keep threads",
     )
+    runtime_under_load: str | None = Field(
+        default=None,
+        description="backend auto keeping PyTorch beside the export it took: where a call taken while other "
+        "requests wait runs now, the export's runtime or PyTorch (null for one runtime)",
+    )
     http_ms_per_text: float | None = Field(
         default=None,
         description="the HTTP process's CPU milliseconds per text answered, measured while serving (model in "
