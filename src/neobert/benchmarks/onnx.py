@@ -438,6 +438,7 @@ def _service_rows(
                 "clients": clients,
                 "backend": _runs(infos[name], placed[name], calls_by_placement(scraped[name])),
                 "backend_reason": infos[name].get("backend_reason"),
+                "threads_reason": infos[name].get("threads_reason"),  # a pair's: its probe times
                 "start_s": round(server.start_s, 1),
             }
             for name, server in servers.items()
