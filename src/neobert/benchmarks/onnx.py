@@ -543,7 +543,8 @@ def service_markdown(results: dict) -> list[str]:
         f"`neobert serve` with each variant (dynamic batching on, the model in its own process with the "
         f"server's default threads), all started, warmed up for a round's length, then {c['repeats']} "
         f"interleaved rounds of {c['serve_duration']:g} s each per client count; a row pools its rounds. "
-        "`runs` is what the server said it runs (/info: for `auto`, its measured choice); `start s` the "
+        "`runs` is what the server said it runs (/info: for `auto`, its measured choice; where it keeps "
+        "PyTorch beside the export it took, each placement's share of the timed calls); `start s` the "
         "seconds from its launch to /health (`auto`'s probe included).",
         "",
     ]
