@@ -399,16 +399,7 @@ def _service_rows(
 ) -> list[dict]:
     servers: dict[str, ServerProcess] = {}
     try:
-        for name in progress_bar(variants, desc="starting servers", disable=not config.progress):
-            settings = SERVED[name]
-            model = {"torch": source, "auto": carrying}.get(settings["backend"], exported)
-            served = ServeBenchConfig(
-                model=str(model), output=None, startup_timeout=SERVER_START_LIMIT, **settings
-            )
-            servers[name] = ServerProcess(served, True)
-            # warm-up, a round's length: `auto`'s server, fresh from its probe, served its first seconds
-            # below a server of the runtime it took and then matched it (docs/benchmarks.md, the 250M shape)
-            run_cell(servers[name].port, clients, texts, config.serve_duration, 10**9)
+        _start_servers(servers, config, variants, (source, exported, carrying), texts, clients)
         infos = {name: server.info() for name, server in servers.items()}  # what runs (auto: its choice)
         scraped = {name: server.metrics() for name, server in servers.items()}
         before = {name: merged_counts(text) for name, text in scraped.items()}
@@ -450,6 +441,29 @@ def _service_rows(
     for row in rows:
         row["vs_pytorch_fp32"] = row["requests_per_s"] / base if base else None
     return rows
+
+
+def _start_servers(
+    servers: dict[str, ServerProcess],
+    config: OnnxBenchConfig,
+    variants: list[str],
+    models: tuple[Path, Path, Path],
+    texts: list[str],
+    clients: int,
+) -> None:
+    """A server per variant into ``servers`` (the caller stops them), each warmed up for a round's length:
+    `auto`'s server, fresh from its probe, served its first seconds below a server of the runtime it took and
+    then matched it (docs/benchmarks.md, the 250M shape). ``models``: the source, its export, the source
+    carrying its export."""
+    source, exported, carrying = models
+    for name in progress_bar(variants, desc="starting servers", disable=not config.progress):
+        settings = SERVED[name]
+        model = {"torch": source, "auto": carrying}.get(settings["backend"], exported)
+        served = ServeBenchConfig(
+            model=str(model), output=None, startup_timeout=SERVER_START_LIMIT, **settings
+        )
+        servers[name] = ServerProcess(served, True)
+        run_cell(servers[name].port, clients, texts, config.serve_duration, 10**9)
 
 
 def _runs(info: dict, before: dict[str, float], after: dict[str, float]) -> str:

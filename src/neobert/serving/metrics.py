@@ -66,8 +66,7 @@ class ServiceMetrics:
         )
         self.calls_by_threads = Counter(
             "neobert_model_calls",
-            "Model calls by the torch threads they ran on (the default adapts them to the load; backend auto "
-            "keeping PyTorch beside an export: the export's by its runtime)",
+            "Model calls by the torch threads they ran on, or a pair's export by its runtime (they adapt to load)",
             ["threads"],
             registry=registry,
         )
