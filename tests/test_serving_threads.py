@@ -344,6 +344,15 @@ def fake_service(choice: ThreadChoice, **settings):
     return service, sent, release, entered
 
 
+def model_calls(service) -> dict[str, float]:
+    """The service's model calls by placement, as its /metrics counts them (the bench's parser)."""
+    from prometheus_client import generate_latest
+
+    from neobert.benchmarks.serve import calls_by_placement
+
+    return calls_by_placement(generate_latest(service.metrics.registry).decode())
+
+
 def burst(service, release, entered, waiting: int = 3) -> None:
     """One call held while ``waiting`` requests queue behind it, then all answered."""
     first = service.submit(ModelCall.of("embed"), ["a"])
@@ -363,14 +372,7 @@ def test_service_sends_each_call_its_count_from_the_backlog():
         assert service.threads.adaptive and service.threads.cores == 2
         burst(service, release, entered)
         assert sent == [(2,), (1,)]  # the three waiting requests merged into one call
-        counts = {
-            s.labels["threads"]: s.value
-            for m in service.metrics.registry.collect()
-            if m.name == "neobert_model_calls"
-            for s in m.samples
-            if s.name.endswith("_total")
-        }
-        assert counts == {"2": 1.0, "1": 1.0}
+        assert model_calls(service) == {"2": 1.0, "1": 1.0}
         assert service.threads.state() == {
             "threads_under_load": 1,
             "runtime_under_load": None,
@@ -570,14 +572,7 @@ def test_service_places_a_pairs_calls_on_the_export_or_pytorch_by_the_backlog():
         assert service.threads.adaptive
         burst(service, release, entered)
         assert sent == [(None,), (2,)]
-        counts = {
-            s.labels["threads"]: s.value
-            for m in service.metrics.registry.collect()
-            if m.name == "neobert_model_calls"
-            for s in m.samples
-            if s.name.endswith("_total")
-        }
-        assert counts == {"openvino fp32": 1.0, "2": 1.0}
+        assert model_calls(service) == {"openvino fp32": 1.0, "2": 1.0}
         assert service.threads.state() == {
             "threads_under_load": 2,
             "runtime_under_load": "torch fp32",
