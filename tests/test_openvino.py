@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import torch
+from tokenizers import Tokenizer
 
 pytest.importorskip("openvino", reason="needs neobert[openvino]")
 pytest.importorskip("onnxruntime", reason="needs neobert[onnx]")
@@ -476,6 +477,20 @@ def carrying(tmp_path_factory, model_dir):
     return copy
 
 
+def stored_tokens(directory) -> list[int]:
+    """The ``tokens`` column of an embedding output's shards, in order."""
+    import pyarrow.parquet as pq
+
+    from neobert.jobs.embed_format import read_manifest, shard_path
+
+    shards = read_manifest(directory)["shards"]
+    return [
+        n
+        for s in shards
+        for n in pq.read_table(shard_path(directory, s["name"])).column("tokens").to_pylist()
+    ]
+
+
 def test_auto_measures_pytorch_beside_the_export_a_model_carries(carrying, tmp_path, monkeypatch):
     """``--backend auto`` on a model directory with DIR/onnx: PyTorch fp32 (and bf16 where the precision probe
     takes it) timed beside ONNX Runtime and OpenVINO on one batch; whichever is taken, the vectors are
@@ -490,6 +505,11 @@ def test_auto_measures_pytorch_beside_the_export_a_model_carries(carrying, tmp_p
     common = {"model": str(carrying), "input": [str(texts)], "show_progress": False}
     embed(EmbedConfig(output=str(tmp_path / "torch"), backend="torch", precision="fp32", **common))
     expected = read_single_vectors(tmp_path / "torch")
+    # each text's whole length (special tokens included), counted apart from any batch's padding
+    whole = Tokenizer.from_file(str(carrying / "onnx" / "tokenizer.json"))
+    whole.no_padding()
+    lengths = [len(e.ids) for e in whole.encode_batch([t for t in TEXTS * 2 if t.strip()])]
+    assert len(set(lengths)) > 2 and stored_tokens(tmp_path / "torch") == lengths
     measured = backends.measure
     for taken in ("onnx fp32", "openvino fp32", "torch fp32"):
         seen = {}
@@ -508,6 +528,7 @@ def test_auto_measures_pytorch_beside_the_export_a_model_carries(carrying, tmp_p
         assert manifest["backend"]["name"] == taken.split()[0] == result.backend
         assert result.backend_reason.startswith(f"measured: {taken} forced")
         np.testing.assert_allclose(read_single_vectors(out), expected, atol=1e-4, rtol=0)
+        assert stored_tokens(out) == lengths and manifest["totals"]["tokens"] == sum(lengths)
     monkeypatch.setattr(backends, "measure", measured)
     chosen = backends.choose_runtime(str(carrying), "fp32", threads=1)  # really measured here
     assert chosen.reason.startswith("measured: ") and "torch fp32" in chosen.choice.timings_ms

@@ -202,6 +202,15 @@ def load_tokenizer(path: str | os.PathLike | None = None, neobert: bool = True) 
     return tokenizer
 
 
+def whole_texts(tokenizer: Any) -> Any:
+    """A copy of a ``tokenizers.Tokenizer`` that takes whole texts (no truncation, no padding): token
+    counts and ``tokenize`` see every token, whatever the last call set on the original."""
+    copy = type(tokenizer).from_str(tokenizer.to_str())
+    copy.no_truncation()
+    copy.no_padding()
+    return copy
+
+
 def tokenizer_backend(name_or_path: str, max_tokens: int | None = None):
     """The transformers tokenizer and its Rust tokenizer, without the fixed padding and truncation that saved
     tokenizers (e.g. sentence-transformers ones) often carry, which would cut documents short; ``max_tokens``:

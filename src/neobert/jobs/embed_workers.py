@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ..data.pieces import Piece, read_piece
+from ..data.tokenizer import whole_texts
 from ..inference.backends import export_beside, open_export
 from ..inference.encoders import apply_precision
 from ..inference.kinds import load_for_inference
@@ -134,15 +135,16 @@ class PieceExportEmbedder:
         self.window = min(config.max_length or self.encoder.max_length, self.encoder.max_length)
         if self.window < self.encoder.max_length:
             self.encoder.tokenizer.enable_truncation(self.window)
+        self.counter = whole_texts(self.encoder.tokenizer)
         ranges = config.ranges()
         self.ranges = None if ranges is None else np.asarray(ranges, dtype=np.float32)
 
     def __call__(self, piece: Piece) -> dict:
         c = self.c
         ids, texts, blank = read_texts(c, piece, self.empty)
-        encodings = self.encoder.tokenizer.encode_batch(texts)
-        lengths = [len(e.ids) for e in encodings]
-        cut = [bool(e.overflowing) for e in encodings]  # the tokenizer truncates at the window
+        # whole lengths: the export's tokenizer pads a batch to its longest text
+        lengths = [len(e.ids) for e in self.counter.encode_batch(texts)]
+        cut = [n > self.window for n in lengths]  # the tokenizer truncates at the window
         vectors = self.encoder.encode(texts, batch_size=c.batch_size)
         record = {
             "name": piece.name,

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..data.tokenizer import whole_texts
 from ..inference.backends import open_export
 from ..inference.capabilities import describe
 from ..inference.kinds import kind_of
@@ -42,7 +43,7 @@ from ..model.pooling import pool
 from .catalog import ModelEntry
 from .config import ServeConfig
 from .served import ServedModel
-from .tasks import Backend, Done, Refusal, whole_texts
+from .tasks import Backend, Done, Refusal
 from .threads import CALL_THREADS, ThreadChoice, ThreadPolicy
 
 

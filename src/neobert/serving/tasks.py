@@ -460,12 +460,3 @@ def decode(tokenizer: Any, rows: list[list[int]], skip_special_tokens: bool = Tr
 
 
 TOKENIZER_TASKS: dict[str, TaskFn] = {"tokenize": tokenize, "decode": decode}
-
-
-def whole_texts(tokenizer: Any) -> Any:
-    """A copy of a ``tokenizers.Tokenizer`` that takes whole texts (no truncation, no padding): token
-    counts and ``tokenize`` see every token, whatever the last call set on the original."""
-    copy = type(tokenizer).from_str(tokenizer.to_str())
-    copy.no_truncation()
-    copy.no_padding()
-    return copy

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..data.tokenizer import whole_texts
 from ..inference.encoders import Encoder
 from ..inference.kinds import load_for_inference
 from ..inference.kinds.adapter import module_bytes
@@ -21,7 +22,7 @@ from ..inference.long_documents import LongDocuments
 from .catalog import ModelEntry
 from .config import ServeConfig
 from .served import ServedModel
-from .tasks import COUNT, LENGTHS, TASKS, Backend, Done, whole_texts
+from .tasks import COUNT, LENGTHS, TASKS, Backend, Done
 from .threads import ServingProbe, ThreadChoice, ThreadPolicy
 
 
