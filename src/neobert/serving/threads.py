@@ -29,8 +29,8 @@ counts, several model processes and ONNX Runtime do not adapt (they carry no pro
 
 Per call, between runtimes (:func:`choose_pair`): ``--backend auto`` decides between PyTorch and an export at
 start from single calls at the export's thread count, but the ranking moves with the load (docs/benchmarks.md:
-on a 2-core CPU without AMX, OpenVINO fp32 on one thread served one client best and PyTorch on both cores
-eight). Where auto takes the export of a model it could serve on PyTorch too, the model process keeps both (a
+a 2-core Xeon capped to AVX-512 BF16, OpenVINO fp32 on one thread served one client best and PyTorch on both
+cores eight). Where auto takes the export of a model it could serve on PyTorch too, the model process keeps both (a
 pair: :class:`ExportPlacement`), times the export on the same probe as PyTorch's counts, and each call taken
 under a backlog runs on whichever of the export and PyTorch's counts is cheapest by the same cost; without a
 backlog, the export auto took. A call placed on PyTorch carries its count over the pipe; :data:`CALL_THREADS`
