@@ -13,6 +13,8 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -562,3 +564,25 @@ def write_conll(path, rows) -> None:
     path.write_text(
         "".join("".join(f"{t} {g}\n" for t, g in zip(r["tokens"], r["tags"])) + "\n" for r in rows)
     )
+
+
+def gate(service) -> threading.Event:
+    """Hold every model call until the returned event is set (so requests pile up deterministically)."""
+    release, entered = threading.Event(), threading.Event()
+    release.entered = entered
+    run = service.batcher._run
+
+    def held(key, texts):
+        entered.set()
+        release.wait(30)
+        return run(key, texts)
+
+    service.batcher._run = held
+    return release
+
+
+def wait_for(condition, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)

