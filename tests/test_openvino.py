@@ -128,17 +128,30 @@ def test_a_slow_cold_call_never_decides():
 
 def test_a_jobs_probe_runs_its_batches_spread_over_their_lengths_within_the_token_budget():
     """--backend auto times a job's texts as the job batches them (8 neighbours in length, padded to the
-    longest): every batch where they fit in PROBE_TOKENS padded tokens; else as many windows of 8 as fit,
-    from the shortest texts to the longest; else the middle window alone."""
-    assert backends.probe_windows([10] * 12, 8, 2048) == [0, 8]  # all of a small job
+    longest): every batch where they fit in the budget of padded tokens; else as many windows of 8 as fit,
+    from the shortest texts to the longest; else the middle window of as many texts as fit, at least one."""
+    assert backends.probe_windows([10] * 12, 8, 2048) == ([0, 8], 8)  # all of a small job
     lengths = list(range(1, 161))  # 160 texts, 12,880 tokens
-    starts = backends.probe_windows(lengths, 8, 2048)
+    starts, size = backends.probe_windows(lengths, 8, 2048)
     padded = [8 * lengths[at + 7] for at in starts]
-    assert starts[0] == 0 and starts[-1] == 152 and sum(padded) <= 2048
+    assert size == 8 and starts[0] == 0 and starts[-1] == 152 and sum(padded) <= 2048
     assert len(starts) >= 2 and all(b - a >= 8 for a, b in zip(starts, starts[1:]))  # noqa: RUF007
     more = sorted({round(i * 152 / len(starts)) for i in range(len(starts) + 1)})
     assert sum(8 * lengths[at + 7] for at in more) > 2048  # one window more would not fit
-    assert backends.probe_windows([3000] * 20, 8, 2048) == [6]  # the middle window of 8
+    assert backends.probe_windows([300] * 20, 8, 2048) == ([7], 6)  # the middle 6 texts: 1,800 tokens
+    assert backends.probe_windows([3000] * 20, 8, 2048) == ([9], 1)  # never fewer than one text
+    assert backends.probe_windows([10, 20, 30], 8, 40) == ([0], 2)  # a job shorter than one batch
+
+
+def test_the_probe_is_cut_to_its_time_at_the_first_candidates_pace():
+    """A service's probe shapes keep their texts where a call on them takes under its share of PROBE_SECONDS
+    (a small model), and lose texts, never below one, where it would take longer (a large one)."""
+    share = backends.PROBE_SECONDS / len(backends.PROBE_SHAPES)
+    assert backends.probe_shapes(1e-7) == list(backends.PROBE_SHAPES)  # a small model: whole
+    # 1 ms a token: 8 x 16 tokens take 0.128 s, 8 x 128 take 1.02 s
+    shapes = backends.probe_shapes(1e-3)
+    assert shapes == [(1, 16), (int(share / 0.016), 16), (1, 128)]
+    assert all(n * length * 1e-3 <= share or n == 1 for n, length in shapes)
 
 
 def test_a_candidate_far_behind_is_timed_less_and_sits_out_the_next_round():
@@ -319,7 +332,8 @@ def test_serve_openvino_and_auto_on_an_export_over_http(minilm_onnx, monkeypatch
         names = ["onnx fp32", "openvino fp32"] + (
             ["openvino bf16"] if openvino_encoder.bf16_hint_available() else []
         )
-        assert "1x16 + 8x16 + 8x128 tokens, each shape weighted equally" in info["backend_reason"]
+        # the shapes, their texts cut to PROBE_SECONDS where the first candidate is slow (a busy machine)
+        assert re.search(r"\(1x16 \+ \d+x16 \+ \d+x128 tokens, each shape weighted", info["backend_reason"])
         assert all(name in info["backend_reason"] for name in names)
         assert info["backend_reason"].startswith(f"measured: {info['backend']} {info['precision']}")
         body = call(srv.url, "POST", "/embed", {"texts": TEXTS})[1]
@@ -379,7 +393,9 @@ def test_doctor_names_what_auto_takes_for_an_export(minilm_onnx):
 
     found = doctor.runtime_choices(str(minilm_onnx.output))
     assert found["choice"] in ("onnx fp32", "openvino fp32")  # the suite pins precision auto to fp32
-    assert found["reason"].startswith(f"measured: {found['choice']} fastest exact path (1x16 + 8x16 + 8x128")
+    assert re.match(
+        rf"measured: {found['choice']} fastest exact path \(1x16 \+ \d+x16 \+ \d+x128", found["reason"]
+    )
 
 
 def test_settings_openvino_cannot_honour_are_refused(minilm_onnx, model_dir):
@@ -534,6 +550,12 @@ def test_auto_measures_pytorch_beside_the_export_a_model_carries(carrying, tmp_p
     assert chosen.reason.startswith("measured: ") and "torch fp32" in chosen.choice.timings_ms
     sampled = backends.choose_runtime(str(carrying), "fp32", threads=1, sample=TEXTS * 3)  # 12 texts
     assert "12 of the job's texts in 2 batches" in sampled.reason
+    # at 10 ms a token the job's probe keeps about PROBE_SECONDS of it: the middle texts, fewer than a batch
+    onnx = backends.OnnxEncoder(carrying / "onnx")
+    batches, workload = backends.job_batches(onnx, TEXTS * 3, 1e-2)
+    tokens = sum(int(mask.sum()) for _, mask in batches)
+    assert len(batches) == 1 and 1 <= len(batches[0][0]) < backends.PROBE_BATCH
+    assert batches[0][1].size <= backends.PROBE_SECONDS / 1e-2 and f"({tokens} tokens)" in workload
     # bf16 on both sides of the precision probe, the pin lifted
     monkeypatch.delenv(hardware.AUTO_PRECISION_ENV, raising=False)
     for probed in ("fp32", "bf16"):

@@ -6,7 +6,9 @@ bf16 hint where the CPU has it and the precision allows it), each checked agains
 (a bf16 that misses the cosine floor is dropped, with its numbers in the reason), and times them with
 :func:`neobert.runtime.hardware.choose_fastest` (warm calls only, two rounds, bf16 taken only by a margin) on
 a job's own texts where there is a job (``neobert embed``), else on :data:`PROBE_SHAPES`, a service's range
-of calls from one short text to a batch of long ones, each shape counting the same (:func:`measure`).
+of calls from one short text to a batch of long ones, each shape counting the same (:func:`measure`). The
+workload is cut to about :data:`PROBE_SECONDS` a call at the first candidate's pace, so a large model's probe
+costs seconds where a small model's stays whole.
 
 A PyTorch model directory that carries its own export in ``DIR/onnx`` (sentence-transformers' layout, written
 by ``neobert export onnx DIR --output DIR/onnx``) gets PyTorch's fast path among the candidates as well
@@ -56,6 +58,11 @@ PROBE_SHAPES = ((1, 16), (PROBE_BATCH, 16), (PROBE_BATCH, PROBE_LENGTH))
 # lengths (a call of each candidate on a large model's long texts otherwise takes minutes: the 250M shape's
 # fp32 over 160 texts of up to 512 tokens took 71 s)
 PROBE_TOKENS = 2 * PROBE_BATCH * PROBE_LENGTH
+# a probe call's target, in seconds of the first candidate's warm call: a service's shapes (each a share of it)
+# and a job's batches are cut, never below one text, until they take about this at that candidate's pace per
+# token. A small model's probe stays whole; a large one's costs seconds, not a minute (the 250M shape's 8 x
+# 128 tokens took 1.3 s a call on one EPYC thread, its whole probe 43 s)
+PROBE_SECONDS = 0.3
 EXPORT_BESIDE = "onnx"  # a model directory's own export, DIR/onnx (sentence-transformers' layout)
 
 
@@ -133,13 +140,14 @@ def _measured(
 
 
 def _candidates(
-    directory: str, backend: str, precision: str, threads: int | None
+    directory: str, backend: str, precision: str, threads: int | None, onnx: OnnxEncoder | None = None
 ) -> tuple[dict[str, OnnxEncoder], list[str]]:
-    """The encoders ``auto`` measures (each checked against PyTorch as it loads) and the ones left out, why."""
+    """The encoders ``auto`` measures (each checked against PyTorch as it loads) and the ones left out, why;
+    ``onnx``: ONNX Runtime's session on ``directory`` where one is open already."""
     candidates: dict[str, OnnxEncoder] = {}
     dropped: list[str] = []
     if backend == "auto" and precision != "bf16":
-        candidates["onnx fp32"] = OnnxEncoder(directory, threads=threads)
+        candidates["onnx fp32"] = onnx or OnnxEncoder(directory, threads=threads)
     if precision != "bf16":
         candidates["openvino fp32"] = OpenVinoEncoder(directory, threads=threads)
     if precision != "fp32" and openvino_encoder.bf16_hint_available():
@@ -270,16 +278,16 @@ def choose_runtime(
         runtime, label = cached["name"].split()
         encoder = None if runtime == "torch" else _open_one(str(export), runtime, label, threads)
         return OpenedExport(encoder, runtime, label, f"cached in {cache}: {cached['reason']}")
-    reference = OnnxEncoder(export)
-    if reference.head != "base":
-        why = f"{export} exports the {reference.head} head, not embeddings"
+    head = json.loads((export / ONNX_CONFIG_FILE).read_text(encoding="utf-8")).get("head")
+    if head != "base":  # read before any session opens
+        why = f"{export} exports the {head} head, not embeddings"
         chosen = probed if precision == "auto" else precision
         return OpenedExport(None, "torch", chosen, f"precision {chosen}; {why}")
+    reference = OnnxEncoder(export, threads=threads)  # the graph's inputs; a candidate where fp32 runs
     candidates, dropped = _torch_candidates(model, export, reference, precision, probed, threads)
-    exported, left_out = _candidates(str(export), "auto", precision, threads)
+    exported, left_out = _candidates(str(export), "auto", precision, threads, reference)
     candidates.update(exported)
-    dropped += left_out
-    return _measured(candidates, sample, dropped, cache, key)
+    return _measured(candidates, sample, dropped + left_out, cache, key)
 
 
 def _torch_candidates(
@@ -336,50 +344,82 @@ def probe_batch(encoder: OnnxEncoder, texts: int = PROBE_BATCH, length: int = PR
     return np.tile(ids, (texts, 1)), np.ones((texts, length), dtype=np.int64)
 
 
-def probe_windows(lengths: list[int], size: int, budget: int) -> list[int]:
-    """Where the batches of a job's probe start in its texts sorted by ``lengths`` (ascending): the job's own
-    batches (``size`` neighbours in length) where they all fit in ``budget`` padded tokens (rows x longest);
-    else as many such windows as fit, evenly spread from the shortest texts to the longest (the padding and
-    the batch size the job runs, over its range of lengths); at least the middle window."""
+def probe_windows(lengths: list[int], size: int, budget: int) -> tuple[list[int], int]:
+    """Where the batches of a job's probe start in its texts sorted by ``lengths`` (ascending), and their
+    rows: the job's own batches (``size`` neighbours in length) where they all fit in ``budget`` padded
+    tokens (rows x longest); else as many such windows as fit, evenly spread from the shortest texts to the
+    longest (the padding and the batch size the job runs, over its range of lengths); else the middle window
+    of as many rows as fit (at least one)."""
     n = len(lengths)
-    padded = lambda at: len(lengths[at : at + size]) * max(lengths[at : at + size])  # noqa: E731
+    padded = lambda at, rows=size: len(lengths[at : at + rows]) * max(lengths[at : at + rows])  # noqa: E731
     every = list(range(0, n, size))
-    if sum(padded(at) for at in every) <= budget or n <= size:
-        return every
+    if sum(padded(at) for at in every) <= budget:
+        return every, size
     for count in range(n // size, 1, -1):
         starts = sorted({round(i * (n - size) / (count - 1)) for i in range(count)})
         if sum(padded(at) for at in starts) <= budget:
-            return starts
-    return [(n - size) // 2]
+            return starts, size
+    for rows in range(min(size, n), 0, -1):
+        middle = (n - rows) // 2
+        if padded(middle, rows) <= budget or rows == 1:
+            return [middle], rows
+    raise ValueError("no texts to probe")
+
+
+def probe_shapes(token_seconds: float) -> list[tuple[int, int]]:
+    """:data:`PROBE_SHAPES` (texts, tokens), each cut to the texts (at least one) that a call takes about its
+    share of :data:`PROBE_SECONDS` for at ``token_seconds`` a token."""
+    share = PROBE_SECONDS / len(PROBE_SHAPES)
+    return [
+        (max(1, min(texts, int(share / (token_seconds * length)))), length) for texts, length in PROBE_SHAPES
+    ]
+
+
+def _token_seconds(encoder: Any) -> float:
+    """Seconds a token of ``encoder``'s best warm call on one text of :data:`PROBE_LENGTH` tokens."""
+    ids, mask = probe_batch(encoder, 1, PROBE_LENGTH)
+    return _warm_seconds(encoder, ids, mask) / ids.shape[1]
+
+
+def job_batches(encoder: Any, sample: list[str], token_seconds: float) -> tuple[list[tuple], str]:
+    """A job's probe: its texts ``sample``, sorted by length, :data:`PROBE_BATCH` to a batch, each padded to
+    its longest (the workload the job runs), at most :data:`PROBE_TOKENS` padded tokens of them and no more
+    than a :data:`PROBE_SECONDS` call takes at ``token_seconds`` a token (:func:`probe_windows`); the batches
+    and what they are, in words."""
+    ids, mask = encoder.tokenize(sample)
+    lengths = mask.sum(axis=1)
+    order = np.argsort(lengths, kind="stable")
+    budget = max(1, min(PROBE_TOKENS, int(PROBE_SECONDS / token_seconds)))
+    starts, size = probe_windows(lengths[order].tolist(), PROBE_BATCH, budget)
+    batches = []
+    for at in starts:
+        rows = order[at : at + size]
+        width = int(lengths[rows].max())
+        batches.append((ids[rows, :width], mask[rows, :width]))
+    count, tokens = sum(len(b[0]) for b in batches), sum(int(b[1].sum()) for b in batches)
+    of = (
+        f"{count} of the job's texts"
+        if count == len(sample)
+        else f"{count} of the job's {len(sample)} texts (neighbours in length, spread over them)"
+    )
+    return batches, f"{of} in {len(batches)} batches ({tokens} tokens)"
 
 
 def measure(candidates: dict[str, Any], sample: list[str] | None = None) -> RuntimeChoice:
-    """:func:`~neobert.runtime.hardware.choose_fastest` over the candidates' calls. With ``sample`` (a job's
-    own texts): those texts, sorted by length, :data:`PROBE_BATCH` to a batch, each padded to its longest (the
-    workload the job runs), at most :data:`PROBE_TOKENS` padded tokens of them (:func:`probe_windows`). Without (a service, whose traffic is not known at start): each of
-    :data:`PROBE_SHAPES` (a single short text, a merged batch of short ones, a batch of long ones), each shape
-    counting the same: a candidate's time on a shape is divided by the first candidate's there, so that
-    neither the per-call cost of single requests nor the arithmetic of long batches alone decides."""
+    """:func:`~neobert.runtime.hardware.choose_fastest` over the candidates' calls, on a workload cut to
+    about :data:`PROBE_SECONDS` a call at the first candidate's pace. With ``sample`` (a job's own texts):
+    :func:`job_batches`. Without (a service, whose traffic is not known at start): each of
+    :data:`PROBE_SHAPES` (a single short text, a merged batch of short ones, a batch of long ones;
+    :func:`probe_shapes`), each shape counting the same: a candidate's time on a shape is divided by the
+    first candidate's there, so that neither the per-call cost of single requests nor the arithmetic of long
+    batches alone decides."""
     first = next(iter(candidates.values()))
+    token_seconds = _token_seconds(first)
     if sample:
-        ids, mask = first.tokenize(sample)
-        lengths = mask.sum(axis=1)
-        order = np.argsort(lengths, kind="stable")
-        batches = []
-        for at in probe_windows(lengths[order].tolist(), PROBE_BATCH, PROBE_TOKENS):
-            rows = order[at : at + PROBE_BATCH]
-            width = int(lengths[rows].max())
-            batches.append((ids[rows, :width], mask[rows, :width]))
+        batches, workload = job_batches(first, sample, token_seconds)
         weights = [1.0] * len(batches)
-        count, tokens = sum(len(b[0]) for b in batches), sum(int(b[1].sum()) for b in batches)
-        of = (
-            f"{count} of the job's texts"
-            if count == len(sample)
-            else (f"{count} of the job's {len(sample)} texts (neighbours in length, spread over them)")
-        )
-        workload = f"{of} in {len(batches)} batches ({tokens} tokens)"
     else:
-        batches = [probe_batch(first, texts, length) for texts, length in PROBE_SHAPES]
+        batches = [probe_batch(first, texts, length) for texts, length in probe_shapes(token_seconds)]
         reference = [_warm_seconds(first, ids, mask) for ids, mask in batches]
         total = sum(reference)
         weights = [total / (len(batches) * r) for r in reference]  # each shape a share of the first's total
