@@ -571,6 +571,32 @@ def test_auto_measures_pytorch_beside_the_export_a_model_carries(carrying, tmp_p
         assert (probed == "bf16") or "torch bf16 not timed" in chosen.reason
 
 
+def test_auto_lets_go_of_the_candidates_it_did_not_take(carrying, monkeypatch):
+    """Every candidate but the one taken (sessions, compiled graphs, PyTorch weights) is gone when the choice
+    returns, its memory handed back: a large model's losers otherwise stay resident in the model process."""
+    import gc
+    import weakref
+
+    from neobert.runtime.hardware import RuntimeChoice
+
+    released = []
+    monkeypatch.setattr(backends.memory, "release", lambda: released.append(True) or True)
+    for taken in ("openvino fp32", "torch fp32"):
+        alive = {}
+
+        def forced(candidates, sample=None, taken=taken, alive=alive):
+            alive.update({name: weakref.ref(c) for name, c in candidates.items()})
+            return RuntimeChoice(taken, "forced", {})
+
+        monkeypatch.setattr(backends, "measure", forced)
+        opened = backends.choose_runtime(str(carrying), "fp32", threads=1)
+        gc.collect()
+        assert set(alive) == {"torch fp32", "onnx fp32", "openvino fp32"}
+        assert {name for name, ref in alive.items() if ref() is not None} == {taken}
+        assert opened.encoder is alive[taken]() and released
+        released.clear()
+
+
 def test_auto_keeps_pytorch_beside_the_export_it_takes_for_calls_placed_on_it(carrying, monkeypatch):
     """``--backend auto`` taking a model directory's export, where calls adapt to the load (one model process,
     no pinned count), keeps its PyTorch loaded beside it (a pair): both placements timed on the same probe, a

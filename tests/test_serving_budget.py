@@ -16,8 +16,9 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from helpers import call, serve
+from neobert.common import memory
 from neobert.inference import encoders
-from neobert.serving import memory
+from neobert.serving.config import TRIM_BYTES
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -121,7 +122,7 @@ def test_a_large_answer_is_followed_by_a_trim(model_dir, monkeypatch, release):
         time.sleep(0.4)
         assert status == 200 and trims == []
         status, _, headers = call(srv.url, "POST", "/embed_all", big, key=None)
-        assert status == 200 and int(headers["content-length"]) >= memory.TRIM_BYTES
+        assert status == 200 and int(headers["content-length"]) >= TRIM_BYTES
         time.sleep(0.4)
     assert trims == ([1] if release else [])
 

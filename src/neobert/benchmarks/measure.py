@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from ..common import memory
 from ..runtime.hardware import cpu_flags, cpu_info, cpu_kind, isa_cap
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -95,16 +96,6 @@ class _RssSampler(threading.Thread):
             self.peak = max(self.peak, self.process.memory_info().rss)
 
 
-def _release_free_heap() -> None:
-    """glibc keeps freed blocks resident for reuse; hand them back so a forward's working set shows in RSS."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
 def peak_memory(fn: Callable[[], object], device: str) -> tuple[float, int]:
     """Run ``fn`` once; return (seconds, peak bytes it added on top of what was held before).
 
@@ -121,7 +112,7 @@ def peak_memory(fn: Callable[[], object], device: str) -> tuple[float, int]:
         return seconds, torch.cuda.max_memory_allocated() - before
     import psutil
 
-    _release_free_heap()
+    memory.release()  # glibc keeps freed blocks resident: hand them back so a forward's working set shows
     before = psutil.Process().memory_info().rss
     if _reset_peak_rss():
         seconds = time_call(fn, device)

@@ -18,6 +18,7 @@ the export's runtimes, all timed on the same batch, so that ``auto`` is never sl
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ..common import memory
 from ..common.config import check_precision
 from ..common.io import write_json
 from ..model.pooling import pool
@@ -45,7 +47,7 @@ from . import openvino_encoder  # its probe read through the module: a test forc
 from .directories import ONNX_CONFIG_FILE
 from .encoders import apply_precision, matmul_shape, resolve_model_precision
 from .kinds import load_for_inference
-from .onnx_encoder import COSINE_FLOOR, FP32_TOLERANCE, REFERENCE_FILE, OnnxEncoder
+from .onnx_encoder import COSINE_FLOOR, FP32_TOLERANCE, REFERENCE_FILE, OnnxEncoder, padded_batch
 from .openvino_encoder import STATIC_INT8, OpenVinoEncoder, ParityError, min_cosine, openvino_version
 
 BACKENDS = ("auto", "torch", "onnx", "openvino")  # `neobert serve --backend`, `neobert embed --backend`
@@ -136,7 +138,11 @@ def _measured(
     reason = "; ".join([f"measured: {choice.reason}", *dropped])
     if cache:
         _write_cache(cache, key, {"name": choice.name, "reason": reason, "timings_ms": choice.timings_ms})
-    return OpenedExport(candidates[choice.name], runtime, label, reason, choice)
+    chosen = candidates.pop(choice.name)
+    candidates.clear()  # the others' sessions and weights go now, their memory back to the system: a large
+    gc.collect()  # model's left 1.3 GB resident in a service's model process (the 250M shape)
+    memory.release()
+    return OpenedExport(chosen, runtime, label, reason, choice)
 
 
 def _candidates(
@@ -220,10 +226,13 @@ class TorchCandidate:
         loaded = load_for_inference(model, None, "base", precision=None)
         self.model = apply_precision(loaded.model, precision).eval()
         self.precision, self.threads = precision, threads
-        self.tokenizer, self.max_length = export.tokenizer, export.max_length  # probe_batch's
-        self.tokenize = export.tokenize  # measure's, on a job's texts: the graph's inputs
+        self.tokenizer, self.max_length = export.tokenizer, export.max_length  # probe_batch's, not the export
         self.pooling = export.config["pooling"]
         self._torch = torch
+
+    def tokenize(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The graph's inputs for ``texts`` (:func:`job_batches`)."""
+        return padded_batch(self.tokenizer, texts)
 
     def run(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> list[np.ndarray]:
         torch = self._torch
@@ -286,6 +295,7 @@ def choose_runtime(
     reference = OnnxEncoder(export, threads=threads)  # the graph's inputs; a candidate where fp32 runs
     candidates, dropped = _torch_candidates(model, export, reference, precision, probed, threads)
     exported, left_out = _candidates(str(export), "auto", precision, threads, reference)
+    del reference  # kept only as a candidate: released with the others that lose
     candidates.update(exported)
     return _measured(candidates, sample, dropped + left_out, cache, key)
 

@@ -30,6 +30,17 @@ COSINE_FLOOR = 0.99  # the same vectors: min cosine to fp32 (as the bf16 fast pa
 FORMAT_VERSION = 2  # 2: onnx_config.json names the exported head under "head" (1: "task")
 
 
+def padded_batch(tokenizer: Any, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``texts`` through an export's ``tokenizer`` (padding and truncation set as the export's): right-padded
+    (input_ids, attention_mask), int64 (B, L)."""
+    if isinstance(texts, str):
+        raise TypeError("texts must be a list of strings, not one string")
+    batch = tokenizer.encode_batch(list(texts))
+    ids = np.array([e.ids for e in batch], dtype=np.int64)
+    mask = np.array([e.attention_mask for e in batch], dtype=np.int64)
+    return ids, mask
+
+
 class OnnxEncoder:
     """An exported directory loaded for inference on onnxruntime's CPU provider (or ``providers``)."""
 
@@ -92,12 +103,7 @@ class OnnxEncoder:
 
     def tokenize(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Right-padded (input_ids, attention_mask), int64 (B, L), truncated at ``max_length``."""
-        if isinstance(texts, str):
-            raise TypeError("texts must be a list of strings, not one string")
-        batch = self.tokenizer.encode_batch(list(texts))
-        ids = np.array([e.ids for e in batch], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in batch], dtype=np.int64)
-        return ids, mask
+        return padded_batch(self.tokenizer, texts)
 
     def run(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> list[np.ndarray]:
         """The graph's outputs (``config["outputs"]``, in that order) for one tokenized batch."""

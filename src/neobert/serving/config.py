@@ -16,6 +16,9 @@ from ..inference.registration import HEADS
 from .catalog import Catalog, CatalogError, ModelEntry, build_catalog, check_roots, parse_bytes
 
 API_KEY_ENV = "NEOBERT_API_KEY"
+# an answer (or a model call's pickled results) at least this large is followed by a trim
+# (:func:`neobert.common.memory.release`, where ``release_memory`` is on)
+TRIM_BYTES = 4 * 2**20
 
 
 def head_choices() -> tuple[str, ...]:

@@ -11,7 +11,8 @@ from typing import Any
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from . import memory
+from ..common import memory
+from .config import TRIM_BYTES
 from .errors import error_body, error_response
 from .playground import open_path
 from .routes.core import ASKED, MODELS_PREFIX, Asked
@@ -26,7 +27,7 @@ class Guard:
     while the queue is full (503 after ``refusal_delay`` seconds of asynchronous waiting, so the refusal
     costs almost no CPU and a client that retries at once is slowed down), refuses bodies over the size
     limit (413, before reading them when the length is declared), records every request's status and
-    latency in the metrics, and after a large answer returns freed memory to the system (:mod:`.memory`)."""
+    latency in the metrics, and after a large answer returns freed memory to the system (:mod:`neobert.common.memory`)."""
 
     def __init__(self, app: Any, service: Any, model_paths: dict[str, str], paths: tuple[str, ...]):
         self.app, self.service = app, service
@@ -98,7 +99,7 @@ class Guard:
             ASKED.reset(token)
             model = asked.model or (asked.prefix or "")
             self.service.metrics.request(endpoint, status[0], model, time.perf_counter() - start)
-            if sent[0] >= memory.TRIM_BYTES and self.release_memory:
+            if sent[0] >= TRIM_BYTES and self.release_memory:
                 self._trim_soon()
 
     def routed(self, scope: dict, asked: Asked) -> dict:
@@ -118,7 +119,7 @@ class Guard:
 
     def _trim_soon(self) -> None:
         """After a large answer (sent, its buffers freed): return free memory to the system in a moment,
-        once for answers that end together (:mod:`.memory`)."""
+        once for answers that end together (:mod:`neobert.common.memory`)."""
         if self._trim_pending:
             return
         self._trim_pending = True

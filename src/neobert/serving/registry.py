@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..common import memory
 from ..common.config import ModelConfig
 from ..inference.adapters import ADAPTER_WEIGHTS, read_adapter
 from ..inference.backends import choose_runtime, export_beside
@@ -45,7 +46,6 @@ from ..inference.model_info import count_parameters
 from ..inference.registration import declared_head
 from ..inference.run import ROW_TAGS, RowTags, tagged
 from ..runtime.hardware import BF16_MARGIN
-from . import memory
 from .catalog import CatalogError, ModelEntry
 from .config import ServeConfig
 from .onnx_backend import OnnxBackend
@@ -345,6 +345,9 @@ def load_measured(config: ServeConfig, entry: ModelEntry, export: Path, threads:
     chosen = ThreadPolicy.at_start(config, fixed="measured at the export's thread count")
     opened = choose_runtime(entry.source, config.precision, chosen.threads, config.backend_cache)
     if opened.runtime == "torch":
+        opened.encoder = None  # the candidate's weights, before the backend loads its own
+        gc.collect()
+        memory.release()
         pytorch = replace(config, backend="torch", precision=opened.precision)
         backend = TorchBackend.load(pytorch, entry, threads)
         backend.backend_reason = opened.reason

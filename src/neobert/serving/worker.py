@@ -35,7 +35,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING, Any
 
-from . import memory
+from ..common import memory
+from .config import TRIM_BYTES
 from .threads import CALL_THREADS, set_threads
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def _main(fd: int) -> None:
         conn.send_bytes(
             data
         )  # what conn.send does, with the size known: a large answer is followed by a trim
-        if len(data) >= memory.TRIM_BYTES and getattr(config, "release_memory", True):
+        if len(data) >= TRIM_BYTES and getattr(config, "release_memory", True):
             del data
             memory.release()
 

@@ -24,9 +24,9 @@ from pathlib import Path
 
 from neobert.benchmarks.serve import WORDS, _free_port, _request, _stat
 from neobert.common.io import write_json, write_text
+from neobert.common.memory import rss_bytes
 from neobert.common.tables import markdown_table
 from neobert.runtime.hardware import machine_summary
-from neobert.serving.memory import rss_bytes
 
 MB = 1e6
 

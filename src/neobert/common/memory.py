@@ -1,12 +1,11 @@
-"""Memory after large answers: return what glibc's allocator keeps once a big answer is freed.
+"""Memory handed back to the system: what glibc's allocator keeps once large buffers are freed.
 
-An answer of many token states (``/embed_all``) is built from large buffers in both processes: the model
-process's float arrays and their pickle, the HTTP process's JSON (a Python float per number, then the
-text). When they are freed, glibc's malloc keeps much of it for reuse (its mmap threshold rises after the
-first large free, so later large buffers come from the heap, whose top it keeps), and a server that
-answered one burst stays that large. :func:`release` asks glibc to hand free pages back
-(``malloc_trim(0)``); the service calls it after an answer of :data:`TRIM_BYTES` or more (not after every
-answer: pages handed back are faulted in again on reuse). docs/benchmarks/serve/memory/ measures RSS with
+When large buffers are freed (a service's answer of many token states, the runtimes ``--backend auto``
+measured and left), glibc's malloc keeps much of it for reuse (its mmap threshold rises after the first
+large free, so later large buffers come from the heap, whose top it keeps), and a process that held them
+once stays that large. :func:`release` asks glibc to hand free pages back (``malloc_trim(0)``); pages
+handed back are faulted in again on reuse, so callers release after large frees, not after every one
+(the service: :data:`neobert.serving.config.TRIM_BYTES`). docs/benchmarks/serve/memory/ measures RSS with
 and without it (``release_memory``). Elsewhere than glibc it does nothing.
 """
 
@@ -16,10 +15,6 @@ import ctypes
 import ctypes.util
 import os
 from functools import cache
-
-TRIM_BYTES = (
-    4 * 2**20
-)  # an answer (or a model call's pickled results) at least this large is followed by a trim
 
 
 @cache
