@@ -388,7 +388,7 @@ def probe_shapes(token_seconds: float) -> list[tuple[int, int]]:
 def _token_seconds(encoder: Any) -> float:
     """Seconds a token of ``encoder``'s best warm call on one text of :data:`PROBE_LENGTH` tokens."""
     ids, mask = probe_batch(encoder, 1, PROBE_LENGTH)
-    return _warm_seconds(encoder, ids, mask) / ids.shape[1]
+    return max(_warm_seconds(encoder, ids, mask) / ids.shape[1], 1e-9)  # never 0: the cuts divide by it
 
 
 def job_batches(encoder: Any, sample: list[str], token_seconds: float) -> tuple[list[tuple], str]:
