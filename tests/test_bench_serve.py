@@ -301,3 +301,10 @@ def test_a_server_that_cannot_start_is_reported_with_what_it_said(tmp_path):
     with pytest.raises(ServerStartError, match="exited while starting") as raised:
         ServerProcess(ServeBenchConfig(model=str(missing), output=None, startup_timeout=120), True)
     assert "no-such-model" in str(raised.value)
+
+
+def test_extra_serve_options_reach_the_server_after_the_configs(tmp_path):
+    """``extra`` (docs/benchmarks/runtimes/servers_side_by_side.py's options) is passed to `neobert serve`."""
+    config = ServeBenchConfig(model=str(tmp_path), output=None, startup_timeout=120)
+    with pytest.raises(ServerStartError, match="unrecognized arguments: --no-such-option"):
+        ServerProcess(config, True, extra=["--no-such-option"])

@@ -36,7 +36,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -175,7 +175,9 @@ class ServerProcess:
         batching: bool,
         max_queue: int | None = None,
         threads: int | None = None,
+        extra: Sequence[str] = (),
     ):
+        """``extra``: more `neobert serve` options, after the config's (the last of a repeated one wins)."""
         self.port = _free_port()
         command = [
             sys.executable,
@@ -207,6 +209,7 @@ class ServerProcess:
             command += ["--backend", config.backend]
         if config.onnx_variant != "fp32":
             command += ["--onnx-variant", config.onnx_variant]
+        command += list(extra)
         # its output to a file: a pipe nobody reads fills (64 KiB) and blocks a server that logs
         self.log = tempfile.TemporaryFile(mode="w+", prefix="neobert-serve-")  # noqa: SIM115 (closed by stop)
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, text=True)
