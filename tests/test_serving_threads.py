@@ -18,7 +18,9 @@ from neobert.serving.threads import (
     candidates,
     choose_pair,
     choose_threads,
+    lone_placement,
     measure,
+    per_text,
     pick,
     threads_for_call,
 )
@@ -376,6 +378,7 @@ def test_service_sends_each_call_its_count_from_the_backlog():
         assert service.threads.state() == {
             "threads_under_load": 1,
             "runtime_under_load": None,
+            "runtime_alone": None,
             "http_ms_per_text": 1.0,
         }
         assert "while requests wait, per call" in service.startup_line()
@@ -542,24 +545,82 @@ def test_a_pair_runs_on_its_export_without_a_backlog_and_on_the_cheapest_placeme
     assert not alone.adapts and threads_for_call(alone, 2, backlog=9, http_ms_per_text=0.0) is None
 
 
-def test_choose_pair_times_the_export_in_the_same_rounds_as_pytorchs_counts(unpinned):
+def pair_probes(batch: dict, one: dict, export: tuple[float, float]):
+    """A pair's probes (milliseconds): PyTorch's per count on the merged batch and on one text, and the
+    export's on each; every call recorded as (option, texts)."""
     calls = []
 
-    def torch_probe(n: int) -> float:
-        calls.append(n)
-        return {1: 9.0, 2: 5.0}[n] / 1e3
+    def torch_probe(n: int, texts: int) -> float:
+        calls.append((n, texts))
+        return (batch if texts == PROBE_TEXTS else one)[n] / 1e3
 
-    def export_probe() -> float:
-        calls.append("export")
-        return 7.0 / 1e3
+    def export_probe(texts: int) -> float:
+        calls.append(("export", texts))
+        return export[texts != PROBE_TEXTS] / 1e3
 
+    return torch_probe, export_probe, calls
+
+
+def test_choose_pair_times_the_export_in_the_same_rounds_as_pytorchs_counts(unpinned):
+    torch_probe, export_probe, calls = pair_probes({1: 9.0, 2: 5.0}, {1: 3.0, 2: 2.5}, (7.0, 2.0))
     choice = choose_pair(torch_probe, export_probe, "openvino fp32", 1, "torch bf16", cores=2)
     assert choice.timings_ms == pytest.approx({1: 9.0, 2: 5.0}) and choice.cores == 2
     assert choice.export.label == "openvino fp32" and choice.export.ms == pytest.approx(7.0)
     assert (choice.threads, choice.export.threads, choice.export.pytorch) == (1, 1, "torch bf16")
-    assert calls[:6] == [1, 1, 2, 2, "export", "export"]  # each warmed up until two calls agree
-    assert calls[6:9] == [1, 2, "export"]  # then interleaved rounds
-    assert "openvino fp32: 7 ms" in choice.reason and "torch bf16 on 2: 5 ms" in choice.reason
+    batch = (1, PROBE_TEXTS), (2, PROBE_TEXTS), ("export", PROBE_TEXTS)
+    assert calls[:6] == [batch[0], batch[0], batch[1], batch[1], batch[2], batch[2]]  # each warmed up
+    assert calls[6:9] == list(batch)  # then interleaved rounds
+    assert calls[-3:] == [(1, 1), (2, 1), ("export", 1)]  # then one text, in rounds of its own
+    assert "openvino fp32: 7.0 ms" in choice.reason and "torch bf16 on 2: 5.0 ms" in choice.reason
+    # one text runs faster on the export: a call without a backlog runs there, as auto took it
+    assert choice.export.lone is None and choice.start is None
+    assert choice.one_text_ms == pytest.approx({1: 3.0, 2: 2.5}) and choice.export.one_ms == pytest.approx(
+        2.0
+    )
+    assert "a call without a backlog on openvino fp32 (one text; openvino fp32: 2.0 ms" in choice.reason
+
+
+def test_a_pairs_lone_call_runs_on_pytorch_only_where_one_text_runs_clearly_faster_there(unpinned):
+    """Shaped on the 250M shape on a 2-core EPYC (docs/benchmarks.md): OpenVINO bf16 on one thread 110 ms for
+    the merged batch and 37 on one text, PyTorch bf16 59 and 32 on both cores: a lone call runs on PyTorch's
+    two threads. MiniLM there: the export 3.5 ms on one text against PyTorch's 4.5: it stays on the export."""
+    torch_probe, export_probe, _ = pair_probes({1: 100.0, 2: 59.0}, {1: 49.0, 2: 32.0}, (110.0, 37.0))
+    choice = choose_pair(torch_probe, export_probe, "openvino bf16", 1, "torch bf16", cores=2)
+    assert choice.export.lone == 2 and choice.start == 2 and choice.adapts
+    assert "a call without a backlog on torch bf16 on 2" in choice.reason
+    assert threads_for_call(choice, 2, backlog=0, http_ms_per_text=0.3) == 2
+    assert threads_for_call(choice, 2, backlog=4, http_ms_per_text=None) == 2  # HTTP side not measured yet
+    assert lone_placement({1: 6.0, 2: 4.5}, 3.5) is None  # MiniLM: the export
+    assert lone_placement({1: 6.0, 2: 3.4}, 3.5) is None  # 3% faster: within the margin, the export kept
+    assert lone_placement({1: 3.3, 2: 3.3}, 3.5 * 1.05) == 1  # a tie between counts: the fewer threads
+
+
+def test_a_pairs_call_under_load_is_costed_at_its_own_number_of_texts():
+    """A call's fixed cost and cost per text through the probe's two points, one text and the merged batch:
+    MiniLM's pair on a 2-core EPYC (docs/benchmarks.md), OpenVINO bf16 on one thread 3.4 ms for one text and
+    9.9 for four, PyTorch bf16 4.3 and 6.7 on both cores, the HTTP side 0.75 ms a text. Calls of two or
+    three texts run on the export; from four on (the probe's own batch), PyTorch's fixed cost is
+    spread thin enough for it to win, on one thread beside the HTTP side (a tie with both cores at four goes
+    to fewer threads). Without one-text timings (a PyTorch server's counts) the batch's share."""
+    assert per_text(9.9, 3.4, 1) == pytest.approx(3.4) and per_text(9.9, 3.4, 4) == pytest.approx(9.9 / 4)
+    assert per_text(9.9, 3.4, 8) == pytest.approx((3.4 + 7 * 6.5 / 3) / 8)  # the line, extended
+    assert per_text(9.9, None, 1) == per_text(9.9, None, 8) == pytest.approx(9.9 / 4)
+    assert per_text(3.0, 4.0, 2) == pytest.approx(
+        2.0
+    )  # a batch faster than one text (noise): no cost per text
+    minilm = ThreadChoice(
+        1,
+        "measured",
+        {1: 9.7, 2: 6.7},
+        2,
+        ExportPlacement("openvino bf16", 1, 9.9, "torch bf16", None, 3.4),
+        {1: 6.0, 2: 4.3},
+    )
+    placed = {
+        k: threads_for_call(minilm, 2, backlog=3, http_ms_per_text=0.75, texts=k) for k in (1, 2, 3, 4, 8)
+    }
+    assert placed == {1: None, 2: None, 3: None, 4: 1, 8: 1}
+    assert threads_for_call(PAIR, 2, backlog=3, http_ms_per_text=0.3, texts=1) == 2  # no one-text timings
 
 
 def test_service_places_a_pairs_calls_on_the_export_or_pytorch_by_the_backlog():
@@ -576,12 +637,20 @@ def test_service_places_a_pairs_calls_on_the_export_or_pytorch_by_the_backlog():
         assert service.threads.state() == {
             "threads_under_load": 2,
             "runtime_under_load": "torch fp32",
+            "runtime_alone": "openvino fp32",
             "http_ms_per_text": 0.3,
         }
         service.threads.http_cost = FixedCost(1.0)
         assert service.threads.state()["runtime_under_load"] == "openvino fp32"
         assert service.threads.state()["threads_under_load"] == 1
         assert "openvino fp32 or PyTorch on a probed count" in service.startup_line()
+    finally:
+        service.close(10)
+    lone = ThreadChoice(1, "measured", {1: 9.0, 2: 5.0}, 2, ExportPlacement("openvino bf16", 1, 7.0, lone=2))
+    service, sent, release, entered = fake_service(lone, backend="openvino")
+    try:
+        burst(service, release, entered, waiting=0)  # one request alone: PyTorch's two threads, as probed
+        assert sent == [(2,)] and service.threads.state()["runtime_alone"] == "torch fp32"
     finally:
         service.close(10)
     pinned, sent, release, entered = fake_service(PAIR, backend="openvino", workers=2)

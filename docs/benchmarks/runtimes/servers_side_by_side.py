@@ -1,6 +1,7 @@
 """Servers side by side: each ``--server 'NAME MODEL [neobert serve options]'`` is started and warmed up for
 a round's length, then all are driven in rounds of ``--seconds`` at ``--clients`` closed-loop clients, the
-order rotating every round; prints each round, then each server's median against the first server's.
+order rotating every round; prints what each server runs (a pair's placements and their probe), each round,
+where a pair's calls ran, then each server's median against the first server's.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python docs/benchmarks/runtimes/servers_side_by_side.py --clients 8 \\
         --server 'named DIR --backend torch --precision bf16' --server 'probed DIR' \\
@@ -21,7 +22,14 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from neobert.benchmarks.serve import ServeBenchConfig, ServerProcess, request_texts, run_cell
+from neobert.benchmarks.serve import (
+    ServeBenchConfig,
+    ServerProcess,
+    calls_by_placement,
+    request_texts,
+    run_cell,
+    threads_used,
+)
 
 START_LIMIT = 1800.0  # seconds for a server to answer /health (`auto` measures its candidates first)
 
@@ -50,6 +58,7 @@ def main() -> None:
     texts = request_texts(200, 16)
     servers: dict[str, ServerProcess] = {}
     rates: dict[str, list[float]] = {name: [] for name in specs}
+    warm: dict[str, dict[str, float]] = {}  # each server's calls by placement after its warm-up
     try:
         for name, (model, options) in specs.items():
             servers[name] = start(model, options)
@@ -57,7 +66,10 @@ def main() -> None:
             print(
                 f"{name}: {info['backend']} {info['precision']}, /health after {servers[name].start_s:.1f} s"
             )
+            if info.get("runtime_alone"):  # a pair: auto's export with PyTorch beside it
+                print(f"  {name}'s pair: {info['threads_reason']}")
             run_cell(servers[name].port, args.clients, texts, args.seconds, 10**9)  # warm-up
+            warm[name] = calls_by_placement(servers[name].metrics())
         names = list(servers)
         for round_ in range(args.rounds):
             turn = round_ % len(names)
@@ -67,6 +79,13 @@ def main() -> None:
                 )
                 rates[name].append(len(cell["latencies"]) / cell["seconds"])
             print(f"round {round_ + 1}: " + ", ".join(f"{n} {v[-1]:.1f} req/s" for n, v in rates.items()))
+        for name, server in servers.items():
+            info = server.info()
+            if info.get("runtime_alone"):
+                shares = threads_used(warm[name], calls_by_placement(server.metrics()))
+                print(
+                    f"{name}'s calls in the rounds: {shares} (HTTP side {info['http_ms_per_text']} ms a text)"
+                )
     finally:
         for server in servers.values():
             server.stop()

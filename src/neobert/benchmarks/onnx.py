@@ -473,7 +473,7 @@ def _runs(info: dict, before: dict[str, float], after: dict[str, float]) -> str:
     if info.get("runtime_under_load") is None:
         return runs
     shares = threads_used(before, after)
-    return f"{runs}, PyTorch beside it under load (calls: {shares})" if shares else runs
+    return f"{runs}, PyTorch beside it (calls: {shares})" if shares else runs
 
 
 def _pooled_cell(name: str, rounds: list[dict], before: tuple, after: tuple, clients: int) -> Cell:

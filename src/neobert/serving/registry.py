@@ -339,7 +339,8 @@ def load_measured(config: ServeConfig, entry: ModelEntry, export: Path, threads:
     (:func:`neobert.inference.backends.choose_runtime`, every candidate at the export's thread count); an
     export taken keeps the PyTorch backend as its companion for what the graph does not serve. Where the
     calls adapt to the load (:func:`keeps_pytorch`), the companion is loaded at once and the two are a pair
-    (:func:`neobert.serving.threads.choose_pair`): calls under load may run on PyTorch's threads."""
+    (:func:`neobert.serving.threads.choose_pair`): calls under load, and a lone call where one text runs
+    faster there, may run on PyTorch's threads."""
     from transformers import PretrainedConfig
 
     chosen = ThreadPolicy.at_start(config, fixed="measured at the export's thread count")
@@ -371,7 +372,7 @@ def load_measured(config: ServeConfig, entry: ModelEntry, export: Path, threads:
         on_export = ServingProbe(backend)  # the model process's calls run on the export unless placed
         backend.threads = choose_pair(
             ServingProbe(backend.pytorch()),
-            lambda: on_export(chosen.threads),
+            lambda texts: on_export(chosen.threads, texts),
             opened.label,
             chosen.threads,
             f"torch {precision}",

@@ -119,7 +119,7 @@ class Service:
         """One model call through the workers (on the threads :meth:`call_threads` picks, where they adapt),
         with the long-document counts, the thread count, this process's CPU per text and the models' state
         recorded."""
-        threads = self.threads.for_call(self.batcher.backlog())
+        threads = self.threads.for_call(self.batcher.backlog(), len(texts))
         asked = () if call.task == UNLOAD else (call.model, *call.rows)
         needed = [name for name in asked if name and not self.loaded(name)]
         for name in needed:

@@ -31,10 +31,15 @@ Per call, between runtimes (:func:`choose_pair`): ``--backend auto`` decides bet
 start from single calls at the export's thread count, but the ranking moves with the load (docs/benchmarks.md:
 a 2-core Xeon capped to AVX-512 BF16, OpenVINO fp32 on one thread served one client best and PyTorch on both
 cores eight). Where auto takes the export of a model it could serve on PyTorch too, the model process keeps both (a
-pair: :class:`ExportPlacement`), times the export on the same probe as PyTorch's counts, and each call taken
-under a backlog runs on whichever of the export and PyTorch's counts is cheapest by the same cost; without a
-backlog, the export auto took. A call placed on PyTorch carries its count over the pipe; :data:`CALL_THREADS`
-tells the model process's backend which it was.
+pair: :class:`ExportPlacement`) and times the export beside PyTorch's counts on the same probe and on one text.
+The merged batch alone misleads: on a 2-core EPYC (docs/benchmarks.md) PyTorch bf16 on two threads ran it
+1.1-1.9x faster than OpenVINO bf16 on one, for MiniLM and the 250M shape alike, while one text ran about 1.1x
+faster on PyTorch for the 250M shape and 1.3x slower for MiniLM, and one client was served about 1.15x faster
+and 1.3x slower. So a call without a backlog runs where one text runs fastest (the export unless PyTorch on a
+probed count is :data:`LONE_MARGIN` faster: the HTTP process idles while it runs), and a call under a
+backlog is costed as above at its own number of texts (:func:`per_text`: a fixed cost per call and a cost
+per text, through the two probes). A call placed on PyTorch carries its count over the pipe;
+:data:`CALL_THREADS` tells the model process's backend which it was.
 """
 
 from __future__ import annotations
@@ -65,6 +70,9 @@ PROBE_TEXTS = 4  # texts in the probe batch: a small merged batch of the bench's
 PROBE_TEXT = "the quick brown fox jumps over the lazy dog while the service measures how fast it runs"
 _CACHE: dict[tuple, ThreadChoice] = {}
 EXPORT = "export"  # the export's option in a pair's probe (choose_pair), beside PyTorch's thread counts
+# a pair's call without a backlog runs on PyTorch only when a single text runs at least this much faster there
+# than on the export (auto took the export on its wider probe: a tie, or the noise of a few rounds, keeps it)
+LONE_MARGIN = 1.05
 # the torch threads the HTTP side placed the model process's current call on (None: the model's start-up
 # placement: its count, or for a pair its export); the worker sets it around each call
 CALL_THREADS: ContextVar[int | None] = ContextVar("CALL_THREADS", default=None)
@@ -74,24 +82,27 @@ CALL_THREADS: ContextVar[int | None] = ContextVar("CALL_THREADS", default=None)
 class ExportPlacement:
     """The export ``--backend auto`` took for a model whose process keeps PyTorch beside it (a pair): its
     runtime and precision (``label``), the threads its graph was compiled for, and its time on the probe
-    PyTorch's counts were timed on."""
+    PyTorch's counts were timed on (``ms``, the merged batch; ``one_ms``, one text)."""
 
     label: str
     threads: int
     ms: float
     pytorch: str = "torch fp32"  # the PyTorch beside it: its runtime and precision
+    lone: int | None = None  # where a call without a backlog runs: None the export, or PyTorch's count
+    one_ms: float | None = None
 
 
 @dataclass(frozen=True)
 class ThreadChoice:
     """The model's thread count and why (``timings_ms``: the probe's median time per candidate); for a pair,
-    the export beside PyTorch's counts (``export``: calls without a backlog run on it)."""
+    the export beside PyTorch's counts (``export``) and each count's time on one text (``one_text_ms``)."""
 
     threads: int
     reason: str
     timings_ms: dict[int, float] = field(default_factory=dict)
     cores: int | None = None  # the cores the probe divided (measured choices only)
     export: ExportPlacement | None = None
+    one_text_ms: dict[int, float] = field(default_factory=dict)
 
     @property
     def adapts(self) -> bool:
@@ -101,8 +112,9 @@ class ThreadChoice:
 
     @property
     def start(self) -> int | None:
-        """Where a call without a backlog runs: ``threads`` torch threads, or None: the pair's export."""
-        return None if self.export is not None else self.threads
+        """Where a call without a backlog runs: ``threads`` torch threads; for a pair, its
+        :attr:`ExportPlacement.lone` (None: the export)."""
+        return self.export.lone if self.export is not None else self.threads
 
     def label(self, placement: int | None) -> str:
         """A placement's name (metrics, ``/info``): its torch threads, or the export's runtime."""
@@ -189,11 +201,12 @@ def measure(
     min_rounds: int = MIN_ROUNDS,
     max_rounds: int = MAX_ROUNDS,
     budget: float = BUDGET,
+    margin: float = MARGIN,
 ) -> dict[Any, float]:
     """Milliseconds of ``probe(n)`` per candidate: each warmed up until steady (:func:`warm_up`), then timed
     in interleaved rounds, ``min_rounds`` and more up to ``max_rounds`` while they take less than
-    ``budget`` seconds, or while the choice is too close to call (:func:`close_call`, up to twice the
-    budget). Scored per round against the first candidate (:func:`paired_medians`), so a round the
+    ``budget`` seconds, or while the choice at ``margin`` is too close to call (:func:`close_call`, up to
+    twice the budget). Scored per round against the first candidate (:func:`paired_medians`), so a round the
     machine slowed for every candidate moves none against another."""
     warm_up(probe, options)
     times: dict[int, list[float]] = {n: [] for n in options}
@@ -202,7 +215,7 @@ def measure(
         if (
             done >= min_rounds
             and spent > budget
-            and (spent > 2 * budget or not close_call(paired_medians(times)))
+            and (spent > 2 * budget or not close_call(paired_medians(times), margin))
         ):
             break
         for n in options:
@@ -249,8 +262,9 @@ def close_call(timings: dict[int, float], margin: float = MARGIN, band: float = 
 
 
 class ServingProbe:
-    """Times one ``embed`` call (a SPLADE model's: ``embed_sparse``) of a model (:class:`neobert.serving.service.TorchBackend`) on ``n`` threads: a
-    batch of :data:`PROBE_TEXTS` short texts, as the service merges them."""
+    """Times one ``embed`` call (a SPLADE model's: ``embed_sparse``) of a model
+    (:class:`neobert.serving.service.TorchBackend`) on ``n`` threads: a batch of :data:`PROBE_TEXTS` short
+    texts, as the service merges them, or fewer (a pair's lone call: one)."""
 
     def __init__(self, model: Any):
         self.model = model
@@ -265,10 +279,11 @@ class ServingProbe:
         elif task == "rerank":
             self.texts = [(PROBE_TEXT, PROBE_TEXT)] * PROBE_TEXTS
 
-    def __call__(self, threads: int) -> float:
+    def __call__(self, threads: int, texts: int = PROBE_TEXTS) -> float:
         set_threads(threads)
+        batch = self.texts[:texts]
         started = time.perf_counter()
-        self.model.call(self.call, self.texts)
+        self.model.call(self.call, batch)
         return time.perf_counter() - started
 
 
@@ -280,52 +295,91 @@ def _probe_options(model: Any, task: str) -> dict[str, Any]:
 
 
 def threads_for_call(
-    choice: ThreadChoice, cores: int, backlog: int, http_ms_per_text: float | None
+    choice: ThreadChoice,
+    cores: int,
+    backlog: int,
+    http_ms_per_text: float | None,
+    texts: int = PROBE_TEXTS,
 ) -> int | None:
-    """Where one call runs: its torch threads, or None for a pair's export. The start-up placement
-    (:attr:`ThreadChoice.start`) without a ``backlog`` (no other request was waiting when the call's batch
-    was taken), before the HTTP side's CPU per text is known, or for a choice that does not adapt
-    (:attr:`ThreadChoice.adapts`). With a backlog, each probed placement is costed per text from the probe
-    (``t = ms / PROBE_TEXTS``: PyTorch's count ``n`` or the export at its threads) and ``h =
+    """Where one call of ``texts`` texts runs: its torch threads, or None for a pair's export. The start-up
+    placement (:attr:`ThreadChoice.start`) without a ``backlog`` (no other request was waiting when the
+    call's batch was taken), before the HTTP side's CPU per text is known, or for a choice that does not
+    adapt (:attr:`ThreadChoice.adapts`). With a backlog, each probed placement is costed per text from the
+    probe (``t``: :func:`per_text`, PyTorch's count ``n`` or the export at its threads) and ``h =
     http_ms_per_text``: taking every core, the HTTP work shares them (``t + h``); leaving a core free, it runs
     beside the model (``max(t, h)``). The cheapest wins; a tie goes to the export, then to fewer threads."""
     if not choice.adapts or backlog <= 0 or http_ms_per_text is None:
         return choice.start
     h = max(0.0, http_ms_per_text)
 
-    def cost(ms: float, n: int) -> float:
-        t = ms / PROBE_TEXTS
+    def cost(ms: float, one: float | None, n: int) -> float:
+        t = per_text(ms, one, texts)
         return t + h if n >= cores else max(t, h)
 
-    costs: dict[int | None, float] = {n: cost(ms, n) for n, ms in choice.timings_ms.items()}
+    costs: dict[int | None, float] = {
+        n: cost(ms, choice.one_text_ms.get(n), n) for n, ms in choice.timings_ms.items()
+    }
     if choice.export is not None:
-        costs[None] = cost(choice.export.ms, choice.export.threads)
+        costs[None] = cost(choice.export.ms, choice.export.one_ms, choice.export.threads)
     return min(costs, key=lambda n: (costs[n], -1 if n is None else n))
 
 
+def per_text(batch_ms: float, one_ms: float | None, texts: int) -> float:
+    """Milliseconds a text in a call of ``texts`` texts, from the probe's merged batch (``batch_ms`` for
+    :data:`PROBE_TEXTS`) and, where timed (a pair), one text (``one_ms``): a call's fixed cost and a cost per
+    text through those two points (a pair's runtimes differ most in the fixed cost: on a 2-core EPYC
+    MiniLM's OpenVINO bf16 ran one text 1.3x faster than PyTorch bf16 on both cores and the merged batch
+    1.4x slower); else the batch's share."""
+    if one_ms is None:
+        return batch_ms / PROBE_TEXTS
+    slope = max(0.0, (batch_ms - one_ms) / (PROBE_TEXTS - 1))
+    return (one_ms - slope) / max(1, texts) + slope
+
+
 def choose_pair(
-    torch_probe: Callable[[int], float],
-    export_probe: Callable[[], float],
+    torch_probe: Callable[[int, int], float],
+    export_probe: Callable[[int], float],
     export_label: str,
     export_threads: int,
     pytorch_label: str = "torch fp32",
     cores: int | None = None,
 ) -> ThreadChoice:
-    """A pair's placements, measured at start: PyTorch's probe (``torch_probe(n)``: seconds of the probe
-    batch on ``n`` threads) at each candidate count and the export's (``export_probe()``, on the same texts
-    at the threads its graph was compiled for), warmed up and timed in the same interleaved rounds
-    (:func:`measure`). Calls without a backlog run on the export, which auto took from single calls."""
+    """A pair's placements, measured at start: PyTorch's probe (``torch_probe(n, texts)``: seconds of a probe
+    batch of ``texts`` on ``n`` threads) at each candidate count and the export's (``export_probe(texts)``, on
+    the same texts at the threads its graph was compiled for), warmed up and timed in the same interleaved
+    rounds (:func:`measure`): on the merged batch (:data:`PROBE_TEXTS`), for calls under load, and on one
+    text, for a call without a backlog (:func:`lone_placement`)."""
     cores = cores or available_cores()
     options: list[Hashable] = [*candidates(cores), EXPORT]
-    timings = measure(lambda o: export_probe() if o == EXPORT else torch_probe(o), options)
-    export_ms = timings.pop(EXPORT)
-    shown = ", ".join(f"{pytorch_label} on {n}: {ms:.0f} ms" for n, ms in timings.items())
+
+    def probe(texts: int) -> Callable[[Any], float]:
+        return lambda o: export_probe(texts) if o == EXPORT else torch_probe(o, texts)
+
+    timings = measure(probe(PROBE_TEXTS), options)
+    alone = measure(probe(1), options, margin=LONE_MARGIN)
+    export_ms, export_alone = timings.pop(EXPORT), alone.pop(EXPORT)
+    lone = lone_placement(alone, export_alone)
+
+    def shown(ms: dict[int, float], export: float) -> str:
+        counts = ", ".join(f"{pytorch_label} on {n}: {t:.1f} ms" for n, t in ms.items())
+        return f"{export_label}: {export:.1f} ms, {counts}"
+
+    where = export_label if lone is None else f"{pytorch_label} on {lone}"
     reason = (
         f"{export_label} on {export_threads} (the export auto took), {pytorch_label} kept beside it for calls "
-        f"under load (one batch of {PROBE_TEXTS} short texts; {export_label}: {export_ms:.0f} ms, {shown})"
+        f"under load (one batch of {PROBE_TEXTS} short texts; {shown(timings, export_ms)}); a call without a "
+        f"backlog on {where} (one text; {shown(alone, export_alone)})"
     )
-    placement = ExportPlacement(export_label, export_threads, export_ms, pytorch_label)
-    return ThreadChoice(export_threads, reason, timings, cores, placement)
+    placement = ExportPlacement(export_label, export_threads, export_ms, pytorch_label, lone, export_alone)
+    return ThreadChoice(export_threads, reason, timings, cores, placement, alone)
+
+
+def lone_placement(timings: dict[int, float], export_ms: float, margin: float = LONE_MARGIN) -> int | None:
+    """Where a pair's call without a backlog runs, from one text's milliseconds on PyTorch's counts
+    (``timings``) and on the export: PyTorch's fastest count where it is ``margin`` faster, else None (the
+    export auto took)."""
+    fastest = min(timings, key=lambda n: (timings[n], n))
+    return fastest if timings[fastest] * margin <= export_ms else None
 
 
 HOLD_S = (
@@ -428,18 +482,18 @@ class ThreadPolicy:
         adaptive = config.model_process and config.workers == 1 and (model.backend == "torch" or pair)
         return cls(model.threads, adaptive, measure_http=config.model_process)
 
-    def for_call(self, waiting: int) -> int | None:
-        """The model's threads for a call whose batch was taken with ``waiting`` other requests queued
-        (None: the model process's as they are, or a pair's export)."""
-        return self.count(self.load.backlog(waiting))
+    def for_call(self, waiting: int, texts: int = PROBE_TEXTS) -> int | None:
+        """The model's threads for a call of ``texts`` texts whose batch was taken with ``waiting`` other
+        requests queued (None: the model process's as they are, or a pair's export)."""
+        return self.count(self.load.backlog(waiting), texts)
 
-    def count(self, backlog: int) -> int | None:
+    def count(self, backlog: int, texts: int = PROBE_TEXTS) -> int | None:
         """The placement for a call decided on ``backlog`` (:func:`threads_for_call`)."""
         if self.choice is None:
             return None
         if not self.adaptive:
             return self.choice.start
-        return threads_for_call(self.choice, self.cores, backlog, self.http_ms_per_text)
+        return threads_for_call(self.choice, self.cores, backlog, self.http_ms_per_text, texts)
 
     def label(self, placement: int | None) -> str:
         """What a call ran on, for ``neobert_model_calls{threads}``: its count, or a pair's export."""
@@ -461,15 +515,23 @@ class ThreadPolicy:
 
     def state(self) -> dict[str, Any]:
         """The ``/info`` fields that change while serving: the count a call taken under a backlog runs on
-        now, and the HTTP side's CPU per text it is decided from."""
+        now, and the HTTP side's CPU per text it is decided from; for a pair, the runtime such a call runs
+        on and the one a call without a backlog runs on."""
         ms, under_load = self.http_ms_per_text, self.count(1)
         export = self.choice.export if self.choice is not None else None
-        runtime = None if export is None else export.label if under_load is None else export.pytorch
         return {
             "threads_under_load": export.threads if export is not None and under_load is None else under_load,
-            "runtime_under_load": runtime,
+            "runtime_under_load": self.runtime(under_load),
+            "runtime_alone": self.runtime(self.count(0)),
             "http_ms_per_text": None if ms is None else round(ms, 3),
         }
+
+    def runtime(self, placement: int | None) -> str | None:
+        """A pair's runtime for a placement: the export's (None) or its PyTorch's (a count)."""
+        export = self.choice.export if self.choice is not None else None
+        if export is None:
+            return None
+        return export.label if placement is None else export.pytorch
 
     def describe(self) -> str:
         """The start-up line's words: the count, why, and whether it adapts under load."""

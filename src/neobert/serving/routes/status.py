@@ -62,6 +62,12 @@ class InfoResponse(BaseModel):
         description="backend auto keeping PyTorch beside the export it took: where a call taken while other "
         "requests wait runs now, the export's runtime or PyTorch (null for one runtime)",
     )
+    runtime_alone: str | None = Field(
+        default=None,
+        description="backend auto keeping PyTorch beside the export it took: where a call taken with no other "
+        "request waiting runs, the export's runtime or PyTorch, whichever ran one text faster at start (null "
+        "for one runtime)",
+    )
     http_ms_per_text: float | None = Field(
         default=None,
         description="the HTTP process's CPU milliseconds per text answered, measured while serving (model in "
