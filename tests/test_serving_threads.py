@@ -15,6 +15,7 @@ from neobert.serving.threads import (
     ExportPlacement,
     HttpCost,
     ThreadChoice,
+    ThreadPolicy,
     candidates,
     choose_pair,
     choose_threads,
@@ -289,16 +290,35 @@ def test_the_choice_crosses_the_process_boundary_inside_the_served_model():
 
 
 def test_http_cost_from_a_sequence_of_updates():
-    cost = HttpCost(alpha=0.2, skip=1)
+    cost = HttpCost(alpha=0.2)
     assert cost.ms_per_text is None
-    assert cost.update(5.0, 4) is None  # the first call's CPU includes the server's start: skipped
     assert cost.update(0.004, 4) == pytest.approx(1.0)  # 4 ms over 4 texts
     assert cost.update(0.012, 4) == pytest.approx(1.4)  # (0.2 * 12 + 0.8 * 4) / 4
     # a call weighs by its texts: CPU and texts averaged alike, (0.2 * 8 + 0.8 * 5.6) / (0.2 * 8 + 0.8 * 4)
     assert cost.update(0.008, 8) == pytest.approx(6.08 / 4.8)
     assert cost.update(0.5, 0) == pytest.approx(6.08 / 4.8)  # no texts answered: nothing learned
     assert cost.update(-0.001, 4) == pytest.approx(0.8 * 6.08 / (0.2 * 4 + 0.8 * 4.8))  # clock noise: 0 CPU
-    assert cost.updates == 6
+    assert cost.updates == 5
+
+
+def test_http_cost_counts_only_stretches_that_began_busy(monkeypatch):
+    """The CPU between two answers counts only if requests were waiting at the first: the server's start
+    and an idle stretch (here 3.5 s of CPU, the event loop's over a long quiet spell) are not charged to the
+    next call's texts."""
+    clock = iter([5.0, 5.5, 5.504, 5.512, 9.0, 9.003])
+    monkeypatch.setattr(threads.time, "process_time", lambda: next(clock))
+    policy = ThreadPolicy(SMALL, adaptive=True, measure_http=True)  # reads 5.0: the server's start
+    policy.answered(1, waiting=3)  # began idle (the start): not counted; requests now wait
+    assert policy.http_ms_per_text is None
+    policy.answered(4, waiting=2)  # 4 ms over 4 texts
+    assert policy.http_ms_per_text == pytest.approx(1.0)
+    policy.answered(4, waiting=0)  # (0.2 * 8 + 0.8 * 4) / 4; the queue is empty now
+    assert policy.http_ms_per_text == pytest.approx(1.2)
+    policy.answered(1, waiting=1)  # 3.488 s of CPU since, over an idle stretch: not counted
+    assert policy.http_ms_per_text == pytest.approx(1.2)
+    policy.answered(3, waiting=0)  # busy again: (0.2 * 3 + 0.8 * 4.8) / (0.2 * 3 + 0.8 * 4)
+    assert policy.http_ms_per_text == pytest.approx(4.44 / 3.8)
+    assert policy.http_cost.updates == 3
 
 
 class FixedCost(HttpCost):
@@ -386,15 +406,18 @@ def test_service_sends_each_call_its_count_from_the_backlog():
         service.close(10)
 
 
-def test_service_measures_its_cpu_per_text():
-    service, sent, release, _ = fake_service(NEOBERT)
-    release.set()
+def test_service_measures_its_cpu_per_text_while_requests_wait():
+    """Calls answered with the queue empty start no measured stretch; the call after one answered while
+    requests waited does."""
+    service, sent, release, entered = fake_service(NEOBERT)
     try:
         assert service.threads.http_ms_per_text is None and service.threads.state()["threads_under_load"] == 2
+        burst(service, release, entered)  # the held call is answered with 3 requests waiting
+        assert service.threads.http_cost.updates == 1 and service.threads.http_ms_per_text >= 0
         for _ in range(3):
             service.submit(ModelCall.of("embed"), ["x"] * 4).result(10)
-        assert service.threads.http_cost.updates == 3 and service.threads.http_ms_per_text >= 0
-        assert sent == [(2,)] * 3  # no backlog: the start-up choice, sent with each call
+        assert service.threads.http_cost.updates == 1  # each began with nothing waiting
+        assert sent[0] == (2,) and sent[-3:] == [(2,)] * 3  # no backlog: the start-up choice
     finally:
         service.close(10)
 
@@ -496,8 +519,6 @@ def test_one_thread_policy_sets_torch_threads_in_one_place(unpinned):
     from types import SimpleNamespace
 
     import torch
-
-    from neobert.serving.threads import ThreadPolicy
 
     serving = Path(threads.__file__).parent
     setters = sorted(

@@ -137,7 +137,7 @@ class Service:
         self.note(counts.pop("models", None))
         if call.rows:  # requests for several adapters of one base, run together
             self.metrics.batch_adapters.observe(len(set(call.rows)))
-        self.threads.answered(len(texts))
+        self.threads.answered(len(texts), self.batcher.depth())
         self.metrics.calls_by_threads.labels(self.threads.label(threads)).inc()
         if counts["long"]:
             self.metrics.long_texts.labels(self.config.long_documents).inc(counts["long"])

@@ -71,7 +71,7 @@ class InfoResponse(BaseModel):
     http_ms_per_text: float | None = Field(
         default=None,
         description="the HTTP process's CPU milliseconds per text answered, measured while serving (model in "
-        "its own process; null before the first calls)",
+        "its own process) over stretches that began with requests waiting (null until there were some)",
     )
     long_documents: str
     limits: dict[str, int | float]
