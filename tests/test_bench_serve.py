@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import time
@@ -222,13 +223,22 @@ def test_thread_comparison_report():
         ServeBenchConfig(compare_threads=[0])
 
 
-def test_each_variant_holds_each_place_in_a_round_once():
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
+def test_each_variant_holds_each_place_once_and_follows_each_other_once(n):
+    """Over n rounds: every variant runs in every round and holds each place once; for an even n each
+    ordered pair of neighbours occurs once (no variant always runs after the same one)."""
     from neobert.benchmarks.serve import round_order
 
-    orders = [round_order([0, 1, 2], r) for r in range(3)]
-    assert orders == [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
-    assert all(sorted(order) == [0, 1, 2] for order in orders)  # every variant runs in every round
-    assert round_order([0, 1, 2], 3) == [0, 1, 2]
+    names = [f"v{i}" for i in range(n)]
+    orders = [round_order(names, r) for r in range(n)]
+    assert all(sorted(order) == names for order in orders)
+    for place in range(n):
+        assert sorted(order[place] for order in orders) == names
+    followed = [(a, b) for order in orders for a, b in itertools.pairwise(order)]
+    if n % 2 == 0:
+        assert sorted(followed) == sorted((a, b) for a in names for b in names if a != b)
+    assert round_order(names, n) == orders[0]
+    assert round_order([0, 1, 2, 3], 0) == [0, 1, 3, 2]
 
 
 def test_threads_used_per_cell_from_the_servers_metric():

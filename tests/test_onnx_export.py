@@ -314,6 +314,47 @@ def tiny_bench(output, **settings):
     return run(OnnxBenchConfig(**base, progress=False, serve_concurrency=0, **settings))
 
 
+def test_the_goal_pairs_auto_with_the_fastest_float_path_round_by_round():
+    """Offline and per client count: the fastest float variant by its pooled rate (int8 left out however
+    fast), and auto's rate over it and over its own runtime's row, the median and range of the rounds'
+    ratios; a client count without auto gives no row."""
+    from neobert.benchmarks.onnx import goal_markdown, goal_rows
+
+    def row(key, name, rate, rounds, **more):
+        return {key: name, "real_tokens_per_s" if key == "variant" else "requests_per_s": rate, **more} | {
+            "rounds_per_s": rounds
+        }
+
+    results = {
+        "rows": [
+            row("variant", "pytorch-fp32", 100.0, [100.0, 100.0, 100.0]),
+            row("variant", "openvino-bf16", 300.0, [300.0, 280.0, 320.0]),
+            row("variant", "openvino-int8-static", 500.0, [500.0, 500.0, 500.0]),
+            row("variant", "auto", 290.0, [310.0, 280.0, 280.0]),
+        ],
+        "auto_runs": "openvino-bf16",
+        "service": [
+            row("label", "pytorch-bf16", 200.0, [190.0, 210.0], clients=1),
+            row("label", "openvino-bf16", 180.0, [170.0, 190.0], clients=1),
+            row("label", "auto", 205.0, [200.0, 210.0], clients=1, runs_variant="openvino-bf16"),
+            row("label", "pytorch-bf16", 300.0, [300.0, 300.0], clients=8),
+        ],
+    }
+    offline, one = goal_rows(results)
+    assert offline["fastest"] == "openvino-bf16" and offline["auto_runs"] == "openvino-bf16"
+    assert offline["vs_fastest"] == pytest.approx({"median": 1.0, "min": 0.875, "max": 310 / 300})
+    assert offline["vs_own"] == offline["vs_fastest"]
+    assert one["where"] == "1 client" and one["fastest"] == "pytorch-bf16" and one["fastest_rate"] == 200.0
+    assert one["vs_fastest"] == pytest.approx({"median": (200 / 190 + 1) / 2, "min": 1.0, "max": 200 / 190})
+    assert one["vs_own"]["median"] == pytest.approx((200 / 170 + 210 / 190) / 2)
+    table = "\n".join(goal_markdown(results))
+    assert (
+        "| offline | openvino-bf16 | 300.0 | openvino-bf16 | 290.0 | 1.00x (0.88-1.03) | 1.00x (0.88-1.03) |"
+        in (table)
+    )
+    assert goal_markdown({"rows": results["rows"][:3]}) == []  # no auto row: no goal table
+
+
 @pytest.mark.slow  # a benchmark run (12 s)
 def test_bench_onnx_puts_runtimes_side_by_side(tmp_path):
     results = tiny_bench(tmp_path)
@@ -329,6 +370,7 @@ def test_bench_onnx_puts_runtimes_side_by_side(tmp_path):
     assert results["texts"]["count"] == 6 and 8 <= results["texts"]["min"] <= results["texts"]["max"] <= 40
     table = (tmp_path / "results.md").read_text()
     assert "| onnx-int8 |" in table and "vs PyTorch fp32" in table and "`auto` here: measured: " in table
+    assert len(rows["auto"]["rounds_per_s"]) == 1 and "| offline | " in table  # the goal's row
 
 
 @pytest.mark.slow  # a benchmark run (12 s)
@@ -346,7 +388,7 @@ def test_bench_onnx_times_autos_pytorch_choice_on_pytorchs_own_path(tmp_path, mo
 
 @pytest.mark.slow  # seven servers, one after another, twice (about 20 s each to start here), and NNCF
 def test_bench_onnx_through_the_service(tmp_path):
-    from neobert.benchmarks.onnx import OnnxBenchConfig, run
+    from neobert.benchmarks.onnx import OnnxBenchConfig, goal_rows, run
     from neobert.export.openvino import HELDOUT_SHARE
     from neobert.inference import openvino_encoder
 
@@ -378,6 +420,8 @@ def test_bench_onnx_through_the_service(tmp_path):
         assert rows["pytorch-fp32"]["vs_pytorch_fp32"] == 1.0
         assert rows["openvino-int8-static"]["backend"] == "openvino int8-static"
         assert rows["auto"]["backend_reason"].startswith("measured: ")
+        assert rows["auto"]["runs_variant"] in rows  # the runtime it took has its own server here
+    assert [goal["where"] for goal in goal_rows(results)] == ["offline", "1 client", "4 clients"]
     fitted = 20 - 20 // HELDOUT_SHARE  # every HELDOUT_SHARE-th calibration text checks the result instead
     assert results["int8_static"]["calibration_texts"] == fitted
     assert f"Static int8 (NNCF, {fitted} calibration texts)" in (tmp_path / "results.md").read_text()

@@ -1,6 +1,6 @@
 """Servers side by side: each ``--server 'NAME MODEL [neobert serve options]'`` is started and warmed up for
-a round's length, then all are driven in rounds of ``--seconds`` at ``--clients`` closed-loop clients, the
-order rotating every round; prints what each server runs (a pair's placements and their probe), each round,
+a round's length, then all are driven in rounds of ``--seconds`` at ``--clients`` closed-loop clients, in an
+order that changes every round (``round_order``); prints what each server runs (a pair's placements and their probe), each round,
 where a pair's calls ran, then each server's median against the first server's.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python docs/benchmarks/runtimes/servers_side_by_side.py --clients 8 \\
@@ -27,6 +27,7 @@ from neobert.benchmarks.serve import (
     ServerProcess,
     calls_by_placement,
     request_texts,
+    round_order,
     run_cell,
     threads_used,
 )
@@ -72,8 +73,7 @@ def main() -> None:
             warm[name] = calls_by_placement(servers[name].metrics())
         names = list(servers)
         for round_ in range(args.rounds):
-            turn = round_ % len(names)
-            for name in names[turn:] + names[:turn]:
+            for name in round_order(names, round_):
                 cell = run_cell(
                     servers[name].port, args.clients, texts, args.seconds, 10**9, server=servers[name]
                 )

@@ -50,6 +50,7 @@ from .serve import (
     make_cell,
     merged_counts,
     request_texts,
+    round_order,
     run_cell,
     threads_used,
 )
@@ -65,6 +66,14 @@ VARIANTS = {
     "auto": "what `--backend auto` takes here on the model directory carrying its export (PyTorch and the "
     "export's runtimes measured at start: warm calls, two rounds)",
 }
+
+# the exact paths issue 43's goal compares `auto` with (int8 trades accuracy, so it is not among them)
+FLOAT_VARIANTS = ("pytorch-fp32", "pytorch-bf16", "onnx-fp32", "openvino-fp32", "openvino-bf16")
+
+
+def variant_of(backend: str, precision: str) -> str:
+    """The bench's variant for a runtime and precision (``torch`` / ``bf16`` -> ``pytorch-bf16``)."""
+    return f"{'pytorch' if backend == 'torch' else backend}-{precision}"
 
 
 @dataclass
@@ -208,6 +217,7 @@ def _forwards(
             if name == "auto":
                 opened = _auto(carrying, config.threads, texts)
                 chosen["auto"] = opened.reason
+                chosen["auto_runs"] = variant_of(opened.runtime, opened.precision)
                 if opened.runtime == "torch":  # what a job then runs: PyTorch's own path at that precision
                     copied = apply_precision(copy.deepcopy(fp32), opened.precision)
                     forwards[name] = _torch_forward(graph(copied))
@@ -273,11 +283,12 @@ def _time(forwards: dict[str, Any], work: list, repeats: int, progress: bool) ->
     """variant -> seconds of each of ``repeats`` passes over every batch of ``work``."""
     times: dict[str, list[float]] = {name: [] for name in forwards}
     with progress_bar(total=repeats * len(forwards), desc="timing", disable=not progress) as rounds:
-        for _ in range(repeats):
-            for name, forward in forwards.items():  # interleaved: drift on a shared machine hits all alike
+        for round_ in range(repeats):
+            # interleaved, in an order that changes each round: drift on a shared machine hits all alike
+            for name in round_order(list(forwards), round_):
                 start = time.perf_counter()
                 for ids, mask in work:
-                    forward(ids, mask)
+                    forwards[name](ids, mask)
                 times[name].append(time.perf_counter() - start)
                 rounds.update()
     return times
@@ -299,6 +310,7 @@ def _rows(
                 "what": VARIANTS[name],
                 "real_tokens_per_s": speed,
                 "vs_pytorch_fp32": speed / base,
+                "rounds_per_s": [real_tokens / t for t in times[name]],
                 "max_abs": float(np.abs(out - reference).max()),
                 "cosine_min": float(cosine.min()),
                 "cosine_mean": float(cosine.mean()),
@@ -408,8 +420,9 @@ def _service_rows(
         with progress_bar(
             total=config.repeats * len(servers), desc="service", disable=not config.progress
         ) as bar:
-            for _ in range(config.repeats):
-                for name, server in servers.items():
+            for round_ in range(config.repeats):
+                for name in round_order(list(servers), round_):
+                    server = servers[name]
                     cell = run_cell(
                         server.port,
                         clients,
@@ -428,6 +441,8 @@ def _service_rows(
                 ),
                 "clients": clients,
                 "backend": _runs(infos[name], placed[name], calls_by_placement(scraped[name])),
+                "runs_variant": variant_of(infos[name]["backend"], infos[name]["precision"]),
+                "rounds_per_s": [len(r["latencies"]) / r["seconds"] for r in rounds[name]],
                 "backend_reason": infos[name].get("backend_reason"),
                 "threads_reason": infos[name].get("threads_reason"),  # a pair's: its probe times
                 "start_s": round(server.start_s, 1),
@@ -437,7 +452,7 @@ def _service_rows(
     finally:
         for server in servers.values():
             server.stop()
-    base = rows[0]["requests_per_s"]  # PyTorch fp32 at this client count
+    base = next(r["requests_per_s"] for r in rows if r["label"] == "pytorch-fp32")  # at this client count
     for row in rows:
         row["vs_pytorch_fp32"] = row["requests_per_s"] / base if base else None
     return rows
@@ -493,6 +508,83 @@ def _pooled_cell(name: str, rounds: list[dict], before: tuple, after: tuple, cli
     return make_cell(pooled, True, clients, merged, label=name)
 
 
+def paired(ours: list[float], theirs: list[float]) -> dict[str, float]:
+    """``ours`` over ``theirs`` round by round (both timed in each round, so drift between rounds cancels):
+    the median ratio and its range."""
+    ratios = [a / b for a, b in zip(ours, theirs, strict=True) if b]
+    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+
+
+def goal_rows(results: dict) -> list[dict]:
+    """Issue 43's goal, per place (offline, then each client count through the service): `auto` against
+    the fastest float variant there (by its pooled rate) and against the variant of the runtime it runs,
+    each ratio paired round by round (:func:`paired`)."""
+    places = [("offline", results["rows"], "real_tokens_per_s", results.get("auto_runs"))]
+    service = results.get("service") or []
+    for clients in dict.fromkeys(r["clients"] for r in service):
+        rows = [r for r in service if r["clients"] == clients]
+        auto = next((r for r in rows if r["label"] == "auto"), None)
+        where = f"{clients} client{'s' if clients > 1 else ''}"
+        places.append((where, rows, "requests_per_s", auto and auto["runs_variant"]))
+    goals = []
+    for where, rows, rate, runs in places:
+        by_name = {r.get("variant", r.get("label")): r for r in rows}
+        floats = [by_name[n] for n in FLOAT_VARIANTS if n in by_name]
+        auto = by_name.get("auto")
+        if auto is None or not floats or "rounds_per_s" not in auto:
+            continue
+        fastest = max(floats, key=lambda r: r[rate])
+        own = by_name.get(runs)
+        goals.append(
+            {
+                "where": where,
+                "fastest": fastest.get("variant", fastest.get("label")),
+                "fastest_rate": fastest[rate],
+                "auto_runs": runs,
+                "auto_rate": auto[rate],
+                "vs_fastest": paired(auto["rounds_per_s"], fastest["rounds_per_s"]),
+                "vs_own": None if own is None else paired(auto["rounds_per_s"], own["rounds_per_s"]),
+            }
+        )
+    return goals
+
+
+def goal_markdown(results: dict) -> list[str]:
+    """The goal's table (:func:`goal_rows`); nothing where `auto` was not run."""
+    goals = goal_rows(results)
+    if not goals:
+        return []
+
+    def ratio(r: dict | None) -> str:
+        return "" if r is None else f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})"
+
+    header = ["where", "fastest float path", "its rate", "auto runs", "auto's rate", "auto / fastest"]
+    header += ["auto / its runtime's own row"]
+    rows = [
+        [
+            g["where"],
+            g["fastest"],
+            f"{g['fastest_rate']:,.1f}",
+            g["auto_runs"] or "",
+            f"{g['auto_rate']:,.1f}",
+            ratio(g["vs_fastest"]),
+            ratio(g["vs_own"]),
+        ]
+        for g in goals
+    ]
+    return [
+        "",
+        "## The goal: `auto` at least the fastest float path",
+        "",
+        "The fastest of PyTorch fp32 / bf16, ONNX Runtime fp32 and OpenVINO fp32 / bf16 (int8 trades accuracy) "
+        "by its pooled rate (offline real tokens/s, served requests/s), and `auto`'s rate over it and over the "
+        "row of the runtime it runs: the median of the rounds' ratios (each round times every variant, in an "
+        "order that changes from round to round), their range in brackets.",
+        "",
+        markdown_table(header, rows).rstrip("\n"),
+    ]
+
+
 def markdown(results: dict) -> str:
     c, t, m = results["config"], results["texts"], results["model"]
     name = c["model"] if not Path(c["model"]).is_absolute() else "/".join(Path(c["model"]).parts[-2:])
@@ -545,6 +637,7 @@ def markdown(results: dict) -> str:
         ]
     if results.get("service"):
         lines += service_markdown(results)
+    lines += goal_markdown(results)
     return "\n".join(lines) + "\n"
 
 
@@ -556,7 +649,8 @@ def service_markdown(results: dict) -> list[str]:
         "",
         f"`neobert serve` with each variant (dynamic batching on, the model in its own process with the "
         f"server's default threads), all started, warmed up for a round's length, then {c['repeats']} "
-        f"interleaved rounds of {c['serve_duration']:g} s each per client count; a row pools its rounds. "
+        f"interleaved rounds of {c['serve_duration']:g} s each per client count (in an order that changes "
+        "each round); a row pools its rounds. "
         "`runs` is what the server said it runs (/info: for `auto`, its measured choice; where it keeps "
         "PyTorch beside the export it took, each placement's share of the timed calls); `start s` the "
         "seconds from its launch to /health (`auto`'s probe included).",

@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -46,6 +46,8 @@ from ..common.tables import markdown_table
 from ..runtime.hardware import machine_summary
 from ..serving.threads import HOLD_S
 from .report import publish
+
+T = TypeVar("T")
 
 WORDS = [
     "the",
@@ -546,11 +548,16 @@ def measure_threads(config: ServeBenchConfig, texts: list[str]) -> tuple[list[Ce
     return [pooled(cells) for cells in runs.values()], reasons
 
 
-def round_order(variants: list[int], round_: int) -> list[int]:
-    """The variants in round ``round_``'s order: rotated by one each round, so none always runs first (right
-    after the last round's server stopped) or last; over ``len(variants)`` rounds each holds each place once."""
-    shift = round_ % len(variants)
-    return variants[shift:] + variants[:shift]
+def round_order(variants: list[T], round_: int) -> list[T]:
+    """The variants in round ``round_``'s order: a balanced (Williams) design, the zigzag ``0, 1, n-1, 2,
+    n-2, ...`` shifted by one each round. Over ``n`` rounds each variant holds each place once (none always
+    runs first, right after the last round's server stopped, or last), and for even ``n`` each runs right
+    after each other once (none always follows the same neighbour, whose leftovers might slow it)."""
+    n = len(variants)
+    zigzag = [0]
+    for k in range(1, n):
+        zigzag.append((k + 1) // 2 if k % 2 else n - k // 2)
+    return [variants[(i + round_) % n] for i in zigzag]
 
 
 def variant_label(pinned: int) -> str:
