@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -311,6 +315,44 @@ def test_a_server_that_cannot_start_is_reported_with_what_it_said(tmp_path):
     with pytest.raises(ServerStartError, match="exited while starting") as raised:
         ServerProcess(ServeBenchConfig(model=str(missing), output=None, startup_timeout=120), True)
     assert "no-such-model" in str(raised.value)
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie nobody reaped yet has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the parent-death signal is Linux's (prctl)")
+def test_a_killed_benchmark_leaves_no_server_behind(tmp_path, model_dir):
+    """The process that started a server is SIGKILLed, so none of its cleanup runs: the server ends too."""
+    script = tmp_path / "bench.py"
+    script.write_text(
+        "import time\n"
+        "from neobert.benchmarks.serve import ServeBenchConfig, ServerProcess\n"
+        f"config = ServeBenchConfig(model={str(model_dir)!r}, output=None, startup_timeout=300)\n"
+        "print(ServerProcess(config, True).process.pid, flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    bench = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    server = 0
+    try:
+        server = int(bench.stdout.readline())
+        assert running(server)
+        bench.kill()
+        bench.wait(30)
+        deadline = time.monotonic() + 60
+        while running(server) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not running(server)
+    finally:
+        bench.kill()
+        bench.stdout.close()
+        if server and running(server):  # the failure above: stop what it left
+            os.kill(server, signal.SIGTERM)
 
 
 def test_extra_serve_options_reach_the_server_after_the_configs(tmp_path):

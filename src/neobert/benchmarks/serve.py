@@ -24,6 +24,7 @@ default adapts them per call to the load.
 
 from __future__ import annotations
 
+import ctypes
 import http.client
 import json
 import os
@@ -181,40 +182,16 @@ class ServerProcess:
     ):
         """``extra``: more `neobert serve` options, after the config's (the last of a repeated one wins)."""
         self.port = _free_port()
-        command = [
-            sys.executable,
-            "-m",
-            "neobert.cli.main",
-            "serve",
-            "--model",
-            config.model,
-            "--port",
-            str(self.port),
-            "--precision",
-            config.precision,
-            "--max-queue",
-            str(max_queue or config.max_queue),
-        ]
-        # only options that differ from the server's defaults, so the command also drives older servers
-        if not batching:
-            command.append("--no-batching")
-        if config.tokenizer:
-            command += ["--tokenizer", config.tokenizer]
-        if config.refusal_delay is not None:
-            command += ["--refusal-delay", str(config.refusal_delay)]
-        if not config.model_process:
-            command.append("--no-model-process")
-        threads = config.threads if threads is None else threads
-        if threads:
-            command += ["--threads", str(threads)]
-        if config.backend != "auto":
-            command += ["--backend", config.backend]
-        if config.onnx_variant != "fp32":
-            command += ["--onnx-variant", config.onnx_variant]
-        command += list(extra)
+        command = _serve_command(config, self.port, batching, max_queue, threads) + list(extra)
         # its output to a file: a pipe nobody reads fills (64 KiB) and blocks a server that logs
         self.log = tempfile.TemporaryFile(mode="w+", prefix="neobert-serve-")  # noqa: SIM115 (closed by stop)
-        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, text=True)
+        self.process = subprocess.Popen(
+            command,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=_stop_with(os.getpid()) if sys.platform == "linux" else None,
+        )
         started = time.monotonic()
         while not self._healthy():
             if self.process.poll() is not None:
@@ -260,6 +237,59 @@ class ServerProcess:
                 self.process.kill()
                 self.process.wait()
         self.log.close()
+
+
+def _serve_command(
+    config: ServeBenchConfig, port: int, batching: bool, max_queue: int | None, threads: int | None
+) -> list[str]:
+    """`neobert serve` for ``config`` on ``port``: only options that differ from the server's defaults, so
+    the command also drives older servers."""
+    command = [
+        sys.executable,
+        "-m",
+        "neobert.cli.main",
+        "serve",
+        "--model",
+        config.model,
+        "--port",
+        str(port),
+    ]
+    command += ["--precision", config.precision, "--max-queue", str(max_queue or config.max_queue)]
+    if not batching:
+        command.append("--no-batching")
+    if config.tokenizer:
+        command += ["--tokenizer", config.tokenizer]
+    if config.refusal_delay is not None:
+        command += ["--refusal-delay", str(config.refusal_delay)]
+    if not config.model_process:
+        command.append("--no-model-process")
+    threads = config.threads if threads is None else threads
+    if threads:
+        command += ["--threads", str(threads)]
+    if config.backend != "auto":
+        command += ["--backend", config.backend]
+    if config.onnx_variant != "fp32":
+        command += ["--onnx-variant", config.onnx_variant]
+    return command
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when the thread that started it ends
+
+
+def _stop_with(parent: int) -> Callable[[], None]:
+    """For the server's child, between fork and exec (Linux): SIGTERM it when ``parent`` (the thread that
+    started it: the benchmarks start servers from the main thread) ends, so a benchmark killed mid-run
+    (SIGTERM, SIGKILL, a closed terminal) leaves no server behind, which it did, each holding its model
+    and a core's share."""
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # it ended before the call above: nothing would signal
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
 
 
 def _free_port() -> int:
