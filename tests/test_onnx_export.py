@@ -318,7 +318,7 @@ def test_the_goal_pairs_auto_with_the_fastest_float_path_round_by_round():
     """Offline and per client count: the fastest float variant by its rate (int8 left out however fast),
     and auto's rate over it and over its own runtime's row: of the rates, and the median and range of the
     rounds' ratios; a client count without auto gives no row."""
-    from neobert.benchmarks.onnx import goal_markdown, goal_rows
+    from neobert.benchmarks.onnx import goal_markdown, goal_rows, paired
 
     def row(key, name, rate, rounds, **more):
         return {key: name, "real_tokens_per_s" if key == "variant" else "requests_per_s": rate, **more} | {
@@ -352,6 +352,7 @@ def test_the_goal_pairs_auto_with_the_fastest_float_path_round_by_round():
     row = "| offline | openvino-bf16 | 300.0 | openvino-bf16 | 290.0 | 0.97x | 1.00x (0.88-1.03) | 1.00x (0.88-1.03) |"
     assert row in table
     assert goal_markdown({"rows": results["rows"][:3]}) == []  # no auto row: no goal table
+    assert paired([5.0, 6.0], [0.0, 0.0]) is None  # a variant that answered nothing: no ratio, no crash
 
 
 @pytest.mark.slow  # a benchmark run (12 s)

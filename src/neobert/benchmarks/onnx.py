@@ -511,10 +511,12 @@ def _pooled_cell(name: str, rounds: list[dict], before: tuple, after: tuple, cli
     return make_cell(pooled, True, clients, merged, label=name)
 
 
-def paired(ours: list[float], theirs: list[float]) -> dict[str, float]:
+def paired(ours: list[float], theirs: list[float]) -> dict[str, float] | None:
     """``ours`` over ``theirs`` round by round (both timed in each round, so drift between rounds cancels):
-    the median ratio and its range."""
+    the median ratio and its range (None where ``theirs`` answered nothing in any round)."""
     ratios = [a / b for a, b in zip(ours, theirs, strict=True) if b]
+    if not ratios:
+        return None
     return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
 
 
