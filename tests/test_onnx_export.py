@@ -108,6 +108,35 @@ def test_minilm_matches_sentence_transformers_and_pytorch(minilm_onnx):
     assert minilm_onnx.parity["fp32_max_abs"] < 1e-4
 
 
+def test_an_exports_calls_are_bounded_in_padded_tokens_as_pytorchs(minilm_onnx):
+    """The export's runner cuts its calls as the PyTorch path does (token_batches): at most max_tokens
+    padded tokens a call, the CPU default where none is given, and the vectors do not depend on the cut."""
+    from neobert.inference.batching import CPU_MAX_TOKENS
+
+    onnx_encoder = OnnxEncoder(minilm_onnx.output)
+    words = "the export runs on the CPU and bounds its calls " * 40
+    texts = [words[: 80 + 50 * i] for i in range(24)] + TEXTS  # 24 texts up to the window, and short ones
+    calls: list[tuple[int, int]] = []
+    run = onnx_encoder.run
+    onnx_encoder.run = lambda ids, mask: calls.append(ids.shape) or run(ids, mask)
+    one_by_one = np.stack([onnx_encoder.encode([t])[0] for t in texts])
+    calls.clear()
+    by_default = onnx_encoder.encode(texts, batch_size=32)
+    assert (
+        max(rows * width for rows, width in calls) <= CPU_MAX_TOKENS < 32 * max(width for _, width in calls)
+    )
+    assert len(calls) > 1 and sum(rows for rows, _ in calls) == len(texts)
+    calls.clear()
+    bounded = onnx_encoder.encode(texts, batch_size=32, max_tokens=600)
+    assert max(rows * width for rows, width in calls if rows > 1) <= 600
+    np.testing.assert_allclose(by_default, one_by_one, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(bounded, one_by_one, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="max_tokens must be positive"):
+        onnx_encoder.encode(texts, max_tokens=0)
+    with pytest.raises(ValueError, match="batch_size must be positive"):
+        onnx_encoder.encode([], batch_size=0)
+
+
 def test_int8_stays_close_and_is_smaller(minilm_onnx):
     directory = minilm_onnx.output
     fp32 = OnnxEncoder(directory).encode(INT8_PARAGRAPHS)

@@ -127,20 +127,43 @@ def test_a_slow_cold_call_never_decides():
 
 
 def test_a_jobs_probe_runs_its_batches_spread_over_their_lengths_within_the_token_budget():
-    """--backend auto times a job's texts as the job batches them (8 neighbours in length, padded to the
-    longest): every batch where they fit in the budget of padded tokens; else as many windows of 8 as fit,
-    from the shortest texts to the longest; else the middle window of as many texts as fit, at least one."""
-    assert backends.probe_windows([10] * 12, 8, 2048) == ([0, 8], 8)  # all of a small job
-    lengths = list(range(1, 161))  # 160 texts, 12,880 tokens
-    starts, size = backends.probe_windows(lengths, 8, 2048)
-    padded = [8 * lengths[at + 7] for at in starts]
-    assert size == 8 and starts[0] == 0 and starts[-1] == 152 and sum(padded) <= 2048
-    assert len(starts) >= 2 and all(b - a >= 8 for a, b in zip(starts, starts[1:]))  # noqa: RUF007
-    more = sorted({round(i * 152 / len(starts)) for i in range(len(starts) + 1)})
-    assert sum(8 * lengths[at + 7] for at in more) > 2048  # one window more would not fit
-    assert backends.probe_windows([300] * 20, 8, 2048) == ([7], 6)  # the middle 6 texts: 1,800 tokens
-    assert backends.probe_windows([3000] * 20, 8, 2048) == ([9], 1)  # never fewer than one text
-    assert backends.probe_windows([10, 20, 30], 8, 40) == ([0], 2)  # a job shorter than one batch
+    """--backend auto times a job's texts as the job batches them (its batches, padded to their longest):
+    every batch where they fit in the budget of padded tokens; else as many of them as fit, from the
+    shortest to the longest; else the batch holding the job's median padded token, cut to the rows that
+    fit, at least one."""
+    assert backends.probe_windows([(8, 10), (4, 10)], 2048) == [(0, 8), (1, 4)]  # all of a small job
+    shapes = [(8, 8 * k) for k in range(1, 21)]  # 20 batches of 8, 8 to 160 tokens wide: 13,440 tokens
+    picks = backends.probe_windows(shapes, 2048)
+    spent = sum(rows * shapes[i][1] for i, rows in picks)
+    assert picks[0] == (0, 8) and picks[-1] == (19, 8) and len(picks) >= 2 and spent <= 2048
+    assert all(rows == 8 for _, rows in picks)  # whole batches, as the job runs them
+    count = len(picks) + 1  # one batch more, spread the same way, would not fit
+    more = sorted({round(k * 19 / (count - 1)) for k in range(count)})
+    assert sum(8 * shapes[i][1] for i in more) > 2048
+    # no two batches fit: the one holding the median padded token, by mass, not the middle one by count
+    skewed = [(16, 20)] * 9 + [(8, 500)]  # 2,880 tokens in nine short batches, 4,000 in the long one
+    assert backends.probe_windows(skewed, 2000) == [(9, 4)]  # 4 rows of the long batch: 2,000 tokens
+    assert backends.probe_windows([(8, 300)] * 3, 2048) == [(1, 6)]  # even: the middle batch, 6 rows
+    assert backends.probe_windows([(8, 3000)] * 3, 2048) == [(1, 1)]  # never fewer than one text
+    with pytest.raises(ValueError, match="no texts"):
+        backends.probe_windows([], 2048)
+
+
+def test_a_jobs_sample_is_cut_as_the_job_cuts_its_texts(carrying):
+    """JobSample.batches: the job's token_batches (its batch size and token bound; none given: the CPU's
+    default), shortest batch first, each batch's longest row first."""
+    onnx = backends.OnnxEncoder(carrying / "onnx")
+    texts = [" ".join(["word"] * n) for n in (3, 40, 7, 90, 12, 60)]
+    _, mask, groups = backends.JobSample(texts, batch_size=2, max_tokens=100).batches(onnx)
+    lengths = mask.sum(axis=1)
+    assert sorted(i for g in groups for i in g) == list(range(6))
+    assert all(len(g) <= 2 and (len(g) * lengths[g[0]] <= 100 or len(g) == 1) for g in groups)
+    assert len(groups) > 3  # the bound cut batches of two
+    assert [int(lengths[g[0]]) for g in groups] == sorted(int(lengths[g[0]]) for g in groups)
+    assert all(lengths[g[0]] == lengths[g].max() for g in groups)
+    assert backends.JobSample(texts).batches(onnx)[2] == backends.JobSample(
+        texts, backends.PROBE_BATCH, backends.CPU_MAX_TOKENS
+    ).batches(onnx)[2]
 
 
 def test_the_probe_is_cut_to_its_time_at_the_first_candidates_pace():
@@ -537,8 +560,9 @@ def test_auto_measures_pytorch_beside_the_export_a_model_carries(carrying, tmp_p
         monkeypatch.setattr(backends, "measure", forced)
         out = tmp_path / taken.replace(" ", "-")
         result = embed(EmbedConfig(output=str(out), **common))
-        timed_on = seen.pop("sample")  # the job's own texts, blank lines left out
-        assert timed_on == [t for t in TEXTS * 2 if t.strip()][: len(timed_on)] and len(timed_on) == 8
+        timed_on = seen.pop("sample")  # the job's own texts, blank lines left out, and its batching
+        assert timed_on.texts == [t for t in TEXTS * 2 if t.strip()] and len(timed_on.texts) == 8
+        assert (timed_on.batch_size, timed_on.max_tokens) == (32, None)  # --batch-size, --max-tokens
         assert set(seen) == {"torch fp32", "onnx fp32", "openvino fp32"}  # the suite pins auto to fp32
         manifest = json.loads((out / "_manifest.json").read_text(encoding="utf-8"))
         assert manifest["backend"]["name"] == taken.split()[0] == result.backend
@@ -548,11 +572,12 @@ def test_auto_measures_pytorch_beside_the_export_a_model_carries(carrying, tmp_p
     monkeypatch.setattr(backends, "measure", measured)
     chosen = backends.choose_runtime(str(carrying), "fp32", threads=1)  # really measured here
     assert chosen.reason.startswith("measured: ") and "torch fp32" in chosen.choice.timings_ms
-    sampled = backends.choose_runtime(str(carrying), "fp32", threads=1, sample=TEXTS * 3)  # 12 texts
+    sample = backends.JobSample(TEXTS * 3)  # 12 texts, batches of 8 as a job of --batch-size 8
+    sampled = backends.choose_runtime(str(carrying), "fp32", threads=1, sample=sample)
     assert "12 of the job's texts in 2 batches" in sampled.reason
-    # at 10 ms a token the job's probe keeps about PROBE_SECONDS of it: the middle texts, fewer than a batch
+    # at 10 ms a token the job's probe keeps about PROBE_SECONDS of it: the median token's batch, cut
     onnx = backends.OnnxEncoder(carrying / "onnx")
-    batches, workload = backends.job_batches(onnx, TEXTS * 3, 1e-2)
+    batches, workload = backends.job_batches(onnx, sample, 1e-2)
     tokens = sum(int(mask.sum()) for _, mask in batches)
     assert len(batches) == 1 and 1 <= len(batches[0][0]) < backends.PROBE_BATCH
     assert batches[0][1].size <= backends.PROBE_SECONDS / 1e-2 and f"({tokens} tokens)" in workload

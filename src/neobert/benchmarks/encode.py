@@ -1,6 +1,6 @@
 """Batching settings of :func:`neobert.inference.run.encode`, timed on variable-length texts.
 
-The measurement behind :data:`neobert.inference.CPU_MAX_TOKENS`: ``texts`` synthetic texts whose token
+The measurement behind :data:`neobert.inference.batching.CPU_MAX_TOKENS`: ``texts`` synthetic texts whose token
 counts are drawn uniformly from ``length_range`` (or from a lengths file, one integer per line), embedded
 with each setting in turn, interleaved round-robin over ``repeats`` rounds in one process. A setting is a
 ``batch_size`` alone (no token budget) or ``max_tokens_batch_size`` with a ``max_tokens`` budget; the
@@ -25,8 +25,9 @@ from typing import Any
 from ..common.config import check_precision
 from ..common.progress import progress_bar
 from ..common.tables import markdown_table
+from ..inference.batching import CPU_MAX_TOKENS, token_batches
 from ..inference.encoders import check_vocab, load_model, max_positions, resolve_tokenizer
-from ..inference.run import CPU_MAX_TOKENS, TOKENIZE_CHUNK, encode, token_batches
+from ..inference.run import TOKENIZE_CHUNK, encode
 from ..runtime.fastpath import fast_inference
 from ..runtime.hardware import resolve_precision
 from .measure import machine_info, time_call

@@ -3,7 +3,8 @@
 The model (a preset with random weights, saved first, or a model directory) is exported with
 :func:`neobert.export.onnx.export_onnx` (``quantize="int8"``). Texts are cut from the standard-library corpus
 at lengths spread over [8, max_length] tokens, tokenized once by the exported tokenizer.json, and grouped by
-length into batches of ``batch_size`` (as :class:`~neobert.inference.onnx_encoder.OnnxEncoder` batches); every
+length into batches of ``batch_size`` texts and at most ``CPU_MAX_TOKENS`` padded tokens (as `neobert embed`
+batches on the CPU, on every backend); every
 variant gets exactly these (input_ids, attention_mask) arrays, and computes the same output (the pooled
 sentence embedding, or a classifier's logits). Timed round-robin after a warm-up, median of ``repeats``;
 each variant's output is compared with PyTorch fp32 (max abs, cosine).
@@ -35,7 +36,8 @@ from ..common.tables import fmt, markdown_table
 from ..data.corpus import iter_stdlib_documents
 from ..export.onnx import ClassifierGraph, EncoderGraph, export_onnx, inspect_source
 from ..export.openvino import NDCG_TOLERANCE, quantize_static
-from ..inference.backends import EXPORT_BESIDE, choose_runtime, export_beside, open_export
+from ..inference.backends import EXPORT_BESIDE, JobSample, choose_runtime, export_beside, open_export
+from ..inference.batching import CPU_MAX_TOKENS, token_batches
 from ..inference.directories import ONNX_CONFIG_FILE
 from ..inference.encoders import apply_precision, is_preset, load_encoder, save_pretrained
 from ..inference.onnx_encoder import COSINE_FLOOR, OnnxEncoder
@@ -129,13 +131,13 @@ def corpus_texts(tokenizer: Any, count: int, max_length: int) -> list[str]:
 def batches(
     onnx_encoder: OnnxEncoder, texts: list[str], batch_size: int
 ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The bench's texts cut into forwards as a job on the CPU cuts them (:func:`token_batches`: at most
+    ``batch_size`` texts and :data:`CPU_MAX_TOKENS` padded tokens a call, longest first), shortest first."""
     ids, mask = onnx_encoder.tokenize(texts)
     lengths = mask.sum(axis=1)
-    order = np.argsort(lengths, kind="stable")
     out = []
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
-        width = int(lengths[rows].max())
+    for rows in reversed(token_batches(lengths.tolist(), batch_size, CPU_MAX_TOKENS)):
+        width = int(lengths[rows[0]])
         out.append((ids[rows, :width], mask[rows, :width]))
     return out
 
@@ -215,7 +217,7 @@ def _forwards(
     if config.openvino:
         for name in _openvino_variants(config, exported.output):
             if name == "auto":
-                opened = _auto(carrying, config.threads, texts)
+                opened = _auto(carrying, config.threads, JobSample(texts, config.batch_size, CPU_MAX_TOKENS))
                 chosen["auto"] = opened.reason
                 chosen["auto_runs"] = variant_of(opened.runtime, opened.precision)
                 if opened.runtime == "torch":  # what a job then runs: PyTorch's own path at that precision
@@ -243,7 +245,7 @@ def _openvino_variants(config: OnnxBenchConfig, directory: Path) -> list[str]:
     return [*names, "auto"]
 
 
-def _auto(carrying: Path, threads: int, sample: list[str]) -> Any:
+def _auto(carrying: Path, threads: int, sample: JobSample) -> Any:
     """``--backend auto`` on the model directory carrying its export: PyTorch and the export's runtimes,
     timed on ``sample`` (the bench's texts, as `neobert embed` times them on a job's own)."""
     export = export_beside(carrying)
@@ -356,6 +358,7 @@ def _measure(
             "min": min(lengths),
             "max": max(lengths),
             "batches": len(work),
+            "max_tokens": CPU_MAX_TOKENS,  # padded tokens a call at most, as a job on the CPU
         },
         "export_s": export_s,
         "export_parity": exported.parity,
@@ -593,6 +596,12 @@ def goal_markdown(results: dict) -> list[str]:
     ]
 
 
+def _token_bound(texts: dict) -> str:
+    """How the bench's batches were bounded in padded tokens (runs before the bound: none)."""
+    bound = texts.get("max_tokens")
+    return f" (at most {bound:,} padded tokens each, as a job on the CPU)" if bound else ""
+
+
 def markdown(results: dict) -> str:
     c, t, m = results["config"], results["texts"], results["model"]
     name = c["model"] if not Path(c["model"]).is_absolute() else "/".join(Path(c["model"]).parts[-2:])
@@ -600,7 +609,8 @@ def markdown(results: dict) -> str:
         f"# ONNX Runtime and OpenVINO beside PyTorch: {name} ({m['type']}, {m['parameters'] / 1e6:.1f}M parameters, {m['head']})",
         "",
         f"{t['count']} stdlib-corpus texts, {t['real_tokens']:,} real tokens ({t['min']}-{t['max']} per text), "
-        f"{t['batches']} batches of {c['batch_size']} grouped by length; the same token arrays for every variant. "
+        f"{t['batches']} batches of {c['batch_size']} grouped by length{_token_bound(t)}; the same token arrays "
+        "for every variant. "
         f"{c['threads']} thread(s) for torch, onnxruntime and OpenVINO, torch {results['machine']['torch']}, "
         f"{results['machine'].get('cpu', '?')}; median of {c['repeats']} interleaved rounds. Outputs compared: "
         f"{'logits' if m['head'] != 'base' else 'pooled sentence embeddings'} against PyTorch fp32. Export: "

@@ -5,6 +5,8 @@ evaluation, the exports).
   (what a source is, how it loads, what it serves);
 - ``encoders``: loading an encoder and its tokenizer (the ``Encoder`` bundle); ``capabilities``: what a
   loaded model can do (``load_for_inference``);
+- ``batching``: how texts are cut into forwards (``token_batches``, ``CPU_MAX_TOKENS``), for PyTorch and
+  the exports alike;
 - ``run``: a loaded model over texts (``encode``, ``classifier_logits``, ``classifier_rows``,
   ``fill_mask``, ...); ``long_documents``: texts longer than the model's window;
 - ``sparse`` (SPLADE), ``late_interaction`` (ColBERT), ``quantization`` (int8 / binary embeddings),

@@ -44,6 +44,7 @@ from ..runtime.hardware import (
     warm_best,
 )
 from . import openvino_encoder  # its probe read through the module: a test forcing it forces it here too
+from .batching import CPU_MAX_TOKENS, token_batches
 from .directories import ONNX_CONFIG_FILE
 from .encoders import apply_precision, matmul_shape, resolve_model_precision
 from .kinds import load_for_inference
@@ -90,13 +91,13 @@ def open_export(
     precision: str = "auto",
     threads: int | None = None,
     cache: str | None = None,
-    sample: list[str] | None = None,
+    sample: JobSample | None = None,
 ) -> OpenedExport:
     """The export ``directory`` on ``backend`` (onnx | openvino | auto) with graph ``variant`` and, on
     OpenVINO, ``precision`` (fp32 | bf16 | auto: the measured faster; ``NEOBERT_AUTO_PRECISION`` pins it).
     ``cache``: a JSON file keeping auto's choice per model and machine (:func:`cache_key`); a choice found
-    there is loaded (and checked against PyTorch) without measuring again. ``sample``: texts to time ``auto``'s
-    candidates on (a job's own; default one probe batch of the model's shape)."""
+    there is loaded (and checked against PyTorch) without measuring again. ``sample``: a job's own texts and
+    batching to time ``auto``'s candidates on (:class:`JobSample`; default a service's probe shapes)."""
     if precision == "auto" and os.environ.get(AUTO_PRECISION_ENV):  # a process tree's pin (the test suite's)
         precision = check_precision(os.environ[AUTO_PRECISION_ENV], ValueError)
     if backend not in ("auto", *RUNTIMES):
@@ -267,7 +268,7 @@ def choose_runtime(
     precision: str = "auto",
     threads: int | None = None,
     cache: str | None = None,
-    sample: list[str] | None = None,
+    sample: JobSample | None = None,
 ) -> OpenedExport:
     """``--backend auto`` for a PyTorch model directory that carries its export (:func:`export_beside`): the
     fastest of PyTorch fp32, PyTorch bf16 (where ``precision`` allows it and the precision probe finds bf16
@@ -354,26 +355,26 @@ def probe_batch(encoder: OnnxEncoder, texts: int = PROBE_BATCH, length: int = PR
     return np.tile(ids, (texts, 1)), np.ones((texts, length), dtype=np.int64)
 
 
-def probe_windows(lengths: list[int], size: int, budget: int) -> tuple[list[int], int]:
-    """Where the batches of a job's probe start in its texts sorted by ``lengths`` (ascending), and their
-    rows: the job's own batches (``size`` neighbours in length) where they all fit in ``budget`` padded
-    tokens (rows x longest); else as many such windows as fit, evenly spread from the shortest texts to the
-    longest (the padding and the batch size the job runs, over its range of lengths); else the middle window
-    of as many rows as fit (at least one)."""
-    n = len(lengths)
-    padded = lambda at, rows=size: len(lengths[at : at + rows]) * max(lengths[at : at + rows])  # noqa: E731
-    every = list(range(0, n, size))
-    if sum(padded(at) for at in every) <= budget:
-        return every, size
-    for count in range(n // size, 1, -1):
-        starts = sorted({round(i * (n - size) / (count - 1)) for i in range(count)})
-        if sum(padded(at) for at in starts) <= budget:
-            return starts, size
-    for rows in range(min(size, n), 0, -1):
-        middle = (n - rows) // 2
-        if padded(middle, rows) <= budget or rows == 1:
-            return [middle], rows
-    raise ValueError("no texts to probe")
+def probe_windows(shapes: list[tuple[int, int]], budget: int) -> list[tuple[int, int]]:
+    """Which of a job's batches its probe runs and how many rows of each, (index, rows): ``shapes`` are the
+    job's batches as (rows, width), shortest first. Every batch where they all fit in ``budget`` padded
+    tokens; else as many as fit, spread evenly from the shortest to the longest (the job's padding and batch
+    size over its range of lengths); else the one batch holding the job's median padded token (where the job
+    spends its time, which its long texts dominate: a middle text by count is short), cut to the rows that
+    fit, at least one."""
+    if not shapes:
+        raise ValueError("no texts to probe")
+    n = len(shapes)
+    padded = [rows * width for rows, width in shapes]
+    if sum(padded) <= budget:
+        return [(i, rows) for i, (rows, _) in enumerate(shapes)]
+    for count in range(n - 1, 1, -1):
+        picks = sorted({round(k * (n - 1) / (count - 1)) for k in range(count)})
+        if sum(padded[i] for i in picks) <= budget:
+            return [(i, shapes[i][0]) for i in picks]
+    median = int(np.searchsorted(np.cumsum(padded), sum(padded) / 2))
+    rows, width = shapes[median]
+    return [(median, max(1, min(rows, budget // width)))]
 
 
 def probe_shapes(token_seconds: float) -> list[tuple[int, int]]:
@@ -391,31 +392,44 @@ def _token_seconds(encoder: Any) -> float:
     return max(_warm_seconds(encoder, ids, mask) / ids.shape[1], 1e-9)  # never 0: the cuts divide by it
 
 
-def job_batches(encoder: Any, sample: list[str], token_seconds: float) -> tuple[list[tuple], str]:
-    """A job's probe: its texts ``sample``, sorted by length, :data:`PROBE_BATCH` to a batch, each padded to
-    its longest (the workload the job runs), at most :data:`PROBE_TOKENS` padded tokens of them and no more
-    than a :data:`PROBE_SECONDS` call takes at ``token_seconds`` a token (:func:`probe_windows`); the batches
-    and what they are, in words."""
-    ids, mask = encoder.tokenize(sample)
+@dataclass(frozen=True)
+class JobSample:
+    """A job's own texts and how the job cuts them into calls (``neobert embed``'s ``--batch-size`` and
+    ``--max-tokens``): what ``auto`` times its candidates on (:func:`job_batches`)."""
+
+    texts: list[str]
+    batch_size: int = PROBE_BATCH
+    max_tokens: int | None = None  # None: CPU_MAX_TOKENS, the default where the candidates run (the CPU)
+
+    def batches(self, encoder: Any) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:
+        """The texts through ``encoder``'s tokenizer, (ids, mask), and the job's batches of their rows
+        (:func:`~neobert.inference.batching.token_batches`), shortest first, each longest row first."""
+        ids, mask = encoder.tokenize(self.texts)
+        bound = self.max_tokens or CPU_MAX_TOKENS
+        return ids, mask, list(reversed(token_batches(mask.sum(axis=1).tolist(), self.batch_size, bound)))
+
+
+def job_batches(encoder: Any, sample: JobSample, token_seconds: float) -> tuple[list[tuple], str]:
+    """A job's probe: its texts cut into the job's own batches (:meth:`JobSample.batches`), each padded to
+    its longest text, at most :data:`PROBE_TOKENS` padded tokens of them and no more than a
+    :data:`PROBE_SECONDS` call takes at ``token_seconds`` a token (:func:`probe_windows`); the batches and
+    what they are, in words."""
+    ids, mask, groups = sample.batches(encoder)
     lengths = mask.sum(axis=1)
-    order = np.argsort(lengths, kind="stable")
+    widths = [int(lengths[rows[0]]) for rows in groups]
     budget = max(1, min(PROBE_TOKENS, int(PROBE_SECONDS / token_seconds)))
-    starts, size = probe_windows(lengths[order].tolist(), PROBE_BATCH, budget)
-    batches = []
-    for at in starts:
-        rows = order[at : at + size]
-        width = int(lengths[rows].max())
-        batches.append((ids[rows, :width], mask[rows, :width]))
+    picks = probe_windows([(len(rows), width) for rows, width in zip(groups, widths)], budget)
+    batches = [(ids[groups[i][:kept], : widths[i]], mask[groups[i][:kept], : widths[i]]) for i, kept in picks]
     count, tokens = sum(len(b[0]) for b in batches), sum(int(b[1].sum()) for b in batches)
     of = (
         f"{count} of the job's texts"
-        if count == len(sample)
-        else f"{count} of the job's {len(sample)} texts (neighbours in length, spread over them)"
+        if count == len(sample.texts)
+        else f"{count} of the job's {len(sample.texts)} texts (its batches, spread over their lengths)"
     )
     return batches, f"{of} in {len(batches)} batches ({tokens} tokens)"
 
 
-def measure(candidates: dict[str, Any], sample: list[str] | None = None) -> RuntimeChoice:
+def measure(candidates: dict[str, Any], sample: JobSample | None = None) -> RuntimeChoice:
     """:func:`~neobert.runtime.hardware.choose_fastest` over the candidates' calls, on a workload cut to
     about :data:`PROBE_SECONDS` a call at the first candidate's pace. With ``sample`` (a job's own texts):
     :func:`job_batches`. Without (a service, whose traffic is not known at start): each of

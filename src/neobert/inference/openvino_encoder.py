@@ -103,6 +103,10 @@ class OpenVinoEncoder(OnnxEncoder):
         """What runs, for a person: the variant, or the float precision of the fp32 graph."""
         return self.precision if self.variant == "fp32" else self.variant
 
+    @property
+    def on_cpu(self) -> bool:
+        return True  # compiled for OpenVINO's CPU plugin
+
     def _open(self, graph: Path, threads: int | None, providers: Sequence[str] | None) -> None:
         config: dict[str, Any] = {
             "INFERENCE_PRECISION_HINT": _HINTS[self.precision],

@@ -20,18 +20,17 @@ import torch.nn.functional as F
 from ..common.progress import progress_bar
 from ..model.execution import eval_mode
 from ..model.pooling import get_pooling
+from .batching import CPU_MAX_TOKENS, token_batches
 from .encoders import MODEL_INPUT_NAMES, check_vocab, max_positions
 from .registration import require_head
 
 __all__ = [  # loading and saving: neobert.inference.encoders; tokenizer files: neobert.data
-    "CPU_MAX_TOKENS",
     "ROW_TAGS",
     "TOKENIZE_CHUNK",
     "classifier_logits",
     "classifier_rows",
     "encode",
     "fill_mask",
-    "token_batches",
 ]
 
 
@@ -50,34 +49,6 @@ def _tokenize(tokenizer: Any, texts: Sequence[str], max_length: int, device: tor
 # Texts are tokenized this many at a time (in character-length order), then re-sorted by token count and
 # cut into batches: memory stays bounded for any number of texts.
 TOKENIZE_CHUNK = 4096
-# Padded tokens per batch when the caller gives no ``max_tokens`` and the model is on the CPU: the fastest
-# setting measured (`neobert bench encode`, docs/benchmarks.md). Elsewhere only ``batch_size`` bounds a batch.
-CPU_MAX_TOKENS = 4096
-
-
-def token_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> list[list[int]]:
-    """Cut positions into batches, longest first, each padded to its first (longest) member.
-
-    A batch holds at most ``batch_size`` items and, when ``max_tokens`` is given, at most ``max_tokens``
-    padded tokens (rows x longest length); an item longer than ``max_tokens`` gets a batch of its own.
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
-    if max_tokens is not None and max_tokens < 1:
-        raise ValueError(f"max_tokens must be positive, got {max_tokens}")
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    for i in order:
-        current = batches[-1] if batches else None
-        if (
-            current is None
-            or len(current) >= batch_size
-            or (max_tokens is not None and (len(current) + 1) * lengths[current[0]] > max_tokens)
-        ):
-            batches.append([i])
-        else:
-            current.append(i)
-    return batches
 
 
 class TokenIds(list):

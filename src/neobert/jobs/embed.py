@@ -28,7 +28,7 @@ from ..common.io import atomic_file, output_lock
 from ..common.tables import MISSING, markdown_table
 from ..data.pieces import FilePlan, Piece, check_columns, duplicate_ids, file_pieces, merged_stats, plan_file
 from ..data.readers import DataError, expand_inputs
-from ..inference.backends import RUNTIMES, choose_runtime, export_beside, open_export
+from ..inference.backends import RUNTIMES, JobSample, choose_runtime, export_beside, open_export
 from ..inference.encoders import EmbeddingSpec, is_preset, model_dir, resolve_model_precision
 from ..inference.kinds import kind_of
 from ..inference.long_documents import LongReport
@@ -332,7 +332,7 @@ def check_backend(c: EmbedConfig) -> bool:
     return export
 
 
-def choose_backend(c: EmbedConfig, engine: Engine, sample: list[str] | None = None) -> EmbedBackend:
+def choose_backend(c: EmbedConfig, engine: Engine, sample: JobSample | None = None) -> EmbedBackend:
     """``--backend`` for ``c.model``: torch for a model directory, preset or Hub id (``precision`` auto measured
     as :func:`_precision` measures it); for an export, ONNX Runtime or OpenVINO as named, or for ``auto`` the
     fastest of those that apply here, each checked against PyTorch fp32 as it loads
@@ -416,12 +416,13 @@ def _run(c: EmbedConfig, engine: Engine, job: JobOutput, pieces: list[Piece], do
 PROBE_TEXTS = 64  # --backend auto times its candidates on this many of the job's texts
 
 
-def _sample(c: EmbedConfig, pieces: list[Piece]) -> list[str] | None:
-    """The job's first texts (at most :data:`PROBE_TEXTS`, blank ones left out) for ``--backend auto``'s timing."""
+def _sample(c: EmbedConfig, pieces: list[Piece]) -> JobSample | None:
+    """The job's first texts (at most :data:`PROBE_TEXTS`, blank ones left out) and its batching, for
+    ``--backend auto``'s timing."""
     if c.backend != "auto" or not pieces:
         return None
     texts = [t for t in read_texts(c, pieces[0], "keep")[1] if t.strip()][:PROBE_TEXTS]
-    return texts or None
+    return JobSample(texts, c.batch_size, c.max_tokens) if texts else None
 
 
 def _precision(c: EmbedConfig, engine: Engine) -> str:

@@ -145,7 +145,7 @@ class PieceExportEmbedder:
         # whole lengths: the export's tokenizer pads a batch to its longest text
         lengths = [len(e.ids) for e in self.counter.encode_batch(texts)]
         cut = [n > self.window for n in lengths]  # the tokenizer truncates at the window
-        vectors = self.encoder.encode(texts, batch_size=c.batch_size)
+        vectors = self.encoder.encode(texts, batch_size=c.batch_size, max_tokens=c.max_tokens)
         record = {
             "name": piece.name,
             "rows": len(texts),

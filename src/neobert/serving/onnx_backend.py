@@ -34,11 +34,12 @@ import torch.nn.functional as F
 
 from ..data.tokenizer import whole_texts
 from ..inference.backends import open_export
+from ..inference.batching import token_batches
 from ..inference.capabilities import describe
 from ..inference.kinds import kind_of
 from ..inference.long_documents import LongReport
 from ..inference.onnx_encoder import CONFIG_FILE, OnnxEncoder
-from ..inference.run import classifier_rows, label_scores, relevance, token_batches
+from ..inference.run import classifier_rows, label_scores, relevance
 from ..model.pooling import pool
 from .catalog import ModelEntry
 from .config import ServeConfig
