@@ -161,9 +161,10 @@ def test_a_jobs_sample_is_cut_as_the_job_cuts_its_texts(carrying):
     assert len(groups) > 3  # the bound cut batches of two
     assert [int(lengths[g[0]]) for g in groups] == sorted(int(lengths[g[0]]) for g in groups)
     assert all(lengths[g[0]] == lengths[g].max() for g in groups)
-    assert backends.JobSample(texts).batches(onnx)[2] == backends.JobSample(
-        texts, backends.PROBE_BATCH, backends.CPU_MAX_TOKENS
-    ).batches(onnx)[2]
+    assert (
+        backends.JobSample(texts).batches(onnx)[2]
+        == backends.JobSample(texts, backends.PROBE_BATCH, backends.CPU_MAX_TOKENS).batches(onnx)[2]
+    )
 
 
 def test_the_probe_is_cut_to_its_time_at_the_first_candidates_pace():
