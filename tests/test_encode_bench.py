@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -93,3 +94,39 @@ def test_cli_encode(tmp_path, model_dir, capsys):
     saved = json.loads((tmp_path / "cli" / "results.json").read_text())
     assert [r["note"] for r in saved["settings"]] == ["previous default, baseline", "", "default"]
     assert "results written to" in capsys.readouterr().out
+
+
+def test_an_exports_settings_are_timed_on_its_runtime(tmp_path, tokenizer, model_dir):
+    """--backend onnx | openvino: the same settings, timed on the export the directory carries (DIR/onnx)
+    through OnnxEncoder.encode; refused by name where the directory carries none."""
+    import shutil
+
+    pytest.importorskip("onnxruntime", reason="needs neobert[onnx]")
+    from neobert.export.onnx import export_onnx
+
+    common = {"texts": 10, "length_range": (4, 40), "batch_sizes": (4,), "max_tokens": (64,), "repeats": 1}
+    common |= {"max_tokens_batch_size": 8, "progress": False}
+    with pytest.raises(ValueError, match="carries in DIR/onnx"):
+        run(EncodeBenchConfig(model=str(model_dir), backend="onnx", **common))
+    with pytest.raises(ValueError, match="backend must be one of"):
+        EncodeBenchConfig(backend="tensorrt")
+    with pytest.raises(ValueError, match="ONNX Runtime runs the export at fp32"):
+        EncodeBenchConfig(backend="onnx", precision="bf16")
+    carrying = tmp_path / "model"
+    shutil.copytree(model_dir, carrying)
+    export_onnx(carrying, carrying / "onnx")
+    backends = ["onnx"] + (["openvino"] if importlib.util.find_spec("openvino") else [])
+    for backend in backends:
+        config = EncodeBenchConfig(
+            model=str(carrying), backend=backend, output=str(tmp_path / backend), **common
+        )
+        results = run(config)
+        assert results["model"]["precision"] == f"{backend} fp32" and results["model"]["parameters"] is None
+        lengths = token_lengths(tokenizer, synthetic_texts(tokenizer, target_lengths(config)), 128)
+        assert results["texts"]["lengths"] == lengths
+        for r in results["settings"]:
+            batches = token_batches(lengths, r["batch_size"], r["max_tokens"])
+            assert r["padded_tokens"] == sum(len(b) * lengths[b[0]] for b in batches)
+            assert len(r["seconds"]) == 1 and r["real_tokens_per_s"] > 0
+        md = (tmp_path / backend / "results.md").read_text()
+        assert f"({backend} fp32)" in md and "M parameters" not in md

@@ -1,4 +1,6 @@
-"""Batching settings of :func:`neobert.inference.run.encode`, timed on variable-length texts.
+"""Batching settings of :func:`neobert.inference.run.encode` (or of a model directory's export, run by
+:meth:`~neobert.inference.onnx_encoder.OnnxEncoder.encode` on ONNX Runtime or OpenVINO), timed on
+variable-length texts.
 
 The measurement behind :data:`neobert.inference.batching.CPU_MAX_TOKENS`: ``texts`` synthetic texts whose token
 counts are drawn uniformly from ``length_range`` (or from a lengths file, one integer per line), embedded
@@ -19,12 +21,16 @@ from __future__ import annotations
 import inspect
 import random
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
+
+import torch
 
 from ..common.config import check_precision
 from ..common.progress import progress_bar
 from ..common.tables import markdown_table
+from ..inference.backends import export_beside, open_export
 from ..inference.batching import CPU_MAX_TOKENS, token_batches
 from ..inference.encoders import check_vocab, load_model, max_positions, resolve_tokenizer
 from ..inference.run import TOKENIZE_CHUNK, encode
@@ -34,6 +40,7 @@ from .measure import machine_info, time_call
 from .report import publish
 from .throughput import read_lengths
 
+BACKENDS = ("torch", "onnx", "openvino")  # what runs the settings: PyTorch's encode, or an export's runtime
 NO_BUDGET = 10**9  # passed as max_tokens for "no token budget": encode's None means CPU_MAX_TOKENS on the CPU
 BASELINE = (32, None)  # batch 32, no budget: encode's default before the token budget
 WARMUP_TEXTS = 8
@@ -43,7 +50,8 @@ WARMUP_TEXTS = 8
 class EncodeBenchConfig:
     """Real tokens/s of neobert.inference.run.encode on synthetic variable-length texts, for each batch size
     without a token budget and each --max-tokens budget (at --max-tokens-batch-size), beside the library
-    default; settings interleaved in one process, median over rounds."""
+    default; settings interleaved in one process, median over rounds. --backend onnx | openvino times the
+    export the model directory carries in DIR/onnx instead (padded attention: its best budget can differ)."""
 
     model: str = "neobert"  # a preset (random weights) or a model directory (with its tokenizer)
     texts: int = 96  # number of texts
@@ -53,6 +61,9 @@ class EncodeBenchConfig:
     max_tokens: tuple[int, ...] = (1024, 2048, 4096, 8192)  # padded-token budgets per batch
     max_tokens_batch_size: int = 256  # batch size used with the max_tokens budgets
     precision: str = "auto"  # bf16: fast_inference (bf16 weights, unpadded attention); fp32: as loaded; auto: the faster here
+    backend: str = (
+        "torch"  # torch: encode; onnx | openvino: the model directory's export (DIR/onnx), padded attention
+    )
     repeats: int = 2  # timed rounds; the median rate is reported
     seed: int = 0  # seed of the lengths and texts
     output: str | None = None  # directory for results.json and results.md
@@ -63,6 +74,10 @@ class EncodeBenchConfig:
         self.batch_sizes = tuple(self.batch_sizes)
         self.max_tokens = tuple(self.max_tokens)
         check_precision(self.precision, ValueError)
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.backend == "onnx" and self.precision == "bf16":
+            raise ValueError("ONNX Runtime runs the export at fp32: bf16 runs on --backend openvino or torch")
         if self.texts < 1 or self.repeats < 1:
             raise ValueError(f"texts and repeats must be positive, got {self.texts} and {self.repeats}")
         if len(self.length_range) != 2 or not 1 <= self.length_range[0] <= self.length_range[1]:
@@ -150,27 +165,59 @@ def _label(batch_size: int, max_tokens: int | None) -> str:
     return f"batch {batch_size}, max_tokens {max_tokens or 'none'}"
 
 
-def _load(config: EncodeBenchConfig) -> tuple[Any, Any, str, int]:
-    """The model (on the bf16 fast path where that precision was chosen), its tokenizer, the precision run
-    and the input length it takes."""
-    model = load_model(config.model)
+@dataclass
+class Runner:
+    """What the settings are timed on: ``encode(texts, batch_size, max_tokens)`` and what it is."""
+
+    encode: Callable[[list[str], int, int], Any]
+    tokenizer: Any  # the transformers tokenizer the texts are made and counted with
+    precision: str  # what runs: bf16 | fp32 (PyTorch), or the export's runtime and precision
+    max_length: int
+    parameters: int | None  # PyTorch's count (an export's graph is not counted)
+
+
+def _load(config: EncodeBenchConfig) -> Runner:
+    """The model (on the bf16 fast path where that precision was chosen) or its export on ``config.backend``,
+    and its tokenizer."""
     tokenizer = resolve_tokenizer(config.model, None)
+    if config.backend != "torch":
+        export = export_beside(config.model)
+        if export is None:
+            raise ValueError(
+                f"--backend {config.backend} times the export a model directory carries in DIR/onnx; "
+                f"{config.model} carries none (`neobert export onnx --model {config.model} --output "
+                f"{config.model}/onnx`)"
+            )
+        precision = "fp32" if config.backend == "onnx" and config.precision == "auto" else config.precision
+        threads = torch.get_num_threads()
+        opened = open_export(str(export), config.backend, precision=precision, threads=threads)
+        encoder = opened.encoder
+
+        def run_export(items: list[str], batch_size: int, max_tokens: int) -> Any:
+            return encoder.encode(items, batch_size=batch_size, max_tokens=max_tokens)
+
+        return Runner(run_export, tokenizer, opened.label, encoder.max_length, None)
+    model = load_model(config.model)
     check_vocab(model, tokenizer)
     precision = resolve_precision(config.precision, model.config.hidden_size, model.config.intermediate_size)
     if precision == "bf16":
         model = fast_inference(model)
-    return model, tokenizer, precision, max_positions(model, tokenizer)
+
+    def run_torch(items: list[str], batch_size: int, max_tokens: int) -> Any:
+        return encode(
+            model, tokenizer, items, batch_size=batch_size, max_tokens=max_tokens, show_progress=False
+        )
+
+    parameters = sum(p.numel() for p in model.parameters())
+    return Runner(run_torch, tokenizer, precision, max_positions(model, tokenizer), parameters)
 
 
-def _time_settings(
-    model: Any, tokenizer: Any, rows: list[dict], texts: list[str], config: EncodeBenchConfig
-) -> None:
+def _time_settings(runner: Runner, rows: list[dict], texts: list[str], config: EncodeBenchConfig) -> None:
     """Append to each row's ``seconds`` the time ``encode`` takes over ``texts`` with its setting, once per
     round; the settings run round-robin so a shared machine's drift falls on all of them alike."""
 
     def call(row: dict, items: list[str]) -> None:
-        budget = NO_BUDGET if row["max_tokens"] is None else row["max_tokens"]
-        encode(model, tokenizer, items, batch_size=row["batch_size"], max_tokens=budget, show_progress=False)
+        runner.encode(items, row["batch_size"], NO_BUDGET if row["max_tokens"] is None else row["max_tokens"])
 
     default = next(row for row in rows if row["default"])
     call(default, texts[:WARMUP_TEXTS])  # untimed: first-call costs (allocator, oneDNN kernels)
@@ -184,10 +231,11 @@ def _time_settings(
 
 
 def run(config: EncodeBenchConfig) -> dict:
-    model, tokenizer, precision, max_length = _load(config)
+    runner = _load(config)
+    max_length = runner.max_length
     targets = target_lengths(config)
-    texts = synthetic_texts(tokenizer, targets, config.seed)
-    lengths = token_lengths(tokenizer, texts, max_length)
+    texts = synthetic_texts(runner.tokenizer, targets, config.seed)
+    lengths = token_lengths(runner.tokenizer, texts, max_length)
     real = sum(lengths)
     rows = settings(config)
     for row in rows:
@@ -198,22 +246,21 @@ def run(config: EncodeBenchConfig) -> dict:
             padded_tokens=sum(len(b) * lengths[b[0]] for b in batches),
             seconds=[],
         )
-    _time_settings(model, tokenizer, rows, texts, config)
+    _time_settings(runner, rows, texts, config)
     for row in rows:
         row["real_tokens_per_s"] = statistics.median(real / s for s in row["seconds"])
         row["padding"] = row["padded_tokens"] / real
     baseline = next(row for row in rows if row["baseline"])
     for row in rows:
         row["ratio"] = row["real_tokens_per_s"] / baseline["real_tokens_per_s"]
-    parameters = sum(p.numel() for p in model.parameters())
     results = {
         "config": asdict(config),
         "machine": machine_info("cpu"),
         "model": {
             "name": config.model,
-            "parameters": parameters,
+            "parameters": runner.parameters,
             "max_length": max_length,
-            "precision": precision,
+            "precision": runner.precision,
         },
         "texts": {
             "count": len(texts),
@@ -232,13 +279,16 @@ def run(config: EncodeBenchConfig) -> dict:
     return publish(results, markdown, config.output)
 
 
+def _size(model: dict) -> str:
+    return "" if model["parameters"] is None else f"{model['parameters'] / 1e6:.0f}M parameters, "
+
+
 def markdown(results: dict) -> str:
     cfg, machine, texts, model = results["config"], results["machine"], results["texts"], results["model"]
     source = cfg["lengths_file"] or "uniform {}-{}".format(*cfg["length_range"])
     fastest = max(results["settings"], key=lambda r: r["real_tokens_per_s"])
     lines = [
-        f"`encode` batching settings: {model['name']} ({model['parameters'] / 1e6:.0f}M parameters, "
-        f"{model['precision']}), {texts['count']} texts of {source} tokens ({texts['real_tokens']:,} real "
+        f"`encode` batching settings: {model['name']} ({_size(model)}{model['precision']}), {texts['count']} texts of {source} tokens ({texts['real_tokens']:,} real "
         f"tokens, {texts['min']}-{texts['max']} per text), median of {cfg['repeats']} interleaved rounds. "
         f"{machine['cpu']}, {machine['threads']} threads, torch {machine['torch']}.",
         "",

@@ -39,7 +39,7 @@ COMMANDS = {  # name: (config class, run, its Markdown report)
 HELP = {
     "throughput": "inference tokens/s by model and sequence length",
     "training": "tokens/s, MFU and peak memory of the pretraining step of the training core",
-    "encode": "neobert.inference.run.encode tokens/s by batch size and token budget",
+    "encode": "neobert.inference.run.encode (or an export's) tokens/s by batch size and token budget",
     "precision": "fp32 / bf16 / int8 inference: tokens/s and embedding cosine to fp32",
     "attention": "attention kernels (SDPA, compiled, matmul+softmax, flex_attention): TFLOP/s by length",
     "onnx": "ONNX Runtime fp32 / int8 beside the PyTorch fast path: tokens/s, ratios, parity",

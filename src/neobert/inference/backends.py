@@ -11,7 +11,7 @@ workload is cut to about :data:`PROBE_SECONDS` a call at the first candidate's p
 costs seconds where a small model's stays whole.
 
 A PyTorch model directory that carries its own export in ``DIR/onnx`` (sentence-transformers' layout, written
-by ``neobert export onnx DIR --output DIR/onnx``) gets PyTorch's fast path among the candidates as well
+by ``neobert export onnx --model DIR --output DIR/onnx``) gets PyTorch's fast path among the candidates as well
 (:func:`choose_runtime`): PyTorch fp32, PyTorch bf16 where the precision probe finds bf16 faster here, and
 the export's runtimes, all timed on the same batch, so that ``auto`` is never slower than the fastest of them.
 """
@@ -325,7 +325,7 @@ def _torch_candidates(
             worst = float(np.abs(got - expected).max())
             raise ValueError(
                 f"{export} is not {model}'s export: PyTorch fp32 differs from its check batch by {worst:.2e} "
-                f"(> {FP32_TOLERANCE}); export the model again (`neobert export onnx {model} --output {export} "
+                f"(> {FP32_TOLERANCE}); export the model again (`neobert export onnx --model {model} --output {export} "
                 "--force`) or remove it"
             )
         if name == "torch bf16" and (cosine := min_cosine(got, expected)) < COSINE_FLOOR:

@@ -351,7 +351,7 @@ def choose_backend(c: EmbedConfig, engine: Engine, sample: JobSample | None = No
             reason = "named"
         else:
             reason = (
-                "a PyTorch model (`neobert export onnx DIR --output DIR/onnx` for auto to measure ONNX Runtime "
+                "a PyTorch model (`neobert export onnx --model DIR --output DIR/onnx` for auto to measure ONNX Runtime "
                 "and OpenVINO beside it)"
             )
         return EmbedBackend("torch", _precision(c, engine), reason)
